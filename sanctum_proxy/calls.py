@@ -1,0 +1,99 @@
+"""The data the pure core passes around: offered spells, candidate calls, mended calls, problems.
+
+Everything here is plain immutable data. Parsing (`codecs/`), repair (`repair/`), prompted mode and
+the streaming assembler all speak these types, so a call looks the same whichever path produced it.
+
+    Spell        one offered tool: name, description, parameters (a JSON Schema object)
+    Candidate    a call as found in an answer, before repair (name and arguments as written)
+    Found        where a codec found call markup in text, and the candidates in it
+    ToolCall     a call that passed tier 1 and validation: ready for the client
+    Repair       one tier-1 mend of one call (becomes a SpellCallRepaired omen)
+    Problem      why a candidate cannot be sent (becomes a tier-2 correction and a SpellCallRejected omen)
+    Assessment   what tier 1 made of one upstream answer
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Reason = Literal[
+    "unknown_spell",
+    "missing_arguments",
+    "unexpected_arguments",
+    "invalid_arguments",
+    "malformed_json",
+    "missing_call",
+]
+
+
+@dataclass(frozen=True)
+class Spell:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A call as the model wrote it. `arguments` is what was found: a str (JSON text, maybe broken),
+    a dict (already parsed, e.g. Ollama's object arguments) or None (no arguments given)."""
+
+    name: str
+    arguments: str | dict[str, Any] | None
+    source: str  # "native" or the codec name that found it in content ("hermes", "mistral", ...)
+    raw: str  # the exact text (or JSON of the native call) it came from, for omens and corrections
+    id: str | None = None
+    repairs: tuple[str, ...] = ()  # mends the codec already made to the markup (e.g. "unclosed_braces")
+
+
+@dataclass(frozen=True)
+class Found:
+    """A span of call markup in an answer's text (`text[start:end]`) and the calls it holds."""
+
+    start: int
+    end: int
+    candidates: tuple[Candidate, ...]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # the JSON text sent to the client (byte-identical to the model's when it was valid)
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True)
+class Repair:
+    spell: str
+    call_id: str
+    repairs: tuple[str, ...]  # what was mended, e.g. ("trailing_comma", "single_quotes", "name_case")
+    raw: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    reason: Reason
+    spell: str | None  # the spell it concerns (the name as written, for unknown_spell)
+    details: tuple[str, ...]  # each names exactly what to fix, e.g. "missing required argument 'city'"
+    raw: str
+
+
+@dataclass(frozen=True)
+class Assessment:
+    calls: tuple[ToolCall, ...]
+    content: str | None  # the answer's text with call markup removed (prose may stay); None if empty
+    repairs: tuple[Repair, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    dropped: tuple[ToolCall, ...] = field(default=())  # valid calls cut by parallel_tool_calls=false
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems

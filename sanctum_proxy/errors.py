@@ -1,0 +1,101 @@
+"""Every error the proxy answers with, and the one place that turns them into OpenAI error bodies.
+
+    ProxyError                      status, type, code, param, message
+     ├── InvalidRequest             400 invalid_request_error (bad JSON, messages, tools, controls)
+     │    └── BodyTooLarge          413 invalid_request_error
+     ├── Unauthorized               401 invalid_api_key
+     ├── TooManyRequests            429 rate_limit_exceeded
+     ├── UpstreamUnreachable        502 upstream_unreachable (refused, reset before an answer)
+     ├── UpstreamTimeout            504 upstream_timeout
+     ├── UpstreamError              the upstream's status, upstream_error, the upstream's message kept
+     └── SpellCallParseError        422 spell_call_parse_error, with rounds and every rejected raw answer
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ProxyError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI-shaped error body: {"error": {message, type, param, code}}."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code, **self.extra()}}
+
+    def extra(self) -> dict[str, Any]:
+        return {}
+
+
+class InvalidRequest(ProxyError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class BodyTooLarge(InvalidRequest):
+    status = 413
+    code = "request_too_large"
+
+
+class Unauthorized(ProxyError):
+    status = 401
+    type = "invalid_api_key"
+    code = "invalid_api_key"
+
+
+class TooManyRequests(ProxyError):
+    status = 429
+    type = "rate_limit_exceeded"
+    code = "rate_limit_exceeded"
+
+
+class UpstreamUnreachable(ProxyError):
+    status = 502
+    type = "upstream_unreachable"
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(ProxyError):
+    status = 504
+    type = "upstream_timeout"
+    code = "upstream_timeout"
+
+
+class UpstreamError(ProxyError):
+    """The upstream answered with an error; its status and message are kept."""
+
+    type = "upstream_error"
+    code = "upstream_error"
+
+    def __init__(self, status: int, message: str, raw: Any = None) -> None:
+        super().__init__(message)
+        self.status = status if 400 <= status <= 599 else 502
+        self.upstream_status = status
+        self.raw = raw
+
+    def extra(self) -> dict[str, Any]:
+        return {"upstream_status": self.upstream_status}
+
+
+class SpellCallParseError(ProxyError):
+    """Surrender: the model gave no valid answer within max_repair_rounds extra rounds."""
+
+    status = 422
+    type = "spell_call_parse_error"
+    code = "spell_call_parse_error"
+
+    def __init__(self, message: str, *, rounds: int, rejected: list[str]) -> None:
+        super().__init__(message)
+        self.rounds = rounds
+        self.rejected = rejected
+
+    def extra(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "rejected": self.rejected}

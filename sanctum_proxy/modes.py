@@ -1,0 +1,93 @@
+"""Auto mode's memory and judgement: which (upstream, model) pairs go prompted, and which upstream errors
+mean "this server cannot do tools" (flip for good) or "it could not parse its own model's call" (retry
+this request prompted; flip after a threshold). An unrelated error never flips anything.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .errors import UpstreamError
+
+Verdict = Literal["tools_unsupported", "upstream_parse_failure"]
+
+# Real rejection bodies (shared/research/upstreams.md): llama.cpp without --jinja, Ollama, vLLM, older
+# llama.cpp, and the generic wording other servers use.
+_UNSUPPORTED = re.compile(
+    r"tools? param requires --jinja"
+    r"|tool_choice param requires --jinja"
+    r"|does not support tools"
+    r"|auto\"? tool choice requires --enable-auto-tool-choice"
+    r"|enable-auto-tool-choice"
+    r"|unsupported param: tools"
+    r"|(tools?|tool[ _]calls?|function[ _]calling|functions)\b[^.]{0,40}\b(not|isn't|is not|are not|aren't)"
+    r" (supported|available|enabled|allowed)"
+    r"|(does not|doesn't|do not|cannot|can't) (support|handle|use) (tools|tool[ _]calls?|function[ _]calling)"
+    r"|unrecognized request argument supplied: tools"
+    r"|extra inputs are not permitted[^.]{0,40}tools",
+    re.IGNORECASE,
+)
+_PARSE_FAILURE = re.compile(
+    r"does not match the expected .{0,40}format|failed to parse input at pos|invalid diff", re.IGNORECASE)
+
+
+def classify(error: UpstreamError) -> Verdict | None:
+    if error.upstream_status < 400:
+        return None
+    if _PARSE_FAILURE.search(error.message):
+        return "upstream_parse_failure"
+    if _UNSUPPORTED.search(error.message):
+        return "tools_unsupported"
+    return None
+
+
+@dataclass
+class Decision:
+    mode: Literal["native", "prompted"]
+    reason: str
+    since: float
+    parse_failures: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "reason": self.reason, "since": self.since,
+                "parse_failures": self.parse_failures}
+
+
+class ModeBook:
+    """Per-(upstream, model) decisions of auto mode, in process. (The Redis-backed one shares them.)"""
+
+    def __init__(self, *, recheck_seconds: float | None = None, parse_failure_threshold: int = 3,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._decisions: dict[tuple[str, str], Decision] = {}
+        self._recheck = recheck_seconds
+        self._threshold = parse_failure_threshold
+        self._clock = clock
+
+    def get(self, upstream: str, model: str) -> Decision | None:
+        decision = self._decisions.get((upstream, model))
+        if decision and self._recheck and decision.mode == "prompted" \
+                and self._clock() - decision.since > self._recheck:
+            del self._decisions[(upstream, model)]
+            return None
+        return decision
+
+    def settle(self, upstream: str, model: str, mode: Literal["native", "prompted"], reason: str) -> None:
+        old = self._decisions.get((upstream, model))
+        failures = old.parse_failures if old else 0
+        self._decisions[(upstream, model)] = Decision(mode, reason, self._clock(), failures)
+
+    def parse_failure(self, upstream: str, model: str) -> bool:
+        """Count one upstream parse failure; True when the model has now gone prompted for good."""
+        decision = self._decisions.setdefault((upstream, model), Decision("native", "default", self._clock()))
+        decision.parse_failures += 1
+        if decision.parse_failures >= self._threshold and decision.mode != "prompted":
+            decision.mode, decision.reason, decision.since = "prompted", "upstream_parse_failures", self._clock()
+            return True
+        return False
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [{"upstream": u, "model": m, **d.to_json()} for (u, m), d in self._decisions.items()]

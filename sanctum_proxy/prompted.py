@@ -1,0 +1,157 @@
+"""Prompted spell calling: the request rewritten for an upstream that never sees tools.
+
+Spell schemas go into the system prompt with a delimited call format; earlier assistant `tool_calls` and
+`role: "tool"` results in the history become text in that format. The answer comes back as text and is
+read by the same extraction and repair tiers as any other answer (`repair.mend.assess`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .codecs import hermes, json_blocks
+from .repair.spellbook import SpellBook
+
+STRIPPED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls")
+
+_FORMATS = {
+    "hermes": (
+        "To call a tool, write the call inside <tool_call></tool_call> tags as a JSON object with the keys "
+        '"name" and "arguments", for example:\n<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
+    ),
+    "json": (
+        "To call a tool, write a fenced JSON block with the keys \"name\" and \"arguments\", for example:\n"
+        '```json\n{"name": "%s", "arguments": %s}\n```'
+    ),
+}
+
+
+def render_call(fmt: str, name: str, arguments: Any) -> str:
+    args = _as_object(arguments)
+    if fmt == "json":
+        return json_blocks.render_call(name, args)
+    return hermes.render_call(name, args)
+
+
+def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required: str | None = None) -> str:
+    """The text that offers the spells. `required` is "any" or a spell name when a call is mandatory."""
+    lines = ["# Tools", "", "You can call these tools. Each is given as a JSON Schema of its arguments:", ""]
+    for spell in book.spells.values():
+        schema = orjson.dumps(spell.parameters or {"type": "object", "properties": {}}).decode()
+        lines.append(f"- {spell.name}: {spell.description or '(no description)'}\n  arguments: {schema}")
+    first = next(iter(book.spells.values()))
+    lines += ["", _FORMATS.get(fmt, _FORMATS["hermes"]) % (first.name, _example_args(first.parameters))]
+    lines.append("You may call several tools, one block each." if parallel else "Call at most one tool per answer.")
+    if required == "any":
+        lines.append("You must answer with a tool call.")
+    elif required:
+        lines.append(f"You must answer with a call to {required}.")
+    else:
+        lines.append("If no tool is needed, answer in plain text without any tool call block.")
+    lines.append("After a tool runs, its result comes back to you inside <tool_response></tool_response> tags.")
+    return "\n".join(lines)
+
+
+def _example_args(parameters: dict[str, Any]) -> str:
+    props = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(props, dict) or not props:
+        return "{}"
+    example = {key: _placeholder(spec) for key, spec in list(props.items())[:2]}
+    return orjson.dumps(example).decode()
+
+
+def _placeholder(spec: Any) -> Any:
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
+        return spec["enum"][0]
+    return {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}.get(str(kind), "...")
+
+
+def to_prompted(body: dict[str, Any], book: SpellBook | None, fmt: str, *, parallel: bool = True,
+                required: str | None = None) -> dict[str, Any]:
+    """The upstream body for a prompted round. `book` None (tool_choice none) offers no spells."""
+    out = {k: v for k, v in body.items() if k not in STRIPPED}
+    messages = rewrite_history(body.get("messages", []), fmt)
+    if book is not None and book.spells:
+        messages = merge_system(messages, system_section(book, fmt, parallel=parallel, required=required))
+    out["messages"] = messages
+    return out
+
+
+def merge_system(messages: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
+    """The section goes after the client's own system text, in one system message at the front."""
+    if messages and messages[0].get("role") in ("system", "developer"):
+        own = text_of(messages[0].get("content"))
+        return [{"role": "system", "content": f"{own}\n\n{section}" if own else section}, *messages[1:]]
+    return [{"role": "system", "content": section}, *messages]
+
+
+def rewrite_history(messages: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
+    names: dict[str, str] = {}
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
+            out.append(_assistant_as_text(message, fmt, names))
+        elif role in ("tool", "function"):
+            out.append(_result_as_text(message, names))
+        else:
+            out.append({k: v for k, v in message.items() if k not in ("tool_calls", "tool_call_id")})
+    return _merge_adjacent_results(out)
+
+
+def _assistant_as_text(message: dict[str, Any], fmt: str, names: dict[str, str]) -> dict[str, Any]:
+    parts = [text_of(message.get("content"))] if message.get("content") else []
+    calls = list(message.get("tool_calls") or [])
+    if message.get("function_call"):
+        calls.append({"id": "", "function": message["function_call"]})
+    for call in calls:
+        function = call.get("function") or {} if isinstance(call, dict) else {}
+        name = str(function.get("name", ""))
+        if isinstance(call, dict) and call.get("id"):
+            names[str(call["id"])] = name
+        parts.append(render_call(fmt, name, function.get("arguments")))
+    return {"role": "assistant", "content": "\n".join(p for p in parts if p)}
+
+
+def _result_as_text(message: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    call_id = str(message.get("tool_call_id") or "")
+    name = str(message.get("name") or names.get(call_id, ""))
+    header = f'<tool_response name="{name}"' + (f' id="{call_id}"' if call_id else "") + ">"
+    return {"role": "user", "content": f"{header}\n{text_of(message.get('content'))}\n</tool_response>"}
+
+
+def _merge_adjacent_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Several tool results in a row become one user turn (templates want roles to alternate)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.get("content")
+        if (out and message.get("role") == "user" and out[-1].get("role") == "user"
+                and isinstance(content, str) and content.startswith("<tool_response")
+                and isinstance(out[-1].get("content"), str) and out[-1]["content"].startswith("<tool_response")):
+            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + content}
+        else:
+            out.append(message)
+    return out
+
+
+def text_of(content: Any) -> str:
+    """A message content as text: a string, or the text parts of a list of parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
+
+
+def _as_object(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return arguments
+    return arguments if arguments is not None else {}

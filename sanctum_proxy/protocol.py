@@ -1,0 +1,169 @@
+"""The OpenAI chat request as the proxy reads it: validation, the `sanctum` controls, and the spells offered.
+
+Unknown fields are kept: `ChatRequest.body` is the client's body minus the `sanctum` object, forwarded as is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+from jsonschema import exceptions as schema_errors
+from jsonschema import validators
+
+from .config import Settings
+from .errors import InvalidRequest
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+SPELL_CALLING = ("native", "prompted", "auto")
+OMEN_STYLES = ("comments", "events")
+CONSTRAIN = ("off", "repair", "always")
+
+
+@dataclass(frozen=True)
+class Controls:
+    """Per-request settings: header X-Sanctum-* or body `sanctum.*`, else the proxy's settings."""
+
+    spell_calling: str
+    max_repair_rounds: int
+    omens: str = "comments"
+    constrain: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    body: dict[str, Any]  # without `sanctum`
+    controls: Controls
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+    @property
+    def model(self) -> str:
+        model = self.body.get("model")
+        return model if isinstance(model, str) else ""
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        tools = self.body.get("tools")
+        return tools if isinstance(tools, list) else []
+
+    @property
+    def functions(self) -> list[dict[str, Any]]:
+        functions = self.body.get("functions")
+        return functions if isinstance(functions, list) else []
+
+    @property
+    def offers_spells(self) -> bool:
+        return bool(self.tools or self.functions)
+
+    def with_body(self, body: dict[str, Any]) -> ChatRequest:
+        return replace(self, body=body)
+
+
+def parse_chat_request(raw: bytes, headers: Mapping[str, str], settings: Settings) -> ChatRequest:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    check_messages(body.get("messages"))
+    check_tools(body)
+    sanctum = body.pop("sanctum", None)
+    return ChatRequest(body=body, controls=parse_controls(headers, sanctum, settings))
+
+
+def check_messages(messages: Any) -> None:
+    if messages is None:
+        raise InvalidRequest("'messages' is a required property", param="messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty array", param="messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"messages[{i}] must be an object", param=f"messages[{i}]")
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise InvalidRequest(f"messages[{i}].role must be a non-empty string", param=f"messages[{i}].role")
+
+
+def check_tools(body: dict[str, Any]) -> None:
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    functions = body.get("functions")
+    if functions is not None and not isinstance(functions, list):
+        raise InvalidRequest("'functions' must be an array", param="functions")
+    seen: set[str] = set()
+    for i, tool in enumerate(tools or []):
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            raise InvalidRequest(f"tools[{i}] must be an object with type 'function'", param="tools")
+        check_function(tool.get("function"), f"tools[{i}].function", "tools", seen)
+    for i, function in enumerate(functions or []):
+        check_function(function, f"functions[{i}]", "functions", seen)
+
+
+def check_function(function: Any, where: str, param: str, seen: set[str]) -> None:
+    if not isinstance(function, dict):
+        raise InvalidRequest(f"{where} must be an object", param=param)
+    name = function.get("name")
+    if not isinstance(name, str) or not TOOL_NAME.match(name):
+        raise InvalidRequest(f"{where}.name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {name!r}", param=param)
+    if name in seen:
+        raise InvalidRequest(f"duplicate tool name {name!r}: each tool needs a unique name", param=param)
+    seen.add(name)
+    schema = function.get("parameters")
+    if schema is None:
+        return
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        raise InvalidRequest(f"{where}.parameters must be a JSON Schema object with type 'object'", param=param)
+    try:
+        validators.validator_for(schema).check_schema(schema)
+    except schema_errors.SchemaError as exc:
+        raise InvalidRequest(f"{where}.parameters is not a valid JSON Schema: {exc.message}", param=param) from exc
+
+
+def parse_controls(headers: Mapping[str, str], sanctum: Any, settings: Settings) -> Controls:
+    if sanctum is not None and not isinstance(sanctum, dict):
+        raise InvalidRequest("'sanctum' must be an object", param="sanctum")
+    given = dict(sanctum or {})
+    unknown = set(given) - {"spell_calling", "max_repair_rounds", "omens", "constrain"}
+    if unknown:
+        raise InvalidRequest(f"unknown sanctum control(s): {sorted(unknown)}", param="sanctum")
+
+    def pick(key: str, header: str) -> Any:
+        value = headers.get(header)
+        return value if value is not None else given.get(key)
+
+    return Controls(
+        spell_calling=_choice(pick("spell_calling", "x-sanctum-spell-calling"), SPELL_CALLING,
+                              "spell_calling", settings.spell_calling),
+        max_repair_rounds=_rounds(pick("max_repair_rounds", "x-sanctum-max-repair-rounds"),
+                                  settings.max_repair_rounds),
+        omens=_choice(pick("omens", "x-sanctum-omens"), OMEN_STYLES, "omens", "comments"),
+        constrain=_choice(pick("constrain", "x-sanctum-constrain"), CONSTRAIN, "constrain", None),
+    )
+
+
+def _choice(value: Any, allowed: tuple[str, ...], name: str, default: str | None) -> Any:
+    if value is None:
+        return default
+    if value not in allowed:
+        raise InvalidRequest(f"invalid sanctum control '{name}': {value!r} (allowed: {', '.join(allowed)})",
+                             param=f"sanctum.{name}")
+    return value
+
+
+def _rounds(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
+        raise InvalidRequest(f"invalid sanctum control 'max_repair_rounds': {value!r} (an integer 0..10)",
+                             param="sanctum.max_repair_rounds")
+    return value

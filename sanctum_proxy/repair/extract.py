@@ -1,0 +1,308 @@
+"""Getting one JSON value out of text a model wrote, and finding where such a value ends.
+
+`decode` tries, cheapest first: strict JSON; a one-pass rewrite by lossless rules (code fences, prose around
+the payload, single quotes, Python literals, trailing commas, comments, unquoted keys, bad escapes, raw
+control characters, unbalanced braces); and last `json_repair`, whose result is refused when it would invent
+or cut content (a string cut off, values that do not occur in the text). It returns what was mended, by
+name, so the caller can report it (and refuse "unclosed_braces" when the answer was cut by max_tokens).
+
+`value_end` finds the end of a bracketed value in longer text without parsing it (string-aware, linear).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import json_repair
+
+MAX_DEPTH = 200
+MAX_FALLBACK_CHARS = 256_000  # json_repair is pure Python; past this only the cheap rules run
+
+_CLOSER = {"{": "}", "[": "]", "(": ")"}
+
+
+@dataclass(frozen=True)
+class Decoded:
+    value: Any
+    repairs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    why: str
+
+
+class _NeedsFallback(Exception):
+    """The cheap rules met something they cannot rewrite losslessly."""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_STRICT = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def strict(text: str) -> Any:
+    """json.loads that refuses NaN/Infinity (they are not JSON and clients choke on them)."""
+    return _STRICT.decode(text)
+
+
+def decode(text: str) -> Decoded | Undecodable:
+    """The JSON value in `text`, with the names of the mends it took; never raises."""
+    try:
+        return Decoded(strict(text), ())
+    except ValueError:
+        pass
+    except RecursionError:
+        return Undecodable("the JSON is nested too deeply")
+    try:
+        return _mend(text)
+    except RecursionError:
+        return Undecodable("the JSON is nested too deeply")
+
+
+_FENCE = re.compile(r"\A```[\w-]*[ \t]*\n?(.*?)(?:\n?```\s*\Z|\Z)", re.S)
+
+
+def _mend(text: str) -> Decoded | Undecodable:
+    repairs: dict[str, None] = {}
+    s = text.strip()
+    fence = _FENCE.match(s)
+    if fence:
+        s = fence.group(1).strip()
+        repairs["code_fence"] = None
+    first = _first_opener(s)
+    if first is None:
+        return Undecodable("no JSON object or array found")
+    if first > 0:
+        repairs["surrounding_text"] = None
+        s = s[first:]
+    try:
+        return _finish(_rewrite(s, repairs), repairs)
+    except _NeedsFallback:
+        return _by_json_repair(s, repairs)
+
+
+def _first_opener(s: str) -> int | None:
+    m = re.search(r"[{\[]", s)
+    return m.start() if m else None
+
+
+def _finish(outcome: str | Undecodable, repairs: dict[str, None]) -> Decoded | Undecodable:
+    if isinstance(outcome, Undecodable):
+        return outcome
+    try:
+        return Decoded(strict(outcome), tuple(repairs))
+    except ValueError as exc:
+        raise _NeedsFallback from exc
+
+
+_TOKEN = re.compile(
+    r"""(?P<d>"(?:[^"\\]|\\.)*)(?P<dq>")?
+    |(?P<s>'(?:[^'\\]|\\.)*)(?P<sq>')?
+    |(?P<c>//[^\n]*|\#[^\n]*|/\*.*?(?:\*/|\Z))
+    |(?P<p>[{}\[\]:,])
+    |(?P<n>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
+    |(?P<w>[A-Za-z_$][\w$]*)
+    |(?P<ws>\s+)
+    |(?P<x>.)""",
+    re.S | re.X,
+)
+_COLON_AHEAD = re.compile(r"\s*:")
+_PY_LITERALS = {"True": "true", "False": "false", "None": "null"}
+_JSON_WORDS = frozenset({"true", "false", "null"})
+
+
+class _Writer:
+    """The rewritten text, the open brackets and the mends made so far."""
+
+    def __init__(self, repairs: dict[str, None]) -> None:
+        self.out: list[str] = []
+        self.stack: list[str] = []
+        self.repairs = repairs
+        self.comma_at = -1  # index in out of a comma that nothing significant has followed yet
+
+    def emit(self, tok: str, significant: bool = True) -> None:
+        if significant:
+            self.comma_at = len(self.out) if tok == "," else -1
+        self.out.append(tok)
+
+    def close(self, closer: str) -> None:
+        if self.comma_at >= 0:
+            self.out[self.comma_at] = ""
+            self.repairs["trailing_comma"] = None
+        self.stack.pop()
+        self.emit(closer)
+
+    def bracket(self, tok: str) -> bool:
+        """Handle one bracket; True when the top-level value just closed."""
+        if tok in "{[":
+            if len(self.stack) >= MAX_DEPTH:
+                raise _NeedsFallback
+            self.stack.append(tok)
+            self.emit(tok)
+            return False
+        if tok not in (_CLOSER[o] for o in self.stack):
+            self.repairs["extra_braces"] = None
+            return not self.stack
+        while _CLOSER[self.stack[-1]] != tok:
+            self.repairs["mismatched_braces"] = None
+            self.close(_CLOSER[self.stack[-1]])
+        self.close(tok)
+        return not self.stack
+
+
+def _rewrite(s: str, repairs: dict[str, None]) -> str | Undecodable:
+    w = _Writer(repairs)
+    for m in _TOKEN.finditer(s):
+        kind = m.lastgroup
+        tok = m.group()
+        if kind in ("d", "dq", "s", "sq"):
+            quoted = _string(m, repairs)
+            if quoted is None:
+                return Undecodable("a string value is cut off")
+            w.emit(quoted)
+        elif kind == "p":
+            if tok in ",:":
+                w.emit(tok)
+            elif w.bracket(tok):
+                return _after_value(w, s, m.end())
+        elif kind == "n":
+            w.emit(tok)
+        elif kind == "w":
+            w.emit(_word(tok, s, m.end(), repairs))
+        elif kind == "c":
+            repairs["comments"] = None
+        elif kind == "ws":
+            w.emit(tok, significant=False)
+        else:
+            raise _NeedsFallback
+    if w.stack:
+        repairs["unclosed_braces"] = None
+        while w.stack:
+            w.close(_CLOSER[w.stack[-1]])
+    return "".join(w.out)
+
+
+def _after_value(w: _Writer, s: str, end: int) -> str | Undecodable:
+    body = "".join(w.out)
+    rest = s[end:].strip()
+    if not rest:
+        return body
+    if _first_opener(rest) is None:
+        w.repairs["surrounding_text"] = None
+        return body
+    if len(rest) > 8 * (end + 16):
+        return Undecodable("more than one JSON value where one was expected")
+    try:
+        value = strict(body)
+    except ValueError as exc:
+        raise _NeedsFallback from exc
+    again = decode(rest)
+    if isinstance(again, Decoded) and again.value == value:
+        w.repairs["repeated_arguments"] = None
+        return body
+    return Undecodable("more than one JSON value where one was expected")
+
+
+_BAD_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])|\\')
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+def _string(m: re.Match[str], repairs: dict[str, None]) -> str | None:
+    """The token as a valid JSON string literal, or None when it is cut off."""
+    if m.group("d") is not None:
+        if m.group("dq") is None:
+            return None
+        body = m.group("d")[1:]
+    else:
+        if m.group("sq") is None:
+            return None
+        repairs["single_quotes"] = None
+        body = m.group("s")[1:].replace("\\'", "'").replace('"', '\\"')
+    if "\\" in body:
+        fixed = _BAD_ESCAPE.sub(lambda e: e.group() if e.group(1) else "\\\\", body)
+        if fixed != body:
+            repairs["invalid_escapes"] = None
+            body = fixed
+    if _CONTROL.search(body):
+        repairs["control_characters"] = None
+        body = _CONTROL.sub(lambda c: json.dumps(c.group())[1:-1], body)
+    return '"' + body + '"'
+
+
+def _word(tok: str, s: str, end: int, repairs: dict[str, None]) -> str:
+    if tok in _JSON_WORDS:
+        return tok
+    if tok in _PY_LITERALS:
+        repairs["python_literals"] = None
+        return _PY_LITERALS[tok]
+    if _COLON_AHEAD.match(s, end):
+        repairs["unquoted_keys"] = None
+        return json.dumps(tok)
+    raise _NeedsFallback
+
+
+def _by_json_repair(s: str, repairs: dict[str, None]) -> Decoded | Undecodable:
+    if len(s) > MAX_FALLBACK_CHARS:
+        return Undecodable("the JSON is broken beyond the local rules")
+    try:
+        value, log = json_repair.repair_json(s, return_objects=True, logging=True)
+    except (ValueError, RecursionError, IndexError, TypeError):
+        return Undecodable("the JSON could not be repaired")
+    if any("closing quote" in str(entry.get("text", "")) for entry in log):
+        return Undecodable("a string value is cut off")
+    if not isinstance(value, dict | list) or not value:
+        return Undecodable("the JSON could not be repaired")
+    if _invents(value, s):
+        return Undecodable("repairing the JSON would invent values that are not in the text")
+    repairs["json_repair"] = None
+    return Decoded(value, tuple(repairs))
+
+
+def _invents(value: Any, text: str) -> bool:
+    """True when the repaired value holds a string or null that the text does not contain."""
+    todo: list[Any] = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+        elif isinstance(v, str):
+            if not v:
+                if '""' not in text and "''" not in text:
+                    return True
+            elif v not in text and json.dumps(v, ensure_ascii=False)[1:-1] not in text:
+                return True
+        elif v is None and "null" not in text and "None" not in text:
+            return True
+    return False
+
+
+_SCAN = re.compile(r"""\"(?:[^"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[{}\[\]"']""", re.S)
+_SCAN_PARENS = re.compile(r"""\"(?:[^"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[{}\[\]()"']""", re.S)
+
+
+def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
+    """Index just past the bracket that closes the one at `start`, or None if it never closes cleanly."""
+    stack: list[str] = []
+    scan = _SCAN_PARENS if parens else _SCAN
+    for m in scan.finditer(text, start):
+        tok = m.group()
+        if len(tok) > 1 or tok in "\"'":
+            if len(tok) == 1:
+                return None  # a quote that never closes
+            continue
+        if tok in "{[(":
+            stack.append(tok)
+        elif not stack or _CLOSER[stack.pop()] != tok:
+            return None
+        if not stack:
+            return m.end()
+    return None

@@ -1,0 +1,314 @@
+"""The round loop: one client request, 1 + N upstream rounds, tier 2 corrections and tier 3 surrender.
+
+This is the only part of the repair layer that does I/O, and only through the injected `Sender`
+(non-streaming or streaming upstream calls). It yields events:
+
+    ContentDelta   text the client may see now (streaming, first round only)
+    Final          the answer: the message for the client, usage summed over rounds, every omen
+
+States of one request:  round(mode) --ok--> Final
+                        round(native) --tools rejected / upstream parse failure (auto)--> round(prompted)
+                        round --problems--> correction round (at most max_repair_rounds) --> ... --> surrender
+Surrender raises SpellCallParseError (422) unless on_surrender is "content".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from .. import omens as om
+from .. import prompted
+from ..calls import Assessment, Problem
+from ..errors import SpellCallParseError, UpstreamError
+from ..modes import ModeBook, classify
+from .correct import correction, rejected_answer_text
+from .mend import assess
+from .spellbook import SpellBook
+
+Mode = Literal["native", "prompted"]
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One upstream round's answer, however it arrived."""
+
+    message: dict[str, Any]
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    meta: dict[str, Any]  # id, model, created, system_fingerprint of the upstream response
+
+
+class Sender(Protocol):
+    def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]: ...
+
+
+@dataclass
+class RoundRecord:
+    number: int
+    mode: Mode
+    sent: dict[str, Any]
+    latency_ms: float
+    answer: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    outcome: str = "pending"  # accepted | rejected | fallback | error
+
+
+@dataclass
+class Final:
+    message: dict[str, Any]
+    finish_reason: str
+    usage: dict[str, Any] | None
+    mode: Mode
+    rounds: int
+    omens: list[om.Omen]
+    meta: dict[str, Any]
+    outcome: str  # clean | repaired | rejected | fallback | surrendered (the most telling one)
+
+
+@dataclass
+class Plan:
+    """What the loop needs to know about the request, settled before the first round."""
+
+    body: dict[str, Any]
+    book: SpellBook | None  # None: no spells offered
+    mode: Mode
+    auto: bool
+    max_rounds: int
+    on_surrender: str = "error"
+    prompt_format: str = "hermes"
+    upstream: str = ""
+    modes: ModeBook | None = None
+    new_id: Callable[[], str] | None = None
+    records: list[RoundRecord] = field(default_factory=list)
+
+    @property
+    def model(self) -> str:
+        return str(self.body.get("model", ""))
+
+    @property
+    def parallel(self) -> bool:
+        return self.body.get("parallel_tool_calls") is not False
+
+    @property
+    def required(self) -> str | None:
+        """"any" for tool_choice required, a spell name for a named choice, else None."""
+        choice = self.body.get("tool_choice")
+        if choice == "required":
+            return "any"
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name")
+            return str(name) if name else None
+        return None
+
+
+async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
+    state = _State(plan.mode)
+    while True:
+        body = upstream_body(plan, state.mode, state.extra)
+        record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0)
+        plan.records.append(record)
+        answer = None
+        start = time.perf_counter()
+        try:
+            async for event in send(body, live=not state.extra):
+                if isinstance(event, ContentDelta):
+                    yield event
+                else:
+                    answer = event
+        except UpstreamError as error:
+            record.latency_ms = (time.perf_counter() - start) * 1000
+            record.error, record.outcome = error.body()["error"], "error"
+            if not _fall_back(plan, state, classify(error), error.upstream_status, error.message):
+                raise
+            record.outcome = "fallback"
+            continue
+        record.latency_ms = (time.perf_counter() - start) * 1000
+        assert answer is not None, "a sender ends every round with an Answer"
+        record.answer, record.finish_reason, record.usage = answer.message, answer.finish_reason, answer.usage
+        state.add_usage(answer.usage)
+        if _empty_tools_answer(plan, state, answer) and _fall_back(
+                plan, state, "upstream_parse_failure", None, "upstream returned an empty answer to a tools request"):
+            record.outcome = "fallback"
+            continue
+        final = _judge(plan, state, answer, record)
+        if final is not None:
+            yield final
+            return
+
+
+@dataclass
+class _State:
+    mode: Mode
+    extra: list[dict[str, Any]] = field(default_factory=list)  # hidden correction turns
+    omens: list[om.Omen] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    fell_back: bool = False
+
+    @property
+    def repair_rounds(self) -> int:
+        return len(self.extra) // 2
+
+    def add_usage(self, usage: dict[str, Any] | None) -> None:
+        if not isinstance(usage, dict):
+            return
+        total = self.usage or {}
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = usage.get(key)
+            if isinstance(value, int):
+                total[key] = total.get(key, 0) + value
+        self.usage = total
+
+
+def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Final | None:
+    """Accept the answer (a Final), bounce it (None: go again), or surrender."""
+    number = record.number
+    if plan.book is None:
+        record.outcome = "accepted"
+        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer.meta, number)
+    kwargs = {"new_id": plan.new_id} if plan.new_id else {}
+    assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
+                        parallel_tool_calls=plan.parallel, **kwargs)
+    problems = list(assessment.problems) or _missing_call(plan, assessment, answer)
+    if not problems:
+        record.outcome = "accepted"
+        state.omens += [om.repaired(number, r) for r in assessment.repairs]
+        state.omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
+        return _final(plan, state, _client_message(assessment), _finish(assessment, answer), answer.meta, number)
+    record.outcome = "rejected"
+    raw = rejected_answer_text(answer.message)
+    repeated = bool(state.rejected) and raw == state.rejected[-1]
+    state.rejected.append(raw)
+    if repeated or state.repair_rounds >= plan.max_rounds:
+        return _surrender(plan, state, answer, number, repeated)
+    text = correction(problems, plan.book)
+    state.omens += [om.rejected(number, p, text) for p in problems]
+    state.extra += [{"role": "assistant", "content": raw}, {"role": "user", "content": text}]
+    return None
+
+
+def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Problem]:
+    required = plan.required
+    if required is None:
+        return []
+    names = {c.name for c in assessment.calls}
+    if required == "any" and names or required in names:
+        return []
+    spell = None if required == "any" else required
+    return [Problem("missing_call", spell, (f"a call to {required} is required" if spell
+                                            else "a tool call is required",), rejected_answer_text(answer.message))]
+
+
+def _surrender(plan: Plan, state: _State, answer: Answer, number: int, repeated: bool) -> Final:
+    why = ("the model repeated a rejected call verbatim" if repeated
+           else f"no valid spell call after {state.repair_rounds} repair round(s)")
+    message = f"spell call could not be repaired: {why}"
+    if plan.on_surrender != "content":
+        raise SpellCallParseError(message, rounds=len(plan.records), rejected=list(state.rejected))
+    state.omens.append(om.surrendered(number, message, state.rejected))
+    content = state.rejected[-1] or None
+    final = _final(plan, state, {"role": "assistant", "content": content}, "stop", answer.meta, number)
+    final.outcome = "surrendered"
+    return final
+
+
+def _fall_back(plan: Plan, state: _State, verdict: str | None, status: int | None, message: str) -> bool:
+    """Auto mode only: answer this request prompted; remember it for the model when it is for good."""
+    if not plan.auto or state.mode != "native" or verdict is None or plan.book is None:
+        return False
+    if plan.modes is not None:
+        if verdict == "tools_unsupported":
+            plan.modes.settle(plan.upstream, plan.model, "prompted", "tools_rejected")
+        else:
+            plan.modes.parse_failure(plan.upstream, plan.model)
+    reason = "tools_rejected" if verdict == "tools_unsupported" else "upstream_parse_failure"
+    state.omens.append(om.fallback(len(plan.records), reason, status, message))
+    state.mode, state.fell_back, state.extra = "prompted", True, []
+    return True
+
+
+def _empty_tools_answer(plan: Plan, state: _State, answer: Answer) -> bool:
+    """Ollama drops everything after a <tool_call> tag when no call completes: an empty message."""
+    if state.mode != "native" or plan.book is None:
+        return False
+    message = answer.message
+    return not message.get("tool_calls") and not prompted.text_of(message.get("content")).strip()
+
+
+def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]]) -> dict[str, Any]:
+    body = plan.body
+    if plan.book is not None and mode == "prompted":
+        body = prompted.to_prompted(body, plan.book, plan.prompt_format, parallel=plan.parallel,
+                                    required=plan.required)
+    elif plan.book is None and mode == "prompted":
+        body = prompted.to_prompted(body, None, plan.prompt_format)
+    else:
+        body = native_body(body)
+    if extra:
+        body = {**body, "messages": [*body["messages"], *extra]}
+    return body
+
+
+def native_body(body: dict[str, Any]) -> dict[str, Any]:
+    """Absorb upstream quirks: a named tool_choice is sent as only that tool with "required" (llama.cpp
+    reads the object form as "auto"); history tool_calls get the `type` and `arguments` llama.cpp needs."""
+    out = dict(body)
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(body.get("tools"), list):
+        name = (choice.get("function") or {}).get("name")
+        out["tools"] = [t for t in body["tools"] if (t.get("function") or {}).get("name") == name]
+        out["tool_choice"] = "required"
+    out["messages"] = [_normalised(m) for m in body.get("messages", [])]
+    return out
+
+
+def _normalised(message: dict[str, Any]) -> dict[str, Any]:
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not isinstance(calls, list):
+        return message
+    fixed = []
+    for call in calls:
+        function = dict(call.get("function") or {})
+        arguments = function.get("arguments")
+        function["arguments"] = arguments if isinstance(arguments, str) and arguments else (
+            "{}" if arguments in (None, "") else _dumps(arguments))
+        fixed.append({**call, "type": call.get("type") or "function", "function": function})
+    return {**message, "tool_calls": fixed}
+
+
+def _dumps(value: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()
+
+
+def _client_message(assessment: Assessment) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": assessment.content}
+    if assessment.calls:
+        message["tool_calls"] = [c.to_openai() for c in assessment.calls]
+    return message
+
+
+def _finish(assessment: Assessment, answer: Answer) -> str:
+    if assessment.calls:
+        return "tool_calls"
+    reason = answer.finish_reason or "stop"
+    return "stop" if reason == "tool_calls" else reason
+
+
+def _final(plan: Plan, state: _State, message: dict[str, Any], finish: str, meta: dict[str, Any],
+           number: int) -> Final:
+    kinds = {o.type for o in state.omens}
+    outcome = ("fallback" if state.fell_back else "rejected" if "SpellCallRejected" in kinds
+               else "repaired" if "SpellCallRepaired" in kinds else "clean")
+    return Final(message, finish, state.usage, state.mode, len(plan.records), state.omens, meta, outcome)

@@ -1,0 +1,134 @@
+"""The spells a request offers: their names, how a name as written maps to one, and their schemas.
+
+A SpellBook is built from the request's `tools` (or legacy `functions`) and is immutable. Tool-definition
+validity is the request parser's job; here odd input is tolerated (skipped or treated as unconstrained)
+so that nothing crashes. Compiled validators are cached by the schema's canonical JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jsonschema import validators
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+
+from sanctum_proxy.calls import Problem, Spell
+from sanctum_proxy.repair.validate import problems_for
+
+MAX_NAME_CHARS = 256
+_PREFIX = re.compile(r"\A(?:functions?|tools?|default_api)[.:/]", re.I)
+_NO_CONSTRAINTS: dict[str, Any] = {"type": "object", "additionalProperties": True}
+
+
+def resolve_name(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """The offered name `written` stands for, and the mends that took; (None, ()) when unknown or ambiguous."""
+    if not isinstance(written, str) or len(written) > MAX_NAME_CHARS:
+        return None, ()
+    if written in names:
+        return written, ()
+    if not written:
+        return None, ()
+    return _resolve(written, names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    repairs: list[str] = []
+    name = written
+    if name.strip() != name:
+        name = name.strip()
+        repairs.append("name_whitespace")
+    if _PREFIX.match(name) and name not in names:
+        name = _PREFIX.sub("", name, count=1)
+        repairs.append("name_prefix")
+    if name in names:
+        return name, tuple(repairs)
+    folded = [n for n in names if n.casefold() == name.casefold()]
+    if len(folded) == 1:
+        return folded[0], (*repairs, "name_case")
+    half = len(name) // 2
+    if len(name) % 2 == 0 and half and name[:half] == name[half:] and name[:half] in names:
+        return name[:half], (*repairs, "name_repeated")
+    return None, ()
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(schema_json: str) -> Validator:
+    schema = json.loads(schema_json)
+    cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError:
+        schema, cls = _NO_CONSTRAINTS, validators.Draft202012Validator
+    validator: Validator = cls(schema)
+    return validator
+
+
+def _canonical(schema: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(_NO_CONSTRAINTS)
+
+
+def _spell_from(fn: Any) -> Spell | None:
+    if not isinstance(fn, Mapping):
+        return None
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    description = fn.get("description")
+    params = fn.get("parameters")
+    return Spell(
+        name=name,
+        description=description if isinstance(description, str) else "",
+        parameters=dict(params) if isinstance(params, Mapping) else dict(_NO_CONSTRAINTS),
+    )
+
+
+class SpellBook:
+    """The offered spells by name, in offered order."""
+
+    __slots__ = ("spells", "names", "name_set")
+
+    def __init__(self, spells: Sequence[Spell]) -> None:
+        self.spells: dict[str, Spell] = {}
+        for spell in spells:
+            self.spells.setdefault(spell.name, spell)
+        self.names: tuple[str, ...] = tuple(self.spells)
+        self.name_set: frozenset[str] = frozenset(self.names)
+
+    @classmethod
+    def from_tools(cls, tools: Any) -> SpellBook:
+        items = tools if isinstance(tools, list) else []
+        fns = [t.get("function") for t in items if isinstance(t, Mapping)]
+        return cls([s for s in map(_spell_from, fns) if s is not None])
+
+    @classmethod
+    def from_functions(cls, functions: Any) -> SpellBook:
+        items = functions if isinstance(functions, list) else []
+        return cls([s for s in map(_spell_from, items) if s is not None])
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"SpellBook({list(self.names)!r})"
+
+    def restricted_to(self, name: str) -> SpellBook:
+        return SpellBook([self.spells[name]] if name in self.spells else [])
+
+    def resolve(self, written: str) -> tuple[str | None, tuple[str, ...]]:
+        return resolve_name(written, self.names)
+
+    def validator(self, name: str) -> Validator:
+        return _compiled(_canonical(self.spells[name].parameters))
+
+    def check(self, name: str, args: Any) -> list[Problem]:
+        """Why `args` cannot be sent to spell `name`: one Problem per reason; [] when they are valid."""
+        return problems_for(self.spells[name], self.validator(name), args)

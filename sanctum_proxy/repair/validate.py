@@ -1,0 +1,215 @@
+"""Checking arguments against a spell's schema, and the lossless coercions tier 1 may make first.
+
+`problems_for` sorts what is wrong into the three tier-2 reasons (missing, unexpected, invalid), one
+Problem per reason, each detail naming the argument and why. `coerce` changes only values whose JSON
+Schema type is violated and whose intended value is unambiguous ("3" for an integer is 3); it never
+touches a value that is already valid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema.exceptions import ValidationError
+from jsonschema.protocols import Validator
+from referencing.exceptions import Unresolvable
+
+from sanctum_proxy.calls import Problem, Reason, Spell
+from sanctum_proxy.repair.extract import Decoded, decode
+
+MAX_ERRORS = 20
+MAX_MESSAGE_CHARS = 200
+_COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "unevaluatedProperties", "not")
+
+
+def problems_for(spell: Spell, validator: Validator, args: Any) -> list[Problem]:
+    schema = spell.parameters
+    if not isinstance(args, dict):
+        detail = f"the arguments must be a JSON object, not {_json_type(args)}"
+        return [_problem("invalid_arguments", spell.name, [detail], args)]
+    out: list[Problem] = []
+    missing = [f"missing required argument {k!r}" for k in _required(schema) if k not in args]
+    if missing:
+        out.append(_problem("missing_arguments", spell.name, missing, args))
+    extra = [f"unexpected argument {k!r}: the spell has no such parameter" for k in _unexpected(schema, args)]
+    if extra:
+        out.append(_problem("unexpected_arguments", spell.name, extra, args))
+    invalid = _invalid(validator, args)
+    if invalid:
+        out.append(_problem("invalid_arguments", spell.name, invalid, args))
+    return out
+
+
+def _problem(reason: Reason, spell: str, details: list[str], args: Any) -> Problem:
+    try:
+        raw = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        raw = ""
+    return Problem(reason=reason, spell=spell, details=tuple(details), raw=raw)
+
+
+def _required(schema: Mapping[str, Any]) -> list[str]:
+    req = schema.get("required")
+    return [k for k in req if isinstance(k, str)] if isinstance(req, list) else []
+
+
+def _unexpected(schema: Mapping[str, Any], args: dict[str, Any]) -> list[str]:
+    addl = schema.get("additionalProperties")
+    if addl is True or isinstance(addl, Mapping):
+        return []
+    props = schema.get("properties")
+    props = props if isinstance(props, Mapping) else {}
+    if not props and any(k in schema for k in _COMPOSED):
+        return []  # the properties live in sub-schemas; jsonschema judges these
+    patterns = _patterns(schema)
+    return [k for k in args if k not in props and not any(p.search(k) for p in patterns)]
+
+
+def _patterns(schema: Mapping[str, Any]) -> list[re.Pattern[str]]:
+    pp = schema.get("patternProperties")
+    out: list[re.Pattern[str]] = []
+    for pattern in pp if isinstance(pp, Mapping) else ():
+        try:
+            out.append(re.compile(pattern))
+        except (re.error, TypeError):
+            continue
+    return out
+
+
+def _invalid(validator: Validator, args: dict[str, Any]) -> list[str]:
+    details: list[str] = []
+    try:
+        for err in validator.iter_errors(args):
+            if not err.absolute_path and err.validator in ("required", "additionalProperties"):
+                continue  # reported as missing / unexpected
+            details.append(_describe(err))
+            if len(details) >= MAX_ERRORS:
+                break
+    except (Unresolvable, RecursionError, re.error):
+        return details  # the schema, not the model, is at fault; the request parser owns that
+    return sorted(details)
+
+
+def _describe(err: ValidationError) -> str:
+    message = err.message
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+    path = list(err.absolute_path)
+    if not path:
+        return f"the arguments: {message}"
+    where = str(path[0]) + "".join(f"[{p!r}]" for p in path[1:])
+    return f"argument {where!r}: {message}"
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+# --- coercion --------------------------------------------------------------------------------------
+
+_INTEGER = re.compile(r"-?(?:0|[1-9]\d*)")
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_BOOLS = {"true": True, "false": False, "True": True, "False": False}
+MAX_COERCE_DEPTH = 16
+
+
+def coerce(args: dict[str, Any], schema: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`args` with the lossless coercions its schema asks for, and their names (empty when none)."""
+    repairs: dict[str, None] = {}
+    value = _coerce_object(args, schema, repairs, 0)
+    return value, tuple(repairs)
+
+
+def _coerce_object(
+    obj: dict[str, Any], schema: Mapping[str, Any], repairs: dict[str, None], depth: int
+) -> dict[str, Any]:
+    props = schema.get("properties")
+    if not isinstance(props, Mapping) or depth > MAX_COERCE_DEPTH:
+        return obj
+    out = dict(obj)
+    for key, sub in props.items():
+        if key in out and isinstance(sub, Mapping):
+            out[key] = _coerce_value(out[key], sub, repairs, depth + 1)
+    return out
+
+
+def _coerce_value(value: Any, schema: Mapping[str, Any], repairs: dict[str, None], depth: int) -> Any:
+    types = _types(schema)
+    if types and not any(_is(value, t) for t in types):
+        value = _convert(value, types, repairs)
+    if isinstance(value, dict):
+        return _coerce_object(value, schema, repairs, depth)
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, Mapping) and depth <= MAX_COERCE_DEPTH:
+        return [_coerce_value(v, items, repairs, depth + 1) for v in value]
+    return value
+
+
+def _types(schema: Mapping[str, Any]) -> set[str]:
+    t = schema.get("type")
+    if isinstance(t, str):
+        return {t}
+    if isinstance(t, list):
+        return {x for x in t if isinstance(x, str)}
+    return set()
+
+
+def _is(value: Any, t: str) -> bool:
+    if t == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()
+        )
+    if t == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    kinds: dict[str, type | tuple[type, ...]] = {
+        "string": str, "boolean": bool, "array": list, "object": dict, "null": type(None),
+    }
+    kind = kinds.get(t)
+    return kind is not None and isinstance(value, kind)
+
+
+def _convert(value: Any, types: set[str], repairs: dict[str, None]) -> Any:
+    if isinstance(value, str):
+        return _from_string(value, types, repairs)
+    if "string" in types and isinstance(value, int) and not isinstance(value, bool):
+        repairs["coerced_string"] = None
+        return str(value)
+    return value
+
+
+def _from_string(value: str, types: set[str], repairs: dict[str, None]) -> Any:
+    if "integer" in types and _INTEGER.fullmatch(value):
+        repairs["coerced_integer"] = None
+        return int(value)
+    if "number" in types and _NUMBER.fullmatch(value):
+        number = float(value) if any(c in value for c in ".eE") else int(value)
+        if math.isfinite(number):
+            repairs["coerced_number"] = None
+            return number
+    if "boolean" in types and value in _BOOLS:
+        repairs["coerced_boolean"] = None
+        return _BOOLS[value]
+    if "null" in types and value == "null":
+        repairs["coerced_null"] = None
+        return None
+    if types & {"array", "object"} and value[:1] in ("[", "{"):
+        decoded = decode(value)
+        if isinstance(decoded, Decoded) and any(_is(decoded.value, t) for t in types):
+            repairs["decoded_json_string"] = None
+            repairs.update(dict.fromkeys(decoded.repairs))
+            return decoded.value
+    return value
