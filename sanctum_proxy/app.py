@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import ORJSONResponse
+from .responses import JsonResponse as ORJSONResponse
 
 from .config import Settings
 from .errors import ProxyError

@@ -11,7 +11,6 @@ from typing import Any
 
 import orjson
 
-from .codecs import hermes, json_blocks
 from .repair.spellbook import SpellBook
 
 STRIPPED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls")
@@ -30,9 +29,13 @@ _FORMATS = {
 
 def render_call(fmt: str, name: str, arguments: Any) -> str:
     args = _as_object(arguments)
+    if isinstance(args, str):  # broken JSON from an earlier turn stays as the model wrote it
+        payload = '{"name": ' + orjson.dumps(name).decode() + ', "arguments": ' + args + "}"
+    else:
+        payload = orjson.dumps({"name": name, "arguments": args}).decode()
     if fmt == "json":
-        return json_blocks.render_call(name, args)
-    return hermes.render_call(name, args)
+        return f"```json\n{payload}\n```"
+    return f"<tool_call>\n{payload}\n</tool_call>"
 
 
 def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required: str | None = None) -> str:

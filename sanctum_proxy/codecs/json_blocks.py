@@ -50,11 +50,11 @@ def known(name: str, names: frozenset[str]) -> bool:
 
 def candidates(
     payload: str, *, source: str, names: frozenset[str], explicit: bool, repairs: tuple[str, ...] = ()
-) -> list[Candidate]:
-    """The calls in one JSON payload (decoded leniently); [] when it holds none."""
+) -> list[Candidate] | None:
+    """The calls in one JSON payload (decoded leniently): [] when it holds none, None when it is not JSON."""
     decoded = decode(payload)
     if not isinstance(decoded, Decoded):
-        return []
+        return None
     found: list[Candidate] = []
     _collect(decoded.value, _Ctx(payload, source, names, explicit, (*repairs, *decoded.repairs)), found, 0)
     return found
@@ -164,7 +164,56 @@ def bare(
         calls = candidates(payload, source=source, names=names, explicit=explicit, repairs=repairs)
         if calls:
             out.append(Found(start, end, tuple(calls)))
-            pos = end
-        else:
-            pos = end if isinstance(decode(payload), Decoded) else start + 1
+        pos = start + 1 if calls is None else end
     return out
+
+
+_GAP = re.compile(r"[\s;,]*")
+_WS = re.compile(r"\s*")
+
+
+def tagged(
+    text: str, body: int, *, closers: tuple[str, ...], stops: tuple[str, ...], source: str, names: frozenset[str]
+) -> tuple[int, list[Candidate]]:
+    """The calls written as JSON right after a call tag (body = index after the tag), and where the markup
+    ends: after the JSON values and a closing tag when one follows; otherwise (broken JSON) the whole
+    text up to the first closer or stop is the payload. Unknown names count (the tag is explicit)."""
+    spans: list[tuple[int, int]] = []
+    k = _WS.match(text, body).end()  # type: ignore[union-attr]
+    while k < len(text) and text[k] in "{[" and len(spans) < MAX_CANDIDATES:
+        end = value_end(text, k)
+        if end is None:
+            break
+        spans.append((k, end))
+        k = _GAP.match(text, end).end()  # type: ignore[union-attr]
+    after = _WS.match(text, spans[-1][1] if spans else body).end()  # type: ignore[union-attr]
+    closer = next((c for c in closers if text.startswith(c, after)), None)
+    if spans and (closer or after == len(text) or any(text.startswith(s, after) for s in stops)):
+        out: list[Candidate] = []
+        for start, end in spans:
+            out.extend(_explicit(text[start:end], source, names, ()))
+        return (after + len(closer) if closer else spans[-1][1]), out
+    return _broken(text, body, closers, stops, source, names)
+
+
+def _broken(
+    text: str, body: int, closers: tuple[str, ...], stops: tuple[str, ...], source: str, names: frozenset[str]
+) -> tuple[int, list[Candidate]]:
+    ends = [(i, len(c)) for c in closers if (i := text.find(c, body)) >= 0]
+    ends += [(i, 0) for s in stops if (i := text.find(s, body)) >= 0]
+    stop, skip = min(ends) if ends else (len(text), 0)
+    payload = text[body:stop].strip()
+    return stop + skip, _explicit(payload, source, names, ()) if payload else []
+
+
+_NAME_GUESS = re.compile(r"""["']name["']\s*:\s*["']([^"'\n]{1,256})["']""")
+
+
+def _explicit(payload: str, source: str, names: frozenset[str], repairs: tuple[str, ...]) -> list[Candidate]:
+    """Calls in payload inside call markup; one that cannot be read becomes a candidate with its text as
+    arguments, so that repair reports it (malformed_json, or unknown_spell) rather than losing it."""
+    calls = candidates(payload, source=source, names=names, explicit=True, repairs=repairs)
+    if calls:
+        return calls
+    guess = _NAME_GUESS.search(payload)
+    return [Candidate(guess.group(1) if guess else "", payload, source, payload, None, repairs)]

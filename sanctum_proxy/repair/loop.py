@@ -24,8 +24,6 @@ from .. import prompted
 from ..calls import Assessment, Problem
 from ..errors import SpellCallParseError, UpstreamError
 from ..modes import ModeBook, classify
-from .correct import correction, rejected_answer_text
-from .mend import assess
 from .spellbook import SpellBook
 
 Mode = Literal["native", "prompted"]
@@ -176,6 +174,9 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     if plan.book is None:
         record.outcome = "accepted"
         return _final(plan, state, answer.message, answer.finish_reason or "stop", answer.meta, number)
+    from .correct import correction, rejected_answer_text  # the tiers load with the first offered spell
+    from .mend import assess
+
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
                         parallel_tool_calls=plan.parallel, **kwargs)
@@ -198,6 +199,8 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
 
 
 def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Problem]:
+    from .correct import rejected_answer_text
+
     required = plan.required
     if required is None:
         return []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import ORJSONResponse
+from ..responses import JsonResponse as ORJSONResponse
 
 router = APIRouter()
 

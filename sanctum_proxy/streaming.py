@@ -1,0 +1,132 @@
+"""The incremental assembler: fed upstream chunks, it says which content may reach the client now and
+accumulates the whole answer for the repair tiers. Pure: no I/O.
+
+Content is released as it arrives, except text that may start a call format: a partial delimiter at the
+end of the text (`<tool_` of `<tool_call>`) is held until the next chunk shows it is not one; a complete
+delimiter holds everything after it until the round ends, when the same `assess` as non-streaming decides.
+So streamed and non-streamed answers give identical calls by construction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# Delimiters that open a call in content (the codecs' markers). `{"` and fenced blocks of the languages
+# models use for calls are held; other code fences and braces in prose are not.
+STARTS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<function=", "<|tool_call|>", "<tools>",
+          "<｜tool▁calls▁begin｜>", "functools[", "```json", "```tool_call", "```tool_code", "```python",
+          "```\n{", "```\n[", '{"', "[{", "{'", "[f")
+_BARE_CALL = re.compile(r"\[\s*[A-Za-z_][\w.]*\(")
+
+
+@dataclass
+class _Call:
+    id: str | None = None
+    name: str = ""
+    arguments: str = ""
+    object_arguments: dict[str, Any] | None = None
+
+
+@dataclass
+class Assembler:
+    starts: tuple[str, ...] = STARTS
+    content: str = ""
+    released: int = 0
+    holding: bool = False
+    calls: dict[int, _Call] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def feed(self, chunk: dict[str, Any]) -> str:
+        """Take one upstream chunk; return the content that may be shown now ("" for none)."""
+        if not self.meta:
+            self.meta = {k: chunk[k] for k in ("id", "model", "created", "system_fingerprint") if k in chunk}
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self.content += delta["content"]
+            for call in delta.get("tool_calls") or []:
+                self._add_call(call)
+        return self._release()
+
+    def _add_call(self, delta: dict[str, Any]) -> None:
+        index = delta.get("index", len(self.calls))
+        call = self.calls.setdefault(index if isinstance(index, int) else len(self.calls), _Call())
+        if delta.get("id"):
+            call.id = str(delta["id"])
+        function = delta.get("function") or {}
+        name = function.get("name")
+        if isinstance(name, str) and name:
+            # llama.cpp re-sends the full name when it grows; others send it once. Never concatenate.
+            call.name = name if name.startswith(call.name) or not call.name else call.name + name
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):
+            call.object_arguments = arguments
+        elif isinstance(arguments, str):
+            call.arguments += arguments
+
+    def _release(self) -> str:
+        if self.holding:
+            return ""
+        text = self.content
+        cut = len(text)
+        for start in self.starts:
+            at = text.find(start, self.released)
+            if at >= 0 and at < cut:
+                cut, self.holding = at, True
+        match = _BARE_CALL.search(text, self.released)
+        if match and match.start() < cut:
+            cut, self.holding = match.start(), True
+        if not self.holding:
+            cut = min(cut, self._partial_start(text))
+        out, self.released = text[self.released:cut], max(self.released, cut)
+        return out
+
+    def _partial_start(self, text: str) -> int:
+        """Where a suffix of `text` could still grow into a delimiter."""
+        longest = max(len(s) for s in self.starts)
+        for at in range(max(self.released, len(text) - longest), len(text)):
+            tail = text[at:]
+            if any(s.startswith(tail) for s in self.starts) or tail.lstrip().startswith("["):
+                return at
+        return len(text)
+
+    def message(self) -> dict[str, Any]:
+        """The whole answer, shaped like a non-streaming message."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": c.id or "", "type": "function",
+                 "function": {"name": c.name,
+                              "arguments": c.object_arguments if c.object_arguments is not None else c.arguments}}
+                for _, c in sorted(self.calls.items())]
+        return message
+
+    def unreleased(self, final_content: str | None) -> str:
+        """What of the final (markup-free) content the client has not seen yet."""
+        shown = self.content[:self.released]
+        final = final_content or ""
+        return final[len(shown):] if final.startswith(shown) else ""
+
+
+def chunk(meta: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,
+          **extra: Any) -> dict[str, Any]:
+    return {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"], "model": meta["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
+
+
+def call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
+    """One call as OpenAI deltas: index, id, type, name first; then the arguments."""
+    function = call["function"]
+    return [{"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                             "function": {"name": function["name"], "arguments": ""}}]},
+            {"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]}]

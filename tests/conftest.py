@@ -1,0 +1,78 @@
+"""Real servers on loopback: the scripted fake upstream and the proxy in front of it (uvicorn in threads)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from sanctum_proxy.app import create_app
+from sanctum_proxy.config import load_settings
+from tests.fakes.upstream import FakeUpstream
+
+
+class ServerThread:
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.time() + 10
+        while not self.server.started:
+            if time.time() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeUpstream, str]]:
+    upstream = FakeUpstream()
+    with ServerThread(upstream.app()) as server:
+        yield upstream, server.url
+
+
+@pytest.fixture
+def make_proxy(fake: tuple[FakeUpstream, str]) -> Iterator[Any]:
+    servers: list[ServerThread] = []
+
+    def start(**flags: Any) -> str:
+        flags.setdefault("upstream", fake[1] + "/v1")
+        server = ServerThread(create_app(load_settings(flags))).__enter__()
+        servers.append(server)
+        return server.url
+
+    yield start
+    for server in servers:
+        server.__exit__()
+
+
+@pytest.fixture
+def proxy(make_proxy: Any) -> str:
+    return str(make_proxy())
+
+
+@pytest.fixture
+def client(proxy: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=proxy, timeout=20) as c:
+        yield c

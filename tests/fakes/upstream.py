@@ -1,0 +1,123 @@
+"""A scripted fake llama.cpp / Ollama: a real HTTP server whose answers a test queues in advance.
+
+Each queued `Step` answers one request to /v1/chat/completions: a JSON body with a status, an SSE stream of
+chunks (with optional delays), or a connection that dies mid-answer. Every request received is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+LLAMA_NO_JINJA = (500, {"error": {"code": 500, "message": "tools param requires --jinja flag", "type": "server_error"}})
+OLLAMA_NO_TOOLS = (400, {"error": {"message": "registry.ollama.ai/library/gemma:2b does not support tools",
+                                   "type": "api_error", "param": None, "code": None}})
+
+
+@dataclass
+class Step:
+    status: int = 200
+    body: Any = None
+    chunks: list[Any] | None = None  # dicts become `data: {json}`; bytes are sent raw
+    delay: float = 0.0  # before the answer
+    chunk_delay: float = 0.0
+    die_after: int | None = None  # close the connection after this many chunks
+
+
+def completion(content: str | None = "", tool_calls: list[dict[str, Any]] | None = None,
+               finish_reason: str = "stop", model: str = "fake-model") -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000, "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+
+def native_call(name: str, arguments: str, call_id: str = "call_abc") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def content_chunks(text: str, size: int = 4) -> list[dict[str, Any]]:
+    pieces = [text[i:i + size] for i in range(0, len(text), size)]
+    out = [{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]}]
+    out += [{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model",
+             "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+    out.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return out
+
+
+def llama_tool_chunks(name: str, arguments: str, size: int = 5) -> list[dict[str, Any]]:
+    """llama.cpp style: the name first (id, type), argument fragments after, then finish tool_calls."""
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model"}
+    out = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]},
+           {**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+               {"index": 0, "id": "Xy12", "type": "function", "function": {"name": name}}]}, "finish_reason": None}]}]
+    for i in range(0, len(arguments), size):
+        out.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": arguments[i:i + size]}}]}, "finish_reason": None}]})
+    out.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    return out
+
+
+@dataclass
+class FakeUpstream:
+    steps: deque[Step] = field(default_factory=deque)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    other_requests: list[tuple[str, str, bytes]] = field(default_factory=list)
+    disconnected: int = 0
+
+    def push(self, *steps: Step) -> None:
+        self.steps.extend(steps)
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/{path:path}", self.echo, methods=["GET", "POST", "PUT", "DELETE"]),
+        ])
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+    async def echo(self, request: Request) -> Response:
+        body = await request.body()
+        self.other_requests.append((request.method, request.url.path, body))
+        return Response(orjson.dumps({"method": request.method, "path": request.url.path,
+                                      "query": str(request.url.query), "body": body.decode()}),
+                        status_code=201 if request.method == "POST" else 200, media_type="application/json",
+                        headers={"x-upstream": "yes"})
+
+    async def chat(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        self.requests.append(body)
+        step = self.steps.popleft() if self.steps else Step(body=completion("default answer"))
+        if step.delay:
+            await asyncio.sleep(step.delay)
+        if step.chunks is None:
+            return JSONResponse(step.body, status_code=step.status)
+        return StreamingResponse(self._stream(step), media_type="text/event-stream")
+
+    async def _stream(self, step: Step):  # type: ignore[no-untyped-def]
+        try:
+            for i, piece in enumerate(step.chunks or []):
+                if step.die_after is not None and i >= step.die_after:
+                    raise ConnectionResetError("fake upstream dies mid-stream")
+                if step.chunk_delay:
+                    await asyncio.sleep(step.chunk_delay)
+                yield piece if isinstance(piece, bytes) else b"data: " + orjson.dumps(piece) + b"\n\n"
+            if step.die_after is None:
+                yield b"data: [DONE]\n\n"
+        except asyncio.CancelledError:
+            self.disconnected += 1
+            raise
