@@ -1,0 +1,53 @@
+"""The stream assembler: live content, held delimiters, accumulated calls."""
+
+from __future__ import annotations
+
+from sanctum_proxy.streaming import Assembler
+
+
+def feed_all(pieces, **delta_extra):
+    a = Assembler()
+    shown = [a.feed({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in pieces]
+    return a, shown
+
+
+def test_plain_content_is_released_as_it_arrives():
+    _, shown = feed_all(["Hello", " world", "!"])
+    assert shown == ["Hello", " world", "!"]
+
+
+def test_partial_delimiter_is_held_then_released_when_it_is_not_one():
+    _, shown = feed_all(["see <to", "day's news"])
+    assert shown == ["see ", "<today's news"]
+
+
+def test_call_markup_never_reaches_the_client():
+    a, shown = feed_all(["Sure. <tool", '_call>{"name": "f", "arguments": {}}', "</tool_call>"])
+    assert "".join(shown) == "Sure. "
+    assert a.message()["content"].endswith("</tool_call>")
+
+
+def test_llama_cpp_name_first_then_argument_fragments():
+    a = Assembler()
+    a.feed({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "X", "type": "function",
+                                                   "function": {"name": "get_weather"}}]}}]})
+    for frag in ['{"ci', 'ty": "Pa', 'ris"}']:
+        a.feed({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": frag}}]}}]})
+    a.feed({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})
+    call = a.message()["tool_calls"][0]
+    assert call["id"] == "X" and call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert a.finish_reason == "tool_calls"
+
+
+def test_ollama_whole_call_with_object_arguments():
+    a = Assembler()
+    a.feed({"choices": [{"delta": {"tool_calls": [{"id": "call_1", "index": 0, "function": {
+        "name": "f", "arguments": {"a": 1}}}]}}]})
+    assert a.message()["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+
+
+def test_repeated_full_name_is_not_doubled():
+    a = Assembler()
+    for _ in range(2):
+        a.feed({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "web_search"}}]}}]})
+    assert a.message()["tool_calls"][0]["function"]["name"] == "web_search"
