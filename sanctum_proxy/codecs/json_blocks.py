@@ -44,6 +44,11 @@ def _ordered(names: frozenset[str]) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def full(found: list[Found]) -> bool:
+    """Whether a codec has found as many candidates as one answer may hold."""
+    return sum(len(f.candidates) for f in found) >= MAX_CANDIDATES
+
+
 def known(name: str, names: frozenset[str]) -> bool:
     return name in names or resolve_name(name, _ordered(names))[0] is not None
 
@@ -104,7 +109,7 @@ def _call(d: dict[str, Any], ctx: _Ctx) -> tuple[str, str | dict[str, Any] | Non
     if isinstance(method, str) and known(method, ctx.names):
         return method, _arguments(d.get("params"))
     if len(d) == 1:
-        (key, args), = d.items()
+        ((key, args),) = d.items()
         if isinstance(args, dict) and known(key, ctx.names):
             return key, args
     return None
@@ -173,27 +178,45 @@ _WS = re.compile(r"\s*")
 
 
 def tagged(
-    text: str, body: int, *, closers: tuple[str, ...], stops: tuple[str, ...], source: str, names: frozenset[str]
+    text: str,
+    body: int,
+    *,
+    closers: tuple[str, ...],
+    stops: tuple[str, ...],
+    source: str,
+    names: frozenset[str],
 ) -> tuple[int, list[Candidate]]:
     """The calls written as JSON right after a call tag (body = index after the tag), and where the markup
     ends: after the JSON values and a closing tag when one follows; otherwise (broken JSON) the whole
     text up to the first closer or stop is the payload. Unknown names count (the tag is explicit)."""
     spans: list[tuple[int, int]] = []
-    k = _WS.match(text, body).end()  # type: ignore[union-attr]
+    k = _skip(_WS, text, body)
     while k < len(text) and text[k] in "{[" and len(spans) < MAX_CANDIDATES:
         end = value_end(text, k)
         if end is None:
             break
         spans.append((k, end))
-        k = _GAP.match(text, end).end()  # type: ignore[union-attr]
-    after = _WS.match(text, spans[-1][1] if spans else body).end()  # type: ignore[union-attr]
+        k = _skip(_GAP, text, end)
+    after = _skip(_WS, text, spans[-1][1] if spans else body)
     closer = next((c for c in closers if text.startswith(c, after)), None)
-    if spans and (closer or after == len(text) or any(text.startswith(s, after) for s in stops)):
+    if spans and (closer or not _closer_ahead(text, after, closers, stops)):
         out: list[Candidate] = []
         for start, end in spans:
             out.extend(_explicit(text[start:end], source, names, ()))
         return (after + len(closer) if closer else spans[-1][1]), out
     return _broken(text, body, closers, stops, source, names)
+
+
+def _skip(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    m = pattern.match(text, pos)
+    return m.end() if m else pos
+
+
+def _closer_ahead(text: str, pos: int, closers: tuple[str, ...], stops: tuple[str, ...]) -> bool:
+    """Whether a closing tag comes later, before the next call tag: then what lies between is broken
+    JSON belonging to this call; otherwise it is prose after the call."""
+    stop = min((i for s in stops if (i := text.find(s, pos)) >= 0), default=len(text))
+    return any(0 <= text.find(c, pos, stop) for c in closers)
 
 
 def _broken(
@@ -213,7 +236,7 @@ def _explicit(payload: str, source: str, names: frozenset[str], repairs: tuple[s
     """Calls in payload inside call markup; one that cannot be read becomes a candidate with its text as
     arguments, so that repair reports it (malformed_json, or unknown_spell) rather than losing it."""
     calls = candidates(payload, source=source, names=names, explicit=True, repairs=repairs)
-    if calls:
-        return calls
+    if calls or (calls is not None and payload.strip("[]{} \n\t\r") == ""):
+        return calls  # `functools[]`: markup with no call in it
     guess = _NAME_GUESS.search(payload)
     return [Candidate(guess.group(1) if guess else "", payload, source, payload, None, repairs)]

@@ -26,7 +26,7 @@ _NO_CONSTRAINTS: dict[str, Any] = {"type": "object", "additionalProperties": Tru
 
 
 def resolve_name(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
-    """The offered name `written` stands for, and the mends that took; (None, ()) when unknown or ambiguous."""
+    """The offered name `written` stands for and the mends that took; (None, ()): unknown or ambiguous."""
     if not isinstance(written, str) or len(written) > MAX_NAME_CHARS:
         return None, ()
     if written in names:
@@ -94,7 +94,7 @@ def _spell_from(fn: Any) -> Spell | None:
 class SpellBook:
     """The offered spells by name, in offered order."""
 
-    __slots__ = ("spells", "names", "name_set")
+    __slots__ = ("spells", "names", "name_set", "_canonical")
 
     def __init__(self, spells: Sequence[Spell]) -> None:
         self.spells: dict[str, Spell] = {}
@@ -102,6 +102,7 @@ class SpellBook:
             self.spells.setdefault(spell.name, spell)
         self.names: tuple[str, ...] = tuple(self.spells)
         self.name_set: frozenset[str] = frozenset(self.names)
+        self._canonical = {name: _canonical(s.parameters) for name, s in self.spells.items()}
 
     @classmethod
     def from_tools(cls, tools: Any) -> SpellBook:
@@ -127,7 +128,7 @@ class SpellBook:
         return resolve_name(written, self.names)
 
     def validator(self, name: str) -> Validator:
-        return _compiled(_canonical(self.spells[name].parameters))
+        return _compiled(self._canonical[name])
 
     def check(self, name: str, args: Any) -> list[Problem]:
         """Why `args` cannot be sent to spell `name`: one Problem per reason; [] when they are valid."""

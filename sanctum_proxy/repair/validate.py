@@ -28,6 +28,8 @@ _COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "uneva
 
 def problems_for(spell: Spell, validator: Validator, args: Any) -> list[Problem]:
     schema = spell.parameters
+    if isinstance(args, dict) and _plainly_valid(schema, args, 0) and not _unexpected(schema, args):
+        return []  # jsonschema would agree; it costs ~20 µs a call, this ~2
     if not isinstance(args, dict):
         detail = f"the arguments must be a JSON object, not {_json_type(args)}"
         return [_problem("invalid_arguments", spell.name, [detail], args)]
@@ -42,6 +44,63 @@ def problems_for(spell: Spell, validator: Validator, args: Any) -> list[Problem]
     if invalid:
         out.append(_problem("invalid_arguments", spell.name, invalid, args))
     return out
+
+
+_PLAIN_KEYS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "description",
+        "title",
+        "default",
+        "examples",
+        "format",
+        "$schema",
+        "$id",
+        "$comment",
+    }
+)
+
+
+def _plainly_valid(schema: Any, value: Any, depth: int) -> bool:
+    """True only when `value` is valid under a schema that uses nothing but the plain keywords
+    (type, properties, required, additionalProperties, items, string enums, annotations); False means
+    "not sure", and the full validator decides."""
+    if not isinstance(schema, Mapping) or depth > 16 or not _PLAIN_KEYS.issuperset(schema):
+        return False
+    types = _types(schema)
+    if (types and not any(_is(value, t) for t in types)) or ("type" in schema and not types):
+        return False
+    enum = schema.get("enum")
+    if enum is not None and not (isinstance(value, str) and isinstance(enum, list) and value in enum):
+        return False
+    if isinstance(value, dict):
+        return _plain_object(schema, value, depth)
+    items = schema.get("items")
+    if isinstance(value, list) and items is not None:
+        return all(_plainly_valid(items, v, depth + 1) for v in value)
+    return True
+
+
+def _plain_object(schema: Mapping[str, Any], value: dict[str, Any], depth: int) -> bool:
+    props = schema.get("properties", {})
+    addl = schema.get("additionalProperties", True)
+    if not isinstance(props, Mapping) or not (addl is True or addl is False):
+        return False
+    required = schema.get("required", [])
+    if not isinstance(required, list) or any(not isinstance(k, str) or k not in value for k in required):
+        return False
+    for key, sub in value.items():
+        if key in props:
+            if not _plainly_valid(props[key], sub, depth + 1):
+                return False
+        elif addl is False:
+            return False
+    return True
 
 
 def _problem(reason: Reason, spell: str, details: list[str], args: Any) -> Problem:
@@ -176,7 +235,11 @@ def _is(value: Any, t: str) -> bool:
     if t == "number":
         return isinstance(value, int | float) and not isinstance(value, bool)
     kinds: dict[str, type | tuple[type, ...]] = {
-        "string": str, "boolean": bool, "array": list, "object": dict, "null": type(None),
+        "string": str,
+        "boolean": bool,
+        "array": list,
+        "object": dict,
+        "null": type(None),
     }
     kind = kinds.get(t)
     return kind is not None and isinstance(value, kind)

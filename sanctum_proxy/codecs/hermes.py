@@ -1,0 +1,57 @@
+"""Hermes / Qwen2.5 calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in content.
+
+The closing tag is found after the JSON value ends (so a literal `</tool_call>` inside a string argument
+does not cut the call short); a missing closing tag or outer brace is tolerated. Phi-4-mini's tags
+(same JSON inside) are read here too, with source "phi". Qwen3-Coder's XML body
+(`<tool_call><function=...>`) belongs to `qwen_xml`, which the registry runs first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sanctum_proxy.calls import Found
+from sanctum_proxy.codecs import json_blocks
+
+NAME = "hermes"
+OPEN = "<tool_call>"
+CLOSE = "</tool_call>"
+# The same shape under other tags: Phi-4-mini's `<|tool_call|>...<|/tool_call|>` and FireFunction /
+# Phi's `functools[...]` (no closer).
+_TAGS = ((OPEN, CLOSE, NAME), ("<|tool_call|>", "<|/tool_call|>", "phi"), ("functools", "", "phi"))
+STARTS: tuple[str, ...] = (OPEN, "<|tool_call|>", "functools[")
+
+
+def render_call(name: str, arguments: Mapping[str, Any]) -> str:
+    return f"{OPEN}\n{json_blocks.render_call(name, arguments)}\n{CLOSE}"
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    for opener, closer, source in _TAGS:
+        if opener in text:
+            out.extend(_find_tagged(text, spell_names, opener, closer, source))
+    out.sort(key=lambda f: f.start)
+    return [f for i, f in enumerate(out) if not any(f.start < g.end for g in out[:i])]
+
+
+def _find_tagged(text: str, names: frozenset[str], opener: str, closer: str, source: str) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    closers = (closer,) if closer and closer in text else ()  # a find of an absent tag scans everything
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        start = text.find(opener, pos)
+        if start < 0 or json_blocks.full(out):
+            break
+        body = start + len(opener)
+        if opener == "functools" and not text[body : body + 1] == "[":
+            pos = body
+            continue
+        end, calls = json_blocks.tagged(
+            text, body, closers=closers, stops=(opener,), source=source, names=names
+        )
+        if calls:
+            out.append(Found(start, end, tuple(calls)))
+        pos = max(end, body)
+    return out

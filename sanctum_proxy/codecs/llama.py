@@ -1,0 +1,35 @@
+"""Llama 3.x / 4 calls: JSON after `<|python_tag|>` (ended by `<|eom_id|>`, `<|eot_id|>` or the text's end)
+or between `<|python_start|>` and `<|python_end|>`; Meta's template writes `{"name": ..., "parameters": ...}`,
+several calls separated by `;`.
+"""
+
+from __future__ import annotations
+
+from sanctum_proxy.calls import Found
+from sanctum_proxy.codecs import json_blocks
+
+NAME = "llama"
+STARTS: tuple[str, ...] = ("<|python_tag|>", "<|python_start|>")
+_CLOSERS = ("<|python_end|>", "<|eom_id|>", "<|eot_id|>")
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    starts = tuple(t for t in STARTS if t in text)  # str.find of an absent tag scans everything, each time
+    closers = tuple(t for t in _CLOSERS if t in text)
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        if json_blocks.full(out):
+            break
+        hits = [(i, t) for t in starts if (i := text.find(t, pos)) >= 0]
+        if not hits:
+            break
+        start, tag = min(hits)
+        body = start + len(tag)
+        end, calls = json_blocks.tagged(
+            text, body, closers=closers, stops=starts, source=NAME, names=spell_names
+        )
+        if calls:
+            out.append(Found(start, end, tuple(calls)))
+        pos = max(end, body)
+    return out

@@ -1,0 +1,153 @@
+"""Pythonic calls (Llama 3.2 / LFM2 style): `[get_weather(city="Paris"), get_time(tz='EST')]`, bare in
+content or inside `<|tool_call_start|>...<|tool_call_end|>`.
+
+The text is parsed with `ast` (never evaluated); only keyword arguments with literal values count
+(Python or JSON spellings of true/false/null). Bare lists are calls only when every element is a call
+to a known spell; inside the tags any name counts.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from sanctum_proxy.calls import Candidate, Found
+from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.repair.extract import value_end
+
+NAME = "pythonic"
+OPEN = "<|tool_call_start|>"
+CLOSE = "<|tool_call_end|>"
+STARTS: tuple[str, ...] = (OPEN, "```tool_code", "[")
+MAX_SOURCE_CHARS = 64_000
+_BARE = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
+_NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
+
+
+class _NotLiteral(Exception):
+    pass
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    out = _wrapped(text, spell_names) if OPEN in text else []
+    out += _tool_code(text, spell_names) if "```tool_code" in text else []
+    taken = [(f.start, f.end) for f in out]
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        m = _BARE.search(text, pos)
+        if m is None or json_blocks.full(out):
+            break
+        end = value_end(text, m.start(), parens=True)
+        if end is None:
+            pos = m.end()
+            continue
+        calls = parse(text[m.start() : end], explicit=False, names=spell_names)
+        if calls and not any(s < end and m.start() < e for s, e in taken):
+            out.append(Found(m.start(), end, tuple(calls)))
+        pos = end if calls else m.end()
+    return sorted(out, key=lambda f: f.start)
+
+
+def _wrapped(text: str, names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        start = text.find(OPEN, pos)
+        if start < 0:
+            break
+        body = start + len(OPEN)
+        close = text.find(CLOSE, body)
+        stop = close if close >= 0 else len(text)
+        end = close + len(CLOSE) if close >= 0 else stop
+        calls = parse(text[body:stop].strip(), explicit=True, names=names)
+        if calls:
+            out.append(Found(start, end, tuple(calls)))
+        pos = end
+    return out
+
+
+_TOOL_CODE = re.compile(r"```tool_code[ \t]*\n(.*?)(?:```|\Z)", re.S)
+
+
+def _tool_code(text: str, names: frozenset[str]) -> list[Found]:
+    """Gemma's ```tool_code fences (explicit): `f(a=1)`, `[f(a=1), ...]` or `print(f(a=1))`."""
+    out: list[Found] = []
+    for m in _TOOL_CODE.finditer(text):
+        calls = parse(m.group(1).strip(), explicit=True, names=names, source_name="gemma")
+        if calls:
+            out.append(Found(m.start(), m.end(), tuple(calls)))
+        if json_blocks.full(out):
+            break
+    return out
+
+
+def parse(source: str, *, explicit: bool, names: frozenset[str], source_name: str = NAME) -> list[Candidate]:
+    """The calls in `[f(a=1), g(b=2)]` (or a single `f(a=1)`); [] unless all of it reads as calls."""
+    if not source or len(source) > MAX_SOURCE_CHARS:
+        return []
+    try:
+        tree = ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    if (
+        explicit
+        and isinstance(tree, ast.Call)
+        and isinstance(tree.func, ast.Name)
+        and tree.func.id == "print"
+    ):
+        tree = tree.args[0] if len(tree.args) == 1 and not tree.keywords else tree
+    nodes = tree.elts if isinstance(tree, ast.List | ast.Tuple) else [tree]
+    calls: list[Candidate] = []
+    for node in nodes:
+        call = _candidate(node, source, explicit, names, source_name)
+        if call is None:
+            return []
+        calls.append(call)
+    return calls
+
+
+def _candidate(
+    node: ast.expr, source: str, explicit: bool, names: frozenset[str], source_name: str
+) -> Candidate | None:
+    if not isinstance(node, ast.Call) or node.args:
+        return None
+    name = _dotted(node.func)
+    if name is None or not (explicit or json_blocks.known(name, names)):
+        return None
+    try:
+        args = {kw.arg: _literal(kw.value) for kw in node.keywords if kw.arg is not None}
+    except (_NotLiteral, RecursionError):
+        return None
+    if len(args) != len(node.keywords):
+        return None  # **kwargs
+    raw = ast.get_source_segment(source, node) or source
+    return Candidate(name, args, source_name, raw)
+
+
+def _dotted(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        head = _dotted(func.value)
+        return f"{head}.{func.attr}" if head else None
+    return None
+
+
+def _literal(node: ast.expr) -> Any:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str | int | float | bool | type(None)):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _NAMES:
+        return _NAMES[node.id]
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        keys = [_literal(k) if k is not None else None for k in node.keys]
+        if not all(isinstance(k, str) for k in keys):
+            raise _NotLiteral
+        return dict(zip(keys, (_literal(v) for v in node.values), strict=True))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _literal(node.operand)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+    raise _NotLiteral

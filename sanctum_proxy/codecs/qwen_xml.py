@@ -1,0 +1,111 @@
+"""Qwen3-Coder / Nemotron XML calls and Functionary v3.1's `<function=name>{json}</function>`:
+
+    <tool_call>
+    <function=read_file>
+    <parameter=path>
+    /tmp/a.txt
+    </parameter>
+    </function>
+    </tool_call>
+
+Parameter values are kept as the strings written (one newline trimmed each side); repair coerces them
+to the types the schema asks for ("14" -> 14, "['a']" -> ["a"]). Stray duplicate closing tags, a missing
+`</function>` and the optional `<tool_call>` wrapper are tolerated.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sanctum_proxy.calls import Candidate, Found
+from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.repair.extract import value_end
+
+NAME = "qwen_xml"
+STARTS: tuple[str, ...] = ("<function=",)
+_FUNCTION = re.compile(r"<function=([^>\n]{1,256})>")
+_PARAMETER_OPEN = re.compile(r"\s*<parameter=([^>\n]{1,256})>")
+_PARAMETER_CLOSE = "</parameter>"
+_STRAY = re.compile(r"(?:\s*</parameter>)+")
+_END = re.compile(r"\s*</function>")
+_WRAP_OPEN = re.compile(r"<tool_call>\s*\Z")
+_WRAP_CLOSE = re.compile(r"\s*</tool_call>")
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        m = _FUNCTION.search(text, pos)
+        if m is None or json_blocks.full(out):
+            break
+        end, call = _call(text, m)
+        start = m.start()
+        wrap = _WRAP_OPEN.search(text, max(0, start - 64), start)
+        if wrap:
+            start = wrap.start()
+        close = _WRAP_CLOSE.match(text, end)
+        if close:
+            end = close.end()
+        out.append(Found(start, end, (call,)))
+        pos = max(end, m.end())
+    return out
+
+
+def _call(text: str, m: re.Match[str]) -> tuple[int, Candidate]:
+    name = m.group(1).strip()
+    k = m.end()
+    lead = re.compile(r"\s*").match(text, k)
+    body = lead.end() if lead else k
+    if text.startswith(("{", "["), body):
+        end = value_end(text, body)
+        if end is not None:
+            fin = _END.match(text, end)
+            stop = fin.end() if fin else end
+            return stop, Candidate(name, text[body:end], NAME, text[m.start() : stop])
+    args, k, repairs = _parameters(text, k)
+    fin = _END.match(text, k)
+    if fin:
+        k = fin.end()
+    else:
+        k = _unclosed_end(text, k)
+        repairs.append("unclosed_tag")
+    raw = text[m.start() : k]
+    return k, Candidate(name, args, NAME, raw, None, tuple(dict.fromkeys(repairs)))
+
+
+def _parameters(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
+    """`<parameter=name>value</parameter>` pairs from k on (found with str.find: a lazy regex would
+    rescan the rest of the text for every missing closer)."""
+    args: dict[str, str] = {}
+    repairs: list[str] = []
+    while p := _PARAMETER_OPEN.match(text, k):
+        close = text.find(_PARAMETER_CLOSE, p.end())
+        cut = _next_tag(text, p.end(), close)
+        if close < 0 and cut < 0:
+            break
+        if cut >= 0:  # `</parameter>` left out: the value ends where the next tag begins
+            repairs.append("unclosed_tag")
+            close = cut
+        value = text[p.end() : close]
+        value = value[1:] if value.startswith("\n") else value
+        args.setdefault(p.group(1).strip(), value[:-1] if value.endswith("\n") else value)
+        k = close if cut >= 0 else close + len(_PARAMETER_CLOSE)
+        stray = _STRAY.match(text, k)
+        if stray and stray.end() > k:
+            repairs.append("stray_closing_tag")
+            k = stray.end()
+    return args, k, repairs
+
+
+def _next_tag(text: str, pos: int, close: int) -> int:
+    """Where `</function>` or the next `<parameter=` begins, if before `close` (or close is -1)."""
+    limit = close if close >= 0 else len(text)
+    hits = [i for t in ("</function>", "<parameter=") if (i := text.find(t, pos, limit)) >= 0]
+    return min(hits) if hits else -1
+
+
+def _unclosed_end(text: str, k: int) -> int:
+    """Without `</function>` the call runs to `</tool_call>` (left for the wrapper) or the next call."""
+    ends = [i for t in ("</tool_call>", "<function=", "<tool_call>") if (i := text.find(t, k)) >= 0]
+    return min(ends) if ends else len(text)

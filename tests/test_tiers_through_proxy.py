@@ -1,0 +1,149 @@
+"""Each repair tier, auto mode and streaming through the real proxy, counting upstream rounds."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import orjson
+
+from tests.fakes.upstream import (LLAMA_NO_JINJA, OLLAMA_NO_TOOLS, Step, completion, content_chunks,
+                                  llama_tool_chunks, native_call)
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "days": {"type": "integer"}}, "required": ["city"]}}}
+ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
+
+
+def post(client: httpx.Client, body=ASK, **headers):
+    return client.post("/v1/chat/completions", json=body, headers=headers)
+
+
+def test_valid_native_call_comes_back_byte_identical_without_omens(client, fake):
+    args = '{"city":  "Paris"}'
+    fake[0].push(Step(body=completion(None, [native_call("get_weather", args, "call_keep")], "tool_calls")))
+    r = post(client)
+    call = r.json()["choices"][0]["message"]["tool_calls"][0]
+    assert call["id"] == "call_keep" and call["function"]["arguments"] == args
+    assert r.json()["sanctum"]["omens"] == [] and r.headers["x-sanctum-rounds"] == "1"
+    assert r.json()["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_malformed_json_is_mended_locally_in_one_round(client, fake):
+    fake[0].push(Step(body=completion(None, [native_call("get_weather", "{'city': 'Paris',}")], "tool_calls")))
+    r = post(client)
+    call = r.json()["choices"][0]["message"]["tool_calls"][0]
+    assert orjson.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    assert r.headers["x-sanctum-rounds"] == "1" and "SpellCallRepaired=1" in r.headers["x-sanctum-omens"]
+    assert len(fake[0].requests) == 1
+
+
+def test_call_written_into_content_becomes_tool_calls(client, fake):
+    fake[0].push(Step(body=completion('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>')))
+    msg = post(client).json()["choices"][0]["message"]
+    assert msg["tool_calls"][0]["function"]["name"] == "get_weather" and not (msg["content"] or "").strip()
+
+
+def test_unknown_spell_gets_a_correction_round_listing_the_spells(client, fake):
+    fake[0].push(Step(body=completion(None, [native_call("lookup_weather", '{"city":"Paris"}')], "tool_calls")),
+                 Step(body=completion(None, [native_call("get_weather", '{"city":"Paris"}')], "tool_calls")))
+    r = post(client)
+    assert r.status_code == 200 and r.headers["x-sanctum-rounds"] == "2"
+    omen = r.json()["sanctum"]["omens"][0]
+    assert omen["type"] == "SpellCallRejected" and omen["reason"] == "unknown_spell"
+    second = fake[0].requests[1]["messages"]
+    assert second[-2]["role"] == "assistant" and "lookup_weather" in second[-2]["content"]
+    assert second[-1]["role"] == "user" and "get_weather" in second[-1]["content"]
+    assert r.json()["usage"]["total_tokens"] == 30
+
+
+def test_surrender_after_max_rounds_is_422_with_every_rejected_answer(client, fake):
+    for city in ("A", "B", "C"):
+        fake[0].push(Step(body=completion(None, [native_call("nope", '{"city":"%s"}' % city)], "tool_calls")))
+    r = post(client)
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["type"] == "spell_call_parse_error" and err["rounds"] == 3 and len(err["rejected"]) == 3
+    assert len(fake[0].requests) == 3
+
+
+def test_repeating_a_rejected_call_verbatim_gives_up_early(client, fake):
+    for _ in range(2):
+        fake[0].push(Step(body=completion(None, [native_call("nope", '{"city":"A"}')], "tool_calls")))
+    r = post(client)
+    assert r.status_code == 422 and "repeated" in r.json()["error"]["message"]
+    assert len(fake[0].requests) == 2
+
+
+def test_on_surrender_content_returns_the_last_raw_answer(make_proxy, fake):
+    url = make_proxy(on_surrender="content", max_repair_rounds=0)
+    fake[0].push(Step(body=completion(None, [native_call("nope", '{"city":"A"}')], "tool_calls")))
+    r = httpx.post(url + "/v1/chat/completions", json=ASK)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "stop"
+    assert "nope" in r.json()["choices"][0]["message"]["content"]
+
+
+def test_auto_mode_flips_on_llama_cpp_rejection_and_remembers(client, fake):
+    fake[0].push(Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1]),
+                 Step(body=completion('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>')))
+    r = post(client)
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert r.json()["sanctum"]["omens"][0]["type"] == "SpellCallingFallback"
+    assert r.headers["x-sanctum-spell-calling"] == "prompted"
+    assert "tools" not in fake[0].requests[1] and "<tool_call>" in fake[0].requests[1]["messages"][0]["content"]
+    fake[0].push(Step(body=completion("Sunny.")))
+    post(client)
+    assert len(fake[0].requests) == 3 and "tools" not in fake[0].requests[2]
+    assert client.get("/sanctum/status").json()["modes"][0]["mode"] == "prompted"
+
+
+def test_auto_mode_flips_on_ollama_rejection(client, fake):
+    fake[0].push(Step(status=OLLAMA_NO_TOOLS[0], body=OLLAMA_NO_TOOLS[1]), Step(body=completion("Sunny.")))
+    r = post(client)
+    assert r.status_code == 200 and r.json()["sanctum"]["omens"][0]["upstream_status"] == 400
+
+
+def test_unrelated_500_does_not_flip(client, fake):
+    fake[0].push(Step(status=500, body={"error": {"message": "server overloaded"}}))
+    assert post(client).status_code == 500
+    assert client.get("/sanctum/status").json()["modes"] == []
+
+
+def test_tool_choice_required_answered_with_prose_is_corrected(client, fake):
+    fake[0].push(Step(body=completion("It is sunny.")),
+                 Step(body=completion(None, [native_call("get_weather", '{"city":"Paris"}')], "tool_calls")))
+    r = post(client, {**ASK, "tool_choice": "required"})
+    assert r.json()["sanctum"]["omens"][0]["reason"] == "missing_call"
+    assert r.headers["x-sanctum-rounds"] == "2"
+
+
+def test_stream_of_llama_cpp_tool_deltas_accumulates_in_the_sdk(proxy, fake):
+    fake[0].push(Step(chunks=llama_tool_chunks("get_weather", '{"city": "Paris"}')))
+    sdk = openai.OpenAI(base_url=proxy + "/v1", api_key="x")
+    with sdk.chat.completions.stream(model="m", messages=ASK["messages"], tools=[WEATHER]) as stream:
+        final = stream.get_final_completion()
+    call = final.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {"city": "Paris"}
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_stream_with_call_in_content_sends_no_markup_as_content(proxy, fake):
+    text = 'Let me check. <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    fake[0].push(Step(chunks=content_chunks(text, size=3)))
+    sdk = openai.OpenAI(base_url=proxy + "/v1", api_key="x")
+    content, names = "", []
+    for c in sdk.chat.completions.create(model="m", messages=ASK["messages"], tools=[WEATHER], stream=True):
+        for ch in c.choices:
+            content += ch.delta.content or ""
+            names += [t.function.name for t in ch.delta.tool_calls or [] if t.function and t.function.name]
+    assert "<tool_call>" not in content and names == ["get_weather"]
+
+
+def test_surrender_mid_stream_is_an_error_event(client, fake):
+    for _ in range(3):
+        fake[0].push(Step(chunks=llama_tool_chunks("nope", '{"city": "%s"}' % _)))
+    with client.stream("POST", "/v1/chat/completions", json={**ASK, "stream": True}) as r:
+        body = r.read().decode()
+    assert '"spell_call_parse_error"' in body and "[DONE]" not in body

@@ -1,0 +1,144 @@
+"""The spell book: names map to spells only when unambiguous; argument checks say exactly what is wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.validate import coerce
+
+
+def book(parameters: Any = None, name: str = "f", **more: Any) -> SpellBook:
+    fn: dict[str, Any] = {"name": name, **more}
+    if parameters is not None:
+        fn["parameters"] = parameters
+    return SpellBook.from_tools([{"type": "function", "function": fn}])
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "n": {"type": "integer", "minimum": 1}},
+    "required": ["city"],
+}
+
+
+def reasons(b: SpellBook, args: Any) -> list[str]:
+    return [p.reason for p in b.check("f", args)]
+
+
+def test_spells_keep_offered_order_and_first_of_duplicates() -> None:
+    b = SpellBook.from_tools([{"type": "function", "function": {"name": n}} for n in ("b", "a", "b")])
+    assert b.names == ("b", "a") and list(b.spells) == ["b", "a"]
+
+
+def test_odd_tool_definitions_are_skipped_without_crashing() -> None:
+    b = SpellBook.from_tools(
+        [
+            None,
+            1,
+            {},
+            {"function": None},
+            {"function": {"name": 3}},
+            {"function": {"name": "ok", "parameters": "nope", "description": 5}},
+        ]
+    )
+    assert b.names == ("ok",)
+    assert SpellBook.from_tools(None).names == ()  # type: ignore[arg-type]
+
+
+def test_legacy_functions_build_the_same_book() -> None:
+    assert SpellBook.from_functions([{"name": "f", "parameters": SCHEMA}]).spells["f"].parameters == SCHEMA
+
+
+def test_restricted_book_holds_only_that_spell() -> None:
+    b = SpellBook.from_tools([{"function": {"name": n}} for n in ("a", "b")])
+    assert b.restricted_to("b").names == ("b",)
+    assert b.restricted_to("zzz").names == ()
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ("get_weather", ("get_weather", ())),
+        ("GET_WEATHER", ("get_weather", ("name_case",))),
+        ("functions.get_weather", ("get_weather", ("name_prefix",))),
+        (" get_weather\n", ("get_weather", ("name_whitespace",))),
+        ("get_weatherget_weather", ("get_weather", ("name_repeated",))),
+        ("weather", (None, ())),
+        ("return_ super hero", (None, ())),
+    ],
+)
+def test_resolve_maps_only_lossless_name_differences(written: str, expected: tuple[Any, ...]) -> None:
+    b = SpellBook.from_tools([{"function": {"name": n}} for n in ("get_weather", "search")])
+    assert b.resolve(written) == expected
+
+
+def test_resolve_refuses_ambiguous_case() -> None:
+    b = SpellBook.from_tools([{"function": {"name": n}} for n in ("Search", "search")])
+    assert b.resolve("SEARCH") == (None, ())
+
+
+def test_valid_arguments_have_no_problems() -> None:
+    assert book(SCHEMA).check("f", {"city": "P", "n": 2}) == []
+
+
+def test_each_reason_is_one_problem_naming_the_argument() -> None:
+    problems = book(SCHEMA).check("f", {"n": 0, "town": "x", "zip": 1})
+    assert [p.reason for p in problems] == ["missing_arguments", "unexpected_arguments", "invalid_arguments"]
+    assert problems[0].details == ("missing required argument 'city'",)
+    assert [d.split(":")[0] for d in problems[1].details] == [
+        "unexpected argument 'town'",
+        "unexpected argument 'zip'",
+    ]
+    assert "'n'" in problems[2].details[0] and "minimum" in problems[2].details[0]
+
+
+def test_additional_properties_true_or_schema_allows_extra_arguments() -> None:
+    assert reasons(book({**SCHEMA, "additionalProperties": True}), {"city": "P", "x": 1}) == []
+    assert reasons(book({**SCHEMA, "additionalProperties": {"type": "string"}}), {"city": "P", "x": 1}) == [
+        "invalid_arguments"
+    ]
+
+
+def test_missing_parameters_mean_no_constraints() -> None:
+    assert reasons(book(None), {"anything": [1]}) == []
+
+
+def test_non_object_arguments_are_invalid() -> None:
+    assert reasons(book(SCHEMA), [1, 2]) == ["invalid_arguments"]
+
+
+def test_invalid_schema_does_not_crash_the_check() -> None:
+    assert reasons(book({"type": "object", "properties": {"a": {"type": 12}}}), {"a": 1}) == []
+
+
+def test_validators_are_cached_by_schema_content() -> None:
+    assert book(dict(SCHEMA)).validator("f") is book(dict(SCHEMA)).validator("f")
+
+
+def test_coercion_touches_only_values_that_violate_their_type() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer"},
+            "b": {"type": "string"},
+            "c": {"type": ["number", "null"]},
+            "d": {"type": "object"},
+        },
+    }
+    value, repairs = coerce({"a": "3", "b": "3", "c": "2.5", "d": "{'k': True}"}, schema)
+    assert value == {"a": 3, "b": "3", "c": 2.5, "d": {"k": True}}
+    assert set(repairs) >= {"coerced_integer", "coerced_number", "decoded_json_string"}
+
+
+def test_coercion_does_not_guess() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}}}
+    assert coerce({"a": "3.0", "b": "yes"}, schema) == ({"a": "3.0", "b": "yes"}, ())
+    assert coerce({"a": "03"}, schema) == ({"a": "03"}, ())
+
+
+def test_nested_values_are_coerced() -> None:
+    schema = {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "integer"}}}}
+    assert coerce({"xs": ["1", "2"]}, schema)[0] == {"xs": [1, 2]}
