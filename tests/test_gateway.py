@@ -172,3 +172,20 @@ def test_settings_precedence_flag_over_env_over_file(tmp_path, monkeypatch):
     monkeypatch.setenv("SANCTUM_MAX_REPAIR_ROUNDS", "5")
     s = load_settings({"spell_calling": "native"}, f)
     assert (s.port, s.max_repair_rounds, s.spell_calling) == (1111, 5, "native")
+
+
+async def test_openai_async_sdk_and_ollama_style_whole_call_chunk(proxy, fake):
+    chunk = {"id": "chatcmpl-o", "object": "chat.completion.chunk", "created": 1, "model": "qwen2.5",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "", "tool_calls": [
+                 {"id": "call_o1", "index": 0, "type": "function",
+                  "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}]}, "finish_reason": None}]}
+    done = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    fake[0].push(Step(chunks=[chunk, done]))
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    sdk = openai.AsyncOpenAI(base_url=proxy + "/v1", api_key="x")
+    async with sdk.chat.completions.stream(model="qwen2.5", messages=MSG, tools=tools) as stream:
+        final = await stream.get_final_completion()
+    await sdk.close()
+    call = final.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {"city": "Oslo"}
