@@ -9,6 +9,7 @@ import httpx
 from fastapi import FastAPI, Request
 from .responses import JsonResponse as ORJSONResponse
 
+from .capabilities import CapabilityBook
 from .config import Settings
 from .errors import ProxyError
 from .modes import ModeBook
@@ -29,6 +30,7 @@ def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = 
     app.state.settings = settings
     app.state.modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
                                parse_failure_threshold=settings.parse_failure_threshold)
+    app.state.capabilities = CapabilityBook()
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> ORJSONResponse:

@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     read_timeout: float = Field(300.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     probe_capabilities: bool = True
+    probe_timeout: float = Field(3.0, gt=0)
     auto_recheck_seconds: float | None = Field(None, gt=0)
     parse_failure_threshold: int = Field(3, ge=1)
     keepalive_seconds: float = Field(10.0, gt=0)

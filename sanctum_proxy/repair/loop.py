@@ -88,6 +88,7 @@ class Plan:
     modes: ModeBook | None = None
     new_id: Callable[[], str] | None = None
     records: list[RoundRecord] = field(default_factory=list)
+    opening_omens: list[om.Omen] = field(default_factory=list)  # decided before the first round (a probe)
 
     @property
     def model(self) -> str:
@@ -110,7 +111,7 @@ class Plan:
 
 
 async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
-    state = _State(plan.mode)
+    state = _State(plan.mode, omens=list(plan.opening_omens), fell_back=bool(plan.opening_omens))
     while True:
         body = upstream_body(plan, state.mode, state.extra)
         record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0)

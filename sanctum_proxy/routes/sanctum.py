@@ -15,4 +15,5 @@ async def status(request: Request) -> ORJSONResponse:
     for key in SECRET:
         if settings.get(key):
             settings[key] = "***"
-    return ORJSONResponse({"settings": settings, "modes": request.app.state.modes.snapshot()})
+    return ORJSONResponse({"settings": settings, "modes": request.app.state.modes.snapshot(),
+                           "capabilities": request.app.state.capabilities.snapshot()})

@@ -30,6 +30,7 @@ class Step:
     delay: float = 0.0  # before the answer
     chunk_delay: float = 0.0
     die_after: int | None = None  # close the connection after this many chunks
+    endless: Any = None  # after `chunks`, send this piece (dict or bytes) forever, every chunk_delay
 
 
 def completion(content: str | None = "", tool_calls: list[dict[str, Any]] | None = None,
@@ -76,6 +77,9 @@ class FakeUpstream:
     requests: list[dict[str, Any]] = field(default_factory=list)
     other_requests: list[tuple[str, str, bytes]] = field(default_factory=list)
     disconnected: int = 0
+    props: Any = None  # llama.cpp's GET /props answer; None: 404 like Ollama / vLLM
+    show: Any = None  # Ollama's POST /api/show answer; None: 404 like llama.cpp / vLLM
+    probes: list[str] = field(default_factory=list)
 
     def push(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -84,11 +88,25 @@ class FakeUpstream:
         return Starlette(routes=[
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
+            Route("/props", self.answer_props, methods=["GET"]),
+            Route("/api/show", self.answer_show, methods=["POST"]),
             Route("/v1/{path:path}", self.echo, methods=["GET", "POST", "PUT", "DELETE"]),
         ])
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+    async def answer_props(self, request: Request) -> Response:
+        self.probes.append("props")
+        if self.props is None:
+            return JSONResponse({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404)
+        return JSONResponse(self.props)
+
+    async def answer_show(self, request: Request) -> Response:
+        self.probes.append("show:" + str(orjson.loads(await request.body()).get("model")))
+        if self.show is None:
+            return Response(b"404 page not found", 404, media_type="text/plain")
+        return JSONResponse(self.show)
 
     async def echo(self, request: Request) -> Response:
         body = await request.body()
@@ -104,6 +122,8 @@ class FakeUpstream:
         step = self.steps.popleft() if self.steps else Step(body=completion("default answer"))
         if step.delay:
             await asyncio.sleep(step.delay)
+        if isinstance(step.body, bytes):  # sent as it is: not JSON, not UTF-8, whatever the test needs
+            return Response(step.body, status_code=step.status, media_type="application/json")
         if step.chunks is None:
             return JSONResponse(step.body, status_code=step.status)
         return StreamingResponse(self._stream(step), media_type="text/event-stream")
@@ -115,6 +135,10 @@ class FakeUpstream:
                     raise ConnectionResetError("fake upstream dies mid-stream")
                 if step.chunk_delay:
                     await asyncio.sleep(step.chunk_delay)
+                yield piece if isinstance(piece, bytes) else b"data: " + orjson.dumps(piece) + b"\n\n"
+            while step.endless is not None:
+                await asyncio.sleep(step.chunk_delay)
+                piece = step.endless
                 yield piece if isinstance(piece, bytes) else b"data: " + orjson.dumps(piece) + b"\n\n"
             if step.die_after is None:
                 yield b"data: [DONE]\n\n"
