@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .. import legacy
+from .. import capabilities, legacy
 from .. import omens as om
 from ..config import Settings
 from ..errors import BodyTooLarge, Unauthorized
@@ -74,13 +74,30 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
         book = None
     choice = chat.controls.spell_calling
     mode = "prompted" if choice == "prompted" else "native"
+    opening: list[om.Omen] = []
     if choice == "auto":
         decision = request.app.state.modes.get(settings.upstream, chat.model)
+        if decision is None and book is not None and settings.probe_capabilities:
+            opening = await settle_by_probe(request, settings, chat.model)
+            decision = request.app.state.modes.get(settings.upstream, chat.model)
         if decision is not None:
             mode = decision.mode
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                 max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
-                prompt_format=settings.prompt_format, upstream=settings.upstream, modes=request.app.state.modes)
+                prompt_format=settings.prompt_format, upstream=settings.upstream,
+                modes=request.app.state.modes, opening_omens=opening)
+
+
+async def settle_by_probe(request: Request, settings: Settings, model: str) -> list[om.Omen]:
+    """Ask the upstream what it can do (once per model); a model without tool support goes prompted
+    before it ever sees `tools`, with a SpellCallingFallback omen on the request that found out."""
+    state = request.app.state
+    caps = await state.capabilities.get(settings.upstream, model, lambda: capabilities.probe(
+        state.upstream, settings.upstream_root, model, settings.probe_timeout))
+    if caps.tools is not False or state.modes.get(settings.upstream, model) is not None:
+        return []
+    state.modes.settle(settings.upstream, model, "prompted", "capability_probe")
+    return [om.fallback(0, "capability_probe", None, caps.source)]
 
 
 def sender(request: Request, auth: str | None, *, streaming: bool) -> Any:
