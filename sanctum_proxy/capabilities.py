@@ -86,6 +86,11 @@ class CapabilityBook:
             return None
         return caps
 
+    def refuse_schema(self, upstream: str, model: str) -> None:
+        """The upstream answered a constrained round with an error about the schema: stop constraining."""
+        caps = self.cached(upstream, model) or UNKNOWN
+        self.remember(upstream, model, Capabilities(caps.tools, False, caps.server, caps.source))
+
     def remember(self, upstream: str, model: str, caps: Capabilities) -> None:
         self._known[(upstream, model)] = (caps, self._clock())
 

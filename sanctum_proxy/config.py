@@ -6,10 +6,11 @@ file when it is called.
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -20,6 +21,40 @@ from pydantic_settings import (
 
 SpellCalling = Literal["native", "prompted", "auto"]
 OmenStyle = Literal["comments", "events"]
+
+
+class UpstreamConfig(BaseModel):
+    """One `[[upstreams]]` entry: a named pool of identical model servers and the models it serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    urls: list[str] = Field(min_length=1, description="base URLs with /v1; several = a pool of equal backends")
+    api_key: str | None = None
+    models: list[str] = Field(default_factory=list, description='names or globs; empty or "*" = every model')
+    aliases: dict[str, str] = Field(default_factory=dict, description="client model -> upstream model")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _url_is_one_url(cls, value: Any) -> Any:
+        if isinstance(value, dict) and isinstance(value.get("urls"), str):
+            value = {**value, "urls": [value["urls"]]}
+        if isinstance(value, dict) and "url" in value:
+            value = {**value, "urls": [value["url"]] + list(value.get("urls") or [])}
+            del value["url"]
+        return value
+
+    @field_validator("urls")
+    @classmethod
+    def _urls_are_http(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"must be http:// or https:// URLs, got {url!r}")
+        return [url.rstrip("/") for url in value]
+
+    @property
+    def catch_all(self) -> bool:
+        return not self.models or "*" in self.models
 
 
 class Settings(BaseSettings):
@@ -35,18 +70,34 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     on_surrender: Literal["error", "content"] = "error"
     prompt_format: Literal["hermes", "json"] = "hermes"
+    prompt_formats: dict[str, Literal["hermes", "json"]] = Field(default_factory=dict)
+    constrain: Literal["off", "repair", "always"] = "repair"
     upstream_api_key: str | None = None
     forward_client_key: bool = False
     api_keys: list[str] = Field(default_factory=list)
+    api_keys_file: str | None = None
+    admin_key: str | None = None
+    cors_origins: list[str] = Field(default_factory=list)
+    max_messages: int = Field(2048, ge=1)
+    max_tools: int = Field(128, ge=1)
+    max_concurrent_requests: int = Field(256, ge=0)
+    upstreams: list[UpstreamConfig] = Field(default_factory=list)
+    health_check_seconds: float = Field(10.0, gt=0)
+    redis_url: str | None = None
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(300.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    max_answer_bytes: int = Field(32 * 1024 * 1024, gt=0)
     probe_capabilities: bool = True
     probe_timeout: float = Field(3.0, gt=0)
     auto_recheck_seconds: float | None = Field(None, gt=0)
     parse_failure_threshold: int = Field(3, ge=1)
     keepalive_seconds: float = Field(10.0, gt=0)
     embedded: bool = False
+    traces_path: str | None = Field(None, description="SQLite file or :memory:; unset: the XDG state dir")
+    traces_max_count: int = Field(5000, ge=0)
+    traces_max_age_hours: float = Field(168.0, gt=0)
+    traces_bodies: bool = True
 
     @field_validator("upstream")
     @classmethod
@@ -55,10 +106,38 @@ class Settings(BaseSettings):
             raise ValueError("must be an http:// or https:// URL")
         return value.rstrip("/")
 
+    @field_validator("upstreams")
+    @classmethod
+    def _names_are_unique(cls, value: list[UpstreamConfig]) -> list[UpstreamConfig]:
+        names = [u.name for u in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"upstream names must be unique, got {names}")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value or None
+
+    @field_validator("api_keys_file")
+    @classmethod
+    def _keys_file_exists(cls, value: str | None) -> str | None:
+        if value and not Path(value).is_file():
+            raise ValueError("no such file")
+        return value or None
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value
+
+    def prompt_format_for(self, model: str) -> str:
+        """The call format for `model`: the first `prompt_formats` pattern (fnmatch) matching it, else
+        `prompt_format`."""
+        matching = (fmt for pattern, fmt in self.prompt_formats.items() if fnmatch.fnmatchcase(model, pattern))
+        return next(matching, self.prompt_format)
 
     @property
     def upstream_root(self) -> str:
@@ -96,7 +175,7 @@ def load_settings(flags: dict[str, Any] | None = None, config_file: str | Path |
         loaded = _FromSources()
     except Exception as exc:  # pydantic ValidationError or a TOML syntax error
         raise SettingsError(_one_line(exc)) from exc
-    return Settings.model_construct(**loaded.model_dump())
+    return Settings.model_construct(**dict(loaded))  # dict(): nested models stay models
 
 
 def _one_line(exc: Exception) -> str:

@@ -13,6 +13,7 @@ import orjson
 
 from .repair.spellbook import SpellBook
 
+_RESULTS = "After a tool runs, its result comes back to you inside <tool_response></tool_response> tags."
 STRIPPED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls")
 
 _FORMATS = {
@@ -35,15 +36,21 @@ def render_call(fmt: str, name: str, arguments: Any) -> str:
         payload = orjson.dumps({"name": name, "arguments": args}).decode()
     if fmt == "json":
         return f"```json\n{payload}\n```"
+    if fmt == "constrained":  # the JSON answer object of constrained rounds, without markup
+        return payload
     return f"<tool_call>\n{payload}\n</tool_call>"
 
 
-def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required: str | None = None) -> str:
-    """The text that offers the spells. `required` is "any" or a spell name when a call is mandatory."""
+def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required: str | None = None,
+                   call_format: str | None = None) -> str:
+    """The text that offers the spells. `required` is "any" or a spell name when a call is mandatory.
+    `call_format` replaces the whole how-to-call paragraph (constrained rounds describe their JSON answer)."""
     lines = ["# Tools", "", "You can call these tools. Each is given as a JSON Schema of its arguments:", ""]
     for spell in book.spells.values():
         schema = orjson.dumps(spell.parameters or {"type": "object", "properties": {}}).decode()
         lines.append(f"- {spell.name}: {spell.description or '(no description)'}\n  arguments: {schema}")
+    if call_format is not None:
+        return "\n".join([*lines, "", call_format.rstrip(), _RESULTS])
     first = next(iter(book.spells.values()))
     lines += ["", _FORMATS.get(fmt, _FORMATS["hermes"]) % (first.name, _example_args(first.parameters))]
     lines.append("You may call several tools, one block each." if parallel else "Call at most one tool per answer.")
@@ -53,7 +60,7 @@ def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required
         lines.append(f"You must answer with a call to {required}.")
     else:
         lines.append("If no tool is needed, answer in plain text without any tool call block.")
-    lines.append("After a tool runs, its result comes back to you inside <tool_response></tool_response> tags.")
+    lines.append(_RESULTS)
     return "\n".join(lines)
 
 
@@ -73,12 +80,13 @@ def _placeholder(spec: Any) -> Any:
 
 
 def to_prompted(body: dict[str, Any], book: SpellBook | None, fmt: str, *, parallel: bool = True,
-                required: str | None = None) -> dict[str, Any]:
+                required: str | None = None, call_format: str | None = None) -> dict[str, Any]:
     """The upstream body for a prompted round. `book` None (tool_choice none) offers no spells."""
     out = {k: v for k, v in body.items() if k not in STRIPPED}
     messages = rewrite_history(body.get("messages", []), fmt)
     if book is not None and book.spells:
-        messages = merge_system(messages, system_section(book, fmt, parallel=parallel, required=required))
+        messages = merge_system(messages, system_section(book, fmt, parallel=parallel, required=required,
+                                                         call_format=call_format))
     out["messages"] = messages
     return out
 

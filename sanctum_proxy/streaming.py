@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import constrain
+
 # Delimiters that open a call in content (the codecs' markers). `{"` and fenced blocks of the languages
 # models use for calls are held; other code fences and braces in prose are not.
 STARTS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<function=", "<|tool_call|>", "<tools>",
@@ -39,6 +41,8 @@ class Assembler:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
+    _visible: str = ""
 
     def feed(self, chunk: dict[str, Any]) -> str:
         """Take one upstream chunk; return the content that may be shown now ("" for none)."""
@@ -75,6 +79,12 @@ class Assembler:
             call.arguments += arguments
 
     def _release(self) -> str:
+        if self.text_branch:
+            visible = constrain.visible_text(self.content)
+            if not visible.startswith(self._visible):
+                return ""
+            out, self._visible = visible[len(self._visible):], visible
+            return out
         if self.holding:
             return ""
         text = self.content
@@ -111,11 +121,20 @@ class Assembler:
                 for _, c in sorted(self.calls.items())]
         return message
 
-    def unreleased(self, final_content: str | None) -> str:
-        """What of the final (markup-free) content the client has not seen yet."""
-        shown = self.content[:self.released]
-        final = final_content or ""
-        return final[len(shown):] if final.startswith(shown) else ""
+
+def unseen(shown: str, final: str | None) -> str:
+    """What of the final content to send after the client has seen `shown` (contract section 6).
+
+    Same round: the final content (markup removed, surrounding whitespace stripped) continues the shown
+    text, so only its rest is sent. The final answer came from a hidden round: its content is sent whole,
+    unless it only repeats what was shown (a model that restates its preamble is not shown twice)."""
+    text = final or ""
+    seen = shown.lstrip()
+    if text.startswith(seen):
+        return text[len(seen):]
+    if not text.strip() or seen.startswith(text.rstrip()):
+        return ""
+    return text if not seen or seen[-1].isspace() or text[0].isspace() else "\n\n" + text
 
 
 def chunk(meta: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,

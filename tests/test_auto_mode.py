@@ -53,7 +53,12 @@ def test_probe_readers_take_only_what_the_upstream_said():
     assert from_show({"template": "..."}) is None
 
 
-def test_llama_cpp_template_without_tool_support_never_sees_tools(client, fake):
+def test_llama_cpp_template_without_tool_support_never_sees_tools(make_proxy, fake):
+    with httpx.Client(base_url=make_proxy(probe_timeout=30), timeout=60) as client:  # CI boxes are slow
+        check_probe_settles_prompted(client, fake)
+
+
+def check_probe_settles_prompted(client, fake):
     fake[0].props = SMOLLM2_PROPS
     fake[0].push(Step(body=completion(HERMES_ANSWER)), Step(body=completion("Sunny.")))
     r = post(client)

@@ -3,7 +3,8 @@
 This is the only part of the repair layer that does I/O, and only through the injected `Sender`
 (non-streaming or streaming upstream calls). It yields events:
 
-    ContentDelta   text the client may see now (streaming, first round only)
+    ContentDelta   text the client may see now (streaming: only the first round that shows any; the
+                   accepted answer of a hidden round comes whole in the Final)
     Final          the answer: the message for the client, usage summed over rounds, every omen
 
 States of one request:  round(mode) --ok--> Final
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from .. import constrain as cn
 from .. import omens as om
 from .. import prompted
 from ..calls import Assessment, Problem
@@ -59,6 +61,7 @@ class RoundRecord:
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     outcome: str = "pending"  # accepted | rejected | fallback | error
+    constrained: bool = False  # the round carried the answer schema (response_format json_schema)
 
 
 @dataclass
@@ -88,7 +91,10 @@ class Plan:
     modes: ModeBook | None = None
     new_id: Callable[[], str] | None = None
     records: list[RoundRecord] = field(default_factory=list)
+    omens: list[om.Omen] = field(default_factory=list)  # every omen so far, kept when a surrender raises
     opening_omens: list[om.Omen] = field(default_factory=list)  # decided before the first round (a probe)
+    constrain: cn.Constrain = "off"
+    on_constrain_rejected: Callable[[], None] | None = None  # the upstream cannot take the answer schema
 
     @property
     def model(self) -> str:
@@ -112,30 +118,41 @@ class Plan:
 
 async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
     state = _State(plan.mode, omens=list(plan.opening_omens), fell_back=bool(plan.opening_omens))
+    plan.omens = state.omens
     while True:
-        body = upstream_body(plan, state.mode, state.extra)
-        record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0)
+        constraint = _constraint(plan, state)
+        body = upstream_body(plan, state.mode, state.extra, constraint)
+        record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0, constrained=constraint is not None)
         plan.records.append(record)
         answer = None
         start = time.perf_counter()
         try:
-            async for event in send(body, live=not state.extra):
+            async for event in send(body, live=not state.extra and not state.shown):
                 if isinstance(event, ContentDelta):
+                    state.shown = state.shown or bool(event.text)
                     yield event
                 else:
                     answer = event
         except UpstreamError as error:
             record.latency_ms = (time.perf_counter() - start) * 1000
             record.error, record.outcome = error.body()["error"], "error"
+            if constraint is not None and _schema_refused(error):
+                state.unconstrained, record.outcome = True, "fallback"
+                if plan.on_constrain_rejected is not None:
+                    plan.on_constrain_rejected()
+                continue
             if not _fall_back(plan, state, classify(error), error.upstream_status, error.message):
                 raise
             record.outcome = "fallback"
             continue
         record.latency_ms = (time.perf_counter() - start) * 1000
         assert answer is not None, "a sender ends every round with an Answer"
+        if constraint is not None:
+            decoded = cn.decode(answer.message, plan.new_id)
+            answer = Answer(decoded, answer.finish_reason, answer.usage, answer.meta)
         record.answer, record.finish_reason, record.usage = answer.message, answer.finish_reason, answer.usage
         state.add_usage(answer.usage)
-        if _empty_tools_answer(plan, state, answer) and _fall_back(
+        if constraint is None and _empty_tools_answer(plan, state, answer) and _fall_back(
                 plan, state, "upstream_parse_failure", None, "upstream returned an empty answer to a tools request"):
             record.outcome = "fallback"
             continue
@@ -153,6 +170,9 @@ class _State:
     rejected: list[str] = field(default_factory=list)
     usage: dict[str, Any] | None = None
     fell_back: bool = False
+    pin: str | None = None  # the one known spell the last correction was about
+    unconstrained: bool = False  # the upstream refused the answer schema: no more constrained rounds
+    shown: bool = False  # live content reached the client: later rounds are hidden (no text twice)
 
     @property
     def repair_rounds(self) -> int:
@@ -194,6 +214,9 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     if repeated or state.repair_rounds >= plan.max_rounds:
         return _surrender(plan, state, answer, number, repeated)
     text = correction(problems, plan.book)
+    spells = {p.spell for p in problems}
+    state.pin = problems[0].spell if len(spells) == 1 and problems[0].spell in plan.book.spells \
+        and problems[0].reason != "unknown_spell" else None
     state.omens += [om.rejected(number, p, text) for p in problems]
     state.extra += [{"role": "assistant", "content": raw}, {"role": "user", "content": text}]
     return None
@@ -249,9 +272,52 @@ def _empty_tools_answer(plan: Plan, state: _State, answer: Answer) -> bool:
     return not message.get("tool_calls") and not prompted.text_of(message.get("content")).strip()
 
 
-def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Constraint:
+    """The answer schema of one constrained round: which spells, and whether text or several calls may win."""
+
+    book: SpellBook
+    text: bool
+    parallel: bool
+
+    def schema(self) -> dict[str, Any]:
+        return cn.answer_schema(self.book, text=self.text, parallel=self.parallel)
+
+
+def _constraint(plan: Plan, state: _State) -> Constraint | None:
+    """`repair`: correction rounds are constrained; `always`: prompted rounds from the first one too.
+    A client's own response_format wins; a refused schema turns constraining off for the request."""
+    book = plan.book
+    if book is None or not book.spells or plan.constrain == "off" or state.unconstrained:
+        return None
+    first_round_too = plan.constrain == "always" and state.mode == "prompted"
+    if "response_format" in plan.body or not (state.extra or first_round_too):
+        return None
+    required = plan.required
+    if required not in (None, "any") and required in book.spells:
+        book = book.restricted_to(required)
+    elif state.pin is not None:
+        book = book.restricted_to(state.pin)
+    free = required is None and state.pin is None
+    return Constraint(book, text=free, parallel=plan.parallel and state.pin is None)
+
+
+_SCHEMA_REFUSAL = ("response_format", "json_schema", "grammar", "schema")
+
+
+def _schema_refused(error: UpstreamError) -> bool:
+    text = error.message.lower()
+    return 400 <= error.upstream_status < 600 and any(word in text for word in _SCHEMA_REFUSAL)
+
+
+def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
+                  constraint: Constraint | None = None) -> dict[str, Any]:
     body = plan.body
-    if plan.book is not None and mode == "prompted":
+    if constraint is not None:
+        section = cn.format_section(constraint.book, text=constraint.text, parallel=constraint.parallel)
+        body = prompted.to_prompted(body, constraint.book, "constrained", call_format=section)
+        body["response_format"] = cn.response_format(constraint.schema())
+    elif plan.book is not None and mode == "prompted":
         body = prompted.to_prompted(body, plan.book, plan.prompt_format, parallel=plan.parallel,
                                     required=plan.required)
     elif plan.book is None and mode == "prompted":

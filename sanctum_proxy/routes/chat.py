@@ -3,7 +3,6 @@ as a chat.completion or as an SSE stream of chunks."""
 
 from __future__ import annotations
 
-import hmac
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -15,7 +14,8 @@ from fastapi.responses import Response
 from .. import capabilities, legacy
 from .. import omens as om
 from ..config import Settings
-from ..errors import BodyTooLarge, Unauthorized
+from ..auth import check_client_key
+from ..errors import BodyTooLarge
 from ..protocol import ChatRequest, parse_chat_request
 from ..repair.loop import Answer, ContentDelta, Final, Plan, run
 from ..repair.spellbook import SpellBook
@@ -39,11 +39,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def check_key(request: Request, settings: Settings) -> None:
-    if not settings.api_keys:
-        return
-    given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if not any(hmac.compare_digest(given.encode(), key.encode()) for key in settings.api_keys):
-        raise Unauthorized("missing or wrong API key")
+    """Client keys (`api_keys`, `api_keys_file`): the rule lives in auth.py."""
+    check_client_key(request)
 
 
 @router.post("/v1/chat/completions")
@@ -51,16 +48,20 @@ async def chat_completions(request: Request) -> Response:
     settings: Settings = request.app.state.settings
     check_key(request, settings)
     chat = parse_chat_request(await read_body(request, settings.max_body_bytes), request.headers, settings)
+    request.state.route = request.app.state.router.route(chat.model)  # the upstream pool for this model
+    chat = chat.with_body(request.state.route.rewrite(chat.body))  # an alias becomes the upstream's name
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:
         chat = chat.with_body(legacy.to_tools(chat.body))
     plan = await make_plan(request, chat, settings)
     trace_id = uuid.uuid4().hex
+    recorder = request.app.state.recorder
+    recorder.begin(request, trace_id, chat, plan)
     auth = request.headers.get("authorization") if settings.forward_client_key else None
     if chat.stream:
-        return await stream_answer(request, chat, plan, trace_id, auth)
+        return await stream_answer(request, chat, plan, trace_id, auth, is_legacy=is_legacy)
     final = None
-    async for event in run(plan, sender(request, auth, streaming=False)):
+    async for event in recorder.watch(request, run(plan, sender(request, auth, streaming=False))):
         if isinstance(event, Final):
             final = event
     assert final is not None
@@ -75,33 +76,40 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
     choice = chat.controls.spell_calling
     mode = "prompted" if choice == "prompted" else "native"
     opening: list[om.Omen] = []
+    key = request.state.route.key  # decisions are per (upstream, model): the upstream's name or URL
     if choice == "auto":
-        decision = request.app.state.modes.get(settings.upstream, chat.model)
+        decision = request.app.state.modes.get(key, chat.model)
         if decision is None and book is not None and settings.probe_capabilities:
             opening = await settle_by_probe(request, settings, chat.model)
-            decision = request.app.state.modes.get(settings.upstream, chat.model)
+            decision = request.app.state.modes.get(key, chat.model)
         if decision is not None:
             mode = decision.mode
+    book_of_caps = request.app.state.capabilities
+    caps = book_of_caps.cached(key, chat.model)
+    constrain = chat.controls.constrain or settings.constrain
+    if caps is not None and caps.json_schema is False:
+        constrain = "off"
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                 max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
-                prompt_format=settings.prompt_format, upstream=settings.upstream,
-                modes=request.app.state.modes, opening_omens=opening)
+                prompt_format=settings.prompt_format_for(chat.model), upstream=key,
+                modes=request.app.state.modes, opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
+                on_constrain_rejected=lambda: book_of_caps.refuse_schema(key, chat.model))
 
 
 async def settle_by_probe(request: Request, settings: Settings, model: str) -> list[om.Omen]:
     """Ask the upstream what it can do (once per model); a model without tool support goes prompted
     before it ever sees `tools`, with a SpellCallingFallback omen on the request that found out."""
-    state = request.app.state
-    caps = await state.capabilities.get(settings.upstream, model, lambda: capabilities.probe(
-        state.upstream, settings.upstream_root, model, settings.probe_timeout))
-    if caps.tools is not False or state.modes.get(settings.upstream, model) is not None:
+    state, route = request.app.state, request.state.route
+    caps = await state.capabilities.get(route.key, model, lambda: capabilities.probe(
+        route.upstream, route.upstream.root_url, model, settings.probe_timeout))
+    if caps.tools is not False or state.modes.get(route.key, model) is not None:
         return []
-    state.modes.settle(settings.upstream, model, "prompted", "capability_probe")
+    state.modes.settle(route.key, model, "prompted", "capability_probe")
     return [om.fallback(0, "capability_probe", None, caps.source)]
 
 
 def sender(request: Request, auth: str | None, *, streaming: bool) -> Any:
-    upstream = request.app.state.upstream
+    upstream = request.state.route.upstream
 
     async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)

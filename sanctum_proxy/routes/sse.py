@@ -1,5 +1,16 @@
-"""The streaming answer of POST /v1/chat/completions: the upstream read as a stream (one round), and the
-SSE writer that turns the round loop's events into `chat.completion.chunk` lines (contract section 6)."""
+"""The streaming answer of POST /v1/chat/completions (contract section 6): the upstream read as a stream,
+one round at a time, and the SSE writer that turns the round loop's events into `chat.completion.chunk`s.
+
+What the client sees:
+  - headers as soon as the first upstream round is accepted (an error before that is a plain HTTP error);
+  - the live content of the first round that shows any, as it arrives (the assembler holds call markup);
+  - `: keep-alive` comments while nothing else is sent for `keepalive_seconds` (hidden correction rounds);
+  - at the end: the omens, the final content the client has not seen (`streaming.unseen`), the calls as
+    OpenAI tool-call deltas, the finish chunk (with `sanctum`), the usage chunk if asked, `[DONE]`;
+  - or, on a surrender or an upstream failure after the headers, `data: {"error": {...}}` and the end.
+Prose of correction rounds is never live: rejected answers are not shown, and the accepted one's content is
+sent once the round is judged, minus what the client already saw.
+"""
 
 from __future__ import annotations
 
@@ -12,133 +23,151 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
+from .. import constrain
 from .. import omens as om
 from ..config import Settings
-from ..errors import ProxyError
+from ..errors import ProxyError, UpstreamUnreachable
 from ..protocol import ChatRequest
 from ..repair.loop import Answer, ContentDelta, Final, Plan, Sender, run
 from ..responses import JsonResponse as ORJSONResponse
-from ..streaming import Assembler, call_deltas, chunk
+from ..streaming import Assembler, call_deltas, chunk, unseen
+
+KEEPALIVE = b": keep-alive\n\n"
+DONE = b"data: [DONE]\n\n"
 
 
 def stream_sender(upstream: Any, auth: str | None) -> Sender:
-    """One upstream round read as a stream: live content as it is released, then the whole Answer."""
+    """One upstream round read as a stream. Yields an empty ContentDelta once the upstream has accepted the
+    round (so the client's headers and keep-alives can start), the content the assembler releases when the
+    round is live, then the whole Answer."""
 
     async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        assembler = Assembler()
+        assembler = Assembler(text_branch=constrain.is_constrained(body))
         async with upstream.chat_stream(body, auth) as chunks:
+            yield ContentDelta("")
             async for piece in chunks:
                 text = assembler.feed(piece)
                 if text and live:
                     yield ContentDelta(text)
-        answer = Answer(assembler.message(), assembler.finish_reason, assembler.usage, assembler.meta)
-        yield answer
-        if live:
-            yield _Released(assembler)
+        if assembler.finish_reason is None:
+            raise UpstreamUnreachable("upstream stream ended before a finish_reason (cut off mid-answer)")
+        yield Answer(assembler.message(), assembler.finish_reason, assembler.usage, assembler.meta)
 
     return send_stream
 
 
-class _Released(ContentDelta):
-    """Marks how much content a live round already showed (the stream subtracts it from the final)."""
-
-    def __init__(self, assembler: Assembler) -> None:
-        super().__init__("")
-        object.__setattr__(self, "assembler", assembler)
-
-
 async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_id: str,
-                        auth: str | None) -> Response:
-    """Headers wait for the first upstream event, so an error before it is a plain HTTP error."""
+                        auth: str | None, *, is_legacy: bool = False) -> Response:
+    """Headers wait for the first event (the upstream accepted a round), so an error before it is a plain
+    HTTP error with its status."""
     settings: Settings = request.app.state.settings
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
-
-    async def produce() -> None:
-        try:
-            async for event in run(plan, stream_sender(request.app.state.upstream, auth)):
-                await queue.put(event)
-        except ProxyError as exc:
-            await queue.put(exc)
-        except Exception as exc:  # a bug must end the stream with an error, never a silent cut
-            await queue.put(ProxyError(f"internal error: {type(exc).__name__}: {exc}"))
-        await queue.put(None)
-
-    task = asyncio.create_task(produce())
+    events = request.app.state.recorder.watch(
+        request, run(plan, stream_sender(request.state.route.upstream, auth)))
+    task = asyncio.create_task(_produce(events, queue))
     first = await queue.get()
     if isinstance(first, ProxyError):
         task.cancel()
         return ORJSONResponse(first.body(), status_code=first.status)
+    include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
     meta = {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
-    events = _SseWriter(meta, chat, plan, trace_id, settings.keepalive_seconds)
+    writer = SseWriter(meta, trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
+                       legacy=is_legacy)
     headers = {"x-sanctum-spell-calling": plan.mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
-    return StreamingResponse(events.write(first, queue, task), media_type="text/event-stream",
-                             headers=headers)
+    return StreamingResponse(pump(writer, first, queue, task, settings.keepalive_seconds),
+                             media_type="text/event-stream", headers=headers)
 
 
-class _SseWriter:
-    def __init__(self, meta: dict[str, Any], chat: ChatRequest, plan: Plan, trace_id: str,
-                 keepalive: float) -> None:
-        self.meta, self.chat, self.plan, self.trace_id, self.keepalive = meta, chat, plan, trace_id, keepalive
-        self.omen_style = chat.controls.omens
-        self.sent_omens = 0
-        self.assembler: Assembler | None = None
+async def _produce(events: AsyncIterator[ContentDelta | Final], queue: asyncio.Queue[Any]) -> None:
+    try:
+        async for event in events:
+            await queue.put(event)
+    except ProxyError as exc:
+        await queue.put(exc)
+    except Exception as exc:  # a bug must end the stream with an error, never a silent cut
+        await queue.put(ProxyError(f"internal error: {type(exc).__name__}: {exc}"))
+    await queue.put(None)
+
+
+async def pump(writer: SseWriter, first: Any, queue: asyncio.Queue[Any], task: asyncio.Task[None],
+               keepalive: float) -> AsyncIterator[bytes]:
+    """The response body: rendered events until the Final or an error, keep-alives while the queue is quiet.
+    Leaving early (the client went away) cancels the producer and with it the upstream stream."""
+    try:
+        yield writer.opening()
+        event = first
+        while event is not None:
+            for out in writer.render(event):
+                yield out
+            if writer.ended:
+                return
+            try:
+                event = await asyncio.wait_for(queue.get(), keepalive)
+            except TimeoutError:
+                yield KEEPALIVE
+                event = ...
+    finally:
+        task.cancel()
+
+
+class SseWriter:
+    """The loop's events as SSE bytes. Pure but for the running record of what the client has seen."""
+
+    def __init__(self, meta: dict[str, Any], trace_id: str, *, omen_style: str = "comments",
+                 include_usage: bool = False, legacy: bool = False) -> None:
+        self.meta, self.trace_id = meta, trace_id
+        self.omen = om.sse_event if omen_style == "events" else om.sse_comment
+        self.include_usage, self.legacy = include_usage, legacy
+        self.shown = ""
+        self.ended = False
+        # Content chunks are the hot path: everything around the text is serialised once.
+        head = orjson.dumps(chunk(meta, {"content": ""})).split(b'"content":""', 1)
+        self._content_head, self._content_tail = b'data: ' + head[0] + b'"content":', head[1] + b"\n\n"
 
     def data(self, payload: dict[str, Any]) -> bytes:
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
-    async def write(self, first: Any, queue: asyncio.Queue[Any],
-                    task: asyncio.Task[None]) -> AsyncIterator[bytes]:
-        try:
-            yield self.data(chunk(self.meta, {"role": "assistant", "content": ""}))
-            event = first
-            while event is not None:
-                for out in self.render(event):
-                    yield out
-                if isinstance(event, (ProxyError, Final)):
-                    return
-                try:
-                    event = await asyncio.wait_for(queue.get(), self.keepalive)
-                except TimeoutError:
-                    yield b": keep-alive\n\n"
-                    event = ...
-        finally:
-            task.cancel()
+    def opening(self) -> bytes:
+        return self.data(chunk(self.meta, {"role": "assistant", "content": ""}))
+
+    def content(self, text: str) -> bytes:
+        self.shown += text
+        return self._content_head + orjson.dumps(text) + self._content_tail
 
     def render(self, event: Any) -> list[bytes]:
-        if event is ...:
-            return []
-        if isinstance(event, _Released):
-            self.assembler = event.assembler  # type: ignore[attr-defined]
-            return []
         if isinstance(event, ContentDelta):
-            return [self.data(chunk(self.meta, {"content": event.text}))] if event.text else []
+            return [self.content(event.text)] if event.text else []
         if isinstance(event, ProxyError):
+            self.ended = True
             return [self.data(event.body())]
         if isinstance(event, Final):
+            self.ended = True
             return self.finish(event)
         return []
 
-    def omen_lines(self, omens: list[om.Omen]) -> list[bytes]:
-        render = om.sse_event if self.omen_style == "events" else om.sse_comment
-        return [render(o) for o in omens]
-
     def finish(self, final: Final) -> list[bytes]:
-        out = self.omen_lines(final.omens)
-        rest = self.assembler.unreleased(final.message.get("content")) if self.assembler else (
-            final.message.get("content") or "")
+        out = [self.omen(o) for o in final.omens]
+        rest = unseen(self.shown, final.message.get("content"))
         if rest:
-            out.append(self.data(chunk(self.meta, {"content": rest})))
-        for index, call in enumerate(final.message.get("tool_calls") or []):
-            out += [self.data(chunk(self.meta, delta)) for delta in call_deltas(index, call)]
-        sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, self.trace_id)
-        include_usage = (self.chat.body.get("stream_options") or {}).get("include_usage") is True
-        if include_usage:
-            out.append(self.data(chunk(self.meta, {}, final.finish_reason)))
-            usage_chunk = {**chunk(self.meta, {}), "choices": [], "usage": final.usage, "sanctum": sanctum}
-            out.append(self.data(usage_chunk))
+            out.append(self.content(rest))
+        finish_reason = final.finish_reason
+        calls = final.message.get("tool_calls") or []
+        if self.legacy and calls:
+            name, arguments = calls[0]["function"]["name"], calls[0]["function"]["arguments"]
+            out += [self.data(chunk(self.meta, {"function_call": {"name": name, "arguments": ""}})),
+                    self.data(chunk(self.meta, {"function_call": {"arguments": arguments}}))]
+            finish_reason = "function_call"
         else:
-            out.append(self.data(chunk(self.meta, {}, final.finish_reason, sanctum=sanctum)))
-        out.append(b"data: [DONE]\n\n")
+            for index, call in enumerate(calls):
+                out += [self.data(chunk(self.meta, delta)) for delta in call_deltas(index, call)]
+        sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, self.trace_id)
+        if self.include_usage:
+            out.append(self.data(chunk(self.meta, {}, finish_reason)))
+            usage = {**chunk(self.meta, {}), "choices": [], "usage": final.usage, "sanctum": sanctum}
+            out.append(self.data(usage))
+        else:
+            out.append(self.data(chunk(self.meta, {}, finish_reason, sanctum=sanctum)))
+        out.append(DONE)
         return out

@@ -1,0 +1,172 @@
+"""Constrained spell calling: one JSON Schema for "an answer", so the upstream's grammar does the syntax.
+
+An answer is one JSON object, one of:
+
+    {"content": "<text>"}                                  a text reply (not when a call is required)
+    {"name": "<spell>", "arguments": {...}}                one call; arguments follow the spell's schema
+    {"tool_calls": [{"name": ..., "arguments": ...}, ...]} several calls (while parallel calls are allowed)
+
+It travels as OpenAI `response_format: {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, ...}}`,
+which llama.cpp, vLLM and Ollama's /v1 all read. A constrained round is always a prompted round: llama.cpp
+ignores tool parsing when `response_format` comes with `tools`, and rejects `grammar` with `tools`.
+
+`decode` turns the answer back into an OpenAI message; text that is not such an object (an upstream that
+ignored the schema) is left as it is, for the ordinary extraction tiers. `visible_text` is the streaming
+side: the part of a text-branch answer that can be shown while the JSON is still arriving. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal
+
+import orjson
+
+from .repair.spellbook import SpellBook
+
+Constrain = Literal["off", "repair", "always"]
+SCHEMA_NAME = "sanctum_answer"
+FORMAT = (
+    "Answer with exactly one JSON object and nothing else:\n"
+    '- to call a tool: {"name": "<tool name>", "arguments": {<arguments as the tool\'s schema says>}}, '
+    'for example {"name": "%s", "arguments": %s}\n'
+)
+_PARALLEL = '- to call several tools at once: {"tool_calls": [{"name": ..., "arguments": ...}, ...]}\n'
+_TEXT = '- to answer in text, when no tool is needed: {"content": "<your answer>"}\n'
+
+
+def answer_schema(book: SpellBook, *, text: bool, parallel: bool) -> dict[str, Any]:
+    """The JSON Schema of an answer offering every spell in `book` (restrict the book to pin one)."""
+    calls = [_call_schema(name, spell.parameters) for name, spell in book.spells.items()]
+    one_call: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    branches = [one_call]
+    if parallel:
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"tool_calls": {"type": "array", "items": one_call, "minItems": 1}},
+                "required": ["tool_calls"],
+                "additionalProperties": False,
+            }
+        )
+    if text:
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"content": {"type": "string"}},
+                "required": ["content"],
+                "additionalProperties": False,
+            }
+        )
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def _call_schema(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    arguments = parameters if parameters else {"type": "object", "properties": {}}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": name}, "arguments": arguments},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def response_format(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True}}
+
+
+def is_constrained(body: dict[str, Any]) -> bool:
+    """Whether this upstream body is one of our constrained rounds (the stream reads its text branch)."""
+    fmt = body.get("response_format")
+    return isinstance(fmt, dict) and (fmt.get("json_schema") or {}).get("name") == SCHEMA_NAME
+
+
+def format_section(book: SpellBook, *, text: bool, parallel: bool) -> str:
+    """The call-format paragraph of the system prompt for a constrained round."""
+    first = next(iter(book.spells.values()))
+    example = orjson.dumps(_example(first.parameters)).decode()
+    return FORMAT % (first.name, example) + (_PARALLEL if parallel else "") + (_TEXT if text else "")
+
+
+def _example(parameters: dict[str, Any]) -> dict[str, Any]:
+    props = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(props, dict):
+        return {}
+    kinds = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}
+    return {
+        k: kinds.get(str(v.get("type")) if isinstance(v, dict) else "", "...")
+        for k, v in list(props.items())[:2]
+    }
+
+
+def decode(message: dict[str, Any], new_id: Callable[[], str] | None = None) -> dict[str, Any]:
+    """The OpenAI message an answer object stands for; anything else comes back unchanged."""
+    content = message.get("content")
+    if message.get("tool_calls") or not isinstance(content, str):
+        return message
+    try:
+        answer = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return message
+    if not isinstance(answer, dict):
+        return message
+    make_id = new_id or _call_id
+    if set(answer) == {"content"} and isinstance(answer["content"], str):
+        return {**message, "content": answer["content"]}
+    calls = answer.get("tool_calls") if set(answer) == {"tool_calls"} else [answer]
+    if not isinstance(calls, list) or not calls or not all(_is_call(c) for c in calls):
+        return message
+    return {
+        **message,
+        "content": None,
+        "tool_calls": [
+            {
+                "id": make_id(),
+                "type": "function",
+                "function": {"name": c["name"], "arguments": orjson.dumps(c["arguments"]).decode()},
+            }
+            for c in calls
+        ],
+    }
+
+
+def _is_call(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("name"), str) and "arguments" in value
+
+
+def _call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+_TEXT_OPENING = re.compile(r'\s*\{\s*"content"\s*:\s*"')
+_SAFE_END = re.compile(r"\\u[0-9a-fA-F]{0,3}$|\\$")
+
+
+def visible_text(raw: str) -> str:
+    """The decoded text of a text-branch answer so far ("" while it may still be a call). An escape cut by
+    the chunk boundary is held until it completes; the closing quote ends the text."""
+    opening = _TEXT_OPENING.match(raw)
+    if opening is None:
+        return ""
+    body = raw[opening.end() :]
+    end = _closing_quote(body)
+    body = body[:end] if end is not None else _SAFE_END.sub("", body)
+    try:
+        text: str = orjson.loads(f'"{body}"')
+    except orjson.JSONDecodeError:  # a control character the grammar let through: show nothing yet
+        return ""
+    return text
+
+
+def _closing_quote(body: str) -> int | None:
+    at = 0
+    while (at := body.find('"', at)) >= 0:
+        before = at - 1
+        while before >= 0 and body[before] == "\\":
+            before -= 1
+        if (at - 1 - before) % 2 == 0:
+            return at
+        at += 1
+    return None

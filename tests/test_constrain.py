@@ -1,0 +1,243 @@
+"""Constrained spell calling: the answer schema, decoding it back, and constrained rounds through the proxy.
+
+The fake upstream plays a grammar-constrained server: every answer it gives is checked against the schema
+the proxy sent, so a test fails if the proxy asks for something the answer could not have been."""
+
+from __future__ import annotations
+
+import httpx
+import jsonschema
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sanctum_proxy import constrain as cn
+from sanctum_proxy.repair.spellbook import SpellBook
+from tests.fakes.upstream import Step, completion, content_chunks, native_call
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+}
+TOOLS = [WEATHER, TIME]
+ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
+BOOK = SpellBook.from_tools(TOOLS)
+CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
+
+
+def valid(schema: dict, answer: object) -> bool:
+    return jsonschema.Draft202012Validator(schema).is_valid(answer)
+
+
+def test_answer_schema_allows_text_one_call_or_several():
+    schema = cn.answer_schema(BOOK, text=True, parallel=True)
+    assert valid(schema, {"content": "Hi"}) and valid(schema, CALL)
+    assert valid(schema, {"tool_calls": [CALL, {"name": "get_time", "arguments": {}}]})
+    assert not valid(schema, {"name": "get_weather", "arguments": {}})  # the spell's own schema applies
+    assert not valid(schema, {"name": "get_wether", "arguments": {"city": "Paris"}})
+    assert not valid(schema, {"name": "get_weather", "arguments": {"city": "Paris", "zip": 1}})
+
+
+def test_required_call_drops_the_text_branch_and_no_parallel_drops_the_list():
+    schema = cn.answer_schema(BOOK, text=False, parallel=False)
+    assert not valid(schema, {"content": "Hi"}) and not valid(schema, {"tool_calls": [CALL]})
+    assert valid(schema, CALL)
+
+
+def test_pinned_spell_schema_accepts_only_that_spell():
+    schema = cn.answer_schema(BOOK.restricted_to("get_time"), text=False, parallel=False)
+    assert valid(schema, {"name": "get_time", "arguments": {}}) and not valid(schema, CALL)
+
+
+def test_decode_gives_openai_messages_and_leaves_other_text_alone():
+    ids = iter(["call_1", "call_2"])
+    message = cn.decode({"role": "assistant", "content": orjson.dumps(CALL).decode()}, lambda: next(ids))
+    assert message["content"] is None and message["tool_calls"] == [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+        }
+    ]
+    assert cn.decode({"role": "assistant", "content": '{"content": "Hi"}'})["content"] == "Hi"
+    for raw in ("Sunny.", '{"foo": 1}', "[1]", '<tool_call>{"name": "x"}</tool_call>'):
+        assert cn.decode({"role": "assistant", "content": raw})["content"] == raw
+
+
+@given(st.text(max_size=40), st.integers(min_value=1, max_value=9))
+def test_visible_text_grows_to_the_whole_text_for_any_chunking(text, size):
+    raw = orjson.dumps({"content": text}).decode()
+    shown = ""
+    for end in range(size, len(raw) + size, size):
+        visible = cn.visible_text(raw[:end])
+        assert visible.startswith(shown) or not visible
+        shown = visible or shown
+    assert shown == text
+
+
+def test_visible_text_shows_nothing_of_a_call():
+    assert cn.visible_text(orjson.dumps(CALL).decode()[:20]) == ""
+    assert cn.visible_text('{"tool_calls": [') == ""
+
+
+# --- through the proxy -----------------------------------------------------------------------------------
+
+
+def answer_for(fake, answer: object) -> Step:
+    """A step whose answer is checked against the schema of the request it answers (checked by the test
+    after the fact: the fake records every request)."""
+    return Step(body=completion(orjson.dumps(answer).decode()))
+
+
+def schemas_sent(fake) -> list[dict]:
+    return [r["response_format"]["json_schema"]["schema"] for r in fake[0].requests if "response_format" in r]
+
+
+def post(client: httpx.Client, body=ASK, **controls):
+    return client.post("/v1/chat/completions", json={**body, "sanctum": controls} if controls else body)
+
+
+def test_always_constrains_the_first_prompted_round(client, fake):
+    fake[0].push(answer_for(fake, CALL))
+    r = post(client, spell_calling="prompted", constrain="always")
+    call = r.json()["choices"][0]["message"]["tool_calls"][0]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
+    assert r.json()["choices"][0]["finish_reason"] == "tool_calls"
+    sent = fake[0].requests[0]
+    assert "tools" not in sent and sent["response_format"]["type"] == "json_schema"
+    assert valid(schemas_sent(fake)[0], CALL) and valid(schemas_sent(fake)[0], {"content": "x"})
+    assert '{"content": "<your answer>"}' in sent["messages"][0]["content"]
+
+
+def test_text_branch_becomes_plain_content(client, fake):
+    fake[0].push(answer_for(fake, {"content": "No tool needed."}))
+    r = post(client, spell_calling="prompted", constrain="always")
+    message = r.json()["choices"][0]["message"]
+    assert message["content"] == "No tool needed." and not message.get("tool_calls")
+    assert r.json()["choices"][0]["finish_reason"] == "stop"
+
+
+def test_repair_constrains_the_correction_pinned_to_the_spell(client, fake):
+    fake[0].push(
+        Step(body=completion(None, [native_call("get_weather", '{"days": 2}')], "tool_calls")),
+        answer_for(fake, {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}),
+    )
+    r = post(client, spell_calling="native")
+    assert (
+        r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+        == '{"city":"Paris","days":2}'
+    )
+    assert "response_format" not in fake[0].requests[0] and fake[0].requests[0]["tools"] == TOOLS
+    correction = fake[0].requests[1]
+    assert "tools" not in correction and correction["messages"][-1]["role"] == "user"
+    (schema,) = schemas_sent(fake)
+    assert not valid(schema, {"content": "x"}) and not valid(schema, {"name": "get_time", "arguments": {}})
+    assert valid(schema, {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}})
+    assert r.json()["sanctum"]["omens"][0]["reason"] == "missing_arguments"
+
+
+def test_unknown_spell_correction_offers_every_spell(client, fake):
+    fake[0].push(
+        Step(body=completion(None, [native_call("weather", '{"city": "Paris"}')], "tool_calls")),
+        answer_for(fake, CALL),
+    )
+    post(client, spell_calling="native")
+    (schema,) = schemas_sent(fake)
+    assert valid(schema, CALL) and valid(schema, {"name": "get_time", "arguments": {}})
+
+
+def test_named_tool_choice_keeps_only_that_spell(client, fake):
+    fake[0].push(answer_for(fake, {"name": "get_time", "arguments": {}}))
+    body = {**ASK, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
+    r = post(client, body, spell_calling="prompted", constrain="always")
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_time"
+    (schema,) = schemas_sent(fake)
+    assert not valid(schema, CALL) and not valid(schema, {"content": "x"})
+
+
+def test_off_sends_no_schema(client, fake):
+    fake[0].push(
+        Step(body=completion(None, [native_call("get_weather", '{"days": 2}')], "tool_calls")),
+        Step(body=completion(None, [native_call("get_weather", '{"city": "Paris"}')], "tool_calls")),
+    )
+    post(client, spell_calling="native", constrain="off")
+    assert schemas_sent(fake) == [] and fake[0].requests[1]["tools"] == TOOLS
+
+
+def test_clients_own_response_format_is_left_alone(client, fake):
+    fmt = {"type": "json_object"}
+    fake[0].push(Step(body=completion('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')))
+    post(client, {**ASK, "response_format": fmt}, spell_calling="prompted", constrain="always")
+    assert fake[0].requests[0]["response_format"] == fmt
+
+
+def test_upstream_that_refuses_the_schema_is_asked_again_unconstrained_and_remembered(client, fake):
+    refusal = {
+        "error": {"message": "response_format json_schema is not supported", "type": "invalid_request_error"}
+    }
+    fake[0].push(
+        Step(status=400, body=refusal),
+        Step(body=completion('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')),
+        Step(body=completion('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')),
+    )
+    r = post(client, spell_calling="prompted", constrain="always")
+    assert (
+        r.status_code == 200
+        and r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_time"
+    )
+    assert "response_format" not in fake[0].requests[1]
+    post(client, spell_calling="prompted", constrain="always")
+    assert "response_format" not in fake[0].requests[2]
+
+
+def test_upstream_that_ignores_the_schema_is_read_by_the_ordinary_tiers(client, fake):
+    fake[0].push(Step(body=completion('Sure. <tool_call>{"name": "get_time", "arguments": {}}</tool_call>')))
+    r = post(client, spell_calling="prompted", constrain="always")
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_time"
+
+
+def sse_chunks(response: httpx.Response) -> list[dict]:
+    return [
+        orjson.loads(line[6:])
+        for line in response.iter_lines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+
+
+@pytest.mark.parametrize("size", [1, 3, 1000])
+def test_streamed_text_branch_arrives_as_content_never_as_json(client, fake, size):
+    text = 'It is "sunny"\nin Paris \u00e9t\u00e9 \U0001f600.'
+    fake[0].push(Step(chunks=content_chunks(orjson.dumps({"content": text}).decode(), size)))
+    body = {**ASK, "stream": True, "sanctum": {"spell_calling": "prompted", "constrain": "always"}}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        chunks = sse_chunks(r)
+    pieces = [c["choices"][0]["delta"].get("content") for c in chunks if c.get("choices")]
+    assert "".join(p for p in pieces if p) == text
+    assert not any(p and "{" in p for p in pieces)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_streamed_call_branch_becomes_tool_call_deltas(client, fake):
+    fake[0].push(Step(chunks=content_chunks(orjson.dumps(CALL).decode(), 4)))
+    body = {**ASK, "stream": True, "sanctum": {"spell_calling": "prompted", "constrain": "always"}}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        chunks = sse_chunks(r)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+    assert not any(d.get("content") for d in deltas)
+    calls = [tc for d in deltas for tc in d.get("tool_calls") or []]
+    assert calls[0]["function"]["name"] == "get_weather"
+    assert "".join(tc["function"].get("arguments", "") for tc in calls) == '{"city":"Paris"}'
