@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .config import Settings, SettingsError, load_settings
@@ -22,6 +25,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--spell-calling", dest="spell_calling", help="native | prompted | auto (default auto)")
     p.add_argument("--max-repair-rounds", dest="max_repair_rounds",
                    help="extra upstream rounds for corrections before surrender, 0..10 (default 2)")
+    p.add_argument("--constrain", help="off | repair | always: constrained decoding from the tools' schemas "
+                                       "(default repair: correction rounds only; always with --embedded)")
     p.add_argument("--log-level", dest="log_level", help="debug | info | warning | error (default info)")
     p.add_argument("--embedded", action="store_const", const=True, default=None,
                    help="start a llama-server on the packaged SmolLM2 model as the upstream "
@@ -29,10 +34,22 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_from(argv: Sequence[str] | None) -> Settings:
+def settings_from(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> Settings:
     args = vars(parser().parse_args(argv))
     config = args.pop("config")
+    if args["embedded"] and args["constrain"] is None and not _set_elsewhere("constrain", config, env):
+        # The packaged 135M model ignores every call format but follows a schema: the demo needs it.
+        args["constrain"] = "always"
     return load_settings(args, config)
+
+
+def _set_elsewhere(name: str, config: str | None, env: Mapping[str, str] | None) -> bool:
+    if f"SANCTUM_{name.upper()}" in (os.environ if env is None else env):
+        return True
+    try:
+        return config is not None and name in tomllib.loads(Path(config).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return False  # load_settings reports a bad file
 
 
 def main(argv: Sequence[str] | None = None) -> int:

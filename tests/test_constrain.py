@@ -241,3 +241,14 @@ def test_streamed_call_branch_becomes_tool_call_deltas(client, fake):
     calls = [tc for d in deltas for tc in d.get("tool_calls") or []]
     assert calls[0]["function"]["name"] == "get_weather"
     assert "".join(tc["function"].get("arguments", "") for tc in calls) == '{"city":"Paris"}'
+
+
+def test_embedded_demo_constrains_always_unless_told_otherwise(tmp_path):
+    from sanctum_proxy.cli import settings_from
+
+    assert settings_from(["--embedded"], env={}).constrain == "always"
+    assert settings_from([], env={}).constrain == "repair"
+    assert settings_from(["--embedded", "--constrain", "off"], env={}).constrain == "off"
+    config = tmp_path / "c.toml"
+    config.write_text('constrain = "repair"\n')
+    assert settings_from(["--embedded", "--config", str(config)], env={}).constrain == "repair"

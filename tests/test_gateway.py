@@ -155,7 +155,7 @@ def test_help_documents_every_flag():
     out = subprocess.run([sys.executable, "-m", "sanctum_proxy", "--help"], capture_output=True, text=True,
                          timeout=30).stdout
     for flag in ("--upstream", "--host", "--port", "--config", "--spell-calling", "--max-repair-rounds",
-                 "--log-level", "--embedded"):
+                 "--log-level", "--embedded", "--constrain"):
         assert flag in out
 
 
