@@ -7,14 +7,13 @@ prompted call format, and follows a json_schema response_format.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -28,9 +27,14 @@ from tests.conftest import ServerThread
 
 pytestmark = pytest.mark.e2e
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
 DETERMINISTIC = {"temperature": 0, "seed": 42, "max_tokens": 48}
 
@@ -66,7 +70,12 @@ def test_auto_mode_flips_on_the_real_500_and_answers(llama_nojinja, proxy_to):
     assert first.json()["sanctum"]["omens"][0]["message"] == "tools param requires --jinja flag"
     assert first.headers["x-sanctum-spell-calling"] == "prompted" and first.json()["sanctum"]["rounds"] == 2
     again = chat(proxy)
-    assert again.json()["sanctum"] == {**again.json()["sanctum"], "rounds": 1, "omens": [], "mode": "prompted"}
+    assert again.json()["sanctum"] == {
+        **again.json()["sanctum"],
+        "rounds": 1,
+        "omens": [],
+        "mode": "prompted",
+    }
     assert httpx.get(f"{proxy}/sanctum/status").json()["modes"][0]["reason"] == "tools_rejected"
 
 
@@ -103,19 +112,30 @@ def test_constrained_mode_yields_valid_calls(llama_nojinja, proxy_to):
 
 def test_streaming_through_the_proxy_from_the_real_server(llama_jinja, proxy_to):
     client = openai.OpenAI(base_url=proxy_to(llama_jinja) + "/v1", api_key="unused")
-    chunks = list(client.chat.completions.create(model="smollm2", messages=ASK, stream=True,  # type: ignore[arg-type]
-                                                 **DETERMINISTIC))
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2",
+            messages=ASK,
+            stream=True,  # type: ignore[arg-type]
+            **DETERMINISTIC,
+        )
+    )
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
-    direct = httpx.post(f"{llama_jinja.base_url}/chat/completions", timeout=180,
-                        json={**DETERMINISTIC, "messages": ASK}).json()["choices"][0]["message"]["content"]
+    direct = httpx.post(
+        f"{llama_jinja.base_url}/chat/completions", timeout=180, json={**DETERMINISTIC, "messages": ASK}
+    ).json()["choices"][0]["message"]["content"]
     assert len(pieces) > 3 and "".join(pieces) == direct  # live, piece by piece, and nothing lost
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
 
 
 def test_streamed_constrained_call_from_the_real_server_accumulates_in_the_sdk(llama_nojinja, proxy_to):
     client = openai.OpenAI(base_url=proxy_to(llama_nojinja, constrain="always") + "/v1", api_key="unused")
-    with client.chat.completions.stream(model="smollm2", messages=ASK, tools=[WEATHER],  # type: ignore[list-item]
-                                        **DETERMINISTIC) as stream:
+    with client.chat.completions.stream(
+        model="smollm2",
+        messages=ASK,
+        tools=[WEATHER],  # type: ignore[list-item]
+        **DETERMINISTIC,
+    ) as stream:
         final = stream.get_final_completion()
     call = final.choices[0].message.tool_calls[0]  # type: ignore[index]
     assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {"city": "Paris"}
@@ -124,10 +144,21 @@ def test_streamed_constrained_call_from_the_real_server_accumulates_in_the_sdk(l
 
 def test_multi_turn_prompted_conversation_with_tool_results(llama_nojinja, proxy_to):
     proxy = proxy_to(llama_nojinja)
-    history = [*ASK,
-               {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-                   "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-               {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 24 C"}]
+    history = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 24 C"},
+    ]
     response = chat(proxy, messages=history, max_tokens=32)
     assert response.status_code == 200, response.text  # --no-jinja would 500 on any tool message relayed
     assert response.headers["x-sanctum-spell-calling"] == "prompted"
@@ -137,9 +168,13 @@ def test_multi_turn_prompted_conversation_with_tool_results(llama_nojinja, proxy
 
 def test_surrender_keeps_the_models_real_raw_text(llama_nojinja, proxy_to):
     proxy = proxy_to(llama_nojinja, constrain="off")
-    response = chat(proxy, tool_choice="required", max_tokens=24,
-                    messages=[{"role": "user", "content": "Write one short sentence about cats."}],
-                    sanctum={"max_repair_rounds": 1})
+    response = chat(
+        proxy,
+        tool_choice="required",
+        max_tokens=24,
+        messages=[{"role": "user", "content": "Write one short sentence about cats."}],
+        sanctum={"max_repair_rounds": 1},
+    )
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["type"] == "spell_call_parse_error" and error["rounds"] == 2
@@ -151,9 +186,15 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANCTUM_") or k.startswith("SANCTUM_LLAMA")}
-    proc = subprocess.Popen([sys.executable, "-m", "sanctum_proxy", "--embedded", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("SANCTUM_") or k.startswith("SANCTUM_LLAMA")
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sanctum_proxy", "--embedded", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -163,10 +204,16 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja):
             except httpx.HTTPError:
                 time.sleep(0.5)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
-        answer = client.chat.completions.create(model="smollm2", messages=ASK, tools=[WEATHER],  # type: ignore[list-item]
-                                                **DETERMINISTIC)
+        answer = client.chat.completions.create(
+            model="smollm2",
+            messages=ASK,
+            tools=[WEATHER],  # type: ignore[list-item]
+            **DETERMINISTIC,
+        )
         call = answer.choices[0].message.tool_calls[0]  # type: ignore[index]
-        assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {"city": "Paris"}
+        assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {
+            "city": "Paris"
+        }
     finally:
         proc.terminate()
         proc.wait(30)
