@@ -287,3 +287,13 @@ def test_prompted_calls_get_fresh_unique_ids(client, fake):
     r = post(client, ASK, **{"x-sanctum-spell-calling": "prompted"})
     ids = [c["id"] for c in r.json()["choices"][0]["message"]["tool_calls"]]
     assert len(set(ids)) == 2 and all(i.startswith("call_") for i in ids)
+
+
+def test_prompt_format_is_chosen_per_model(make_proxy, fake):
+    with httpx.Client(base_url=make_proxy(prompt_formats={"phi*": "json"}), timeout=10) as c:
+        for model in ("phi-3-mini", "qwen2.5"):
+            fake[0].push(Step(body=completion("Sunny.")))
+            post(c, {**ASK, "model": model}, **{"x-sanctum-spell-calling": "prompted"})
+    phi, qwen = (r["messages"][0]["content"] for r in fake[0].requests)
+    assert "```json" in phi and "<tool_call>" not in phi
+    assert "<tool_call>" in qwen and "```json" not in qwen
