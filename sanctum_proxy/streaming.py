@@ -14,13 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import constrain
+from .codecs.registry import all_starts
 
-# Delimiters that open a call in content (the codecs' markers). `{"` and fenced blocks of the languages
-# models use for calls are held; other code fences and braces in prose are not.
-STARTS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<function=", "<|tool_call|>", "<tools>",
-          "<｜tool▁calls▁begin｜>", "functools[", "```json", "```tool_call", "```tool_code", "```python",
-          "```\n{", "```\n[", '{"', "[{", "{'", "[f")
-_BARE_CALL = re.compile(r"\[\s*[A-Za-z_][\w.]*\(")
+# Delimiters that open a call in content: the codecs' own tags, and fences of the languages models write
+# calls in. The codecs' generic openers (`{`, `[`, a bare fence) are held only in the shapes a call takes
+# (_OPENER), so braces and brackets in prose flow on.
+_GENERIC = ("{", "[", "```")
+STARTS = tuple(dict.fromkeys((*(s for s in all_starts() if s not in _GENERIC), "<tools>", "```json",
+                              "```tool_call", "```tool_code", "```python")))
+_OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*\(|\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]")
+_PARTIAL_OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*|\[\s*|\{\s*|```[ \t]*(\n\s*)?")
 
 
 @dataclass
@@ -29,6 +32,10 @@ class _Call:
     name: str = ""
     arguments: str = ""
     object_arguments: dict[str, Any] | None = None
+
+    @property
+    def wire_arguments(self) -> str | dict[str, Any]:
+        return self.object_arguments if self.object_arguments is not None else self.arguments
 
 
 @dataclass
@@ -41,6 +48,8 @@ class Assembler:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    _firsts: frozenset[str] = frozenset()
+    _longest: int = 0
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
     _visible: str = ""
 
@@ -93,7 +102,7 @@ class Assembler:
             at = text.find(start, self.released)
             if at >= 0 and at < cut:
                 cut, self.holding = at, True
-        match = _BARE_CALL.search(text, self.released)
+        match = _OPENER.search(text, self.released)
         if match and match.start() < cut:
             cut, self.holding = match.start(), True
         if not self.holding:
@@ -102,13 +111,20 @@ class Assembler:
         return out
 
     def _partial_start(self, text: str) -> int:
-        """Where a suffix of `text` could still grow into a delimiter."""
-        longest = max(len(s) for s in self.starts)
-        for at in range(max(self.released, len(text) - longest), len(text)):
+        """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one)."""
+        firsts = self._firsts or self._first_chars()
+        for at in range(max(self.released, len(text) - self._longest), len(text)):
+            if text[at] not in firsts:
+                continue
             tail = text[at:]
-            if any(s.startswith(tail) for s in self.starts) or tail.lstrip().startswith("["):
+            if _PARTIAL_OPENER.fullmatch(tail) or any(s.startswith(tail) for s in self.starts):
                 return at
         return len(text)
+
+    def _first_chars(self) -> frozenset[str]:
+        self._longest = max(len(s) for s in self.starts)
+        self._firsts = frozenset(s[0] for s in self.starts) | frozenset(_GENERIC[:2])
+        return self._firsts
 
     def message(self) -> dict[str, Any]:
         """The whole answer, shaped like a non-streaming message."""
@@ -116,8 +132,7 @@ class Assembler:
         if self.calls:
             message["tool_calls"] = [
                 {"id": c.id or "", "type": "function",
-                 "function": {"name": c.name,
-                              "arguments": c.object_arguments if c.object_arguments is not None else c.arguments}}
+                 "function": {"name": c.name, "arguments": c.wire_arguments}}
                 for _, c in sorted(self.calls.items())]
         return message
 
@@ -139,7 +154,8 @@ def unseen(shown: str, final: str | None) -> str:
 
 def chunk(meta: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,
           **extra: Any) -> dict[str, Any]:
-    return {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"], "model": meta["model"],
+    return {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"],
+            "model": meta["model"],
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
 
 

@@ -51,3 +51,19 @@ def test_repeated_full_name_is_not_doubled():
     for _ in range(2):
         a.feed({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "web_search"}}]}}]})
     assert a.message()["tool_calls"][0]["function"]["name"] == "web_search"
+
+
+def test_json_call_with_a_newline_after_the_brace_is_held():
+    a, shown = feed_all(["Here: {", '\n  "name": "f",', ' "arguments": {}}'])
+    assert shown == ["Here: ", "", ""]
+
+
+def test_braces_and_brackets_in_prose_flow_on():
+    _, shown = feed_all(["use {x} and ", "[1, 2] or [see", " notes] ok"])
+    assert "".join(shown) == "use {x} and [1, 2] or [see notes] ok"
+
+
+def test_every_codec_tag_is_held_even_split():
+    for tag in ("<|tool_call_start|>", "<|python_start|>", "[TOOL_CALLS]", "<function="):
+        _, shown = feed_all(["ok ", tag[:3], tag[3:], "f()"])
+        assert "".join(shown) == "ok ", tag

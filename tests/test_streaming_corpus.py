@@ -1,0 +1,164 @@
+"""The corpus replayed as upstream streams (1-char, 7-char and whole chunks): the same calls and content as
+non-streaming. Every case runs in-process through the streaming sender, the round loop and the SSE writer
+(the code path of the proxy, without sockets); one case per corpus file also runs through the real proxy
+and the official SDK's stream helper."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import openai
+import orjson
+import pytest
+
+from sanctum_proxy.errors import SpellCallParseError
+from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, run
+from sanctum_proxy.repair.mend import content_text
+from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.routes.sse import SseWriter, stream_sender
+from tests.fakes.upstream import Step
+from tests.stream_rules import read_stream
+from tests.test_corpus import CASES
+
+SIZES = {"1char": 1, "7char": 7, "whole": None}
+RETRY = {"role": "assistant", "content": "Sorry, I cannot do that."}  # the answer to any correction round
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def pieces(text: str, size: int | None) -> list[str]:
+    if not text:
+        return []
+    return [text] if size is None else [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def upstream_chunks(message: dict[str, Any], finish_reason: str | None,
+                    size: int | None) -> list[dict[str, Any]]:
+    """A message as a llama.cpp stream: content, then each call's head and its argument fragments.
+    Object arguments (Ollama) and `whole` send each call in one chunk."""
+    base = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def one(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    out = [one({"role": "assistant", "content": None})]
+    out += [one({"content": p}) for p in pieces(content_text(message.get("content")), size)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        if size is None or not isinstance(function.get("arguments"), str):
+            out.append(one({"tool_calls": [{"index": index, **call}]}))
+            continue
+        head = {"index": index, "id": call.get("id"), "type": "function",
+                "function": {"name": function["name"]}}
+        out.append(one({"tool_calls": [head]}))
+        out += [one({"tool_calls": [{"index": index, "function": {"arguments": p}}]})
+                for p in pieces(function["arguments"], size)]
+    out.append(one({}, finish_reason or "stop"))
+    out.append({**base, "choices": [], "usage": USAGE})
+    return out
+
+
+class ScriptedUpstream:
+    """`Upstream.chat_stream` and `Upstream.chat` over a list of answers, one per round."""
+
+    def __init__(self, answers: list[tuple[dict[str, Any], str | None]], size: int | None) -> None:
+        self.answers, self.size, self.rounds = answers, size, 0
+
+    def next(self) -> tuple[dict[str, Any], str | None]:
+        self.rounds += 1
+        return self.answers[min(self.rounds, len(self.answers)) - 1]
+
+    @asynccontextmanager
+    async def chat_stream(self, body: dict[str, Any], auth: str | None) -> AsyncIterator[AsyncIterator[Any]]:
+        message, finish = self.next()
+
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            for piece in upstream_chunks(message, finish, self.size):
+                yield piece
+
+        yield chunks()
+
+    async def plain(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
+        message, finish = self.next()
+        yield Answer(message, finish, USAGE, {"id": "chatcmpl-up", "model": "m", "created": 1})
+
+
+def plan_for(tools: list[dict[str, Any]]) -> Plan:
+    body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": tools, "stream": True}
+    counter = iter(range(1000))
+    return Plan(body=body, book=SpellBook.from_tools(tools), mode="native", auto=False, max_rounds=1,
+                new_id=lambda: f"call_{next(counter)}")
+
+
+async def answer_plain(tools: list[dict[str, Any]], case: dict[str, Any]) -> Final:
+    upstream = ScriptedUpstream([(case["message"], case.get("finish_reason")), (RETRY, "stop")], None)
+    return [e async for e in run(plan_for(tools), upstream.plain) if isinstance(e, Final)][0]
+
+
+async def answer_streamed(tools: list[dict[str, Any]], case: dict[str, Any], size: int | None) -> bytes:
+    upstream = ScriptedUpstream([(case["message"], case.get("finish_reason")), (RETRY, "stop")], size)
+    writer = SseWriter({"id": "chatcmpl-x", "created": 1, "model": "m"}, "trace", include_usage=True)
+    body = [writer.opening()]
+    try:
+        async for event in run(plan_for(tools), stream_sender(upstream, None)):
+            body += writer.render(event)
+    except SpellCallParseError as exc:
+        body += writer.render(exc)
+    return b"".join(body)
+
+
+def calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": c["function"]["name"], "arguments": orjson.loads(c["function"]["arguments"])}
+            for c in message.get("tool_calls") or []]
+
+
+@pytest.mark.parametrize("size", list(SIZES.values()), ids=list(SIZES))
+@pytest.mark.parametrize(("tools", "case"), CASES)
+async def test_streamed_corpus_case_equals_non_streamed(tools: list[dict[str, Any]], case: dict[str, Any],
+                                                         size: int | None) -> None:
+    plain = await answer_plain(tools, case)
+    got = read_stream(await answer_streamed(tools, case, size))
+    assert got.parsed_calls() == calls_of(plain.message), case["note"]
+    assert got.finish_reason == plain.finish_reason
+    assert got.usage == plain.usage and got.sanctum is not None and got.sanctum["rounds"] == plain.rounds
+    assert [o["type"] for o in got.omens] == [o.type for o in plain.omens]
+    final = plain.message.get("content") or ""
+    if plain.rounds == 1:
+        assert got.parsed_calls() == case["expect"]["calls"], case["note"]
+        assert got.content.strip() == final, "streamed content differs from non-streamed"
+        return
+    # The answer was corrected: round 1 showed at most its prose, never its call text; the accepted
+    # answer's content follows it.
+    first_round = content_text(case["message"].get("content"))
+    assert got.content.endswith(final)
+    shown = got.content[:len(got.content) - len(final)].strip()
+    assert first_round.lstrip().startswith(shown), f"call text of a rejected round was shown: {shown!r}"
+
+
+def _one_case_per_file() -> Iterator[Any]:
+    seen: set[str] = set()
+    for param in CASES:
+        family = param.id.split(":")[0]
+        tools, case = param.values
+        if family not in seen and case["expect"]["calls"] and not case["expect"]["problems"]:
+            seen.add(family)
+            yield pytest.param(tools, case, id=param.id)
+
+
+@pytest.mark.parametrize("size", list(SIZES.values()), ids=list(SIZES))
+@pytest.mark.parametrize(("tools", "case"), list(_one_case_per_file()))
+def test_corpus_case_through_the_proxy_and_the_sdk_stream_helper(
+        proxy: str, fake: Any, tools: list[dict[str, Any]], case: dict[str, Any], size: int | None) -> None:
+    fake[0].push(Step(chunks=upstream_chunks(case["message"], case.get("finish_reason"), size)))
+    sdk = openai.OpenAI(base_url=proxy + "/v1", api_key="x", max_retries=0)
+    with sdk.chat.completions.stream(model="m", messages=[{"role": "user", "content": "go"}],
+                                     tools=tools) as stream:  # type: ignore[arg-type]
+        final = stream.get_final_completion()
+    message = final.choices[0].message
+    got = [{"name": c.function.name, "arguments": orjson.loads(c.function.arguments)}
+           for c in message.tool_calls or []]
+    assert got == case["expect"]["calls"], case["note"]
+    assert final.choices[0].finish_reason == "tool_calls"
+    if "content" in case["expect"]:
+        assert (message.content or "").strip() == (case["expect"]["content"] or "")
