@@ -1,4 +1,5 @@
-"""create_app(settings): wiring only. One Upstream (one pooled httpx client) per app."""
+"""create_app(settings): wiring only. One Router (an Upstream pool per `[[upstreams]]` entry, or the single
+`upstream`) and one SharedState (in process, or Redis with `redis_url`) per app."""
 
 from __future__ import annotations
 
@@ -7,30 +8,45 @@ from contextlib import asynccontextmanager
 
 import httpx
 from fastapi import FastAPI, Request
-from .responses import JsonResponse as ORJSONResponse
+from starlette.middleware.cors import CORSMiddleware
 
+from .auth import KeyRing
 from .capabilities import CapabilityBook
 from .config import Settings
 from .errors import ProxyError
+from .limits import ConcurrencyLimit
 from .modes import ModeBook
+from .responses import JsonResponse as ORJSONResponse
 from .routes import chat, health, passthrough, sanctum
-from .upstream import Upstream
+from .routing import Router
+from .shared import SharedState
 
 
 def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.upstream = Upstream(settings, transport)
+        app.state.router = Router(settings, transport)
+        app.state.upstream = app.state.router.default
+        app.state.router.start()
+        await app.state.shared.start()
         try:
             yield
         finally:
-            await app.state.upstream.aclose()
+            await app.state.router.aclose()
+            await app.state.shared.aclose()
 
     app = FastAPI(title="sanctum-proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
+    app.state.shared = SharedState(settings.redis_url)
     app.state.modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
-                               parse_failure_threshold=settings.parse_failure_threshold)
+                               parse_failure_threshold=settings.parse_failure_threshold,
+                               table=app.state.shared.table("modes"))
+    app.state.keys = KeyRing(settings)
     app.state.capabilities = CapabilityBook()
+    app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests)
+    if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+                           allow_headers=["*"], expose_headers=["*"])
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> ORJSONResponse:

@@ -2,7 +2,9 @@
 
     ProxyError                      status, type, code, param, message
      ├── InvalidRequest             400 invalid_request_error (bad JSON, messages, tools, controls)
-     │    └── BodyTooLarge          413 invalid_request_error
+     │    ├── BodyTooLarge          413 invalid_request_error
+     │    ├── ArrayTooLong          400 invalid_request_error, code array_above_max_length (messages, tools)
+     │    └── ModelNotFound         404 invalid_request_error, code model_not_found (no upstream serves it)
      ├── Unauthorized               401 invalid_api_key
      ├── TooManyRequests            429 rate_limit_exceeded
      ├── UpstreamUnreachable        502 upstream_unreachable (refused, reset before an answer)
@@ -43,6 +45,15 @@ class InvalidRequest(ProxyError):
 class BodyTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"
+
+
+class ArrayTooLong(InvalidRequest):
+    code = "array_above_max_length"
+
+
+class ModelNotFound(InvalidRequest):
+    status = 404
+    code = "model_not_found"
 
 
 class Unauthorized(ProxyError):

@@ -11,7 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from .errors import UpstreamError
+from .shared import LocalTable, Table
 
 Verdict = Literal["tools_unsupported", "upstream_parse_failure"]
 
@@ -56,38 +59,62 @@ class Decision:
         return {"mode": self.mode, "reason": self.reason, "since": self.since,
                 "parse_failures": self.parse_failures}
 
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> Decision:
+        return cls(row["mode"], str(row["reason"]), float(row["since"]), int(row.get("parse_failures", 0)))
+
 
 class ModeBook:
-    """Per-(upstream, model) decisions of auto mode, in process. (The Redis-backed one shares them.)"""
+    """Per-(upstream, model) decisions of auto mode, kept in a `Table`: this process' own by default, or
+    one shared through Redis by every replica (sanctum_proxy.shared). Reads and writes are synchronous
+    either way; the shared table sends writes on in the background."""
 
     def __init__(self, *, recheck_seconds: float | None = None, parse_failure_threshold: int = 3,
-                 clock: Callable[[], float] = time.time) -> None:
-        self._decisions: dict[tuple[str, str], Decision] = {}
+                 clock: Callable[[], float] = time.time, table: Table | None = None) -> None:
+        self._table: Table = table if table is not None else LocalTable()
         self._recheck = recheck_seconds
         self._threshold = parse_failure_threshold
         self._clock = clock
 
+    def _read(self, upstream: str, model: str) -> Decision | None:
+        row = self._table.get(_key(upstream, model))
+        try:
+            return Decision.from_json(row) if row else None
+        except (KeyError, TypeError, ValueError):  # a row some other version wrote: ignore it
+            return None
+
     def get(self, upstream: str, model: str) -> Decision | None:
-        decision = self._decisions.get((upstream, model))
+        decision = self._read(upstream, model)
         if decision and self._recheck and decision.mode == "prompted" \
                 and self._clock() - decision.since > self._recheck:
-            del self._decisions[(upstream, model)]
+            self._table.delete(_key(upstream, model))
             return None
         return decision
 
     def settle(self, upstream: str, model: str, mode: Literal["native", "prompted"], reason: str) -> None:
-        old = self._decisions.get((upstream, model))
+        old = self._read(upstream, model)
         failures = old.parse_failures if old else 0
-        self._decisions[(upstream, model)] = Decision(mode, reason, self._clock(), failures)
+        self._table.set(_key(upstream, model), Decision(mode, reason, self._clock(), failures).to_json())
 
     def parse_failure(self, upstream: str, model: str) -> bool:
         """Count one upstream parse failure; True when the model has now gone prompted for good."""
-        decision = self._decisions.setdefault((upstream, model), Decision("native", "default", self._clock()))
+        decision = self._read(upstream, model) or Decision("native", "default", self._clock())
         decision.parse_failures += 1
-        if decision.parse_failures >= self._threshold and decision.mode != "prompted":
-            decision.mode, decision.reason, decision.since = "prompted", "upstream_parse_failures", self._clock()
-            return True
-        return False
+        flipped = decision.parse_failures >= self._threshold and decision.mode != "prompted"
+        if flipped:
+            decision.mode, decision.reason = "prompted", "upstream_parse_failures"
+            decision.since = self._clock()
+        self._table.set(_key(upstream, model), decision.to_json())
+        return flipped
 
     def snapshot(self) -> list[dict[str, Any]]:
-        return [{"upstream": u, "model": m, **d.to_json()} for (u, m), d in self._decisions.items()]
+        out = []
+        for key, row in self._table.items():
+            upstream, model = orjson.loads(key)
+            out.append({"upstream": upstream, "model": model, **row})
+        return out
+
+
+def _key(upstream: str, model: str) -> str:
+    """One string for the pair (both may hold ':' and '/'), the same on every replica."""
+    return orjson.dumps([upstream, model]).decode()

@@ -16,6 +16,7 @@ from jsonschema import validators
 
 from .config import Settings
 from .errors import InvalidRequest
+from .limits import check_counts
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 SPELL_CALLING = ("native", "prompted", "auto")
@@ -72,6 +73,7 @@ def parse_chat_request(raw: bytes, headers: Mapping[str, str], settings: Setting
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
+    check_counts(body, settings.max_messages, settings.max_tools)
     check_messages(body.get("messages"))
     check_tools(body)
     sanctum = body.pop("sanctum", None)

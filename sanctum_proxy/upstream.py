@@ -1,13 +1,22 @@
-"""The only module that talks HTTP to the model server, and the one place httpx errors are mapped.
+"""The only module that talks HTTP to the model servers, and the one place httpx errors are mapped.
 
-`Upstream` holds one pooled `httpx.AsyncClient` per app. Chat calls come back as parsed JSON or as an
-async iterator of parsed SSE chunks; everything else is passed through as a streaming httpx response.
+`Upstream` is one named pool of identical backends (base URLs) behind one pooled `httpx.AsyncClient`.
+Requests go round-robin to the healthy backends; a backend that refuses the connection (or cannot be
+reached within connect_timeout) is marked down and the next one is tried. Only a connect error is retried:
+once a request was sent, an error is the client's (the upstream may have started answering). `watch()`
+checks every backend's GET /models periodically and brings a recovered backend back.
+Chat calls come back as parsed JSON or as an async iterator of parsed SSE chunks; everything else is
+passed through as a streaming httpx response. The upstream key never leaves this module: error bodies
+that echo it are redacted before they are raised or relayed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +24,7 @@ from typing import Any
 import httpx
 import orjson
 
-from .config import Settings
+from .config import Settings, UpstreamConfig
 from .errors import ProxyError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 
 # Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
@@ -24,6 +33,9 @@ HOP_BY_HOP = frozenset({
     "transfer-encoding", "upgrade", "host", "content-length",
 })
 MAX_SSE_LINE = 16 * 1024 * 1024
+MAX_ERROR_BODY = 1024 * 1024
+CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)  # nothing was sent: safe to try another backend
+log = logging.getLogger("sanctum_proxy.upstream")
 
 
 @dataclass(frozen=True)
@@ -68,17 +80,80 @@ def upstream_error(status: int, body: bytes) -> UpstreamError:
     return UpstreamError(status, error_message(body), raw)
 
 
+@dataclass
+class Backend:
+    """One server of a pool; `healthy` is what the last request or health check saw."""
+
+    base_url: str
+    healthy: bool = True
+    checked_at: float | None = None
+
+    @property
+    def root_url(self) -> str:
+        """The server root (the base URL without its trailing /v1), for /props, /api/show."""
+        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.base_url, "healthy": self.healthy, "checked_at": self.checked_at}
+
+
 class Upstream:
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.base_url = settings.upstream
-        self.root_url = settings.upstream_root
-        self._key = settings.upstream_api_key
+    """One pool of identical model servers. Without `config`, the single `upstream` setting."""
+
+    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None,
+                 *, config: UpstreamConfig | None = None) -> None:
+        self.name = config.name if config else "default"
+        self.backends = [Backend(url) for url in (config.urls if config else [settings.upstream])]
+        self._key = config.api_key if config else settings.upstream_api_key
+        self._turn = itertools.count()
+        self._check_timeout = min(settings.connect_timeout, 5.0)
         timeout = httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout)
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+    @property
+    def base_url(self) -> str:
+        """The first healthy backend's base URL (the first one when none is)."""
+        return next((b for b in self.backends if b.healthy), self.backends[0]).base_url
+
+    @property
+    def root_url(self) -> str:
+        return next((b for b in self.backends if b.healthy), self.backends[0]).root_url
+
+    def candidates(self) -> list[Backend]:
+        """Healthy backends, rotated one step per call (round robin), then the ones marked down as a last
+        resort (a health mark can be stale)."""
+        if len(self.backends) == 1:
+            return self.backends
+        turn = next(self._turn) % len(self.backends)
+        rotated = self.backends[turn:] + self.backends[:turn]
+        return [b for b in rotated if b.healthy] + [b for b in rotated if not b.healthy]
+
+    async def _open(self, build: Callable[[Backend], httpx.Request]) -> httpx.Response:
+        """Send to the first backend that takes the connection; the response streams (caller closes it)."""
+        failure: Exception | None = None
+        for backend in self.candidates():
+            try:
+                response = await self.client.send(build(backend), stream=True)
+            except CONNECT_ERRORS as exc:
+                if backend.healthy:
+                    log.warning("upstream %s: backend %s unreachable (%s), trying the next one",
+                                self.name, backend.base_url, type(exc).__name__)
+                backend.healthy, failure = False, exc
+                continue
+            backend.healthy = True
+            return response
+        assert failure is not None
+        raise failure
+
+    def _redact(self, data: bytes) -> bytes:
+        return data.replace(self._key.encode(), b"***") if self._key else data
+
+    def _error(self, status: int, body: bytes) -> UpstreamError:
+        return upstream_error(status, self._redact(body))
 
     def headers(self, client_auth: str | None = None) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -91,13 +166,17 @@ class Upstream:
     async def chat(self, body: dict[str, Any], client_auth: str | None = None) -> Reply:
         """POST /chat/completions, non-streaming. Raises UpstreamError on a non-2xx answer."""
         start = time.perf_counter()
+        content, headers = orjson.dumps(body), self.headers(client_auth)
         async with mapped_errors():
-            response = await self.client.post(
-                f"{self.base_url}/chat/completions", content=orjson.dumps(body),
-                headers=self.headers(client_auth))
+            response = await self._open(lambda backend: self.client.build_request(
+                "POST", f"{backend.base_url}/chat/completions", content=content, headers=headers))
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
         latency = (time.perf_counter() - start) * 1000
         if response.status_code >= 400:
-            raise upstream_error(response.status_code, response.content)
+            raise self._error(response.status_code, response.content)
         try:
             parsed = orjson.loads(response.content)
         except orjson.JSONDecodeError as exc:
@@ -114,16 +193,15 @@ class Upstream:
 
         An error before the first byte raises like `chat`; an in-band `data: {"error": ...}` raises
         UpstreamError from the iterator. Leaving the context closes the upstream connection."""
-        request = self.client.build_request(
-            "POST", f"{self.base_url}/chat/completions", content=orjson.dumps(body),
-            headers=self.headers(client_auth))
+        content, headers = orjson.dumps(body), self.headers(client_auth)
         async with mapped_errors():
-            response = await self.client.send(request, stream=True)
+            response = await self._open(lambda backend: self.client.build_request(
+                "POST", f"{backend.base_url}/chat/completions", content=content, headers=headers))
         try:
             if response.status_code >= 400:
                 async with mapped_errors():
                     content = await response.aread()
-                raise upstream_error(response.status_code, content)
+                raise self._error(response.status_code, content)
             yield self._chunks(response)
         finally:
             await response.aclose()
@@ -141,17 +219,26 @@ class Upstream:
                 if not isinstance(chunk, dict):
                     raise UpstreamError(502, f"upstream sent a stream event that is not an object: {data[:200]!r}")
                 if chunk.get("error"):
-                    raise upstream_error(500, data)
+                    raise self._error(500, data)
                 yield chunk
 
     async def send(
         self, method: str, path: str, *, params: Any, headers: Mapping[str, str], content: AsyncIterator[bytes] | None
     ) -> httpx.Response:
-        """Pass-through: the response is streaming; the caller closes it."""
-        request = self.client.build_request(method, f"{self.base_url}{path}", params=params, headers=headers,
-                                            content=content)
+        """Pass-through: the response is streaming; the caller closes it. An error answer is read whole
+        and redacted (servers echo a wrong key in their 401 message)."""
         async with mapped_errors():
-            return await self.client.send(request, stream=True)
+            response = await self._open(lambda backend: self.client.build_request(
+                method, f"{backend.base_url}{path}", params=params, headers=headers, content=content))
+            if response.status_code < 400 or not self._key:
+                return response
+            try:
+                body = self._redact((await response.aread())[:MAX_ERROR_BODY])
+            finally:
+                await response.aclose()
+        kept = [(k, v) for k, v in response.headers.items()
+                if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")]
+        return httpx.Response(response.status_code, headers=kept, content=body)
 
     async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
         """A best-effort capability probe; None when it fails in any way."""
@@ -165,11 +252,31 @@ class Upstream:
             return None
 
     async def ready(self) -> bool:
+        """Some backend answers GET /models (below 500) now."""
+        return any(await asyncio.gather(*(self.check(b, timeout=3.0) for b in self.backends)))
+
+    async def check(self, backend: Backend, timeout: float | None = None) -> bool:
+        """One health check of one backend; marks it up or down."""
         try:
-            response = await self.client.get(f"{self.base_url}/models", timeout=3.0, headers=self.headers())
+            response = await self.client.get(f"{backend.base_url}/models", headers=self.headers(),
+                                             timeout=timeout or self._check_timeout)
+            healthy = response.status_code < 500
         except httpx.HTTPError:
-            return False
-        return response.status_code < 500
+            healthy = False
+        if healthy != backend.healthy:
+            log.warning("upstream %s: backend %s is %s", self.name, backend.base_url,
+                        "up" if healthy else "down")
+        backend.healthy, backend.checked_at = healthy, time.time()
+        return healthy
+
+    async def watch(self, interval: float) -> None:
+        """Check every backend each `interval` seconds, for as long as the task runs."""
+        while True:
+            await asyncio.gather(*(self.check(b) for b in self.backends))
+            await asyncio.sleep(interval)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"name": self.name, "backends": [b.to_json() for b in self.backends]}
 
 
 async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -201,4 +308,4 @@ async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield b"\n".join(data)
 
 
-__all__ = ["Upstream", "Reply", "sse_data", "HOP_BY_HOP"]
+__all__ = ["Upstream", "Backend", "Reply", "sse_data", "HOP_BY_HOP"]

@@ -13,8 +13,8 @@ from fastapi.responses import Response
 
 from .. import capabilities, legacy
 from .. import omens as om
-from ..config import Settings
 from ..auth import check_client_key
+from ..config import Settings
 from ..errors import BodyTooLarge
 from ..protocol import ChatRequest, parse_chat_request
 from ..repair.loop import Answer, ContentDelta, Final, Plan, run

@@ -1,8 +1,9 @@
-"""GET /healthz (the proxy serves) and GET /readyz (the upstream answers)."""
+"""GET /healthz (the proxy serves) and GET /readyz (an upstream answers). Neither needs a key."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+
 from ..responses import JsonResponse as ORJSONResponse
 
 router = APIRouter()
@@ -15,6 +16,14 @@ async def healthz() -> ORJSONResponse:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> ORJSONResponse:
-    ready = await request.app.state.upstream.ready()
-    body = {"status": "ready" if ready else "upstream unavailable", "upstream": request.app.state.settings.upstream}
+    """With `[[upstreams]]`: ready while any of them answers (one model server down must not take every
+    replica out of the load balancer); the body says which answer."""
+    router = request.app.state.router
+    answers = await router.ready()
+    ready = any(answers.values())
+    body: dict[str, object] = {"status": "ready" if ready else "upstream unavailable"}
+    if router.several:
+        body["upstreams"] = answers
+    else:
+        body["upstream"] = request.app.state.settings.upstream
     return ORJSONResponse(body, status_code=200 if ready else 503)

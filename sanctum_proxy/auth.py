@@ -1,0 +1,87 @@
+"""Who may call what: client keys for /v1/*, the admin key for /sanctum/* (and /metrics).
+
+Client keys come from `api_keys` and `api_keys_file` (one key per line, `#` comments; re-read when the
+file changes, so a rotated Kubernetes Secret needs no restart). `/sanctum/*` takes `admin_key` when one
+is set, else the client keys, else it is open like the rest. Keys are compared in constant time, each
+against every key, so neither the answer nor its timing tells which key came close.
+`check_client_key` / `check_admin_key` raise Unauthorized (401 invalid_api_key); `require_client_key` /
+`require_admin_key` are the same as FastAPI dependencies.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from pathlib import Path
+
+from fastapi import Request
+
+from .config import Settings
+from .errors import Unauthorized
+
+
+class KeyRing:
+    def __init__(self, settings: Settings) -> None:
+        self._listed = tuple(k.encode() for k in settings.api_keys if k)
+        self._file = Path(settings.api_keys_file) if settings.api_keys_file else None
+        self._stamp: tuple[int, int] | None = None
+        self._from_file: tuple[bytes, ...] = ()
+        self.admin = settings.admin_key.encode() if settings.admin_key else None
+
+    def client_keys(self) -> tuple[bytes, ...]:
+        return self._listed + self._read_file()
+
+    def _read_file(self) -> tuple[bytes, ...]:
+        if self._file is None:
+            return ()
+        try:
+            info = os.stat(self._file)
+        except OSError:
+            return self._from_file  # a Secret being swapped: keep the last keys read
+        stamp = (info.st_mtime_ns, info.st_size)
+        if stamp != self._stamp:
+            lines = self._file.read_text(encoding="utf-8").splitlines()
+            self._from_file = tuple(k.strip().encode() for k in lines if k.strip() and not k.startswith("#"))
+            self._stamp = stamp
+        return self._from_file
+
+    def admin_keys(self) -> tuple[bytes, ...]:
+        return (self.admin,) if self.admin else self.client_keys()
+
+    def client_required(self) -> bool:
+        return bool(self._listed or self._file)
+
+
+def presented_key(request: Request) -> bytes:
+    """The bearer token of the Authorization header (empty when there is none)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip().encode() if scheme.lower() == "bearer" else b""
+
+
+def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(given, key)
+    return found
+
+
+def check_client_key(request: Request) -> None:
+    ring: KeyRing = request.app.state.keys
+    if ring.client_required() and not matches(presented_key(request), ring.client_keys()):
+        raise Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>'")
+
+
+def check_admin_key(request: Request) -> None:
+    ring: KeyRing = request.app.state.keys
+    if (ring.admin or ring.client_required()) and not matches(presented_key(request), ring.admin_keys()):
+        raise Unauthorized("Missing or incorrect admin key: send 'Authorization: Bearer <admin key>'")
+
+
+async def require_client_key(request: Request) -> None:
+    """FastAPI dependency form of `check_client_key` (async: no thread pool hop)."""
+    check_client_key(request)
+
+
+async def require_admin_key(request: Request) -> None:
+    """FastAPI dependency form of `check_admin_key`."""
+    check_admin_key(request)

@@ -1,0 +1,207 @@
+"""State that replicas share: small named tables of JSON objects (auto-mode decisions, capabilities).
+
+Without `redis_url` a table is a dict in this process. With it, every table is a Redis hash
+(`sanctum:<table>`) and each process keeps a copy it reads synchronously, so a request never waits on
+Redis and a Redis outage degrades to per-process memory instead of failing requests:
+
+    set / delete  -> the local copy at once, then MULTI { HSET|HDEL, PUBLISH sanctum:changes } in the
+                     background (one transaction: every replica sees changes in the order Redis applied them)
+    listener      -> applies each published change to the local copy (its own ones too, which keeps the
+                     order); after (re)subscribing and every `refresh_seconds` it reloads every table whole
+    outage        -> local writes keep working; the reload after reconnecting replaces the local copy
+                     with Redis' (a decision made only locally during the outage is learned again)
+
+Reads of a table that another replica just changed are eventually consistent: the change arrives with the
+published message (milliseconds on one network).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Protocol
+
+import orjson
+
+log = logging.getLogger("sanctum_proxy.shared")
+CHANNEL = "sanctum:changes"
+PREFIX = "sanctum:"
+
+
+class Table(Protocol):
+    def get(self, key: str) -> dict[str, Any] | None: ...
+    def set(self, key: str, value: dict[str, Any]) -> None: ...
+    def delete(self, key: str) -> None: ...
+    def items(self) -> list[tuple[str, dict[str, Any]]]: ...
+
+
+class LocalTable:
+    """A table in this process only."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[str, Any]] = {}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self._rows.get(key)
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        self._rows[key] = value
+
+    def delete(self, key: str) -> None:
+        self._rows.pop(key, None)
+
+    def items(self) -> list[tuple[str, dict[str, Any]]]:
+        return list(self._rows.items())
+
+    def replace_all(self, rows: dict[str, dict[str, Any]]) -> None:
+        self._rows = rows
+
+
+class SharedTable(LocalTable):
+    """A local copy whose writes go through to Redis (see the module docstring)."""
+
+    def __init__(self, name: str, state: SharedState) -> None:
+        super().__init__()
+        self.name = name
+        self._state = state
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        super().set(key, value)
+        self._state.write(self.name, key, value)
+
+    def delete(self, key: str) -> None:
+        super().delete(key)
+        self._state.write(self.name, key, None)
+
+    def apply(self, key: str, value: dict[str, Any] | None) -> None:
+        """A change published by some replica (this one too): local copy only."""
+        if value is None:
+            super().delete(key)
+        else:
+            super().set(key, value)
+
+
+class SharedState:
+    """The tables of one process: local ones, or Redis-backed ones when `redis_url` is given."""
+
+    def __init__(self, redis_url: str | None = None, *, refresh_seconds: float = 30.0,
+                 timeout: float = 3.0) -> None:
+        self.redis_url = redis_url
+        self._refresh = refresh_seconds
+        self._timeout = timeout
+        self._tables: dict[str, LocalTable] = {}
+        self._writes: set[asyncio.Task[None]] = set()
+        self._listener: asyncio.Task[None] | None = None
+        self._redis: Any = None
+        self.connected = False
+        self._synced = asyncio.Event()
+
+    def table(self, name: str) -> Table:
+        if name not in self._tables:
+            self._tables[name] = SharedTable(name, self) if self.redis_url else LocalTable()
+        return self._tables[name]
+
+    async def start(self) -> None:
+        """Connect and load every table (waiting at most `timeout`); on failure, go on locally and retry."""
+        if not self.redis_url:
+            return
+        import redis.asyncio as aioredis  # the optional [redis] extra, only needed with redis_url
+
+        self._redis = aioredis.from_url(self.redis_url, socket_timeout=self._timeout,
+                                        socket_connect_timeout=self._timeout, health_check_interval=15)
+        self._listener = asyncio.create_task(self._listen())
+        try:
+            await asyncio.wait_for(self._synced.wait(), self._timeout)
+        except TimeoutError:
+            log.warning("shared state: Redis at %s not reachable yet; deciding locally until it is",
+                        _without_password(self.redis_url))
+
+    async def aclose(self) -> None:
+        if self._writes:
+            await asyncio.wait(self._writes, timeout=self._timeout)
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    def write(self, table: str, key: str, value: dict[str, Any] | None) -> None:
+        """Send one change to Redis in the background (callers are synchronous)."""
+        if self._redis is None:
+            return
+        task = asyncio.create_task(self._write(table, key, value))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write(self, table: str, key: str, value: dict[str, Any] | None) -> None:
+        message = orjson.dumps({"table": table, "key": key, "value": value})
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                if value is None:
+                    pipe.hdel(PREFIX + table, key)
+                else:
+                    pipe.hset(PREFIX + table, key, orjson.dumps(value))
+                pipe.publish(CHANNEL, message)
+                await pipe.execute()
+        except Exception as exc:  # redis errors and OSErrors alike: the change stays local
+            log.warning("shared state: could not write %s to Redis: %s", table, exc)
+
+    async def _listen(self) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                async with self._redis.pubsub() as pubsub:
+                    await pubsub.subscribe(CHANNEL)
+                    await self._reload()
+                    self.connected, backoff = True, 0.5
+                    self._synced.set()
+                    await self._follow(pubsub)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure of the connection: retry with backoff
+                if self.connected:
+                    log.warning("shared state: lost Redis (%s); deciding locally until it is back", exc)
+                self.connected = False
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    async def _follow(self, pubsub: Any) -> None:
+        loop = asyncio.get_running_loop()
+        reload_at = loop.time() + self._refresh
+        while True:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if message is not None and message.get("type") == "message":
+                self._apply(message["data"])
+            if loop.time() >= reload_at:
+                await self._reload()
+                reload_at = loop.time() + self._refresh
+
+    def _apply(self, data: bytes) -> None:
+        try:
+            change = orjson.loads(data)
+            table = self._tables.get(change["table"])
+            if isinstance(table, SharedTable):
+                table.apply(str(change["key"]), change["value"])
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            log.warning("shared state: ignored a malformed change message: %s", exc)
+
+    async def _reload(self) -> None:
+        for name, table in list(self._tables.items()):
+            raw = await self._redis.hgetall(PREFIX + name)
+            table.replace_all({k.decode(): orjson.loads(v) for k, v in raw.items()})
+
+    def snapshot(self) -> dict[str, Any]:
+        if not self.redis_url:
+            return {"backend": "memory"}
+        return {"backend": "redis", "url": _without_password(self.redis_url), "connected": self.connected}
+
+
+def _without_password(url: str) -> str:
+    """redis://user:secret@host -> redis://user:***@host"""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
