@@ -21,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream", help="OpenAI-compatible base URL including /v1 (default http://127.0.0.1:11434/v1)")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", help="port to listen on (default 8100)")
-    p.add_argument("--config", help="TOML settings file (see config.example.toml)")
+    p.add_argument("--config", help="TOML settings file (see config.example.toml); also env SANCTUM_CONFIG")
     p.add_argument("--spell-calling", dest="spell_calling", help="native | prompted | auto (default auto)")
     p.add_argument("--max-repair-rounds", dest="max_repair_rounds",
                    help="extra upstream rounds for corrections before surrender, 0..10 (default 2)")
@@ -36,7 +36,8 @@ def parser() -> argparse.ArgumentParser:
 
 def settings_from(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> Settings:
     args = vars(parser().parse_args(argv))
-    config = args.pop("config")
+    # SANCTUM_CONFIG names a mounted file in containers; it is not a setting, so it is read here.
+    config = args.pop("config") or (os.environ if env is None else env).get("SANCTUM_CONFIG") or None
     if args["embedded"] and args["constrain"] is None and not _set_elsewhere("constrain", config, env):
         # The packaged 135M model ignores every call format but follows a schema: the demo needs it.
         args["constrain"] = "always"

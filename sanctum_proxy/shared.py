@@ -115,7 +115,7 @@ class SharedState:
             await asyncio.wait_for(self._synced.wait(), self._timeout)
         except TimeoutError:
             log.warning("shared state: Redis at %s not reachable yet; deciding locally until it is",
-                        _without_password(self.redis_url))
+                        without_password(self.redis_url))
 
     async def aclose(self) -> None:
         if self._writes:
@@ -195,10 +195,10 @@ class SharedState:
     def snapshot(self) -> dict[str, Any]:
         if not self.redis_url:
             return {"backend": "memory"}
-        return {"backend": "redis", "url": _without_password(self.redis_url), "connected": self.connected}
+        return {"backend": "redis", "url": without_password(self.redis_url), "connected": self.connected}
 
 
-def _without_password(url: str) -> str:
+def without_password(url: str) -> str:
     """redis://user:secret@host -> redis://user:***@host"""
     scheme, sep, rest = url.partition("://")
     userinfo, at, host = rest.rpartition("@")

@@ -74,7 +74,8 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     meta = {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
     writer = SseWriter(meta, trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
                        legacy=is_legacy)
-    headers = {"x-sanctum-spell-calling": plan.mode, "x-sanctum-trace-id": trace_id,
+    mode = plan.records[-1].mode if plan.records else plan.mode  # after a fallback: the mode answering
+    headers = {"x-sanctum-spell-calling": mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
     return StreamingResponse(pump(writer, first, queue, task, settings.keepalive_seconds),
                              media_type="text/event-stream", headers=headers)

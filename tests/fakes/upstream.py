@@ -80,6 +80,7 @@ class FakeUpstream:
     props: Any = None  # llama.cpp's GET /props answer; None: 404 like Ollama / vLLM
     show: Any = None  # Ollama's POST /api/show answer; None: 404 like llama.cpp / vLLM
     probes: list[str] = field(default_factory=list)
+    chunks_sent: int = 0  # stream pieces sent so far (a test can see that the upstream is still talking)
 
     def push(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -136,6 +137,7 @@ class FakeUpstream:
                 if step.chunk_delay:
                     await asyncio.sleep(step.chunk_delay)
                 yield piece if isinstance(piece, bytes) else b"data: " + orjson.dumps(piece) + b"\n\n"
+                self.chunks_sent += 1
             while step.endless is not None:
                 await asyncio.sleep(step.chunk_delay)
                 piece = step.endless
