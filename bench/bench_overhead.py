@@ -1,0 +1,297 @@
+"""What sanctum-proxy adds in front of a fast upstream, against the same upstream reached directly and through
+a LiteLLM proxy (default settings), in interleaved rounds.
+
+    python bench/bench_overhead.py [--quick] [--rounds R] [--no-litellm] [--litellm PATH]
+
+Upstream: bench/canned_upstream.py (raw asyncio, canned answers). Cases: non-streaming with a valid tool call
+(the proxy validates it against the offered tool), streaming with content and a call. One client for latency
+(p50/p99, added ms against direct); 16 and 64 clients for throughput (ratio to direct, same round).
+Every figure is relative to the direct baseline of the same round; writes bench/results/overhead.{md,png}.
+LiteLLM is a bench-only requirement (bench/requirements-litellm.txt, its own venv: see bench/README.md);
+without it that column is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import servers
+from canned_upstream import CITY_ARGS, MODEL, TOOLS
+from loadgen import Connection, many_clients, one_client, percentile
+
+RESULTS = Path(__file__).parent / "results"
+PATH = "/chat/completions"
+MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the weather in Paris?"}]
+CALL = json.dumps({"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "temperature": 0}).encode()
+STREAM = json.dumps({"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "temperature": 0,
+                     "stream": True}).encode()
+TARGETS = ("direct", "sanctum", "litellm")
+
+
+@dataclass
+class Samples:
+    """Everything measured for one target, kept per round."""
+
+    call_ms: list[list[float]] = field(default_factory=list)
+    ttft_ms: list[list[float]] = field(default_factory=list)
+    stream_ms: list[list[float]] = field(default_factory=list)
+    rps: dict[str, list[float]] = field(default_factory=dict)  # "call@16" -> one figure per round
+    failed: int = 0
+
+
+def check(name: str, url: str) -> None:
+    """One answer of each kind must carry the call intact, or the timings mean nothing."""
+    async def both() -> tuple[Any, Any]:
+        conn = Connection(url)
+        try:
+            plain = await conn.post(conn.request_bytes(PATH, CALL))
+            streamed = await conn.post(conn.request_bytes(PATH, STREAM), stream=True)
+        finally:
+            conn.close()
+        return plain, streamed
+
+    plain, streamed = asyncio.run(both())
+    if plain.status != 200 or streamed.status != 200:
+        raise RuntimeError(f"{name}: HTTP {plain.status}/{streamed.status}: {plain.body[:300]!r}")
+    call = json.loads(plain.body)["choices"][0]["message"]["tool_calls"][0]["function"]
+    if call["name"] != "get_weather" or json.loads(call["arguments"]) != json.loads(CITY_ARGS):
+        raise RuntimeError(f"{name}: the tool call did not come through: {call}")
+    content, name_seen, arguments = "", "", ""
+    for line in streamed.body.decode().splitlines():
+        if not line.startswith("data:") or line.endswith("[DONE]"):
+            continue
+        for choice in json.loads(line[5:]).get("choices") or []:
+            delta = choice.get("delta") or {}
+            content += delta.get("content") or ""
+            for piece in delta.get("tool_calls") or []:
+                name_seen += (piece.get("function") or {}).get("name") or ""
+                arguments += (piece.get("function") or {}).get("arguments") or ""
+    if not content or name_seen != "get_weather" or json.loads(arguments) != json.loads(CITY_ARGS):
+        raise RuntimeError(f"{name}: the stream lost content or the call: {content!r} {name_seen!r} {arguments!r}")
+    if streamed.first_token_ms is None:
+        raise RuntimeError(f"{name}: no content event seen in the stream")
+
+
+async def measure_round(urls: dict[str, str], samples: dict[str, Samples], args: argparse.Namespace,
+                        number: int) -> None:
+    names = list(urls)
+    order = names[number % len(names):] + names[:number % len(names)]  # rotate who goes first
+    for name in order:
+        replies = await one_client(urls[name], PATH, CALL, args.requests)
+        samples[name].call_ms.append([r.total_ms for r in replies])
+    for name in order:
+        replies = await one_client(urls[name], PATH, STREAM, args.requests, stream=True)
+        samples[name].ttft_ms.append([r.first_token_ms or r.total_ms for r in replies])
+        samples[name].stream_ms.append([r.total_ms for r in replies])
+    for clients in args.clients:
+        for kind, body in (("call", CALL), ("stream", STREAM)):
+            for name in order:
+                rps, failed = await many_clients(urls[name], PATH, body, clients, args.seconds, kind == "stream")
+                samples[name].rps.setdefault(f"{kind}@{clients}", []).append(rps)
+                samples[name].failed += failed
+
+
+async def warm_up(urls: dict[str, str]) -> None:
+    for url in urls.values():
+        await one_client(url, PATH, CALL, 30)
+        await one_client(url, PATH, STREAM, 30, stream=True)
+        await many_clients(url, PATH, CALL, 16, 0.3)
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
+    notes: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp, servers.canned_upstream() as upstream:
+        started: list[servers.Child] = []
+        urls = {"direct": upstream.url}
+        try:
+            proxy = servers.sanctum(upstream.url, *args.sanctum_flag).start()
+            started.append(proxy)
+            urls["sanctum"] = proxy.url
+            binary = None if args.no_litellm else servers.litellm_binary(args.litellm)
+            if binary is None:
+                notes["litellm"] = "skipped: not installed (see bench/README.md)" if not args.no_litellm \
+                    else "skipped: --no-litellm"
+            else:
+                try:
+                    lite = servers.litellm(upstream.url, binary, Path(tmp)).start()
+                    started.append(lite)
+                    check("litellm", lite.url)
+                    urls["litellm"] = lite.url
+                except RuntimeError as exc:
+                    notes["litellm"] = f"skipped: {str(exc).splitlines()[0]}"
+            check("direct", upstream.url)
+            check("sanctum", proxy.url)
+            samples = {name: Samples() for name in urls}
+            asyncio.run(warm_up(urls))
+            for number in range(args.rounds):
+                began = time.perf_counter()
+                asyncio.run(measure_round(urls, samples, args, number))
+                print(f"round {number + 1}/{args.rounds}: {time.perf_counter() - began:.1f}s", flush=True)
+            notes["sanctum_rss_mb"] = f"{servers.rss_mb(proxy.pid):.0f}"
+        finally:
+            for child in started:
+                child.stop()
+    return samples, notes
+
+
+# --- report ------------------------------------------------------------------------------------------------
+
+
+def pooled(rounds: list[list[float]]) -> list[float]:
+    return [v for r in rounds for v in r]
+
+
+def added(samples: dict[str, Samples], name: str, attr: str, q: float) -> tuple[float, float, float]:
+    """(median over rounds, min, max) of the target's quantile minus direct's, both from the same round."""
+    mine, base = getattr(samples[name], attr), getattr(samples["direct"], attr)
+    diffs = [percentile(m, q) - percentile(b, q) for m, b in zip(mine, base, strict=True)]
+    return statistics.median(diffs), min(diffs), max(diffs)
+
+
+def ratios(samples: dict[str, Samples], name: str, key: str) -> tuple[float, float, float]:
+    r = [m / b for m, b in zip(samples[name].rps[key], samples["direct"].rps[key], strict=True)]
+    return statistics.median(r), min(r), max(r)
+
+
+def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Namespace) -> str:
+    others = [n for n in samples if n != "direct"]
+    spread = "median over rounds [min..max]"
+    lines = [
+        "# Proxy overhead against a direct upstream",
+        "",
+        f"`python bench/bench_overhead.py{' --quick' if args.quick else ''}` — {args.rounds} interleaved rounds; "
+        f"per round and target {args.requests} sequential requests per case and {args.seconds:g} s per "
+        f"throughput cell. Python {platform.python_version()}, {os.cpu_count()} CPUs "
+        "(shared with other work while measured: expect noise; the [min..max] over rounds shows it). "
+        "Client, canned upstream and proxy are separate processes on the same machine.",
+        "",
+        "## One client: latency added to a non-streaming answer with a valid tool call",
+        "",
+        f"| target | p50 ms | p99 ms | added p50 ms ({spread}) | added p99 ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in samples:
+        all_ms = pooled(samples[name].call_ms)
+        row = f"| {name} | {percentile(all_ms, 0.5):.2f} | {percentile(all_ms, 0.99):.2f} |"
+        if name == "direct":
+            lines.append(row + " (baseline) | |")
+        else:
+            mid, low, high = added(samples, name, "call_ms", 0.5)
+            lines.append(row + f" {mid:+.2f} [{low:+.2f}..{high:+.2f}] | "
+                         f"{added(samples, name, 'call_ms', 0.99)[0]:+.2f} |")
+    lines += ["", "## One client: streaming with content and a call", "",
+              f"| target | time to first token p50 ms | TTFT added p50 ms ({spread}) | whole stream p50 ms | "
+              "whole stream added p50 ms |", "|---|---:|---:|---:|---:|"]
+    for name in samples:
+        ttft, total = pooled(samples[name].ttft_ms), pooled(samples[name].stream_ms)
+        row = f"| {name} | {percentile(ttft, 0.5):.2f} |"
+        if name == "direct":
+            lines.append(row + f" (baseline) | {percentile(total, 0.5):.2f} | |")
+        else:
+            mid, low, high = added(samples, name, "ttft_ms", 0.5)
+            lines.append(row + f" {mid:+.2f} [{low:+.2f}..{high:+.2f}] | {percentile(total, 0.5):.2f} | "
+                         f"{added(samples, name, 'stream_ms', 0.5)[0]:+.2f} |")
+    lines += ["", "## Throughput: requests per second, as a ratio to direct in the same round", "",
+              "| case | clients | direct rps | " + " | ".join(f"{n} (× direct, {spread})" for n in others) + " |",
+              "|---|---:|---:|" + "---:|" * len(others)]
+    for key in samples["direct"].rps:
+        kind, clients = key.split("@")
+        cells = [f"{statistics.median(samples[n].rps[key]):.0f} rps, {ratios(samples, n, key)[0]:.2f}× "
+                 f"[{ratios(samples, n, key)[1]:.2f}..{ratios(samples, n, key)[2]:.2f}]" for n in others]
+        lines.append(f"| {'tool call' if kind == 'call' else 'stream'} | {clients} | "
+                     f"{statistics.median(samples['direct'].rps[key]):.0f} | " + " | ".join(cells) + " |")
+    failed = {n: s.failed for n, s in samples.items() if s.failed}
+    lines += ["", "Targets for sanctum-proxy: added p50 ≤ 0.5 ms, throughput ≥ 0.8× direct, streaming adds ≤ 1 ms "
+              "to time to first token.", ""]
+    if failed:
+        lines.append(f"Failed requests during throughput runs: {failed}.")
+    for key, value in notes.items():
+        lines.append(f"- {key}: {value}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(samples: dict[str, Samples], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    others = [n for n in samples if n != "direct"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    cases = [("call p50", "call_ms", 0.5), ("call p99", "call_ms", 0.99), ("TTFT p50", "ttft_ms", 0.5)]
+    width = 0.8 / max(len(others), 1)
+    for i, name in enumerate(others):
+        values = [added(samples, name, attr, q)[0] for _, attr, q in cases]
+        left.bar([x + i * width for x in range(len(cases))], values, width, label=name)
+    left.set_xticks([x + width * (len(others) - 1) / 2 for x in range(len(cases))], [c[0] for c in cases])
+    left.set_yscale("symlog", linthresh=1)
+    left.set_ylabel("ms added vs direct")
+    left.axhline(0.5, color="grey", linestyle=":", linewidth=1)
+    left.legend()
+    keys = list(samples["direct"].rps)
+    for i, name in enumerate(others):
+        left_edges = [x + i * width for x in range(len(keys))]
+        right.bar(left_edges, [ratios(samples, name, k)[0] for k in keys], width, label=name)
+    right.set_xticks([x + width * (len(others) - 1) / 2 for x in range(len(keys))], keys)
+    right.axhline(0.8, color="grey", linestyle=":", linewidth=1)
+    right.set_ylabel("throughput × direct")
+    right.set_ylim(0, 1.1)
+    right.legend()
+    fig.suptitle("sanctum-proxy overhead (ratios against direct, same rounds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    samples, notes = run(args)
+    text = report(samples, notes, args)
+    print(text)
+    if args.quick:
+        return 0  # a smoke run never overwrites the recorded results
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "overhead.md").write_text(text, encoding="utf-8")
+    try:
+        plot(samples, RESULTS / "overhead.png")
+    except ImportError:
+        print("matplotlib not installed: no plot (pip install -r bench/requirements.txt)")
+    return 0
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a smoke run of seconds (CI); results not written")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 5; quick 1)")
+    p.add_argument("--requests", type=int, help="sequential requests per case per round (default 300; quick 60)")
+    p.add_argument("--seconds", type=float, help="seconds per throughput cell (default 2; quick 0.5)")
+    p.add_argument("--clients", type=lambda s: [int(c) for c in s.split(",")],
+                   help="comma-separated concurrency levels (default 16,64; quick 16)")
+    p.add_argument("--litellm", help="path of the litellm executable (default bench/.venv-litellm/bin/litellm, "
+                                     "then PATH)")
+    p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM column")
+    p.add_argument("--sanctum-flag", action="append", default=[],
+                   help="extra flag for sanctum-proxy (repeatable, e.g. --sanctum-flag=--log-level=warning)")
+    args = p.parse_args(argv)
+    quick = args.quick
+    args.rounds = args.rounds or (1 if quick else 5)
+    args.requests = args.requests or (60 if quick else 300)
+    args.seconds = args.seconds or (0.5 if quick else 2.0)
+    args.clients = args.clients or ([16] if quick else [16, 64])
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""A fast scripted upstream for the benchmarks: a raw asyncio HTTP/1.1 server on loopback (keep-alive,
+content-length and chunked request bodies) that answers every POST .../chat/completions with canned bytes.
+
+    non-streaming   a chat.completion whose message holds one valid `get_weather` tool call
+    streaming       SSE: a role chunk, content in pieces, the call (name, then argument fragments),
+                    finish_reason tool_calls, a usage chunk when asked, [DONE]
+
+`--chunk-delay S` sleeps between SSE events (the memory benchmark's slow streams); `--chunks N` repeats the
+content piece N times. GET /v1/models answers a one-model list; anything else is a 404 JSON error.
+
+    python bench/canned_upstream.py --port 9000 [--chunk-delay 0] [--chunks 4]
+
+It is deliberately not starlette/uvicorn: the direct baseline should cost as little as possible, so that
+what a proxy adds is not hidden by a slow upstream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+MODEL = "bench-model"
+CITY_ARGS = '{"city": "Paris", "unit": "celsius"}'
+TOOLS: list[dict[str, Any]] = [{
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"],
+        },
+    },
+}]
+CONTENT_PIECE = "Checking the weather. "
+
+
+def completion_body() -> bytes:
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": CITY_ARGS}}]}
+    return json.dumps({
+        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": MODEL,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 12, "total_tokens": 62},
+    }).encode()
+
+
+def stream_events(pieces: int, usage: bool) -> list[bytes]:
+    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000, "model": MODEL}
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    out = [event({"role": "assistant", "content": None})]
+    out += [event({"content": CONTENT_PIECE}) for _ in range(pieces)]
+    out.append(event({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                      "function": {"name": "get_weather", "arguments": ""}}]}))
+    out += [event({"tool_calls": [{"index": 0, "function": {"arguments": CITY_ARGS[i:i + 12]}}]})
+            for i in range(0, len(CITY_ARGS), 12)]
+    out.append(event({}, "tool_calls"))
+    if usage:
+        tail = {**base, "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}}
+        out.append(b"data: " + json.dumps(tail).encode() + b"\n\n")
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def response(status: int, body: bytes, content_type: bytes = b"application/json") -> bytes:
+    reason = {200: b"OK", 404: b"Not Found"}.get(status, b"Error")
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
+            % (status, reason, content_type, len(body)) + body)
+
+
+class Canned:
+    def __init__(self, chunk_delay: float = 0.0, pieces: int = 4) -> None:
+        self.chunk_delay = chunk_delay
+        self.pieces = pieces
+        self.completion = response(200, completion_body())
+        self.models = response(200, json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+                               .encode())
+        self.missing = response(404, b'{"error": {"message": "not found", "type": "not_found_error"}}')
+        self.events = {usage: stream_events(pieces, usage) for usage in (False, True)}
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await read_request(reader)
+                if request is None:
+                    return
+                method, path, body = request
+                if method == b"POST" and path.endswith(b"/chat/completions"):
+                    if b'"stream":true' in body.replace(b" ", b""):
+                        await self.stream(writer, b'"include_usage":true' in body.replace(b" ", b""))
+                    else:
+                        writer.write(self.completion)
+                elif method == b"GET" and path.endswith(b"/models"):
+                    writer.write(self.models)
+                else:
+                    writer.write(self.missing)
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            writer.close()
+
+    async def stream(self, writer: asyncio.StreamWriter, usage: bool) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")
+        for event in self.events[usage]:
+            if self.chunk_delay:
+                await asyncio.sleep(self.chunk_delay)
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes, bytes] | None:
+    """(method, path, body) of the next request on the connection, None when the client closed it."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    lines = head.split(b"\r\n")
+    method, path, _ = lines[0].split(b" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = bytearray()
+        while (size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)) > 0:
+            body += await reader.readexactly(size)
+            await reader.readexactly(2)
+        await reader.readuntil(b"\r\n")  # the empty trailer section
+        return method, path, bytes(body)
+    return method, path, await reader.readexactly(int(headers.get(b"content-length", b"0")))
+
+
+async def serve(port: int, chunk_delay: float, pieces: int) -> None:
+    canned = Canned(chunk_delay, pieces)
+    server = await asyncio.start_server(canned.handle, "127.0.0.1", port, backlog=4096)
+    print(f"canned upstream on http://127.0.0.1:{port}/v1", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="canned OpenAI-compatible upstream for the benchmarks")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--chunk-delay", type=float, default=0.0, help="seconds between SSE events")
+    parser.add_argument("--chunks", type=int, default=4, help="content pieces before the call")
+    args = parser.parse_args(argv)
+    run = asyncio.run
+    try:
+        import uvloop
+
+        run = uvloop.run
+    except ImportError:
+        pass
+    try:
+        run(serve(args.port, args.chunk_delay, args.chunks))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
