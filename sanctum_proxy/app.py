@@ -42,7 +42,7 @@ def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = 
                                parse_failure_threshold=settings.parse_failure_threshold,
                                table=app.state.shared.table("modes"))
     app.state.keys = KeyRing(settings)
-    app.state.capabilities = CapabilityBook()
+    app.state.capabilities = CapabilityBook(table=app.state.shared.table("capabilities"))
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests)
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],

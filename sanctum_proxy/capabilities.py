@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from .shared import LocalTable, Table, pair_key, pair_of
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -69,19 +71,24 @@ async def probe(upstream: JsonProber, root_url: str, model: str, timeout: float 
 
 
 class CapabilityBook:
-    """Probe answers per (upstream, model), in process."""
+    """Probe answers per (upstream, model), in a `Table`: this process' own, or one every replica shares
+    through Redis (sanctum_proxy.shared; rows carry wall-clock times so they mean the same everywhere)."""
 
-    def __init__(self, *, unknown_ttl: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._known: dict[tuple[str, str], tuple[Capabilities, float]] = {}
+    def __init__(self, *, unknown_ttl: float = 60.0, clock: Callable[[], float] = time.time,
+                 table: Table | None = None) -> None:
+        self._known: Table = table if table is not None else LocalTable()
         self._pending: dict[tuple[str, str], asyncio.Future[Capabilities]] = {}
         self._unknown_ttl = unknown_ttl
         self._clock = clock
 
     def cached(self, upstream: str, model: str) -> Capabilities | None:
-        entry = self._known.get((upstream, model))
-        if entry is None:
+        row = self._known.get(pair_key(upstream, model))
+        if row is None:
             return None
-        caps, at = entry
+        try:
+            caps, at = _caps_of(row), float(row["at"])
+        except (KeyError, TypeError, ValueError):  # a row some other version wrote: probe again
+            return None
         if caps.tools is None and self._clock() - at > self._unknown_ttl:
             return None
         return caps
@@ -92,7 +99,7 @@ class CapabilityBook:
         self.remember(upstream, model, Capabilities(caps.tools, False, caps.server, caps.source))
 
     def remember(self, upstream: str, model: str, caps: Capabilities) -> None:
-        self._known[(upstream, model)] = (caps, self._clock())
+        self._known.set(pair_key(upstream, model), {**caps.to_json(), "at": self._clock()})
 
     async def get(
         self, upstream: str, model: str, ask: Callable[[], Awaitable[Capabilities]]
@@ -117,4 +124,13 @@ class CapabilityBook:
         return caps
 
     def snapshot(self) -> list[dict[str, Any]]:
-        return [{"upstream": u, "model": m, **c.to_json()} for (u, m), (c, _) in self._known.items()]
+        out = []
+        for key, row in self._known.items():
+            upstream, model = pair_of(key)
+            out.append({"upstream": upstream, "model": model, **{k: v for k, v in row.items() if k != "at"}})
+        return out
+
+
+def _caps_of(row: dict[str, Any]) -> Capabilities:
+    return Capabilities(tools=row["tools"], json_schema=row["json_schema"], server=str(row["server"]),
+                        source=str(row["source"]))

@@ -11,10 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import orjson
-
 from .errors import UpstreamError
-from .shared import LocalTable, Table
+from .shared import LocalTable, Table, pair_key, pair_of
 
 Verdict = Literal["tools_unsupported", "upstream_parse_failure"]
 
@@ -77,7 +75,7 @@ class ModeBook:
         self._clock = clock
 
     def _read(self, upstream: str, model: str) -> Decision | None:
-        row = self._table.get(_key(upstream, model))
+        row = self._table.get(pair_key(upstream, model))
         try:
             return Decision.from_json(row) if row else None
         except (KeyError, TypeError, ValueError):  # a row some other version wrote: ignore it
@@ -87,14 +85,14 @@ class ModeBook:
         decision = self._read(upstream, model)
         if decision and self._recheck and decision.mode == "prompted" \
                 and self._clock() - decision.since > self._recheck:
-            self._table.delete(_key(upstream, model))
+            self._table.delete(pair_key(upstream, model))
             return None
         return decision
 
     def settle(self, upstream: str, model: str, mode: Literal["native", "prompted"], reason: str) -> None:
         old = self._read(upstream, model)
         failures = old.parse_failures if old else 0
-        self._table.set(_key(upstream, model), Decision(mode, reason, self._clock(), failures).to_json())
+        self._table.set(pair_key(upstream, model), Decision(mode, reason, self._clock(), failures).to_json())
 
     def parse_failure(self, upstream: str, model: str) -> bool:
         """Count one upstream parse failure; True when the model has now gone prompted for good."""
@@ -104,17 +102,13 @@ class ModeBook:
         if flipped:
             decision.mode, decision.reason = "prompted", "upstream_parse_failures"
             decision.since = self._clock()
-        self._table.set(_key(upstream, model), decision.to_json())
+        self._table.set(pair_key(upstream, model), decision.to_json())
         return flipped
 
     def snapshot(self) -> list[dict[str, Any]]:
         out = []
         for key, row in self._table.items():
-            upstream, model = orjson.loads(key)
+            upstream, model = pair_of(key)
             out.append({"upstream": upstream, "model": model, **row})
         return out
 
-
-def _key(upstream: str, model: str) -> str:
-    """One string for the pair (both may hold ':' and '/'), the same on every replica."""
-    return orjson.dumps([upstream, model]).decode()

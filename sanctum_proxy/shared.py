@@ -36,6 +36,16 @@ class Table(Protocol):
     def items(self) -> list[tuple[str, dict[str, Any]]]: ...
 
 
+def pair_key(upstream: str, model: str) -> str:
+    """One row key for an (upstream, model) pair (both may hold ':' and '/'), the same on every replica."""
+    return orjson.dumps([upstream, model]).decode()
+
+
+def pair_of(key: str) -> tuple[str, str]:
+    upstream, model = orjson.loads(key)
+    return str(upstream), str(model)
+
+
 class LocalTable:
     """A table in this process only."""
 

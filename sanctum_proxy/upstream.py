@@ -238,7 +238,7 @@ class Upstream:
                 await response.aclose()
         kept = [(k, v) for k, v in response.headers.items()
                 if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")]
-        return httpx.Response(response.status_code, headers=kept, content=body)
+        return httpx.Response(response.status_code, headers=kept, stream=httpx.ByteStream(body))
 
     async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
         """A best-effort capability probe; None when it fails in any way."""
