@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,7 +12,7 @@ import openai
 import orjson
 import pytest
 
-from sanctum_proxy.config import UpstreamConfig
+from sanctum_proxy.config import UpstreamConfig, load_settings
 from sanctum_proxy.routing import choose, listed_models
 from tests.conftest import ServerThread
 from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, content_chunks
@@ -203,3 +204,15 @@ def test_without_upstreams_the_single_upstream_setting_works_as_before(client, f
     assert fake[0].requests[0]["model"] == "anything"
     assert client.get("/readyz").json() == {"status": "ready", "upstream": fake[1] + "/v1"}
     assert client.get("/v1/models").json()["data"][0]["id"] == "fake-model"
+
+
+def test_the_upstreams_example_in_config_example_loads(tmp_path):
+    text = (Path(__file__).resolve().parent.parent / "config.example.toml").read_text()
+    block = text[text.index("# [[upstreams]]"):]
+    toml = tmp_path / "upstreams.toml"
+    toml.write_text("\n".join(line.removeprefix("# ").removeprefix("#") for line in block.splitlines()))
+    entries = load_settings({}, toml).upstreams
+    shape = [(e.name, len(e.urls), e.catch_all) for e in entries]
+    assert shape == [("ollama", 2, True), ("llamacpp", 1, False)]
+    assert choose(entries, "gpt-4o-mini") == (0, "qwen2.5:7b")
+    assert choose(entries, "qwen2.5-coder-7b") == (1, "qwen2.5-coder-7b")
