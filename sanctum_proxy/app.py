@@ -16,8 +16,10 @@ from .config import Settings
 from .errors import ProxyError
 from .limits import ConcurrencyLimit
 from .modes import ModeBook
+from .recorder import Recorder
+from .request_id import EchoRequestId
 from .responses import JsonResponse as ORJSONResponse
-from .routes import chat, health, passthrough, sanctum
+from .routes import chat, health, metrics, passthrough, sanctum
 from .routing import Router
 from .shared import SharedState
 
@@ -25,6 +27,7 @@ from .shared import SharedState
 def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.recorder.start()
         app.state.router = Router(settings, transport)
         app.state.upstream = app.state.router.default
         app.state.router.start()
@@ -34,6 +37,7 @@ def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = 
         finally:
             await app.state.router.aclose()
             await app.state.shared.aclose()
+            app.state.recorder.close()
 
     app = FastAPI(title="sanctum-proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
@@ -43,7 +47,9 @@ def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = 
                                table=app.state.shared.table("modes"))
     app.state.keys = KeyRing(settings)
     app.state.capabilities = CapabilityBook(table=app.state.shared.table("capabilities"))
+    app.state.recorder = Recorder(settings)
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests)
+    app.add_middleware(EchoRequestId)  # outside the limit: a 429 echoes X-Request-Id too
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], expose_headers=["*"])
@@ -54,6 +60,7 @@ def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = 
 
     app.include_router(health.router)
     app.include_router(sanctum.router)
+    app.include_router(metrics.router)
     app.include_router(chat.router)
     app.include_router(passthrough.router)
     return app

@@ -4,7 +4,8 @@
      ├── InvalidRequest             400 invalid_request_error (bad JSON, messages, tools, controls)
      │    ├── BodyTooLarge          413 invalid_request_error
      │    ├── ArrayTooLong          400 invalid_request_error, code array_above_max_length (messages, tools)
-     │    └── ModelNotFound         404 invalid_request_error, code model_not_found (no upstream serves it)
+     │    ├── ModelNotFound         404 invalid_request_error, code model_not_found (no upstream serves it)
+     │    └── NotFound              404 invalid_request_error, code not_found (e.g. an unknown trace id)
      ├── Unauthorized               401 invalid_api_key
      ├── TooManyRequests            429 rate_limit_exceeded
      ├── UpstreamUnreachable        502 upstream_unreachable (refused, reset before an answer)
@@ -54,6 +55,11 @@ class ArrayTooLong(InvalidRequest):
 class ModelNotFound(InvalidRequest):
     status = 404
     code = "model_not_found"
+
+
+class NotFound(InvalidRequest):
+    status = 404
+    code = "not_found"
 
 
 class Unauthorized(ProxyError):

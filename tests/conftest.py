@@ -58,6 +58,7 @@ def make_proxy(fake: tuple[FakeUpstream, str]) -> Iterator[Any]:
 
     def start(**flags: Any) -> str:
         flags.setdefault("upstream", fake[1] + "/v1")
+        flags.setdefault("traces_path", ":memory:")  # never the user's own trace file
         server = ServerThread(create_app(load_settings(flags))).__enter__()
         servers.append(server)
         return server.url

@@ -1,17 +1,31 @@
-"""GET /sanctum/status: the settings in force and the modes auto mode has settled on."""
+"""/sanctum/*: the settings in force (status), the recorded traces as JSON, and the trace viewer page.
+
+The JSON routes are guarded by `check_admin`. The viewer page and its static files hold no data (the page
+asks for a key when the JSON routes answer 401), so a browser can open them without an Authorization header.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import datetime
+from importlib import resources
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
 
 from ..auth import check_admin_key
 from ..config import Settings
+from ..errors import InvalidRequest, NotFound
+from ..recorder import Recorder
 from ..responses import JsonResponse as ORJSONResponse
 from ..shared import without_password
+from ..trace_store import Query, UnknownCursor
+from ..traces import OUTCOMES
 
 SECRET = ("upstream_api_key", "api_keys", "admin_key")
+MAX_LIMIT = 200
+STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
 
 
 def check_admin(request: Request) -> None:
@@ -43,3 +57,83 @@ def shown_settings(settings: Settings) -> dict[str, Any]:
     if shown.get("redis_url"):
         shown["redis_url"] = without_password(shown["redis_url"])
     return shown
+
+
+@router.get("/sanctum/traces", dependencies=guarded)
+async def traces(request: Request) -> ORJSONResponse:
+    """Summaries, newest first. Filters: outcome, model, since (unix seconds or ISO 8601); paging: limit
+    (1..200, default 50) and after (the last id of the previous page), as OpenAI's list endpoints do."""
+    query = parse_query(request.query_params)
+    recorder: Recorder = request.app.state.recorder
+    try:
+        data, more = await asyncio.to_thread(_listed, recorder, query)
+    except UnknownCursor as exc:
+        raise InvalidRequest(f"no trace with id {query.after!r} to page after", param="after") from exc
+    return ORJSONResponse({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                           "last_id": data[-1]["id"] if data else None, "has_more": more})
+
+
+@router.get("/sanctum/traces/{trace_id}", dependencies=guarded)
+async def trace(request: Request, trace_id: str) -> ORJSONResponse:
+    recorder: Recorder = request.app.state.recorder
+    doc = await asyncio.to_thread(_got, recorder, trace_id)
+    if doc is None:
+        raise NotFound(f"no trace with id {trace_id!r} (never recorded, or past retention)", param="trace_id")
+    return ORJSONResponse(doc)
+
+
+@router.get("/sanctum/")
+@router.get("/sanctum")
+async def viewer() -> Response:
+    return Response(_static("viewer.html"), media_type="text/html; charset=utf-8",
+                    headers={"cache-control": "no-cache"})
+
+
+@router.get("/sanctum/static/{name}")
+async def static(name: str) -> Response:
+    if name not in STATIC:
+        raise NotFound(f"no file {name!r}")
+    return Response(_static(name), media_type=STATIC[name], headers={"cache-control": "no-cache"})
+
+
+def _static(name: str) -> bytes:
+    return (resources.files("sanctum_proxy") / "static" / name).read_bytes()
+
+
+def _listed(recorder: Recorder, query: Query) -> tuple[list[dict[str, Any]], bool]:
+    recorder.flush()
+    return recorder.store.list(query) if recorder.store is not None else ([], False)
+
+
+def _got(recorder: Recorder, trace_id: str) -> dict[str, Any] | None:
+    recorder.flush()
+    return recorder.store.get(trace_id) if recorder.store is not None else None
+
+
+def parse_query(params: Any) -> Query:
+    outcome = params.get("outcome") or None
+    if outcome is not None and outcome not in OUTCOMES:
+        raise InvalidRequest(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}",
+                             param="outcome")
+    limit = params.get("limit") or "50"
+    if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}", param="limit")
+    return Query(outcome=outcome, model=params.get("model") or None, since=_since(params.get("since")),
+                 limit=int(limit), after=params.get("after") or None)
+
+
+def _since(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRequest(f"since must be unix seconds or an ISO 8601 time, got {value!r}",
+                             param="since") from None
+    if moment.tzinfo is None:
+        raise InvalidRequest(f"since needs a time zone (e.g. Z), got {value!r}", param="since")
+    return moment.timestamp()

@@ -1,0 +1,64 @@
+"""The Prometheus metrics of one app (its own CollectorRegistry, so several apps can live in one process).
+
+Counters and histograms are fed from finished trace documents on the trace writer thread; the two in-flight
+gauges move on the event loop as requests start and end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 11)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.requests = Counter("sanctum_requests", "Chat requests by spell-calling mode and outcome",
+                                ["mode", "outcome"], registry=registry)
+        self.repairs = Counter("sanctum_repairs", "Local (tier 1) mends by kind, e.g. trailing_comma",
+                               ["kind"], registry=registry)
+        self.rejections = Counter("sanctum_rejections", "Answers bounced with a correction (tier 2)",
+                                  ["reason"], registry=registry)
+        self.surrenders = Counter("sanctum_surrenders", "Requests given up on (tier 3)", registry=registry)
+        self.fallbacks = Counter("sanctum_fallbacks", "Auto-mode switches from native to prompted, by reason",
+                                 ["reason"], registry=registry)
+        self.rounds = Histogram("sanctum_rounds_per_request", "Upstream rounds per chat request",
+                                buckets=ROUND_BUCKETS, registry=registry)
+        self.upstream_latency = Histogram("sanctum_upstream_latency_seconds", "Latency of one upstream round",
+                                          ["mode"], buckets=LATENCY_BUCKETS, registry=registry)
+        self.request_latency = Histogram("sanctum_request_latency_seconds", "Latency of one chat request",
+                                         buckets=LATENCY_BUCKETS, registry=registry)
+        self.in_flight = Gauge("sanctum_requests_in_flight", "Chat requests being answered",
+                               registry=registry)
+        self.streams = Gauge("sanctum_streams_in_flight", "Streaming chat requests being answered",
+                             registry=registry)
+        self.traces_dropped = Counter("sanctum_traces_dropped", "Traces lost to a full writer queue",
+                                      registry=registry)
+
+    def observe(self, doc: dict[str, Any]) -> None:
+        """Count one finished request from its trace document."""
+        self.requests.labels(doc["mode"], doc["outcome"]).inc()
+        self.rounds.observe(len(doc["rounds"]))
+        self.request_latency.observe(doc["latency_ms"] / 1000)
+        for record in doc["rounds"]:
+            self.upstream_latency.labels(record["mode"]).observe(record["latency_ms"] / 1000)
+        for omen in doc["omens"]:
+            kind = omen["type"]
+            if kind == "SpellCallRepaired":
+                for repair in omen.get("repairs") or ():
+                    self.repairs.labels(repair).inc()
+            elif kind == "SpellCallRejected":
+                self.rejections.labels(omen.get("reason") or "unknown").inc()
+            elif kind == "SpellCallingFallback":
+                self.fallbacks.labels(omen.get("reason") or "unknown").inc()
+        if doc["outcome"] == "surrendered":
+            self.surrenders.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,189 @@
+"""The recorder: what the chat route calls to trace a request, and the thread that does the rest.
+
+On the event loop (the hot path) a request costs a Trace of references, two gauge moves and one
+`put_nowait` on a bounded queue. The trace writer thread then builds the document, drops the bodies if
+`traces_bodies` is false, stores it in SQLite, feeds the metrics, writes the access log line, and prunes
+by `traces_max_count` / `traces_max_age_hours` after each batch. Readers call `flush()` first, so a client
+that has its answer finds its trace.
+
+    begin(request, trace_id, chat, plan)   at the start, once the plan is settled
+    watch(request, run(...))               wraps the round loop; ends the trace with the Final, the error,
+                                           or the client going away (the loop cancelled or closed)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import TypeVar
+
+from fastapi import Request
+
+from . import access_log
+from .config import Settings
+from .errors import ProxyError
+from .metrics import Metrics
+from .protocol import ChatRequest
+from .repair.loop import Final, Plan
+from .trace_store import TraceStore, default_path
+from .traces import Trace, metadata_only, trace_json
+
+QUEUE_LIMIT = 10_000
+BATCH = 256
+log = logging.getLogger(__name__)
+E = TypeVar("E")
+
+
+class Recorder:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.store: TraceStore | None = None
+        self._queue: queue.Queue[Trace | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def path(self) -> str:
+        return self.settings.traces_path or str(default_path())
+
+    def start(self) -> None:
+        """Open the store (unless traces_max_count is 0) and start the writer thread."""
+        if self.settings.traces_max_count > 0:
+            try:
+                self.store = TraceStore(self.path)
+            except Exception as exc:  # sqlite3.Error, or a directory that cannot be made
+                raise RuntimeError(f"traces_path: cannot open {self.path}: {exc}") from exc
+            self._prune()
+        self._thread = threading.Thread(target=self._drain, name="sanctum-trace-writer", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread and close the store."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(10)
+            self._thread = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    # The hot path: references, gauges, one put_nowait.
+
+    def begin(self, request: Request, trace_id: str, chat: ChatRequest, plan: Plan) -> Trace:
+        trace = Trace(trace_id, _request_id(request), time.time(), time.perf_counter(), chat.body, plan,
+                      plan.upstream, chat.controls.spell_calling)
+        request.state.trace = trace
+        self.metrics.in_flight.inc()
+        if trace.stream:
+            self.metrics.streams.inc()
+        return trace
+
+    async def watch(self, request: Request, events: AsyncIterator[E]) -> AsyncIterator[E]:
+        """Pass the loop's events through; end the trace however the loop ends."""
+        trace: Trace | None = getattr(request.state, "trace", None)
+        shown = False
+        try:
+            async for event in events:
+                if isinstance(event, Final) and trace is not None:
+                    trace.final = event
+                yield event
+                shown = True
+        except ProxyError as exc:
+            # Once a stream has started its error goes inside it (HTTP 200); before that it is a plain error.
+            self._end(trace, error=exc, status=200 if shown and trace and trace.stream else exc.status)
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            self._end(trace, gone=True)
+            raise
+        except Exception as exc:
+            self._end(trace, error=ProxyError(f"internal error: {type(exc).__name__}: {exc}"), status=500)
+            raise
+        self._end(trace)
+
+    def _end(self, trace: Trace | None, *, error: ProxyError | None = None, status: int = 0,
+             gone: bool = False) -> None:
+        if trace is None or trace.done:
+            return
+        if error is not None:
+            trace.failed(error, status)
+        elif trace.final is not None:
+            trace.answered(trace.final)
+        else:
+            trace.client_gone()
+        self.metrics.in_flight.dec()
+        if trace.stream:
+            self.metrics.streams.dec()
+        self.submit(trace)
+
+    def submit(self, trace: Trace) -> None:
+        try:
+            self._queue.put_nowait(trace)
+        except queue.Full:
+            self.metrics.traces_dropped.inc()
+
+    # Everything else, on the writer thread.
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything queued before this call is written (False: not within `timeout`)."""
+        if self._thread is None:
+            return False
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def _drain(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            flushes = [item for item in batch if isinstance(item, threading.Event)]
+            stop = any(item is None for item in batch)
+            self._write([item for item in batch if isinstance(item, Trace)])
+            del batch  # the traces (whole answers) must not stay alive while the thread waits for more
+            for done in flushes:
+                done.set()
+            if stop:
+                return
+
+    def _write(self, traces: list[Trace]) -> None:
+        docs = []
+        for trace in traces:
+            try:
+                doc = trace_json(trace)
+                docs.append(doc if self.settings.traces_bodies else metadata_only(doc))
+            except Exception:  # one unreadable trace must not stop the writer
+                log.exception("trace %s could not be recorded", trace.id)
+        for doc in docs:
+            self.metrics.observe(doc)
+            access_log.LOGGER.info(access_log.line(doc))
+        if self.store is None or not docs:
+            return
+        try:
+            self.store.add(docs)
+        except Exception:
+            log.exception("%d trace(s) could not be stored in %s", len(docs), self.path)
+        self._prune()
+
+    def _prune(self) -> None:
+        if self.store is None:
+            return
+        oldest = time.time() - self.settings.traces_max_age_hours * 3600
+        try:
+            self.store.prune(self.settings.traces_max_count, oldest)
+        except Exception:
+            log.exception("pruning traces in %s failed", self.path)
+
+
+def _request_id(request: Request) -> str | None:
+    value = request.headers.get("x-request-id")
+    return value[:200] if value else None

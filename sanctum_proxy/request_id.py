@@ -1,0 +1,31 @@
+"""X-Request-Id: a client's request id comes back on its response (the chat route stores it in the trace).
+
+A pure ASGI middleware, so streamed answers pass through untouched and unbuffered.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+HEADER = b"x-request-id"
+MAX_LENGTH = 200
+
+
+class EchoRequestId:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        given = next((v for k, v in scope.get("headers", ()) if k == HEADER), None) \
+            if scope["type"] == "http" else None
+        if not given:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != HEADER]
+                message = {**message, "headers": [*headers, (HEADER, given[:MAX_LENGTH])]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

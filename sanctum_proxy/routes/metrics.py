@@ -1,0 +1,21 @@
+"""GET /metrics: Prometheus text of this app's registry (see sanctum_proxy/metrics.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from ..metrics import CONTENT_TYPE
+from ..recorder import Recorder
+
+router = APIRouter()
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    recorder: Recorder = request.app.state.recorder
+    # Counters are fed by the trace writer thread: let it catch up, so a finished request is counted.
+    await asyncio.to_thread(recorder.flush, 2.0)
+    return Response(recorder.metrics.render(), media_type=CONTENT_TYPE)
