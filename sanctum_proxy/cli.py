@@ -74,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sanctum-proxy: --embedded: {exc}", file=sys.stderr)
             return 2
         settings = settings.model_copy(update={"upstream": embedded.base_url})
-    print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {settings.upstream}, "
+    target = ", ".join(u.name for u in settings.upstreams) if settings.upstreams else settings.upstream
+    print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {target}, "
           f"spell calling {settings.spell_calling}", flush=True)
     try:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
