@@ -34,6 +34,7 @@ HOP_BY_HOP = frozenset({
 })
 MAX_SSE_LINE = 16 * 1024 * 1024
 MAX_ERROR_BODY = 1024 * 1024
+DRAIN_SECONDS = 0.05
 CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)  # nothing was sent: safe to try another backend
 log = logging.getLogger("sanctum_proxy.upstream")
 
@@ -50,7 +51,7 @@ async def mapped_errors() -> AsyncIterator[None]:
     """Turn httpx's exceptions into the proxy's (502 unreachable, 504 timeout)."""
     try:
         yield
-    except httpx.TimeoutException as exc:
+    except (httpx.TimeoutException, TimeoutError) as exc:
         raise UpstreamTimeout(f"upstream did not answer in time ({type(exc).__name__})") from exc
     except (httpx.TransportError, httpx.StreamError) as exc:
         raise UpstreamUnreachable(f"upstream unreachable: {exc or type(exc).__name__}") from exc
@@ -107,6 +108,8 @@ class Upstream:
         self._key = config.api_key if config else settings.upstream_api_key
         self._turn = itertools.count()
         self._check_timeout = min(settings.connect_timeout, 5.0)
+        self._read_timeout = settings.read_timeout
+        self._max_answer = settings.max_answer_bytes
         timeout = httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout)
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
@@ -171,19 +174,30 @@ class Upstream:
             response = await self._open(lambda backend: self.client.build_request(
                 "POST", f"{backend.base_url}/chat/completions", content=content, headers=headers))
             try:
-                await response.aread()
+                raw = await self._read_body(response)
             finally:
                 await response.aclose()
         latency = (time.perf_counter() - start) * 1000
         if response.status_code >= 400:
-            raise self._error(response.status_code, response.content)
+            raise self._error(response.status_code, raw)
         try:
-            parsed = orjson.loads(response.content)
+            parsed = loads_lenient(raw)
         except orjson.JSONDecodeError as exc:
-            raise UpstreamError(502, f"upstream sent a body that is not JSON: {response.text[:200]!r}") from exc
+            raise UpstreamError(502, f"upstream sent a body that is not JSON: {raw[:200]!r}") from exc
         if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
-            raise UpstreamError(502, f"upstream sent no choices: {response.text[:200]!r}")
+            raise UpstreamError(502, f"upstream sent no choices: {raw[:200]!r}")
         return Reply(response.status_code, parsed, latency)
+
+    async def _read_body(self, response: httpx.Response) -> bytes:
+        """The whole body, at most max_answer_bytes of it, within read_timeout of the headers (a body that
+        trickles forever would dodge httpx's per-read timeout)."""
+        body = bytearray()
+        async with asyncio.timeout(self._read_timeout):
+            async for piece in response.aiter_bytes():
+                body += piece
+                if len(body) > self._max_answer:
+                    raise too_long(self._max_answer)
+        return bytes(body)
 
     @asynccontextmanager
     async def chat_stream(
@@ -208,11 +222,14 @@ class Upstream:
 
     async def _chunks(self, response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
         async with mapped_errors():
-            async for data in sse_data(response.aiter_bytes()):
+            events = sse_data(response.aiter_bytes(), limit=self._max_answer, idle=self._read_timeout)
+            seen, finished = 0, False
+            async for data in events:
                 if data.startswith(b"[DONE]"):
-                    return
+                    await _drain(events)
+                    break
                 try:
-                    chunk = orjson.loads(data)
+                    chunk = loads_lenient(data)
                 except orjson.JSONDecodeError as exc:
                     raise UpstreamError(502, f"upstream sent a stream event that is not JSON: {data[:200]!r}") \
                         from exc
@@ -220,7 +237,15 @@ class Upstream:
                     raise UpstreamError(502, f"upstream sent a stream event that is not an object: {data[:200]!r}")
                 if chunk.get("error"):
                     raise self._error(500, data)
+                seen += 1
+                finished = finished or any(isinstance(c, dict) and c.get("finish_reason")
+                                           for c in chunk.get("choices") or ())
                 yield chunk
+            else:  # the body ended without [DONE]: complete only if a finish_reason came
+                if seen and not finished:
+                    raise UpstreamUnreachable("upstream closed the stream before the answer was complete")
+            if not seen:
+                raise UpstreamError(502, "upstream sent no stream event (its body is not SSE chunks)")
 
     async def send(
         self, method: str, path: str, *, params: Any, headers: Mapping[str, str], content: AsyncIterator[bytes] | None
@@ -279,16 +304,51 @@ class Upstream:
         return {"name": self.name, "backends": [b.to_json() for b in self.backends]}
 
 
-async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _drain(events: AsyncIterator[bytes]) -> None:
+    """Read the end of the body after [DONE] (it follows at once) so the connection goes back to the pool;
+    a server that lingers after [DONE] only loses its connection."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in events:
+                pass
+    except (TimeoutError, httpx.HTTPError, UpstreamError):
+        pass
+
+
+def too_long(limit: int) -> UpstreamError:
+    return UpstreamError(502, f"upstream answer is over the limit of {limit} bytes (max_answer_bytes)")
+
+
+def loads_lenient(data: bytes) -> Any:
+    """orjson.loads, except that bytes that are not UTF-8 (a server that split a character between tokens)
+    become U+FFFD instead of failing the whole answer."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        text = data.decode("utf-8", "replace")
+        if len(text) == len(data.decode("utf-8", "ignore")):
+            raise  # valid UTF-8: the JSON itself is broken
+        return orjson.loads(text)
+
+
+async def sse_data(chunks: AsyncIterator[bytes], *, limit: int | None = None,
+                   idle: float | None = None) -> AsyncIterator[bytes]:
     """The `data:` payloads of an SSE byte stream, one per event (multi-line data joined by \\n).
 
     Comments (`:` lines, llama.cpp's keep-alive) and other fields are skipped. A line longer than
-    MAX_SSE_LINE is an upstream error, not unbounded memory. Linear in the input: each byte is scanned once."""
+    MAX_SSE_LINE, or a stream longer than `limit` bytes, is an upstream error, not unbounded memory; a
+    stream that sends only comments for `idle` seconds is a timeout. Linear: each byte is scanned once."""
     buffer = bytearray()
-    scanned = 0
+    scanned = total = 0
     data: list[bytes] = []
+    last_event = time.monotonic()
     async for piece in chunks:
         buffer += piece
+        total += len(piece)
+        if limit is not None and total > limit:
+            raise too_long(limit)
+        if idle is not None and time.monotonic() - last_event > idle:
+            raise UpstreamTimeout(f"upstream sent no event for {idle} seconds (only keep-alives)")
         while (newline := buffer.find(b"\n", scanned)) >= 0:
             line = bytes(buffer[:newline]).rstrip(b"\r")
             del buffer[:newline + 1]
@@ -297,6 +357,7 @@ async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                 if data:
                     yield b"\n".join(data)
                     data = []
+                    last_event = time.monotonic()
             elif line.startswith(b"data:"):
                 data.append(line[5:].lstrip(b" "))
         scanned = len(buffer)

@@ -20,6 +20,7 @@ from ..protocol import ChatRequest, parse_chat_request
 from ..repair.loop import Answer, ContentDelta, Final, Plan, run
 from ..repair.spellbook import SpellBook
 from ..responses import JsonResponse as ORJSONResponse
+from .disconnect import ClientGone, gone_response, unless_disconnected
 from .sse import stream_answer, stream_sender
 
 router = APIRouter()
@@ -60,13 +61,21 @@ async def chat_completions(request: Request) -> Response:
     auth = request.headers.get("authorization") if settings.forward_client_key else None
     if chat.stream:
         return await stream_answer(request, chat, plan, trace_id, auth, is_legacy=is_legacy)
-    final = None
-    async for event in recorder.watch(request, run(plan, sender(request, auth, streaming=False))):
-        if isinstance(event, Final):
-            final = event
-    assert final is not None
+    try:
+        final = await unless_disconnected(request, last_event(
+            recorder.watch(request, run(plan, sender(request, auth, streaming=False)))))
+    except ClientGone:
+        return gone_response()
+    assert isinstance(final, Final)
     body = completion(final, chat, trace_id, is_legacy)
     return ORJSONResponse(body, headers=answer_headers(final, trace_id))
+
+
+async def last_event(events: AsyncIterator[Any]) -> Any:
+    final = None
+    async for event in events:
+        final = event
+    return final
 
 
 async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> Plan:

@@ -31,6 +31,7 @@ from ..protocol import ChatRequest
 from ..repair.loop import Answer, ContentDelta, Final, Plan, Sender, run
 from ..responses import JsonResponse as ORJSONResponse
 from ..streaming import Assembler, call_deltas, chunk, unseen
+from .disconnect import ClientGone, gone_response, unless_disconnected
 
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
@@ -66,7 +67,11 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     events = request.app.state.recorder.watch(
         request, run(plan, stream_sender(request.state.route.upstream, auth)))
     task = asyncio.create_task(_produce(events, queue))
-    first = await queue.get()
+    try:
+        first = await unless_disconnected(request, queue.get())
+    except ClientGone:
+        task.cancel()
+        return gone_response()
     if isinstance(first, ProxyError):
         task.cancel()
         return ORJSONResponse(first.body(), status_code=first.status)
