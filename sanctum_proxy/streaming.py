@@ -26,12 +26,24 @@ _OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*\(|\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[
 _PARTIAL_OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*|\[\s*|\{\s*|```[ \t]*(\n\s*)?")
 
 
+def _joined(parts: list[str]) -> str:
+    """The parts as one string, kept as the only part: appending stays O(1), reading is amortised linear
+    (`str +=` on an attribute copies the whole string each time: quadratic over a long answer)."""
+    if len(parts) > 1:
+        parts[:] = ["".join(parts)]
+    return parts[0] if parts else ""
+
+
 @dataclass
 class _Call:
     id: str | None = None
     name: str = ""
-    arguments: str = ""
+    parts: list[str] = field(default_factory=list)
     object_arguments: dict[str, Any] | None = None
+
+    @property
+    def arguments(self) -> str:
+        return _joined(self.parts)
 
     @property
     def wire_arguments(self) -> str | dict[str, Any]:
@@ -41,7 +53,6 @@ class _Call:
 @dataclass
 class Assembler:
     starts: tuple[str, ...] = STARTS
-    content: str = ""
     released: int = 0
     holding: bool = False
     calls: dict[int, _Call] = field(default_factory=dict)
@@ -52,6 +63,12 @@ class Assembler:
     _longest: int = 0
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
     _visible: str = ""
+    _parts: list[str] = field(default_factory=list)
+    _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
+
+    @property
+    def content(self) -> str:
+        return _joined(self._parts)
 
     def feed(self, chunk: dict[str, Any]) -> str:
         """Take one upstream chunk; return the content that may be shown now ("" for none)."""
@@ -65,8 +82,10 @@ class Assembler:
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
             delta = choice.get("delta") or {}
-            if isinstance(delta.get("content"), str):
-                self.content += delta["content"]
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                self._parts.append(delta["content"])
+                if not self.holding:
+                    self._pending += delta["content"]
             for call in delta.get("tool_calls") or []:
                 self._add_call(call)
         return self._release()
@@ -85,7 +104,7 @@ class Assembler:
         if isinstance(arguments, dict):
             call.object_arguments = arguments
         elif isinstance(arguments, str):
-            call.arguments += arguments
+            call.parts.append(arguments)
 
     def _release(self) -> str:
         if self.text_branch:
@@ -96,24 +115,25 @@ class Assembler:
             return out
         if self.holding:
             return ""
-        text = self.content
+        text = self._pending  # positions below are relative to `released`
         cut = len(text)
         for start in self.starts:
-            at = text.find(start, self.released)
+            at = text.find(start)
             if at >= 0 and at < cut:
                 cut, self.holding = at, True
-        match = _OPENER.search(text, self.released)
+        match = _OPENER.search(text)
         if match and match.start() < cut:
             cut, self.holding = match.start(), True
         if not self.holding:
             cut = min(cut, self._partial_start(text))
-        out, self.released = text[self.released:cut], max(self.released, cut)
+        out, self.released = text[:cut], self.released + cut
+        self._pending = "" if self.holding else text[cut:]
         return out
 
     def _partial_start(self, text: str) -> int:
         """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one)."""
         firsts = self._firsts or self._first_chars()
-        for at in range(max(self.released, len(text) - self._longest), len(text)):
+        for at in range(max(0, len(text) - self._longest), len(text)):
             if text[at] not in firsts:
                 continue
             tail = text[at:]
