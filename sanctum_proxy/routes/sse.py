@@ -100,13 +100,18 @@ async def _produce(events: AsyncIterator[ContentDelta | Final], queue: asyncio.Q
 async def pump(writer: SseWriter, first: Any, queue: asyncio.Queue[Any], task: asyncio.Task[None],
                keepalive: float) -> AsyncIterator[bytes]:
     """The response body: rendered events until the Final or an error, keep-alives while the queue is quiet.
-    Leaving early (the client went away) cancels the producer and with it the upstream stream."""
+    Events already waiting go out in one write. Leaving early (the client went away) cancels the producer
+    and with it the upstream stream."""
     try:
-        yield writer.opening()
+        out = [writer.opening()]
         event = first
-        while event is not None:
-            for out in writer.render(event):
-                yield out
+        while True:
+            out += writer.render(event)
+            while not writer.ended and not queue.empty():
+                out += writer.render(queue.get_nowait())
+            if out:
+                yield b"".join(out)
+                out = []
             if writer.ended:
                 return
             try:
@@ -143,6 +148,8 @@ class SseWriter:
         return self._content_head + orjson.dumps(text) + self._content_tail
 
     def render(self, event: Any) -> list[bytes]:
+        if event is None:  # the producer ended without an answer or an error: a bug, said in the stream
+            event = ProxyError("internal error: the round loop ended without an answer")
         if isinstance(event, ContentDelta):
             return [self.content(event.text)] if event.text else []
         if isinstance(event, ProxyError):
