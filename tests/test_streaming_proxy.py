@@ -12,7 +12,8 @@ import openai
 import orjson
 import pytest
 
-from tests.fakes.upstream import LLAMA_NO_JINJA, Step, content_chunks, llama_tool_chunks
+from tests.conftest import ServerThread
+from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, content_chunks, llama_tool_chunks
 from tests.stream_rules import Streamed, read_stream
 
 WEATHER = {"type": "function", "function": {
@@ -179,3 +180,21 @@ def test_legacy_functions_stream_as_function_call_deltas(proxy, fake):
     _, got = stream(proxy, body)
     assert got.function_call == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     assert got.calls == [] and got.finish_reason == "function_call"
+
+
+def test_streamed_requests_reuse_one_upstream_connection(make_proxy):
+    upstream, peers = FakeUpstream(), []
+    app = upstream.app()
+
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/chat/completions"):
+            peers.append(scope["client"][1])
+        await app(scope, receive, send)
+
+    with ServerThread(recording) as server:
+        proxy = make_proxy(upstream=server.url + "/v1")
+        for _ in range(3):
+            upstream.push(Step(chunks=content_chunks("Hello")))
+            _, got = stream(proxy, {"model": "m", "messages": MESSAGES, "stream": True})
+            assert got.content == "Hello"
+    assert len(peers) == 3 and len(set(peers)) == 1, "each stream opened its own upstream connection"
