@@ -13,12 +13,15 @@ import openai
 import orjson
 import pytest
 
+from sanctum_proxy.app import create_app
+from sanctum_proxy.config import load_settings
 from sanctum_proxy.errors import SpellCallParseError
 from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, run
 from sanctum_proxy.repair.mend import content_text
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.routes.sse import SseWriter, stream_sender
-from tests.fakes.upstream import Step
+from tests.conftest import ServerThread
+from tests.fakes.upstream import FakeUpstream, Step
 from tests.stream_rules import read_stream
 from tests.test_corpus import CASES
 
@@ -146,11 +149,23 @@ def _one_case_per_file() -> Iterator[Any]:
             yield pytest.param(tools, case, id=param.id)
 
 
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[FakeUpstream, str]]:
+    """One fake upstream and one proxy for the module: these tests only queue one answer each."""
+    upstream = FakeUpstream()
+    with ServerThread(upstream.app()) as up, \
+            ServerThread(create_app(load_settings({"upstream": up.url + "/v1"}))) as proxy:
+        yield upstream, proxy.url
+
+
 @pytest.mark.parametrize("size", list(SIZES.values()), ids=list(SIZES))
 @pytest.mark.parametrize(("tools", "case"), list(_one_case_per_file()))
 def test_corpus_case_through_the_proxy_and_the_sdk_stream_helper(
-        proxy: str, fake: Any, tools: list[dict[str, Any]], case: dict[str, Any], size: int | None) -> None:
-    fake[0].push(Step(chunks=upstream_chunks(case["message"], case.get("finish_reason"), size)))
+        servers: tuple[FakeUpstream, str], tools: list[dict[str, Any]], case: dict[str, Any],
+        size: int | None) -> None:
+    fake, proxy = servers
+    fake.steps.clear()
+    fake.push(Step(chunks=upstream_chunks(case["message"], case.get("finish_reason"), size)))
     sdk = openai.OpenAI(base_url=proxy + "/v1", api_key="x", max_retries=0)
     with sdk.chat.completions.stream(model="m", messages=[{"role": "user", "content": "go"}],
                                      tools=tools) as stream:  # type: ignore[arg-type]
