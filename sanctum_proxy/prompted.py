@@ -7,6 +7,7 @@ read by the same extraction and repair tiers as any other answer (`repair.mend.a
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -33,7 +34,10 @@ def render_call(fmt: str, name: str, arguments: Any) -> str:
     if isinstance(args, str):  # broken JSON from an earlier turn stays as the model wrote it
         payload = '{"name": ' + orjson.dumps(name).decode() + ', "arguments": ' + args + "}"
     else:
-        payload = orjson.dumps({"name": name, "arguments": args}).decode()
+        try:
+            payload = orjson.dumps({"name": name, "arguments": args}).decode()
+        except TypeError:  # an integer past 64 bits (from json-parsed text): json can write it
+            payload = json.dumps({"name": name, "arguments": args}, ensure_ascii=False, separators=(",", ":"))
     if fmt == "json":
         return f"```json\n{payload}\n```"
     if fmt == "constrained":  # the JSON answer object of constrained rounds, without markup

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -11,10 +12,18 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from hypothesis import HealthCheck, settings
 
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import load_settings
 from tests.fakes.upstream import FakeUpstream
+
+# Hypothesis budgets: `ci` (default) keeps the suite fast on 2 cores; `long` is the fuzzing run
+# (HYPOTHESIS_PROFILE=long python -m pytest tests/test_fuzz_*.py). Tests with their own @settings keep them.
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=_QUIET)
+settings.register_profile("long", max_examples=3_000, deadline=None, suppress_health_check=_QUIET)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 class ServerThread:
