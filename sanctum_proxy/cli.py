@@ -61,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import uvicorn
 
+    from . import access_log
     from .app import create_app
 
     embedded: Any = None
@@ -78,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {target}, "
           f"spell calling {settings.spell_calling}", flush=True)
     try:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+                    log_config=access_log.log_config(settings.log_level))
     finally:
         if embedded is not None:
             embedded.stop()

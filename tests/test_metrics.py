@@ -1,0 +1,75 @@
+"""GET /metrics through the real proxy: what a repaired, a bounced, a surrendered and a fallen-back request add
+to the counters and histograms, the in-flight gauges during a stream, and one registry per app."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fakes.trace_scenarios import ASK, ask, bounced, repaired, surrendered
+from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks
+
+
+def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    r = httpx.get(url + "/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(r.text) for s in family.samples}
+
+
+def value(found: dict, name: str, **labels: str) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_repaired_bounced_and_surrendered_requests_are_counted_apart(proxy, fake):
+    repaired(fake[0], proxy)
+    bounced(fake[0], proxy)
+    surrendered(fake[0], proxy)
+    m = samples(proxy)
+    assert value(m, "sanctum_requests_total", mode="native", outcome="repaired") == 1
+    assert value(m, "sanctum_requests_total", mode="native", outcome="rejected") == 1
+    assert value(m, "sanctum_requests_total", mode="native", outcome="surrendered") == 1
+    assert value(m, "sanctum_repairs_total", kind="trailing_comma") == 1
+    assert value(m, "sanctum_rejections_total", reason="unknown_spell") == 3  # one bounce + two before surrender
+    assert value(m, "sanctum_surrenders_total") == 1
+    assert value(m, "sanctum_rounds_per_request_count") == 3 and value(m, "sanctum_rounds_per_request_sum") == 6
+    assert value(m, "sanctum_rounds_per_request_bucket", le="1.0") == 1
+    assert value(m, "sanctum_rounds_per_request_bucket", le="2.0") == 2
+    assert value(m, "sanctum_upstream_latency_seconds_count", mode="native") == 6
+    assert value(m, "sanctum_request_latency_seconds_count") == 3
+    assert value(m, "sanctum_requests_in_flight") == 0 and value(m, "sanctum_streams_in_flight") == 0
+
+
+def test_fallback_is_counted_with_its_reason_and_the_mode_it_ended_in(proxy, fake):
+    fake[0].push(Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1]), Step(body=completion("Sunny.")))
+    assert ask(proxy, {}, ASK).status_code == 200
+    m = samples(proxy)
+    assert value(m, "sanctum_fallbacks_total", reason="tools_rejected") == 1
+    assert value(m, "sanctum_requests_total", mode="prompted", outcome="fallback") == 1
+    assert value(m, "sanctum_upstream_latency_seconds_count", mode="native") == 1
+    assert value(m, "sanctum_upstream_latency_seconds_count", mode="prompted") == 1
+
+
+def test_in_flight_gauges_count_a_stream_while_it_runs(proxy, fake):
+    fake[0].push(Step(chunks=content_chunks("slowly, word by word", size=3), chunk_delay=0.15))
+    done = threading.Event()
+    threading.Thread(target=lambda: (ask(proxy, {}, {**ASK, "stream": True}), done.set()), daemon=True).start()
+    deadline = time.time() + 5
+    while value(samples(proxy), "sanctum_streams_in_flight") < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    m = samples(proxy)
+    assert value(m, "sanctum_streams_in_flight") == 1 and value(m, "sanctum_requests_in_flight") == 1
+    assert done.wait(10)
+    m = samples(proxy)
+    assert value(m, "sanctum_streams_in_flight") == 0 and value(m, "sanctum_requests_in_flight") == 0
+    assert value(m, "sanctum_requests_total", mode="native", outcome="clean") == 1
+
+
+def test_each_proxy_counts_only_its_own_requests(make_proxy, fake):
+    first, second = make_proxy(), make_proxy()
+    repaired(fake[0], first)
+    assert value(samples(first), "sanctum_requests_total", mode="native", outcome="repaired") == 1
+    assert value(samples(second), "sanctum_requests_total", mode="native", outcome="repaired") == 0
