@@ -13,7 +13,7 @@ from ..recorder import Recorder
 router = APIRouter()
 
 
-@router.get("/metrics")
+@router.get("/metrics", responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}})
 async def metrics(request: Request) -> Response:
     recorder: Recorder = request.app.state.recorder
     # Counters are fed by the trace writer thread: let it catch up, so a finished request is counted.

@@ -34,7 +34,9 @@ async def models(request: Request) -> Response:
     return JsonResponse({"object": "list", "data": await model_list(routes)})
 
 
-@router.api_route("/v1/{path:path}", methods=METHODS)
+# Not in /openapi.json: it is the upstream's API, not ours (and one route for several methods would give the
+# document duplicate operation ids).
+@router.api_route("/v1/{path:path}", methods=METHODS, include_in_schema=False)
 async def passthrough(path: str, request: Request) -> StreamingResponse:
     check_client_key(request)
     settings = request.app.state.settings

@@ -35,6 +35,11 @@ def check_admin(request: Request) -> None:
 
 router = APIRouter()
 guarded = [Depends(check_admin)]
+# What /openapi.json says of the answers that are not JSON objects (checked by tests/test_openapi_fuzz.py).
+ERROR = {"description": "OpenAI-shaped error", "content": {"application/json": {}}}
+HTML = {200: {"content": {"text/html": {}}, "description": "The trace viewer"}}
+FILES = {200: {"content": {t.split(";")[0]: {} for t in STATIC.values()}, "description": "A viewer file"},
+         404: ERROR}
 
 
 @router.get("/sanctum/status", dependencies=guarded)
@@ -73,7 +78,7 @@ async def traces(request: Request) -> ORJSONResponse:
                            "last_id": data[-1]["id"] if data else None, "has_more": more})
 
 
-@router.get("/sanctum/traces/{trace_id}", dependencies=guarded)
+@router.get("/sanctum/traces/{trace_id}", dependencies=guarded, responses={404: ERROR})
 async def trace(request: Request, trace_id: str) -> ORJSONResponse:
     recorder: Recorder = request.app.state.recorder
     doc = await asyncio.to_thread(_got, recorder, trace_id)
@@ -82,14 +87,14 @@ async def trace(request: Request, trace_id: str) -> ORJSONResponse:
     return ORJSONResponse(doc)
 
 
-@router.get("/sanctum/")
-@router.get("/sanctum")
+@router.get("/sanctum/", responses=HTML)
+@router.get("/sanctum", responses=HTML)
 async def viewer() -> Response:
     return Response(_static("viewer.html"), media_type="text/html; charset=utf-8",
                     headers={"cache-control": "no-cache"})
 
 
-@router.get("/sanctum/static/{name}")
+@router.get("/sanctum/static/{name}", responses=FILES)
 async def static(name: str) -> Response:
     if name not in STATIC:
         raise NotFound(f"no file {name!r}")
