@@ -27,7 +27,8 @@ BODY = json.dumps({"model": MODEL, "stream": True, "tools": TOOLS,
                    "messages": [{"role": "user", "content": "What is the weather in Paris?"}]}).encode()
 
 
-async def hold_streams(url: str, pid: int, streams: int, ramp: float) -> tuple[list[tuple[float, int, float]], int]:
+async def hold_streams(url: str, pid: int, streams: int,
+                       ramp: float) -> tuple[list[tuple[float, int, float]], int]:
     """Open `streams` streams over `ramp` seconds; sample (seconds, streams open, RSS MiB) until all end."""
     opened = 0
     ok = 0
@@ -55,16 +56,20 @@ async def hold_streams(url: str, pid: int, streams: int, ramp: float) -> tuple[l
 
 
 def main(argv: list[str] | None = None) -> int:
+    servers.exit_on_sigterm()
     p = argparse.ArgumentParser(description="proxy RSS with many slow streams open")
     p.add_argument("--quick", action="store_true", help="50 streams, a few seconds (CI); results not written")
     p.add_argument("--streams", type=int, help="concurrent streams (default 500; quick 50)")
-    p.add_argument("--chunk-delay", type=float, help="seconds between upstream events (default 1.0; quick 0.2)")
+    p.add_argument("--chunk-delay", type=float,
+                   help="seconds between upstream events (default 1.0; quick 0.2)")
     args = p.parse_args(argv)
     streams = args.streams or (50 if args.quick else 500)
     delay = args.chunk_delay or (0.2 if args.quick else 1.0)
     ramp = 1.0 if args.quick else 5.0
+    # The proxy answers 429 past max_concurrent_requests (default 256): raise it to hold every stream.
+    limit = {"SANCTUM_MAX_CONCURRENT_REQUESTS": str(streams + 16)}
     with servers.canned_upstream(chunk_delay=delay, chunks=8) as upstream, \
-            servers.sanctum(upstream.url, "--log-level", "warning") as proxy:
+            servers.sanctum(upstream.url, env=limit) as proxy:
         asyncio.run(warm(proxy.url))
         idle = servers.rss_mb(proxy.pid)
         samples, ok = asyncio.run(hold_streams(proxy.url, proxy.pid, streams, ramp))
@@ -75,9 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join([
         "# Proxy memory with slow streams held open",
         "",
-        f"`python bench/bench_memory.py{' --quick' if args.quick else ''}` — Python {platform.python_version()}; "
+        f"`python bench/bench_memory.py{' --quick' if args.quick else ''}` — "
+        f"Python {platform.python_version()}; "
         f"{streams} streaming requests with tools opened over {ramp:g} s; the upstream sends an event every "
-        f"{delay:g} s (~{events * delay:.0f} s per stream). RSS of the proxy process from /proc.",
+        f"{delay:g} s (~{events * delay:.0f} s per stream). RSS of the proxy process from /proc; "
+        f"default settings except max_concurrent_requests={streams + 16}.",
         "",
         "| measure | value |",
         "|---|---:|",

@@ -79,7 +79,8 @@ def check(name: str, url: str) -> None:
                 name_seen += (piece.get("function") or {}).get("name") or ""
                 arguments += (piece.get("function") or {}).get("arguments") or ""
     if not content or name_seen != "get_weather" or json.loads(arguments) != json.loads(CITY_ARGS):
-        raise RuntimeError(f"{name}: the stream lost content or the call: {content!r} {name_seen!r} {arguments!r}")
+        raise RuntimeError(f"{name}: the stream lost content or the call: "
+                           f"{content!r} {name_seen!r} {arguments!r}")
     if streamed.first_token_ms is None:
         raise RuntimeError(f"{name}: no content event seen in the stream")
 
@@ -98,7 +99,8 @@ async def measure_round(urls: dict[str, str], samples: dict[str, Samples], args:
     for clients in args.clients:
         for kind, body in (("call", CALL), ("stream", STREAM)):
             for name in order:
-                rps, failed = await many_clients(urls[name], PATH, body, clients, args.seconds, kind == "stream")
+                rps, failed = await many_clients(urls[name], PATH, body, clients, args.seconds,
+                                                 kind == "stream")
                 samples[name].rps.setdefault(f"{kind}@{clients}", []).append(rps)
                 samples[name].failed += failed
 
@@ -171,7 +173,8 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
     lines = [
         "# Proxy overhead against a direct upstream",
         "",
-        f"`python bench/bench_overhead.py{' --quick' if args.quick else ''}` — {args.rounds} interleaved rounds; "
+        f"`python bench/bench_overhead.py{' --quick' if args.quick else ''}` — "
+        f"{args.rounds} interleaved rounds; "
         f"per round and target {args.requests} sequential requests per case and {args.seconds:g} s per "
         f"throughput cell. Python {platform.python_version()}, {os.cpu_count()} CPUs "
         "(shared with other work while measured: expect noise; the [min..max] over rounds shows it). "
@@ -204,7 +207,8 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
             lines.append(row + f" {mid:+.2f} [{low:+.2f}..{high:+.2f}] | {percentile(total, 0.5):.2f} | "
                          f"{added(samples, name, 'stream_ms', 0.5)[0]:+.2f} |")
     lines += ["", "## Throughput: requests per second, as a ratio to direct in the same round", "",
-              "| case | clients | direct rps | " + " | ".join(f"{n} (× direct, {spread})" for n in others) + " |",
+              "| case | clients | direct rps | "
+              + " | ".join(f"{n} (× direct, {spread})" for n in others) + " |",
               "|---|---:|---:|" + "---:|" * len(others)]
     for key in samples["direct"].rps:
         kind, clients = key.split("@")
@@ -213,7 +217,8 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
         lines.append(f"| {'tool call' if kind == 'call' else 'stream'} | {clients} | "
                      f"{statistics.median(samples['direct'].rps[key]):.0f} | " + " | ".join(cells) + " |")
     failed = {n: s.failed for n, s in samples.items() if s.failed}
-    lines += ["", "Targets for sanctum-proxy: added p50 ≤ 0.5 ms, throughput ≥ 0.8× direct, streaming adds ≤ 1 ms "
+    lines += ["", "Targets for sanctum-proxy: added p50 ≤ 0.5 ms, throughput ≥ 0.8× direct, streaming adds "
+              "≤ 1 ms "
               "to time to first token.", ""]
     if failed:
         lines.append(f"Failed requests during throughput runs: {failed}.")
@@ -256,6 +261,7 @@ def plot(samples: dict[str, Samples], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    servers.exit_on_sigterm()
     args = parse(argv)
     samples, notes = run(args)
     text = report(samples, notes, args)
@@ -275,11 +281,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a smoke run of seconds (CI); results not written")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 5; quick 1)")
-    p.add_argument("--requests", type=int, help="sequential requests per case per round (default 300; quick 60)")
+    p.add_argument("--requests", type=int,
+                   help="sequential requests per case per round (default 300; quick 60)")
     p.add_argument("--seconds", type=float, help="seconds per throughput cell (default 2; quick 0.5)")
     p.add_argument("--clients", type=lambda s: [int(c) for c in s.split(",")],
                    help="comma-separated concurrency levels (default 16,64; quick 16)")
-    p.add_argument("--litellm", help="path of the litellm executable (default bench/.venv-litellm/bin/litellm, "
+    p.add_argument("--litellm", help="path of the litellm executable "
+                                     "(default bench/.venv-litellm/bin/litellm, "
                                      "then PATH)")
     p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM column")
     p.add_argument("--sanctum-flag", action="append", default=[],

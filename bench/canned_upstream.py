@@ -31,7 +31,8 @@ TOOLS: list[dict[str, Any]] = [{
         "description": "Current weather in a city",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "properties": {"city": {"type": "string"},
+                           "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
             "required": ["city"],
         },
     },
@@ -64,7 +65,8 @@ def stream_events(pieces: int, usage: bool) -> list[bytes]:
             for i in range(0, len(CITY_ARGS), 12)]
     out.append(event({}, "tool_calls"))
     if usage:
-        tail = {**base, "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}}
+        usage_counts = {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}
+        tail = {**base, "choices": [], "usage": usage_counts}
         out.append(b"data: " + json.dumps(tail).encode() + b"\n\n")
     out.append(b"data: [DONE]\n\n")
     return out

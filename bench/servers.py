@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,15 @@ import httpx
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 LITELLM_VENV_BIN = BENCH / ".venv-litellm" / "bin" / "litellm"
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (`timeout`, CI) unwind like Ctrl-C, so that every `with` stops its child servers: they run
+    in their own sessions and would otherwise outlive the benchmark."""
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def free_port() -> int:

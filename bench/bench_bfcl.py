@@ -1,0 +1,241 @@
+"""Tool-calling quality on BFCL entries against a real llama-server (SmolLM2-135M, --jinja): the server
+reached directly with native tools (the baseline) against sanctum-proxy in front of it, native / prompted /
+auto, and constrained (prompted with `sanctum.constrain: always`, when the proxy has that setting).
+
+    python bench/bench_bfcl.py [--quick] [--limit N] [--categories simple,multiple,parallel,irrelevance]
+                               [--data ../shared/benchmarks/bfcl]
+
+Entries are interleaved: each one goes to every column before the next, so machine noise hits all alike.
+Valid-call rate: answers whose calls all decode to JSON objects naming an offered tool (irrelevance excluded).
+AST accuracy: BFCL's rules (bench/bfcl_ast.py; irrelevance passes when no call is made). A proxy error
+(e.g. 422 when it surrenders) counts as no call. Writes bench/results/bfcl.{md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import platform
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import bfcl_ast
+import httpx
+import servers
+
+RESULTS = Path(__file__).parent / "results"
+DEFAULT_DATA = servers.ROOT.parent / "shared" / "benchmarks" / "bfcl"
+CATEGORIES = ("simple", "multiple", "parallel", "irrelevance")
+COLUMNS: dict[str, dict[str, Any] | None] = {  # None: straight to llama-server
+    "direct native": None,
+    "proxy native": {"spell_calling": "native"},
+    "proxy prompted": {"spell_calling": "prompted"},
+    "proxy auto": {"spell_calling": "auto"},
+    "proxy constrained": {"spell_calling": "prompted", "constrain": "always"},
+}
+
+
+@dataclass
+class Tally:
+    passed: Counter[str] = field(default_factory=Counter)
+    seen: Counter[str] = field(default_factory=Counter)
+    valid: int = 0
+    callable_entries: int = 0
+    errors: int = 0
+    seconds: list[float] = field(default_factory=list)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def accuracy(self, category: str) -> float:
+        return self.passed[category] / self.seen[category] if self.seen[category] else float("nan")
+
+
+def ask(client: httpx.Client, url: str, entry: bfcl_ast.Entry, controls: dict[str, Any] | None,
+        max_tokens: int) -> tuple[dict[str, Any] | None, float, str]:
+    body: dict[str, Any] = {"model": "smollm2", "messages": entry.messages, "temperature": 0,
+                            "max_tokens": max_tokens}
+    if entry.functions:
+        body["tools"] = entry.tools
+    if controls is not None:
+        body["sanctum"] = controls
+    start = time.perf_counter()
+    try:
+        response = client.post(f"{url}/chat/completions", json=body)
+    except httpx.HTTPError as exc:
+        return None, time.perf_counter() - start, f"transport: {type(exc).__name__}"
+    took = time.perf_counter() - start
+    if response.status_code != 200:
+        return None, took, f"HTTP {response.status_code}"
+    return response.json()["choices"][0]["message"], took, ""
+
+
+def score(tally: Tally, entry: bfcl_ast.Entry, message: dict[str, Any] | None, error: str) -> str:
+    """Count one answer; returns why it failed ("" when it passed)."""
+    calls = bfcl_ast.decode_calls(message) if message is not None else None
+    tally.seen[entry.category] += 1
+    if error:
+        tally.errors += 1
+        tally.reasons[error] += 1
+    if entry.answers is not None:
+        tally.callable_entries += 1
+        names = {t["function"]["name"] for t in entry.tools}
+        if calls and all(name in names for c in calls for name in c):
+            tally.valid += 1
+    ok, why = bfcl_ast.check(entry, calls)
+    if ok:
+        tally.passed[entry.category] += 1
+    elif not error:
+        tally.reasons[why if why.startswith(("no ", "made")) else why.split(":")[0][:40]] += 1
+    return "" if ok else error or why
+
+
+def run(args: argparse.Namespace,
+        columns: dict[str, dict[str, Any] | None]) -> tuple[dict[str, Tally], float]:
+    from sanctum_proxy.embedded import LlamaServer
+
+    per_category = [bfcl_ast.load(args.data, c, args.limit) for c in args.categories]
+    # Round-robin over categories, so that a time budget cut leaves every category about equally covered.
+    entries = [e for row in itertools.zip_longest(*per_category) for e in row if e is not None]
+    tallies = {name: Tally() for name in columns}
+    began = time.perf_counter()
+    llama_server = LlamaServer(jinja=True, ctx_size=4096, threads=args.threads)
+    with llama_server as llama, servers.sanctum(llama.base_url) as proxy, \
+            httpx.Client(timeout=args.timeout) as client:
+        for number, entry in enumerate(entries, 1):
+            if time.perf_counter() - began > args.minutes * 60:
+                print(f"time budget of {args.minutes:g} min spent after {number - 1} entries", flush=True)
+                break
+            for name, controls in columns.items():
+                url = llama.base_url if controls is None else proxy.url
+                message, took, error = ask(client, url, entry, controls, args.max_tokens)
+                tallies[name].seconds.append(took)
+                verdict = score(tallies[name], entry, message, error)
+                if args.verbose:
+                    print(f"{entry.id} {name}: {took:.1f}s {verdict or 'pass'}", flush=True)
+            if number % 10 == 0:
+                print(f"{number}/{len(entries)} entries, {time.perf_counter() - began:.0f}s", flush=True)
+    return tallies, time.perf_counter() - began
+
+
+def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, notes: list[str]) -> str:
+    base = tallies["direct native"]
+    cats = list(args.categories)
+
+    def cell(t: Tally, value: float, baseline: float) -> str:
+        if t is base:
+            return f"{value:.0%}"
+        return f"{value:.0%} ({(value - baseline) * 100:+.0f})"
+
+    lines = [
+        "# BFCL tool-calling quality: llama-server direct vs through sanctum-proxy",
+        "",
+        f"`python bench/bench_bfcl.py{' --quick' if args.quick else ''} --limit {args.limit} --categories "
+        f"{','.join(cats)}` — SmolLM2-135M-Instruct Q4_1 on llama-server (--jinja, {args.threads} threads), "
+        f"temperature 0, "
+        f"max_tokens {args.max_tokens}; up to {args.limit} entries per category, taken in turn within a "
+        f"{args.minutes:g} min budget (entries scored: "
+        f"{', '.join(f'{c} {base.seen[c]}' for c in cats)}); {took / 60:.1f} min on "
+        f"{platform.machine()}. Figures in brackets: percentage points against direct native in the same "
+        "run.",
+        "",
+        "| column | valid-call rate | " + " | ".join(f"{c} AST" for c in cats) + " | mean of categories | "
+        "mean s/request | errors |",
+        "|---|---:|" + "---:|" * len(cats) + "---:|---:|---:|",
+    ]
+    for name, t in tallies.items():
+        valid = t.valid / t.callable_entries if t.callable_entries else float("nan")
+        base_valid = base.valid / base.callable_entries if base.callable_entries else float("nan")
+        mean = statistics.mean(t.accuracy(c) for c in cats)
+        base_mean = statistics.mean(base.accuracy(c) for c in cats)
+        lines.append(f"| {name} | {cell(t, valid, base_valid)} | "
+                     + " | ".join(cell(t, t.accuracy(c), base.accuracy(c)) for c in cats)
+                     + f" | {cell(t, mean, base_mean)} | {statistics.mean(t.seconds):.2f} | {t.errors} |")
+    lines += ["", "Most common failures per column:", ""]
+    for name, t in tallies.items():
+        lines.append(f"- {name}: " + ", ".join(f"{why} ×{n}" for why, n in t.reasons.most_common(4)))
+    lines += [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def plot(tallies: dict[str, Tally], categories: list[str], path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib not installed: no plot (pip install -r bench/requirements.txt)")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / len(tallies)
+    for i, (name, t) in enumerate(tallies.items()):
+        ax.bar([x + i * width for x in range(len(categories))], [t.accuracy(c) for c in categories], width,
+               label=name)
+    ax.set_xticks([x + width * (len(tallies) - 1) / 2 for x in range(len(categories))], categories)
+    ax.set_ylabel("BFCL AST accuracy")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    fig.suptitle("SmolLM2-135M on BFCL: llama-server direct vs through sanctum-proxy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    servers.exit_on_sigterm()
+    args = parse(argv)
+    from sanctum_proxy.config import Settings
+    from sanctum_proxy.embedded import EmbeddedUnavailable, find_llama_server, find_model
+
+    try:
+        find_llama_server()
+        find_model()
+    except EmbeddedUnavailable as exc:
+        print(f"bench_bfcl: skipped, no llama-server: {exc}")
+        return 0
+    if not args.data.is_dir():
+        print(f"bench_bfcl: skipped, no BFCL data at {args.data}")
+        return 0
+    notes = []
+    columns = dict(COLUMNS)
+    if "constrain" not in Settings.model_fields:
+        del columns["proxy constrained"]
+        notes.append("proxy constrained: skipped, this sanctum-proxy has no `constrain` setting")
+    tallies, took = run(args, columns)
+    text = report(tallies, args, took, notes)
+    print(text)
+    if not args.quick:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "bfcl.md").write_text(text, encoding="utf-8")
+        plot(tallies, list(args.categories), RESULTS / "bfcl.png")
+    return 0
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="BFCL quality, llama-server direct vs through sanctum-proxy")
+    p.add_argument("--quick", action="store_true", help="1 entry per category (CI); results not written")
+    p.add_argument("--limit", type=int, help="entries per category (default 10; quick 1)")
+    p.add_argument("--categories", type=lambda s: s.split(","), default=list(CATEGORIES),
+                   help=f"comma-separated, from {','.join(bfcl_ast.FILES)} (default {','.join(CATEGORIES)})")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                   help="the BFCL folder (default ../shared/benchmarks/bfcl from the repository root)")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--verbose", action="store_true", help="print every answer's verdict")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    p.add_argument("--minutes", type=float, default=15.0,
+                   help="time budget: no new entry starts after it (default 15)")
+    p.add_argument("--threads", type=int, default=2, help="llama-server threads (default 2)")
+    args = p.parse_args(argv)
+    args.limit = args.limit or (1 if args.quick else 10)
+    unknown = set(args.categories) - set(bfcl_ast.FILES)
+    if unknown:
+        p.error(f"unknown categories {sorted(unknown)}")
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(main())
