@@ -35,9 +35,11 @@ def one_request() -> tuple[Request, ChatRequest, Plan, Final]:
                        "headers": [(b"x-request-id", b"bench")]})
     chat = ChatRequest(BODY, Controls("auto", 2))
     plan = Plan(body=BODY, book=None, mode="native", auto=True, max_rounds=2, upstream="http://127.0.0.1:1/v1")
-    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris",}'}}
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris",}'}}
     plan.records.append(RoundRecord(1, "native", BODY, 12.5, {"role": "assistant", "tool_calls": [call]},
-                                    "tool_calls", {"prompt_tokens": 300, "completion_tokens": 20}, None, "accepted"))
+                                    "tool_calls", {"prompt_tokens": 300, "completion_tokens": 20}, None,
+                                    "accepted"))
     omen = om.repaired(1, Repair("get_weather", "call_1", ("trailing_comma",), str(call)))
     fixed = {**call, "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
     final = Final({"role": "assistant", "content": None, "tool_calls": [fixed]}, "tool_calls",
@@ -86,7 +88,8 @@ def main() -> None:
         drained = time.perf_counter() - started
         stored = recorder.store.count() if recorder.store else 0
         recorder.close()
-    lines = [f"# Trace recording on the hot path ({opts.n} repaired requests, store {opts.path or 'temp file'})",
+    store = opts.path or "a temporary file"
+    lines = [f"# Trace recording on the hot path ({opts.n} repaired requests, store {store})",
              "", "| step (us) | mean | p50 | p99 | p99.9 | max |", "|---|---|---|---|---|---|",
              summary("begin (Trace, gauges)", begins), summary("end (outcome, gauges, enqueue)", ends),
              "", f"Loop of {opts.n} requests: {hot:.2f} s; writer caught up after {drained:.2f} s "

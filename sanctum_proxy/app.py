@@ -56,6 +56,7 @@ def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = 
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> ORJSONResponse:
+        app.state.recorder.refused(request, exc)
         return error_response(exc)
 
     app.include_router(health.router)

@@ -32,6 +32,7 @@ from .repair.loop import Final, Plan
 from .trace_store import TraceStore, default_path
 from .traces import Trace, metadata_only, trace_json
 
+CHAT_PATH = "/v1/chat/completions"
 QUEUE_LIMIT = 10_000
 BATCH = 256
 log = logging.getLogger(__name__)
@@ -118,6 +119,15 @@ class Recorder:
         if trace.stream:
             self.metrics.streams.dec()
         self.submit(trace)
+
+    def refused(self, request: Request, error: ProxyError) -> None:
+        """A chat request turned away before it had a trace (bad body, key, size): counted and logged only."""
+        if request.url.path != CHAT_PATH or getattr(request.state, "trace", None) is not None:
+            return
+        self.metrics.requests.labels("none", "error").inc()
+        access_log.LOGGER.info(access_log.line({
+            "id": None, "request_id": _request_id(request), "model": None, "mode": None, "stream": None,
+            "rounds": [], "outcome": "error", "status": error.status, "latency_ms": None}))
 
     def submit(self, trace: Trace) -> None:
         try:

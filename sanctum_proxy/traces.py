@@ -119,7 +119,7 @@ def metadata_only(doc: dict[str, Any]) -> dict[str, Any]:
 def _request_shape(body: dict[str, Any] | None) -> dict[str, Any] | None:
     if body is None:
         return None
-    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    tools = _listed(body.get("tools"))
     return {"model": body.get("model"), "stream": body.get("stream") is True,
             "message_count": len(body.get("messages") or []),
             "tools": [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]}
@@ -128,10 +128,14 @@ def _request_shape(body: dict[str, Any] | None) -> dict[str, Any] | None:
 def _message_shape(message: dict[str, Any] | None) -> dict[str, Any] | None:
     if message is None:
         return None
-    calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
+    calls = _listed(message.get("tool_calls"))
     return {"role": message.get("role"),
             "tool_calls": [{"id": c.get("id"), "function": {"name": (c.get("function") or {}).get("name")}}
                            for c in calls if isinstance(c, dict)]}
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def summary(doc: dict[str, Any]) -> dict[str, Any]:

@@ -138,7 +138,8 @@ def test_client_leaving_a_stream_is_traced_as_an_error(proxy, fake):
         trace_id = r.headers["x-sanctum-trace-id"]
         next(r.iter_raw())
     deadline = time.time() + 5
-    while (got := httpx.get(f"{proxy}/sanctum/traces/{trace_id}")).status_code == 404 and time.time() < deadline:
+    while (got := httpx.get(f"{proxy}/sanctum/traces/{trace_id}")).status_code == 404 \
+            and time.time() < deadline:
         time.sleep(0.05)
     trace = got.json()
     assert trace["outcome"] == "error" and trace["status"] == 499
@@ -160,7 +161,8 @@ def test_fallback_to_prompted_is_traced_with_both_rounds(proxy, fake):
                  Step(body=completion('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}'
                                       '</tool_call>')))
     trace = trace_of(proxy, ask(proxy, {}, ASK))
-    assert trace["outcome"] == "fallback" and trace["mode"] == "prompted" and trace["requested_mode"] == "auto"
+    assert trace["outcome"] == "fallback" and trace["mode"] == "prompted"
+    assert trace["requested_mode"] == "auto"
     assert [(x["mode"], x["outcome"], x["status"]) for x in trace["rounds"]] == [
         ("native", "fallback", 500), ("prompted", "accepted", 200)]
     assert "tools" not in trace["rounds"][1]["sent"]
@@ -233,11 +235,31 @@ def test_one_json_access_log_line_per_request(proxy, fake, caplog):
     r = repaired(fake[0], proxy, **{"X-Request-Id": "req-7"})
     surrendered(fake[0], proxy)
     listed(proxy)  # waits for the writer
-    lines = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "sanctum_proxy.access"]
+    lines = access_lines(caplog)
     assert [(x["outcome"], x["status"], x["rounds"]) for x in lines] == [("repaired", 200, 1),
                                                                           ("surrendered", 422, 3)]
     assert lines[0]["trace_id"] == r.headers["x-sanctum-trace-id"] and lines[0]["request_id"] == "req-7"
     assert lines[0]["model"] == "m" and lines[0]["mode"] == "native" and lines[0]["latency_ms"] > 0
+
+
+def test_refused_request_gets_a_log_line_and_a_count_but_no_trace(make_proxy, fake, caplog):
+    caplog.set_level(logging.INFO, logger="sanctum_proxy.access")
+    url = make_proxy(api_keys=["sk-good"])
+    chat = url + "/v1/chat/completions"
+    assert httpx.post(chat, json=ASK, headers={"X-Request-Id": "bad-1"}).status_code == 401
+    assert httpx.post(chat, content=b"{", headers=KEY).status_code == 400
+    first, second = access_lines(caplog)
+    assert (first["status"], first["request_id"], first["outcome"]) == (401, "bad-1", "error")
+    assert second["status"] == 400 and second["trace_id"] is None
+    assert httpx.get(url + "/sanctum/traces", headers=KEY).json()["data"] == []
+    assert 'sanctum_requests_total{mode="none",outcome="error"} 2.0' in httpx.get(url + "/metrics").text
+
+
+KEY = {"authorization": "Bearer sk-good"}
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "sanctum_proxy.access"]
 
 
 def test_bodies_of_a_bounced_request_keep_both_answers(proxy, fake):

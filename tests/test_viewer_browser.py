@@ -1,8 +1,8 @@
-"""The trace viewer in headless Chromium (Debian's `chromium` driven by Playwright): a repaired, a bounced and a
-surrendered request, clicked through, each telling its story; screenshots go to tests/artifacts/.
+"""The trace viewer in headless Chromium (Debian's `chromium` driven by Playwright): a repaired, a bounced
+and a surrendered request, clicked through, each telling its story; screenshots go to tests/artifacts/.
 
-Skips when chromium or the playwright package is missing (`apt-get install chromium`, `pip install playwright`;
-never `playwright install`: the system browser is used)."""
+Skips when chromium or the playwright package is missing (`apt-get install chromium`, `pip install
+playwright`; never `playwright install`: the system browser is used)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import orjson
 
 from tests.fakes.upstream import FakeUpstream, Step, completion, native_call
 
@@ -34,7 +35,7 @@ def bounced(upstream: FakeUpstream, url: str, **headers: str) -> httpx.Response:
 
 def surrendered(upstream: FakeUpstream, url: str, **headers: str) -> httpx.Response:
     for city in ("Paris", "Lyon", "Nice"):
-        upstream.push(calls("nope", '{"city": "%s"}' % city))
+        upstream.push(calls("nope", orjson.dumps({"city": city}).decode()))
     return ask(url, headers)
 
 
