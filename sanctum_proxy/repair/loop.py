@@ -120,6 +120,9 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
     state = _State(plan.mode, omens=list(plan.opening_omens), fell_back=bool(plan.opening_omens))
     plan.omens = state.omens
     while True:
+        if len(plan.records) > plan.max_rounds + 2:  # 1 + N rounds, one fallback, one unconstrained retry
+            raise SpellCallParseError("spell call could not be repaired: round limit reached",
+                                      rounds=len(plan.records), rejected=list(state.rejected))
         constraint = _constraint(plan, state)
         body = upstream_body(plan, state.mode, state.extra, constraint)
         record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0, constrained=constraint is not None)
