@@ -89,6 +89,7 @@ def trace_json(trace: Trace) -> dict[str, Any]:
 
 def _round_json(record: RoundRecord) -> dict[str, Any]:
     return {"number": record.number, "mode": record.mode, "outcome": record.outcome,
+            "constrained": getattr(record, "constrained", False),
             "status": (record.error or {}).get("upstream_status", 200) if record.error else 200,
             "latency_ms": round(record.latency_ms, 2), "finish_reason": record.finish_reason,
             "usage": record.usage, "sent": record.sent, "answer": record.answer, "error": record.error}

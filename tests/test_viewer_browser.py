@@ -67,6 +67,12 @@ def test_viewer_tells_a_repaired_a_bounced_and_a_surrendered_request_apart(page,
     assert 'get_weather({"city": "Paris"})' in corrected.locator(".pane.after").inner_text()
     assert "corrected once" in page.locator("#detail .story").inner_text()
     page.screenshot(path=str(ARTIFACTS / "viewer_corrected.png"))
+    second_round = page.locator("#detail details.round").nth(1)
+    second_round.locator("summary").click()
+    sent = second_round.locator(".pane.sent pre").inner_text()
+    assert "[user] Weather in Paris?" in sent and "[user] There is no tool named 'lookup_weather'" in sent
+    assert "(answer schema)" in second_round.locator("summary").inner_text()
+    second_round.screenshot(path=str(ARTIFACTS / "viewer_corrected_round2.png"))
 
     rows.nth(0).click()
     gave_up = page.locator("#detail .card.surrendered")

@@ -233,11 +233,12 @@ function roundCard(r, t) {
   const sent = r.sent || {};
   return el("details", {class: "round " + r.outcome},
     el("summary", {},
-      el("span", {class: "round-no"}, `Round ${r.number}`), ` ${r.mode} · `, el("b", {}, r.outcome),
+      el("span", {class: "round-no"}, `Round ${r.number}`), ` ${r.mode}${r.constrained ? " (answer schema)" : ""} · `,
+      el("b", {}, r.outcome),
       ` · status ${r.status} · ${ms(r.latency_ms)}` + (usage.total_tokens ? ` · ${usage.total_tokens} tokens` : "")),
     el("div", {class: "sides"},
-      pane("Sent to the upstream", messagesText(sent), "before"),
-      pane("Raw answer", r.error ? json(r.error) : answerText(r.answer), "after")));
+      pane("Sent to the upstream", messagesText(sent), "sent"),
+      pane("Raw answer", r.error ? json(r.error) : answerText(r.answer), r.outcome === "accepted" ? "after" : "before")));
 }
 
 // ---- small pieces -----------------------------------------------------------------------------------------
