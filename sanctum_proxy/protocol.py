@@ -92,6 +92,24 @@ def check_messages(messages: Any) -> None:
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise InvalidRequest(f"messages[{i}].role must be a non-empty string", param=f"messages[{i}].role")
+        check_history_calls(message, f"messages[{i}]")
+
+
+def check_history_calls(message: dict[str, Any], where: str) -> None:
+    """Earlier calls in the history are read back (prompted mode rewrites them as text): their shape must
+    be OpenAI's, or the request is a 400 naming the place."""
+    calls = message.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        raise InvalidRequest(f"{where}.tool_calls must be an array", param=f"{where}.tool_calls")
+    for j, call in enumerate(calls or []):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise InvalidRequest(f"{where}.tool_calls[{j}] must be an object with a function "
+                                 "{name, arguments}", param=f"{where}.tool_calls")
+    legacy = message.get("function_call")
+    if legacy is not None and not (isinstance(legacy, dict) and isinstance(legacy.get("name"), str)):
+        raise InvalidRequest(f"{where}.function_call must be an object with a name",
+                             param=f"{where}.function_call")
 
 
 def check_tools(body: dict[str, Any]) -> None:

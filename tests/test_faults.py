@@ -408,3 +408,56 @@ def test_client_that_leaves_before_the_stream_starts_cancels_the_upstream_call(s
     with httpx.Client(base_url=proxy.url, timeout=0.5) as client, pytest.raises(httpx.ReadTimeout):
         client.post("/v1/chat/completions", json={"model": "m", "messages": MSG, "stream": True})
     proxy.assert_nothing_left(within=2)
+
+
+def test_client_gone_just_as_the_stream_starts_leaves_no_producer(start_proxy, fake):
+    """The window between the first event and the first body byte: the ASGI server reports the disconnect to
+    the response, which may cancel its body before the body ever ran (so no `finally` in it runs)."""
+    upstream, url = fake
+    proxy = start_proxy(upstream=url + "/v1")
+    upstream.push(Step(chunks=content_chunks("go")[:2], endless=CHUNK, chunk_delay=0.01))
+    body = orjson.dumps({"model": "m", "messages": MSG, "stream": True})
+    calls = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return {"type": "http.request", "body": body, "more_body": False}
+        if calls == 2:  # the wait for the first event: the client is still there
+            await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def call() -> None:
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+                 "method": "POST", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+                 "query_string": b"", "root_path": "", "scheme": "http", "server": ("127.0.0.1", 1),
+                 "client": ("127.0.0.1", 2), "headers": [(b"content-type", b"application/json")],
+                 "state": {}}
+        await proxy.app(scope, receive, send)
+
+    proxy._in_loop(call)
+    deadline = time.monotonic() + 3
+    while upstream.disconnected == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.disconnected == 1
+    proxy.assert_nothing_left()
+
+
+# --- hostile requests ------------------------------------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize("calls", [True, 5, [{"function": 3}], [7], "x", [{"function": {"arguments": "{}"}}]])
+@pytest.mark.parametrize("mode", ["prompted", "native"])
+def test_malformed_calls_in_the_history_are_400_not_a_crash(start_proxy, fake, calls, mode):
+    """Found by fuzzing prompted rewriting: `tool_calls: true` in an earlier assistant turn was a bare 500."""
+    proxy = start_proxy(upstream=fake[1] + "/v1", spell_calling=mode, probe_capabilities=False)
+    history = [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": calls}]
+    out = ask(proxy, False, tools=TOOLS, messages=history)
+    expect_error(out, 400, "invalid_request_error")
+    assert out.error["param"] == "messages[1].tool_calls"
