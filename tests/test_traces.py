@@ -146,6 +146,16 @@ def test_client_leaving_a_stream_is_traced_as_an_error(proxy, fake):
     assert trace["error"]["type"] == "client_disconnected"
 
 
+def test_client_leaving_before_a_plain_answer_is_traced_as_an_error(proxy, fake):
+    fake[0].push(Step(body=completion("late"), delay=1.5))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(proxy + "/v1/chat/completions", json=ASK, timeout=0.3)
+    deadline = time.time() + 5
+    while not (found := listed(proxy)["data"]) and time.time() < deadline:
+        time.sleep(0.05)
+    assert [(t["outcome"], t["status"], t["error"]) for t in found] == [("error", 499, "client_disconnected")]
+
+
 def test_upstream_error_before_the_answer_is_traced_as_an_error(proxy, fake):
     fake[0].push(Step(status=500, body={"error": {"message": "server overloaded"}}))
     r = ask(proxy, {}, ASK)
