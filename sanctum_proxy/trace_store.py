@@ -81,12 +81,22 @@ class TraceStore:
             self._db.execute("COMMIT")
 
     def prune(self, max_count: int, oldest: float) -> int:
-        """Keep the newest `max_count` traces, none created before `oldest`; returns how many went."""
+        """Keep at most the newest `max_count` traces, none created before `oldest`; returns how many went.
+
+        `seq` only grows, so "not among the newest max_count" is `seq <= MAX(seq) - max_count`, an index
+        lookup. (An `OFFSET max_count` walked that many rows after every write: with a full store it was the
+        proxy's largest cost per request in bench/bench_overhead.py.) A replaced id leaves a gap in `seq`,
+        so the store may then keep a few fewer than max_count."""
         with self._lock:
-            gone = self._db.execute("DELETE FROM traces WHERE created < ?", (oldest,)).rowcount
-            gone += self._db.execute(
-                "DELETE FROM traces WHERE seq <= (SELECT seq FROM traces ORDER BY seq DESC LIMIT 1 OFFSET ?)",
-                (max_count,)).rowcount
+            self._db.execute("BEGIN")
+            try:
+                gone = self._db.execute("DELETE FROM traces WHERE created < ?", (oldest,)).rowcount
+                gone += self._db.execute("DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?",
+                                         (max_count,)).rowcount
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
         return gone
 
     def list(self, query: Query) -> tuple[list[dict[str, Any]], bool]:
