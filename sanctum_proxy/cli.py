@@ -35,13 +35,48 @@ def parser() -> argparse.ArgumentParser:
 
 
 def settings_from(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> Settings:
+    return resolve(argv, env)[0]
+
+
+def resolve(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> tuple[Settings, bool]:
+    """The settings, and whether the upstream is only the default (nothing named one): then, when nothing
+    answers there at start-up, the embedded llama-server stands in for it where it is installed."""
     args = vars(parser().parse_args(argv))
     # SANCTUM_CONFIG names a mounted file in containers; it is not a setting, so it is read here.
     config = args.pop("config") or (os.environ if env is None else env).get("SANCTUM_CONFIG") or None
     if args["embedded"] and args["constrain"] is None and not _set_elsewhere("constrain", config, env):
         # The packaged 135M model ignores every call format but follows a schema: the demo needs it.
         args["constrain"] = "always"
-    return load_settings(args, config)
+    implicit = args["upstream"] is None and args["embedded"] is None and not any(
+        _set_elsewhere(name, config, env) for name in ("upstream", "upstreams", "embedded"))
+    return load_settings(args, config), implicit
+
+
+def _default_is_silent(settings: Settings) -> bool:
+    import httpx
+
+    try:
+        httpx.get(f"{settings.upstream}/models", timeout=1.0)
+    except httpx.HTTPError:
+        return True
+    return False
+
+
+def _embedded_stand_in(settings: Settings) -> Settings | None:
+    """With no upstream named and none answering at the default, the embedded one if it is installed."""
+    from .embedded import EmbeddedUnavailable, find_llama_server, find_model
+
+    try:
+        find_llama_server(), find_model()
+    except EmbeddedUnavailable:
+        print(f"sanctum-proxy: nothing answers at {settings.upstream} (start Ollama or pass --upstream; "
+              "bash .ci/llama.sh installs the embedded demo model)", file=sys.stderr)
+        return None
+    print(f"sanctum-proxy: nothing answers at {settings.upstream}: starting the embedded llama-server "
+          "(SmolLM2-135M demo model, constrained calling)", flush=True)
+    # The 135M model follows a schema and nothing else; a constrain setting other than the default stays.
+    constrain = "always" if settings.constrain == "repair" else settings.constrain
+    return settings.model_copy(update={"embedded": True, "constrain": constrain})
 
 
 def _set_elsewhere(name: str, config: str | None, env: Mapping[str, str] | None) -> bool:
@@ -55,10 +90,12 @@ def _set_elsewhere(name: str, config: str | None, env: Mapping[str, str] | None)
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        settings = settings_from(argv)
+        settings, implicit = resolve(argv)
     except SettingsError as exc:
         print(f"sanctum-proxy: {exc}", file=sys.stderr)
         return 2
+    if implicit and _default_is_silent(settings):
+        settings = _embedded_stand_in(settings) or settings
     import uvicorn
 
     from . import access_log

@@ -252,3 +252,15 @@ def test_embedded_demo_constrains_always_unless_told_otherwise(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text('constrain = "repair"\n')
     assert settings_from(["--embedded", "--config", str(config)], env={}).constrain == "repair"
+
+
+def test_upstream_is_implicit_only_when_nothing_names_one(tmp_path):
+    from sanctum_proxy.cli import resolve
+
+    assert resolve([], env={})[1] is True
+    assert resolve(["--upstream", "http://127.0.0.1:8080/v1"], env={})[1] is False
+    assert resolve([], env={"SANCTUM_UPSTREAM": "http://127.0.0.1:8080/v1"})[1] is False
+    assert resolve(["--embedded"], env={})[1] is False
+    config = tmp_path / "c.toml"
+    config.write_text('upstream = "http://127.0.0.1:8080/v1"\n')
+    assert resolve(["--config", str(config)], env={})[1] is False

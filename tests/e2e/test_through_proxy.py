@@ -181,7 +181,10 @@ def test_surrender_keeps_the_models_real_raw_text(llama_nojinja, proxy_to):
     assert len(error["rejected"]) == 2 and all(isinstance(t, str) and t.strip() for t in error["rejected"])
 
 
-def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja):
+@pytest.mark.parametrize("flags", [["--embedded"], []], ids=["embedded", "nothing-at-the-default-upstream"])
+def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja, flags):
+    if not flags and _answers("http://127.0.0.1:11434/v1/models"):
+        pytest.skip("something answers at the default upstream (Ollama's port): no stand-in to test")
     # llama_nojinja only proves the binary and the model are here (else the tier skips); the command starts its own.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -190,7 +193,7 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja):
         k: v for k, v in os.environ.items() if not k.startswith("SANCTUM_") or k.startswith("SANCTUM_LLAMA")
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sanctum_proxy", "--embedded", "--port", str(port)],
+        [sys.executable, "-m", "sanctum_proxy", *flags, "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -217,3 +220,11 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+    except httpx.HTTPError:
+        return False
+    return True
