@@ -48,6 +48,8 @@ class Child:
         self.env = {**os.environ, **(env or {})}
         self.startup_timeout = startup_timeout
         self.log = tempfile.TemporaryFile()
+        self.scratch = tempfile.TemporaryDirectory(prefix="bench-")  # what the server writes; gone at stop
+        self.env = {k: v.replace("{scratch}", self.scratch.name) for k, v in self.env.items()}
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -86,6 +88,7 @@ class Child:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self.scratch.cleanup()
 
     def __enter__(self) -> Child:
         return self.start()
@@ -104,9 +107,18 @@ def canned_upstream(chunk_delay: float = 0.0, chunks: int = 4) -> Child:
 
 
 def sanctum(upstream: str, *flags: str, env: dict[str, str] | None = None) -> Child:
+    """Default settings, except that traces go to a fresh file of this run rather than the user's store."""
     port = free_port()
     command = [sys.executable, "-m", "sanctum_proxy", "--upstream", upstream, "--port", str(port), *flags]
+    env = {"SANCTUM_TRACES_PATH": "{scratch}/traces.db", **(env or {})}
     return Child("sanctum-proxy", command, f"http://127.0.0.1:{port}/v1", "/healthz", env=env)
+
+
+def relay(upstream: str) -> Child:
+    """bench/relay.py: a bare FastAPI + httpx relay, the floor under any proxy built on those parts."""
+    port = free_port()
+    command = [sys.executable, str(BENCH / "relay.py"), "--upstream", upstream, "--port", str(port)]
+    return Child("relay", command, f"http://127.0.0.1:{port}/v1", "/healthz")
 
 
 def litellm_binary(given: str | None = None) -> str | None:
