@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -115,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = ", ".join(u.name for u in settings.upstreams) if settings.upstreams else settings.upstream
     print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {target}, "
           f"spell calling {settings.spell_calling}", flush=True)
+    if embedded is not None:
+        # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown with the handler found before it: the
+        # default one would end the process here without `finally`, leaving the llama-server child running.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
                     log_config=access_log.log_config(settings.log_level))
@@ -122,3 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if embedded is not None:
             embedded.stop()
     return 0
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -217,9 +218,16 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja, flags):
         assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {
             "city": "Paris"
         }
+        children = _children(proc.pid)
+        assert children, "the embedded llama-server runs as the proxy's child"
     finally:
         proc.terminate()
         proc.wait(30)
+    assert proc.returncode == 128 + 15  # SIGTERM, after a graceful shutdown
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{pid}") for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "llama-server outlived the proxy"
 
 
 def _answers(url: str) -> bool:
@@ -228,3 +236,16 @@ def _answers(url: str) -> bool:
     except httpx.HTTPError:
         return False
     return True
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
