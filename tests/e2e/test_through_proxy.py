@@ -25,18 +25,10 @@ from sanctum_proxy.app import create_app
 from sanctum_proxy.config import load_settings
 from sanctum_proxy.embedded import LlamaServer
 from tests.conftest import ServerThread
+from tests.e2e.test_llama_server_raw import ASK, WEATHER  # the same question the raw tier pins
 
 pytestmark = pytest.mark.e2e
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
 DETERMINISTIC = {"temperature": 0, "seed": 42, "max_tokens": 48}
 
 
