@@ -25,7 +25,7 @@ import httpx
 import orjson
 
 from .config import Settings, UpstreamConfig
-from .errors import ProxyError, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from .errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 
 # Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
 HOP_BY_HOP = frozenset({

@@ -6,8 +6,15 @@ import httpx
 import openai
 import orjson
 
-from tests.fakes.upstream import (LLAMA_NO_JINJA, OLLAMA_NO_TOOLS, Step, completion, content_chunks,
-                                  llama_tool_chunks, native_call)
+from tests.fakes.upstream import (
+    LLAMA_NO_JINJA,
+    OLLAMA_NO_TOOLS,
+    Step,
+    completion,
+    content_chunks,
+    llama_tool_chunks,
+    native_call,
+)
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
