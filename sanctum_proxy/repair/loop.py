@@ -305,7 +305,7 @@ def _constraint(plan: Plan, state: _State) -> Constraint | None:
     return Constraint(book, text=free, parallel=plan.parallel and state.pin is None)
 
 
-_SCHEMA_REFUSAL = ("response_format", "json_schema", "grammar", "schema")
+_SCHEMA_REFUSAL = ("response_format", "grammar", "schema")  # "schema" covers json_schema
 
 
 def _schema_refused(error: UpstreamError) -> bool:
