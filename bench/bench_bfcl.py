@@ -162,13 +162,9 @@ def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, not
 
 
 def plot(tallies: dict[str, Tally], categories: list[str], path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib not installed: no plot (pip install -r bench/requirements.txt)")
+    plt = servers.pyplot()
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(10, 4))
     width = 0.8 / len(tallies)

@@ -115,13 +115,9 @@ async def warm(url: str) -> None:
 
 
 def plot(samples: list[tuple[float, int, float]], idle: float, path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        print("matplotlib not installed: no plot (pip install -r bench/requirements.txt)")
+    plt = servers.pyplot()
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, left = plt.subplots(figsize=(8, 4))
     left.plot([s[0] for s in samples], [s[2] for s in samples], color="tab:blue", label="RSS MiB")

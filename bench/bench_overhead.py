@@ -236,10 +236,9 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
 
 
 def plot(samples: dict[str, Samples], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = servers.pyplot()
+    if plt is None:
+        return
 
     others = [n for n in samples if n != "direct"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -278,10 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # a smoke run never overwrites the recorded results
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "overhead.md").write_text(text, encoding="utf-8")
-    try:
-        plot(samples, RESULTS / "overhead.png")
-    except ImportError:
-        print("matplotlib not installed: no plot (pip install -r bench/requirements.txt)")
+    plot(samples, RESULTS / "overhead.png")
     return 0
 
 

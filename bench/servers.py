@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -31,6 +32,19 @@ def exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the headless Agg backend, or None (said once) where it is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib not installed: no plot (pip install -r bench/requirements.txt)")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def free_port() -> int:
