@@ -6,7 +6,9 @@ content-length and chunked request bodies) that answers every POST .../chat/comp
                     finish_reason tool_calls, a usage chunk when asked, [DONE]
 
 `--chunk-delay S` sleeps between SSE events (the memory benchmark's slow streams); `--chunks N` repeats the
-content piece N times. GET /v1/models answers a one-model list; anything else is a 404 JSON error.
+content piece N times. A body whose `user` field is `"think-ms-N"` is answered after N ms (a model's time;
+`user` is a standard field every proxy passes through unchanged). GET /v1/models answers a one-model list;
+anything else is a 404 JSON error.
 
     python bench/canned_upstream.py --port 9000 [--chunk-delay 0] [--chunks 4]
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from typing import Any
 
@@ -38,6 +41,7 @@ TOOLS: list[dict[str, Any]] = [{
     },
 }]
 CONTENT_PIECE = "Checking the weather. "
+THINK = re.compile(rb'"user"\s*:\s*"think-ms-(\d+)"')
 
 
 def completion_body() -> bytes:
@@ -96,6 +100,8 @@ class Canned:
                     return
                 method, path, body = request
                 if method == b"POST" and path.endswith(b"/chat/completions"):
+                    if (think := THINK.search(body)) is not None:
+                        await asyncio.sleep(int(think.group(1)) / 1000)
                     if b'"stream":true' in body.replace(b" ", b""):
                         await self.stream(writer, b'"include_usage":true' in body.replace(b" ", b""))
                     else:

@@ -1,4 +1,4 @@
-"""The floor under sanctum-proxy's overhead: a bare FastAPI + httpx relay (same framework, same HTTP client,
+"""The floor under sanctum-proxy's overhead: a bare FastAPI + aiohttp relay (same framework, same HTTP client,
 same uvicorn defaults) that forwards /v1/chat/completions bytes unread, streaming or not.
 
     python bench/relay.py --upstream http://127.0.0.1:9000/v1 --port 9100
@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
+import aiohttp
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
@@ -23,10 +23,10 @@ from fastapi.responses import Response, StreamingResponse
 def create_app(upstream: str) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-        app.state.client = httpx.AsyncClient(timeout=300, limits=limits)
+        app.state.client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000),
+                                                 timeout=aiohttp.ClientTimeout(total=300))
         yield
-        await app.state.client.aclose()
+        await app.state.client.close()
 
     app = FastAPI(lifespan=lifespan)
 
@@ -36,33 +36,32 @@ def create_app(upstream: str) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        client: httpx.AsyncClient = request.app.state.client
+        client: aiohttp.ClientSession = request.app.state.client
         body = await request.body()
-        sent = client.build_request("POST", f"{upstream}/chat/completions", content=body,
-                                    headers={"content-type": "application/json"})
-        reply = await client.send(sent, stream=True)
+        reply = await client.post(f"{upstream}/chat/completions", data=body,
+                                  headers={"content-type": "application/json"})
         if reply.headers.get("content-type", "").startswith("text/event-stream"):
             async def pieces() -> AsyncIterator[bytes]:
                 try:
-                    async for piece in reply.aiter_raw():
+                    async for piece in reply.content.iter_any():
                         yield piece
                 finally:
-                    await reply.aclose()
+                    reply.release()
 
-            return StreamingResponse(pieces(), status_code=reply.status_code, media_type="text/event-stream")
-        content = await reply.aread()
-        await reply.aclose()
-        return Response(content, status_code=reply.status_code, media_type="application/json")
+            return StreamingResponse(pieces(), status_code=reply.status, media_type="text/event-stream")
+        content = await reply.read()
+        reply.release()
+        return Response(content, status_code=reply.status, media_type="application/json")
 
     return app
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="bare FastAPI + httpx relay (the overhead floor)")
+    parser = argparse.ArgumentParser(description="bare FastAPI + aiohttp relay (the overhead floor)")
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
-    uvicorn.run(create_app(args.upstream.rstrip("/")), host="127.0.0.1", port=args.port)
+    uvicorn.run(create_app(args.upstream.rstrip("/")), host="127.0.0.1", port=args.port, log_level="warning")
     return 0
 
 

@@ -129,7 +129,7 @@ def sanctum(upstream: str, *flags: str, env: dict[str, str] | None = None) -> Ch
 
 
 def relay(upstream: str) -> Child:
-    """bench/relay.py: a bare FastAPI + httpx relay, the floor under any proxy built on those parts."""
+    """bench/relay.py: a bare FastAPI + aiohttp relay, the floor under any proxy built on those parts."""
     port = free_port()
     command = [sys.executable, str(BENCH / "relay.py"), "--upstream", upstream, "--port", str(port)]
     return Child("relay", command, f"http://127.0.0.1:{port}/v1", "/healthz")

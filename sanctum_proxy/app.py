@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import FastAPI, Request
 from starlette.middleware.cors import CORSMiddleware
 
@@ -24,11 +23,11 @@ from .routing import Router
 from .shared import SharedState
 
 
-def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.recorder.start()
-        app.state.router = Router(settings, transport)
+        app.state.router = Router(settings)
         app.state.upstream = app.state.router.default
         app.state.router.start()
         await app.state.shared.start()
@@ -59,11 +58,11 @@ def create_app(settings: Settings, transport: httpx.AsyncBaseTransport | None = 
         app.state.recorder.refused(request, exc)
         return error_response(exc)
 
+    app.include_router(chat.router)  # first: routes are matched in order, and this is the hot one
     app.include_router(health.router)
     app.include_router(sanctum.router)
     app.include_router(metrics.router)
-    app.include_router(chat.router)
-    app.include_router(passthrough.router)
+    app.include_router(passthrough.router)  # last: its /v1/{path} catches what the others do not
     return app
 
 

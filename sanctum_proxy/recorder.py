@@ -3,8 +3,10 @@
 On the event loop (the hot path) a request costs a Trace of references, two gauge moves and one
 `put_nowait` on a bounded queue. The trace writer thread then builds the document, drops the bodies if
 `traces_bodies` is false, stores it in SQLite, feeds the metrics, writes the access log line, and prunes
-by `traces_max_count` / `traces_max_age_hours` after each batch. Readers call `flush()` first, so a client
-that has its answer finds its trace.
+by `traces_max_count` / `traces_max_age_hours` (each second, and on every flush). It waits GATHER_SECONDS
+after a first trace so that a burst shares one SQLite transaction: one transaction per request was a
+quarter of the proxy's CPU in bench/bench_overhead.py. Readers call `flush()` first, so a client that has
+its answer finds its trace.
 
     begin(request, trace_id, chat, plan)   at the start, once the plan is settled
     watch(request, run(...))               wraps the round loop; ends the trace with the Final, the error,
@@ -35,6 +37,8 @@ from .traces import Trace, metadata_only, trace_json
 CHAT_PATH = "/v1/chat/completions"
 QUEUE_LIMIT = 10_000
 BATCH = 256
+GATHER_SECONDS = 0.02
+PRUNE_SECONDS = 1.0
 log = logging.getLogger(__name__)
 E = TypeVar("E")
 
@@ -149,8 +153,11 @@ class Recorder:
         return done.wait(timeout)
 
     def _drain(self) -> None:
+        pruned = time.monotonic()
         while True:
             batch = [self._queue.get()]
+            if isinstance(batch[0], Trace):
+                time.sleep(GATHER_SECONDS)
             while len(batch) < BATCH:
                 try:
                     batch.append(self._queue.get_nowait())
@@ -160,6 +167,9 @@ class Recorder:
             stop = any(item is None for item in batch)
             self._write([item for item in batch if isinstance(item, Trace)])
             del batch  # the traces (whole answers) must not stay alive while the thread waits for more
+            if flushes or stop or time.monotonic() - pruned >= PRUNE_SECONDS:
+                self._prune()
+                pruned = time.monotonic()
             for done in flushes:
                 done.set()
             if stop:
@@ -182,7 +192,6 @@ class Recorder:
             self.store.add(docs)
         except Exception:
             log.exception("%d trace(s) could not be stored in %s", len(docs), self.path)
-        self._prune()
 
     def _prune(self) -> None:
         if self.store is None:

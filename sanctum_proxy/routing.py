@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from .config import Settings, UpstreamConfig
 from .errors import ModelNotFound
 from .upstream import Upstream
@@ -63,13 +61,13 @@ class Route:
 
 
 class Router:
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.entries = list(settings.upstreams)
         if self.entries:
-            self.upstreams = [Upstream(settings, transport, config=entry) for entry in self.entries]
+            self.upstreams = [Upstream(settings, config=entry) for entry in self.entries]
             self.keys = [entry.name for entry in self.entries]
         else:
-            self.upstreams = [Upstream(settings, transport)]
+            self.upstreams = [Upstream(settings)]
             self.keys = [settings.upstream]
         self._interval = settings.health_check_seconds
         self._watchers: list[asyncio.Task[None]] = []

@@ -1,13 +1,15 @@
-"""The only module that talks HTTP to the model servers, and the one place httpx errors are mapped.
+"""The only module that talks HTTP to the model servers, and the one place client errors are mapped.
 
-`Upstream` is one named pool of identical backends (base URLs) behind one pooled `httpx.AsyncClient`.
+`Upstream` is one named pool of identical backends (base URLs) behind one pooled `aiohttp.ClientSession`
+(aiohttp, not httpx, on this hot path: its C parser costs about a quarter of httpx's per request; see
+bench/results/overhead.md).
 Requests go round-robin to the healthy backends; a backend that refuses the connection (or cannot be
 reached within connect_timeout) is marked down and the next one is tried. Only a connect error is retried:
 once a request was sent, an error is the client's (the upstream may have started answering). `watch()`
 checks every backend's GET /models periodically and brings a recovered backend back.
 Chat calls come back as parsed JSON or as an async iterator of parsed SSE chunks; everything else is
-passed through as a streaming httpx response. The upstream key never leaves this module: error bodies
-that echo it are redacted before they are raised or relayed.
+passed through as a `Passing` (status, headers, raw body chunks). The upstream key never leaves this
+module: error bodies that echo it are redacted before they are raised or relayed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 
 from .config import Settings, UpstreamConfig
@@ -35,7 +37,8 @@ HOP_BY_HOP = frozenset({
 MAX_SSE_LINE = 16 * 1024 * 1024
 MAX_ERROR_BODY = 1024 * 1024
 DRAIN_SECONDS = 0.05
-CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)  # nothing was sent: safe to try another backend
+# Nothing was sent: safe to try another backend.
+CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 log = logging.getLogger("sanctum_proxy.upstream")
 
 
@@ -48,12 +51,12 @@ class Reply:
 
 @asynccontextmanager
 async def mapped_errors() -> AsyncIterator[None]:
-    """Turn httpx's exceptions into the proxy's (502 unreachable, 504 timeout)."""
+    """Turn the HTTP client's exceptions into the proxy's (502 unreachable, 504 timeout)."""
     try:
         yield
-    except (httpx.TimeoutException, TimeoutError) as exc:
+    except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
         raise UpstreamTimeout(f"upstream did not answer in time ({type(exc).__name__})") from exc
-    except (httpx.TransportError, httpx.StreamError) as exc:
+    except (aiohttp.ClientError, OSError) as exc:
         raise UpstreamUnreachable(f"upstream unreachable: {exc or type(exc).__name__}") from exc
 
 
@@ -81,6 +84,17 @@ def upstream_error(status: int, body: bytes) -> UpstreamError:
     return UpstreamError(status, error_message(body), raw)
 
 
+@dataclass(frozen=True)
+class Passing:
+    """A pass-through answer: status, headers (lower-case names), the raw body as it arrives. The caller
+    runs `close` when done (it returns a fully read connection to the pool)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    chunks: AsyncIterator[bytes]
+    close: Callable[[], Any]
+
+
 @dataclass
 class Backend:
     """One server of a pool; `healthy` is what the last request or health check saw."""
@@ -101,8 +115,7 @@ class Backend:
 class Upstream:
     """One pool of identical model servers. Without `config`, the single `upstream` setting."""
 
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None,
-                 *, config: UpstreamConfig | None = None) -> None:
+    def __init__(self, settings: Settings, *, config: UpstreamConfig | None = None) -> None:
         self.name = config.name if config else "default"
         self.backends = [Backend(url) for url in (config.urls if config else [settings.upstream])]
         self._key = config.api_key if config else settings.upstream_api_key
@@ -110,12 +123,31 @@ class Upstream:
         self._check_timeout = min(settings.connect_timeout, 5.0)
         self._read_timeout = settings.read_timeout
         self._max_answer = settings.max_answer_bytes
-        timeout = httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout)
-        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-        self.client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout,
+                                              sock_read=settings.read_timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def client(self) -> aiohttp.ClientSession:
+        """The pooled session, made on first use (aiohttp wants a running event loop)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=30),
+                timeout=self._timeout,
+                cookie_jar=aiohttp.DummyCookieJar(),  # one client's cookies never reach another's request
+                auto_decompress=False,  # pass-through relays the bytes with their content-encoding
+                skip_auto_headers=("Accept-Encoding",),  # so nothing asks for an encoding the client did not
+            )
+        return self._session
+
+    def busy_connections(self) -> int:
+        """Upstream connections lent out right now (the fault tests check that nothing is left behind)."""
+        connector = self._session.connector if self._session is not None else None
+        return len(connector._acquired) if connector is not None else 0  # aiohttp keeps no public count
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     @property
     def base_url(self) -> str:
@@ -135,12 +167,12 @@ class Upstream:
         rotated = self.backends[turn:] + self.backends[:turn]
         return [b for b in rotated if b.healthy] + [b for b in rotated if not b.healthy]
 
-    async def _open(self, build: Callable[[Backend], httpx.Request]) -> httpx.Response:
-        """Send to the first backend that takes the connection; the response streams (caller closes it)."""
+    async def _open(self, method: str, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        """Send to the first backend that takes the connection; the body streams (caller runs `done`)."""
         failure: Exception | None = None
         for backend in self.candidates():
             try:
-                response = await self.client.send(build(backend), stream=True)
+                response = await self.client.request(method, f"{backend.base_url}{path}", **kwargs)
             except CONNECT_ERRORS as exc:
                 if backend.healthy:
                     log.warning("upstream %s: backend %s unreachable (%s), trying the next one",
@@ -171,29 +203,28 @@ class Upstream:
         start = time.perf_counter()
         content, headers = orjson.dumps(body), self.headers(client_auth)
         async with mapped_errors():
-            response = await self._open(lambda backend: self.client.build_request(
-                "POST", f"{backend.base_url}/chat/completions", content=content, headers=headers))
+            response = await self._open("POST", "/chat/completions", data=content, headers=headers)
             try:
                 raw = await self._read_body(response)
             finally:
-                await response.aclose()
+                done(response)
         latency = (time.perf_counter() - start) * 1000
-        if response.status_code >= 400:
-            raise self._error(response.status_code, raw)
+        if response.status >= 400:
+            raise self._error(response.status, raw)
         try:
             parsed = loads_lenient(raw)
         except orjson.JSONDecodeError as exc:
             raise UpstreamError(502, f"upstream sent a body that is not JSON: {raw[:200]!r}") from exc
         if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
             raise UpstreamError(502, f"upstream sent no choices: {raw[:200]!r}")
-        return Reply(response.status_code, parsed, latency)
+        return Reply(response.status, parsed, latency)
 
-    async def _read_body(self, response: httpx.Response) -> bytes:
+    async def _read_body(self, response: aiohttp.ClientResponse) -> bytes:
         """The whole body, at most max_answer_bytes of it, within read_timeout of the headers (a body that
-        trickles forever would dodge httpx's per-read timeout)."""
+        trickles forever would dodge the per-read timeout)."""
         body = bytearray()
         async with asyncio.timeout(self._read_timeout):
-            async for piece in response.aiter_bytes():
+            async for piece in response.content.iter_any():
                 body += piece
                 if len(body) > self._max_answer:
                     raise too_long(self._max_answer)
@@ -209,20 +240,19 @@ class Upstream:
         UpstreamError from the iterator. Leaving the context closes the upstream connection."""
         content, headers = orjson.dumps(body), self.headers(client_auth)
         async with mapped_errors():
-            response = await self._open(lambda backend: self.client.build_request(
-                "POST", f"{backend.base_url}/chat/completions", content=content, headers=headers))
+            response = await self._open("POST", "/chat/completions", data=content, headers=headers)
         try:
-            if response.status_code >= 400:
+            if response.status >= 400:
                 async with mapped_errors():
-                    content = await response.aread()
-                raise self._error(response.status_code, content)
+                    content = await self._read_body(response)
+                raise self._error(response.status, content)
             yield self._chunks(response)
         finally:
-            await response.aclose()
+            done(response)
 
-    async def _chunks(self, response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
         async with mapped_errors():
-            events = sse_data(response.aiter_bytes(), limit=self._max_answer, idle=self._read_timeout)
+            events = sse_data(response.content.iter_any(), limit=self._max_answer, idle=self._read_timeout)
             seen, finished = 0, False
             async for data in events:
                 if data.startswith(b"[DONE]"):
@@ -248,32 +278,34 @@ class Upstream:
                 raise UpstreamError(502, "upstream sent no stream event (its body is not SSE chunks)")
 
     async def send(
-        self, method: str, path: str, *, params: Any, headers: Mapping[str, str], content: AsyncIterator[bytes] | None
-    ) -> httpx.Response:
-        """Pass-through: the response is streaming; the caller closes it. An error answer is read whole
-        and redacted (servers echo a wrong key in their 401 message)."""
+        self, method: str, path: str, *, params: Any, headers: Mapping[str, str],
+        content: bytes | AsyncIterator[bytes] | None,
+    ) -> Passing:
+        """Pass-through: the body streams as it arrives; the caller runs `close`. An error answer is read
+        whole and redacted (servers echo a wrong key in their 401 message)."""
         async with mapped_errors():
-            response = await self._open(lambda backend: self.client.build_request(
-                method, f"{backend.base_url}{path}", params=params, headers=headers, content=content))
-            if response.status_code < 400 or not self._key:
-                return response
+            response = await self._open(method, path, params=params, headers=headers, data=content)
+            kept = [(k.lower(), v) for k, v in response.headers.items()]
+            if response.status < 400 or not self._key:
+                return Passing(response.status, kept, _mapped(response.content.iter_any()),
+                               lambda: done(response))
             try:
-                body = self._redact((await response.aread())[:MAX_ERROR_BODY])
+                body = self._redact(await response.content.read(MAX_ERROR_BODY))
             finally:
-                await response.aclose()
-        kept = [(k, v) for k, v in response.headers.items()
-                if k.lower() not in ("content-length", "content-encoding", "transfer-encoding")]
-        return httpx.Response(response.status_code, headers=kept, stream=httpx.ByteStream(body))
+                done(response)
+        kept = [(k, v) for k, v in kept
+                if k not in ("content-length", "content-encoding", "transfer-encoding")]
+        return Passing(response.status, kept, _once(body), lambda: None)
 
     async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
         """A best-effort capability probe; None when it fails in any way."""
         try:
-            response = await self.client.request(method, url, json=body, timeout=timeout,
-                                                 headers=self.headers())
-            if response.status_code >= 400:
-                return None
-            return orjson.loads(response.content)
-        except (httpx.HTTPError, orjson.JSONDecodeError):
+            async with self.client.request(method, url, json=body, headers=self.headers(),
+                                           timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+                if response.status >= 400:
+                    return None
+                return orjson.loads(await response.read())
+        except (TimeoutError, aiohttp.ClientError, OSError, orjson.JSONDecodeError):
             return None
 
     async def ready(self) -> bool:
@@ -283,10 +315,11 @@ class Upstream:
     async def check(self, backend: Backend, timeout: float | None = None) -> bool:
         """One health check of one backend; marks it up or down."""
         try:
-            response = await self.client.get(f"{backend.base_url}/models", headers=self.headers(),
-                                             timeout=timeout or self._check_timeout)
-            healthy = response.status_code < 500
-        except httpx.HTTPError:
+            async with self.client.get(f"{backend.base_url}/models", headers=self.headers(),
+                                       timeout=aiohttp.ClientTimeout(total=timeout or self._check_timeout)
+                                       ) as response:
+                healthy = response.status < 500
+        except (TimeoutError, aiohttp.ClientError, OSError):
             healthy = False
         if healthy != backend.healthy:
             log.warning("upstream %s: backend %s is %s", self.name, backend.base_url,
@@ -304,6 +337,25 @@ class Upstream:
         return {"name": self.name, "backends": [b.to_json() for b in self.backends]}
 
 
+def done(response: aiohttp.ClientResponse) -> None:
+    """A response read to its end gives its connection back to the pool; one left unread (an error, a
+    client that went away) closes it, so the upstream stops generating."""
+    if response.content.is_eof():
+        response.release()
+    else:
+        response.close()
+
+
+async def _mapped(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async with mapped_errors():
+        async for chunk in chunks:
+            yield chunk
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
 async def _drain(events: AsyncIterator[bytes]) -> None:
     """Read the end of the body after [DONE] (it follows at once) so the connection goes back to the pool;
     a server that lingers after [DONE] only loses its connection."""
@@ -311,7 +363,7 @@ async def _drain(events: AsyncIterator[bytes]) -> None:
         async with asyncio.timeout(DRAIN_SECONDS):
             async for _ in events:
                 pass
-    except (TimeoutError, httpx.HTTPError, UpstreamError):
+    except (TimeoutError, aiohttp.ClientError, UpstreamError):
         pass
 
 
@@ -369,4 +421,4 @@ async def sse_data(chunks: AsyncIterator[bytes], *, limit: int | None = None,
         yield b"\n".join(data)
 
 
-__all__ = ["Upstream", "Backend", "Reply", "sse_data", "HOP_BY_HOP"]
+__all__ = ["Upstream", "Backend", "Passing", "Reply", "sse_data", "HOP_BY_HOP"]

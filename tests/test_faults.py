@@ -51,8 +51,7 @@ class Proxy:
 
     def busy_connections(self) -> int:
         async def count() -> int:
-            pool = self.app.state.upstream.client._transport._pool
-            return len(pool._requests) + sum(not (c.is_idle() or c.is_closed()) for c in pool.connections)
+            return int(self.app.state.upstream.busy_connections())
 
         return int(self._in_loop(count))
 

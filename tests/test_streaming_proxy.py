@@ -139,6 +139,32 @@ def test_surrender_mid_stream_is_the_422_body_in_an_error_event_then_the_end(pro
         list(sdk.chat.completions.create(model="m", messages=MESSAGES, tools=[WEATHER], stream=True))
 
 
+def test_surrender_mid_stream_shows_every_rejected_round_as_an_omen_before_the_error(proxy, fake):
+    for n in range(3):
+        fake[0].push(Step(chunks=llama_tool_chunks("nope", f'{{"city": "{n}"}}')))
+    _, got = stream(proxy)
+    # Rounds 1 and 2 were bounced (each omen names its correction); round 3 was the last allowed: the error.
+    assert [o["type"] for o in got.omens] == ["SpellCallRejected"] * 2
+    assert [o["round"] for o in got.omens] == [1, 2] and all(o["correction"] for o in got.omens)
+    assert got.error is not None and got.error["rounds"] == 3
+
+
+def test_a_rejected_round_is_an_omen_on_the_wire_while_the_hidden_round_still_runs(proxy, fake):
+    upstream = fake[0]
+    rejected, accepted = llama_tool_chunks("nope", '{"city": "Paris"}'), content_chunks("One moment. " + GOOD, size=3)
+    upstream.push(Step(chunks=rejected), Step(chunks=accepted, chunk_delay=0.1))
+    seen: list[str] = []
+    with httpx.stream("POST", proxy + "/v1/chat/completions", json=ASK, timeout=20) as r:
+        for line in r.iter_lines():
+            seen.append(line)
+            if line.startswith(": omen"):
+                sent_when_seen = upstream.chunks_sent
+                break
+    assert '"SpellCallRejected"' in seen[-1]
+    assert sent_when_seen < len(rejected) + len(accepted) - 2, "the omen waited for the hidden round's end"
+    assert not any(line.startswith("data: ") and "tool_calls" in line for line in seen)
+
+
 def test_upstream_dying_mid_stream_ends_the_client_stream_with_an_error(proxy, fake):
     fake[0].push(Step(chunks=content_chunks("Hello there, friend", size=3), die_after=3))
     start = time.monotonic()

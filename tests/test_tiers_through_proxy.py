@@ -21,6 +21,7 @@ WEATHER = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"},
                                                     "days": {"type": "integer"}}, "required": ["city"]}}}
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
+GOOD_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 
 
 def post(client: httpx.Client, body=ASK, **headers):
@@ -47,7 +48,7 @@ def test_malformed_json_is_mended_locally_in_one_round(client, fake):
 
 
 def test_call_written_into_content_becomes_tool_calls(client, fake):
-    fake[0].push(Step(body=completion('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>')))
+    fake[0].push(Step(body=completion(GOOD_CALL)))
     msg = post(client).json()["choices"][0]["message"]
     assert msg["tool_calls"][0]["function"]["name"] == "get_weather" and not (msg["content"] or "").strip()
 
@@ -67,7 +68,7 @@ def test_unknown_spell_gets_a_correction_round_listing_the_spells(client, fake):
 
 def test_surrender_after_max_rounds_is_422_with_every_rejected_answer(client, fake):
     for city in ("A", "B", "C"):
-        fake[0].push(Step(body=completion(None, [native_call("nope", '{"city":"%s"}' % city)], "tool_calls")))
+        fake[0].push(Step(body=completion(None, [native_call("nope", f'{{"city":"{city}"}}')], "tool_calls")))
     r = post(client)
     assert r.status_code == 422
     err = r.json()["error"]
@@ -93,7 +94,7 @@ def test_on_surrender_content_returns_the_last_raw_answer(make_proxy, fake):
 
 def test_auto_mode_flips_on_llama_cpp_rejection_and_remembers(client, fake):
     fake[0].push(Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1]),
-                 Step(body=completion('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>')))
+                 Step(body=completion(GOOD_CALL)))
     r = post(client)
     assert r.status_code == 200
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
@@ -150,7 +151,7 @@ def test_stream_with_call_in_content_sends_no_markup_as_content(proxy, fake):
 
 def test_surrender_mid_stream_is_an_error_event(client, fake):
     for _ in range(3):
-        fake[0].push(Step(chunks=llama_tool_chunks("nope", '{"city": "%s"}' % _)))
+        fake[0].push(Step(chunks=llama_tool_chunks("nope", f'{{"city": "{_}"}}')))
     with client.stream("POST", "/v1/chat/completions", json={**ASK, "stream": True}) as r:
         body = r.read().decode()
     assert '"spell_call_parse_error"' in body and "[DONE]" not in body

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 from jsonschema import validators
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
@@ -58,7 +59,7 @@ def _resolve(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[st
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(schema_json: str) -> Validator:
+def _compiled(schema_json: bytes) -> Validator:
     schema = json.loads(schema_json)
     cls = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
@@ -69,11 +70,12 @@ def _compiled(schema_json: str) -> Validator:
     return validator
 
 
-def _canonical(schema: Mapping[str, Any]) -> str:
+def _canonical(schema: Mapping[str, Any]) -> bytes:
+    """The schema's cache key (and the text it is compiled from): orjson with sorted keys."""
     try:
-        return json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        return json.dumps(_NO_CONSTRAINTS)
+        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError: a non-str key, a value JSON cannot hold, nesting too deep
+        return orjson.dumps(_NO_CONSTRAINTS)
 
 
 def _spell_from(fn: Any) -> Spell | None:
@@ -94,7 +96,7 @@ def _spell_from(fn: Any) -> Spell | None:
 class SpellBook:
     """The offered spells by name, in offered order."""
 
-    __slots__ = ("spells", "names", "name_set", "_canonical")
+    __slots__ = ("spells", "names", "name_set")
 
     def __init__(self, spells: Sequence[Spell]) -> None:
         self.spells: dict[str, Spell] = {}
@@ -102,7 +104,6 @@ class SpellBook:
             self.spells.setdefault(spell.name, spell)
         self.names: tuple[str, ...] = tuple(self.spells)
         self.name_set: frozenset[str] = frozenset(self.names)
-        self._canonical = {name: _canonical(s.parameters) for name, s in self.spells.items()}
 
     @classmethod
     def from_tools(cls, tools: Any) -> SpellBook:
@@ -128,7 +129,7 @@ class SpellBook:
         return resolve_name(written, self.names)
 
     def validator(self, name: str) -> Validator:
-        return _compiled(self._canonical[name])
+        return _compiled(_canonical(self.spells[name].parameters))  # only for the spells actually called
 
     def check(self, name: str, args: Any) -> list[Problem]:
         """Why `args` cannot be sent to spell `name`: one Problem per reason; [] when they are valid."""

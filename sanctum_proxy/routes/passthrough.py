@@ -7,7 +7,6 @@ of what each catch-all upstream lists itself; other paths go where their body's 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -45,11 +44,11 @@ async def passthrough(path: str, request: Request) -> StreamingResponse:
                if k not in HOP_BY_HOP and k != "authorization" and not k.startswith("x-sanctum-")}
     auth = request.headers.get("authorization") if settings.forward_client_key else None
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
-    response = await upstream.send(request.method, f"/{path}", params=request.query_params, headers=headers,
-                                   content=content)
-    back = {k: v for k, v in response.headers.items() if k not in HOP_BY_HOP}
-    return StreamingResponse(_relay(response.aiter_raw()), status_code=response.status_code, headers=back,
-                             background=BackgroundTask(response.aclose))
+    query = list(request.query_params.multi_items())
+    response = await upstream.send(request.method, f"/{path}", params=query, headers=headers, content=content)
+    back = {k: v for k, v in response.headers if k not in HOP_BY_HOP}
+    return StreamingResponse(response.chunks, status_code=response.status, headers=back,
+                             background=BackgroundTask(response.close))
 
 
 async def target(path: str, request: Request) -> tuple[Upstream, Any]:
@@ -87,8 +86,3 @@ async def model_list(routes: Router) -> list[dict[str, Any]]:
                 seen.add(item.get("id"))
                 data.append(item)
     return data
-
-
-async def _relay(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for chunk in chunks:
-        yield chunk

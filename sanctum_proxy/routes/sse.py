@@ -5,9 +5,12 @@ What the client sees:
   - headers as soon as the first upstream round is accepted (an error before that is a plain HTTP error);
   - the live content of the first round that shows any, as it arrives (the assembler holds call markup);
   - `: keep-alive` comments while nothing else is sent for `keepalive_seconds` (hidden correction rounds);
-  - at the end: the omens, the final content the client has not seen (`streaming.unseen`), the calls as
-    OpenAI tool-call deltas, the finish chunk (with `sanctum`), the usage chunk if asked, `[DONE]`;
-  - or, on a surrender or an upstream failure after the headers, `data: {"error": {...}}` and the end.
+  - each omen as soon as the next event goes out after it happened (a rejected round's omen when the
+    correction round starts), so a watcher sees a mend while the hidden round still runs;
+  - at the end: the omens not sent yet, the final content the client has not seen (`streaming.unseen`), the
+    calls as OpenAI tool-call deltas, the finish chunk (with `sanctum`), the usage chunk if asked, `[DONE]`;
+  - or, on a surrender or an upstream failure after the headers, the omens not sent yet (every rejected
+    round of a surrender), `data: {"error": {...}}` and the end.
 Prose of correction rounds is never live: rejected answers are not shown, and the accepted one's content is
 sent once the round is judged, minus what the client already saw.
 """
@@ -78,7 +81,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
     meta = {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
     writer = SseWriter(meta, trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
-                       legacy=is_legacy)
+                       legacy=is_legacy, omens=plan.omens)
     mode = plan.records[-1].mode if plan.records else plan.mode  # after a fallback: the mode answering
     headers = {"x-sanctum-spell-calling": mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
@@ -115,7 +118,8 @@ async def pump(writer: SseWriter, first: Any, queue: asyncio.Queue[Any], task: a
             if writer.ended:
                 return
             try:
-                event = await asyncio.wait_for(queue.get(), keepalive)
+                async with asyncio.timeout(keepalive):  # not wait_for: that wraps each get in a new task
+                    event = await queue.get()
             except TimeoutError:
                 yield KEEPALIVE
                 event = ...
@@ -127,10 +131,12 @@ class SseWriter:
     """The loop's events as SSE bytes. Pure but for the running record of what the client has seen."""
 
     def __init__(self, meta: dict[str, Any], trace_id: str, *, omen_style: str = "comments",
-                 include_usage: bool = False, legacy: bool = False) -> None:
+                 include_usage: bool = False, legacy: bool = False, omens: list[om.Omen] | None = None) -> None:
         self.meta, self.trace_id = meta, trace_id
         self.omen = om.sse_event if omen_style == "events" else om.sse_comment
         self.include_usage, self.legacy = include_usage, legacy
+        self.omens = omens if omens is not None else []  # the loop's running list (Plan.omens): it grows
+        self.omens_sent = 0
         self.shown = ""
         self.ended = False
         # Content chunks are the hot path: everything around the text is serialised once.
@@ -147,21 +153,28 @@ class SseWriter:
         self.shown += text
         return self._content_head + orjson.dumps(text) + self._content_tail
 
+    def new_omens(self, omens: list[om.Omen] | None = None) -> list[bytes]:
+        """The omens that happened since the last call, each sent once."""
+        omens = self.omens if omens is None else omens
+        out = [self.omen(o) for o in omens[self.omens_sent:]]
+        self.omens_sent = max(self.omens_sent, len(omens))
+        return out
+
     def render(self, event: Any) -> list[bytes]:
         if event is None:  # the producer ended without an answer or an error: a bug, said in the stream
             event = ProxyError("internal error: the round loop ended without an answer")
         if isinstance(event, ContentDelta):
-            return [self.content(event.text)] if event.text else []
+            return self.new_omens() + ([self.content(event.text)] if event.text else [])
         if isinstance(event, ProxyError):
             self.ended = True
-            return [self.data(event.body())]
+            return self.new_omens() + [self.data(event.body())]
         if isinstance(event, Final):
             self.ended = True
             return self.finish(event)
         return []
 
     def finish(self, final: Final) -> list[bytes]:
-        out = [self.omen(o) for o in final.omens]
+        out = self.new_omens(final.omens)
         rest = unseen(self.shown, final.message.get("content"))
         if rest:
             out.append(self.content(rest))
