@@ -144,6 +144,8 @@ def test_repair_constrains_the_correction_pinned_to_the_spell(client, fake):
     assert "response_format" not in fake[0].requests[0] and fake[0].requests[0]["tools"] == TOOLS
     correction = fake[0].requests[1]
     assert "tools" not in correction and correction["messages"][-1]["role"] == "user"
+    # The grammar is the correction: the rejected turn is left out of a constrained round (loop._transcript).
+    assert correction["messages"][0]["role"] == "system" and correction["messages"][1:] == ASK["messages"]
     (schema,) = schemas_sent(fake)
     assert not valid(schema, {"content": "x"}) and not valid(schema, {"name": "get_time", "arguments": {}})
     assert valid(schema, {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}})

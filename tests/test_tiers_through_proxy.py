@@ -56,7 +56,7 @@ def test_call_written_into_content_becomes_tool_calls(client, fake):
 def test_unknown_spell_gets_a_correction_round_listing_the_spells(client, fake):
     fake[0].push(Step(body=completion(None, [native_call("lookup_weather", '{"city":"Paris"}')], "tool_calls")),
                  Step(body=completion(None, [native_call("get_weather", '{"city":"Paris"}')], "tool_calls")))
-    r = post(client)
+    r = post(client, {**ASK, "sanctum": {"constrain": "off"}})  # the conversational tier alone (no grammar)
     assert r.status_code == 200 and r.headers["x-sanctum-rounds"] == "2"
     omen = r.json()["sanctum"]["omens"][0]
     assert omen["type"] == "SpellCallRejected" and omen["reason"] == "unknown_spell"

@@ -124,7 +124,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
             raise SpellCallParseError("spell call could not be repaired: round limit reached",
                                       rounds=len(plan.records), rejected=list(state.rejected))
         constraint = _constraint(plan, state)
-        body = upstream_body(plan, state.mode, state.extra, constraint)
+        body = upstream_body(plan, state.mode, _transcript(state, constraint), constraint)
         record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0, constrained=constraint is not None)
         plan.records.append(record)
         answer = None
@@ -175,6 +175,7 @@ class _State:
     fell_back: bool = False
     pin: str | None = None  # the one known spell the last correction was about
     unconstrained: bool = False  # the upstream refused the answer schema: no more constrained rounds
+    grammar_from: int | None = None  # len(extra) when the first constrained round was sent
     shown: bool = False  # live content reached the client: later rounds are hidden (no text twice)
 
     @property
@@ -285,6 +286,21 @@ class Constraint:
 
     def schema(self) -> dict[str, Any]:
         return cn.answer_schema(self.book, text=self.text, parallel=self.parallel)
+
+
+def _transcript(state: _State, constraint: Constraint | None) -> list[dict[str, Any]]:
+    """The hidden turns a round is sent. A constrained round leaves out the turns of the unconstrained rounds
+    before it: the grammar now does what their corrections asked (a call, a known name, valid arguments),
+    and a small model copies a failed answer's mistakes from its context. Measured on SmolLM2-135M, BFCL
+    first 20 entries, tool_choice required, constrain repair, exact calls: simple 14-15 with this, 5 with the
+    whole transcript, 4 with the corrections alone; multiple 6 with this, 0 with the corrections alone. What
+    constrained rounds were told is kept: a grammar-valid answer bounced for a rule the grammar cannot hold
+    (a pattern, a format) needs its correction."""
+    if constraint is None:
+        return state.extra
+    if state.grammar_from is None:
+        state.grammar_from = len(state.extra)
+    return state.extra[state.grammar_from:]
 
 
 def _constraint(plan: Plan, state: _State) -> Constraint | None:
