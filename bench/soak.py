@@ -115,7 +115,9 @@ def upstream_app() -> Any:
         first_user = next(m["content"] for m in body["messages"] if m.get("role") == "user")
         _, kind, seed_text = first_user.split()
         seed = int(seed_text)
-        rounds = 1 + sum(1 for m in body["messages"] if m.get("role") in ("assistant", "tool"))
+        # A correction round carries the rejected turn, or (constrained, the default) the answer schema.
+        rounds = 1 + sum(1 for m in body["messages"] if m.get("role") in ("assistant", "tool")) \
+            + ("response_format" in body)
         status, message = upstream_answer(kind, seed, min(rounds, 2))
         if status != 200:
             return JSONResponse(message, status_code=status)

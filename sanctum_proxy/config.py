@@ -172,7 +172,7 @@ def load_settings(flags: dict[str, Any] | None = None, config_file: str | Path |
             return tuple(sources)
 
     try:
-        loaded = _FromSources()
+        loaded = _FromSources()  # type: ignore[call-arg]  # the fields come from the sources, not arguments
     except Exception as exc:  # pydantic ValidationError or a TOML syntax error
         raise SettingsError(_one_line(exc)) from exc
     return Settings.model_construct(**dict(loaded))  # dict(): nested models stay models

@@ -158,7 +158,7 @@ def _schema_problem(serialized: bytes) -> str | None:
     try:
         validators.validator_for(schema).check_schema(schema)
     except schema_errors.SchemaError as exc:
-        return exc.message
+        return str(exc.message)
     return None
 
 

@@ -71,7 +71,7 @@ def test_viewer_tells_a_repaired_a_bounced_and_a_surrendered_request_apart(page,
     second_round.locator("summary").click()
     sent = second_round.locator(".pane.sent pre").inner_text()
     assert "[user] Weather in Paris?" in sent and "[user] There is no tool named 'lookup_weather'" in sent
-    assert "(answer schema)" in second_round.locator("summary").inner_text()
+    assert "(answer schema)" not in second_round.locator("summary").inner_text()  # asked without a grammar
     second_round.screenshot(path=str(ARTIFACTS / "viewer_corrected_round2.png"))
 
     rows.nth(0).click()
@@ -84,6 +84,18 @@ def test_viewer_tells_a_repaired_a_bounced_and_a_surrendered_request_apart(page,
     page.select_option("select[name=outcome]", "repaired")
     page.wait_for_function("document.querySelectorAll('#rows tr').length === 1")
     assert rows.locator(".badge").all_inner_texts() == ["repaired"]
+
+
+def test_viewer_marks_a_constrained_correction_round(page, proxy, fake):
+    bounced(fake[0], proxy, **{"X-Sanctum-Constrain": "repair"})  # the default: the correction is constrained
+    page.goto(proxy + "/sanctum/")
+    page.locator("#rows tr").nth(0).click()
+    second_round = page.locator("#detail details.round").nth(1)
+    second_round.wait_for()
+    assert "(answer schema)" in second_round.locator("summary").inner_text()
+    second_round.locator("summary").click()
+    sent = second_round.locator(".pane.sent pre").inner_text()
+    assert "[user] Weather in Paris?" in sent and "There is no tool named" not in sent  # the grammar corrects
 
 
 def test_viewer_asks_for_the_key_when_the_traces_need_one(page, make_proxy, fake):

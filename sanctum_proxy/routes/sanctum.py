@@ -36,10 +36,12 @@ def check_admin(request: Request) -> None:
 router = APIRouter()
 guarded = [Depends(check_admin)]
 # What /openapi.json says of the answers that are not JSON objects (checked by tests/test_openapi_fuzz.py).
-ERROR = {"description": "OpenAI-shaped error", "content": {"application/json": {}}}
-HTML = {200: {"content": {"text/html": {}}, "description": "The trace viewer"}}
-FILES = {200: {"content": {t.split(";")[0]: {} for t in STATIC.values()}, "description": "A viewer file"},
-         404: ERROR}
+ERROR: dict[str, Any] = {"description": "OpenAI-shaped error", "content": {"application/json": {}}}
+HTML: dict[int | str, dict[str, Any]] = {200: {"content": {"text/html": {}}, "description": "The trace viewer"}}
+FILES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {t.split(";")[0]: {} for t in STATIC.values()}, "description": "A viewer file"},
+    404: ERROR,
+}
 
 
 @router.get("/sanctum/status", dependencies=guarded)

@@ -1,5 +1,7 @@
 """Three requests the traces, the metrics and the viewer must each tell apart: one mended locally (a trailing
-comma), one bounced once (an unknown spell, then a valid call) and one given up on (three unknown spells)."""
+comma), one bounced once (an unknown spell, then a valid call) and one given up on (three unknown spells).
+The bounced ones ask for the conversational tier (constrain off): this fake answers without a grammar, and a
+constrained correction round would be sent without the rejected turn the traces and the viewer show."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ WEATHER = {"type": "function", "function": {
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
        "tool_choice": "auto"}
 TRAILING_COMMA = '{"city": "Paris", "days": 3,}'
+CONVERSATIONAL = {"X-Sanctum-Constrain": "off"}
 
 
 def calls(name: str, arguments: str) -> Step:
@@ -30,13 +33,13 @@ def repaired(upstream: FakeUpstream, url: str, **headers: str) -> httpx.Response
 
 def bounced(upstream: FakeUpstream, url: str, **headers: str) -> httpx.Response:
     upstream.push(calls("lookup_weather", '{"city": "Paris"}'), calls("get_weather", '{"city": "Paris"}'))
-    return ask(url, headers)
+    return ask(url, {**CONVERSATIONAL, **headers})
 
 
 def surrendered(upstream: FakeUpstream, url: str, **headers: str) -> httpx.Response:
     for city in ("Paris", "Lyon", "Nice"):
         upstream.push(calls("nope", orjson.dumps({"city": city}).decode()))
-    return ask(url, headers)
+    return ask(url, {**CONVERSATIONAL, **headers})
 
 
 def ask(url: str, headers: dict[str, Any], body: dict[str, Any] = ASK) -> httpx.Response:
