@@ -18,7 +18,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -86,13 +86,14 @@ def upstream_error(status: int, body: bytes) -> UpstreamError:
 
 @dataclass(frozen=True)
 class Passing:
-    """A pass-through answer: status, headers (lower-case names), the raw body as it arrives. The caller
-    runs `close` when done (it returns a fully read connection to the pool)."""
+    """A pass-through answer: status, headers (lower-case names), the raw body as it arrives. The body's
+    iterator closes the upstream response when it ends or is closed; `close` (async: it runs on the event
+    loop, never in starlette's thread pool) does the same for a body that was never iterated."""
 
     status: int
     headers: list[tuple[str, str]]
     chunks: AsyncIterator[bytes]
-    close: Callable[[], Any]
+    close: Callable[[], Awaitable[None]]
 
 
 @dataclass
@@ -287,15 +288,21 @@ class Upstream:
             response = await self._open(method, path, params=params, headers=headers, data=content)
             kept = [(k.lower(), v) for k, v in response.headers.items()]
             if response.status < 400 or not self._key:
-                return Passing(response.status, kept, _mapped(response.content.iter_any()),
-                               lambda: done(response))
+                async def close() -> None:
+                    done(response)
+
+                return Passing(response.status, kept, _relayed(response), close)
             try:
-                body = self._redact(await response.content.read(MAX_ERROR_BODY))
+                body = bytearray()
+                async for piece in response.content.iter_any():
+                    body += piece
+                    if len(body) > MAX_ERROR_BODY:
+                        break
             finally:
                 done(response)
         kept = [(k, v) for k, v in kept
                 if k not in ("content-length", "content-encoding", "transfer-encoding")]
-        return Passing(response.status, kept, _once(body), lambda: None)
+        return Passing(response.status, kept, _once(self._redact(bytes(body))[:MAX_ERROR_BODY]), _nothing)
 
     async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
         """A best-effort capability probe; None when it fails in any way."""
@@ -346,14 +353,21 @@ def done(response: aiohttp.ClientResponse) -> None:
         response.close()
 
 
-async def _mapped(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async with mapped_errors():
-        async for chunk in chunks:
-            yield chunk
+async def _relayed(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    try:
+        async with mapped_errors():
+            async for chunk in response.content.iter_any():
+                yield chunk
+    finally:
+        done(response)
 
 
 async def _once(body: bytes) -> AsyncIterator[bytes]:
     yield body
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _drain(events: AsyncIterator[bytes]) -> None:
