@@ -220,15 +220,19 @@ class Upstream:
             raise UpstreamError(502, f"upstream sent no choices: {raw[:200]!r}")
         return Reply(response.status, parsed, latency)
 
-    async def _read_body(self, response: aiohttp.ClientResponse) -> bytes:
-        """The whole body, at most max_answer_bytes of it, within read_timeout of the headers (a body that
-        trickles forever would dodge the per-read timeout)."""
+    async def _read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None) -> bytes:
+        """The whole body, at most max_answer_bytes of it (or, with `cut_at`, read until past that and
+        returned whole for the caller to cut), within read_timeout of the headers (a body that trickles
+        forever would dodge the per-read timeout)."""
+        limit = self._max_answer if cut_at is None else cut_at
         body = bytearray()
         async with asyncio.timeout(self._read_timeout):
             async for piece in response.content.iter_any():
                 body += piece
-                if len(body) > self._max_answer:
-                    raise too_long(self._max_answer)
+                if len(body) > limit:
+                    if cut_at is not None:
+                        break
+                    raise too_long(limit)
         return bytes(body)
 
     @asynccontextmanager
@@ -293,16 +297,12 @@ class Upstream:
 
                 return Passing(response.status, kept, _relayed(response), close)
             try:
-                body = bytearray()
-                async for piece in response.content.iter_any():
-                    body += piece
-                    if len(body) > MAX_ERROR_BODY:
-                        break
+                body = await self._read_body(response, cut_at=MAX_ERROR_BODY)
             finally:
                 done(response)
         kept = [(k, v) for k, v in kept
                 if k not in ("content-length", "content-encoding", "transfer-encoding")]
-        return Passing(response.status, kept, _once(self._redact(bytes(body))[:MAX_ERROR_BODY]), _nothing)
+        return Passing(response.status, kept, _once(self._redact(body)[:MAX_ERROR_BODY]), _nothing)
 
     async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
         """A best-effort capability probe; None when it fails in any way."""

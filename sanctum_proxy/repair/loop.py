@@ -124,6 +124,8 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
             raise SpellCallParseError("spell call could not be repaired: round limit reached",
                                       rounds=len(plan.records), rejected=list(state.rejected))
         constraint = _constraint(plan, state)
+        if constraint is not None and state.grammar_from is None:
+            state.grammar_from = len(state.extra)
         body = upstream_body(plan, state.mode, _transcript(state, constraint), constraint)
         record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0, constrained=constraint is not None)
         plan.records.append(record)
@@ -296,10 +298,8 @@ def _transcript(state: _State, constraint: Constraint | None) -> list[dict[str, 
     whole transcript, 4 with the corrections alone; multiple 6 with this, 0 with the corrections alone. What
     constrained rounds were told is kept: a grammar-valid answer bounced for a rule the grammar cannot hold
     (a pattern, a format) needs its correction."""
-    if constraint is None:
+    if constraint is None or state.grammar_from is None:
         return state.extra
-    if state.grammar_from is None:
-        state.grammar_from = len(state.extra)
     return state.extra[state.grammar_from:]
 
 
