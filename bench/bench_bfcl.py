@@ -3,6 +3,7 @@ reached directly with native tools (the baseline) against sanctum-proxy in front
 auto, and constrained (prompted with `sanctum.constrain: always`, when the proxy has that setting).
 
     python bench/bench_bfcl.py [--quick] [--limit N] [--categories simple,multiple,parallel,irrelevance]
+                               [--constrain-modes]
                                [--data ../shared/benchmarks/bfcl]
 
 Entries are interleaved: each one goes to every column before the next, so machine noise hits all alike.
@@ -38,6 +39,17 @@ COLUMNS: dict[str, dict[str, Any] | None] = {  # None: straight to llama-server
     "proxy auto": {"spell_calling": "auto"},
     "proxy constrained": {"spell_calling": "prompted", "constrain": "always"},
 }
+# `--constrain-modes`: issue 6's comparison. A `tool_choice` key goes into the request body, not the controls.
+CONSTRAIN_COLUMNS: dict[str, dict[str, Any] | None] = {
+    "direct native": None,  # the report's baseline
+    "prompted, constrain off": {"spell_calling": "prompted", "constrain": "off"},
+    "prompted, constrain repair": {"spell_calling": "prompted", "constrain": "repair"},
+    "prompted, constrain always": {"spell_calling": "prompted", "constrain": "always"},
+    "constrain off, tool_choice required": {"spell_calling": "prompted", "constrain": "off",
+                                            "tool_choice": "required"},
+    "constrain repair, tool_choice required": {"spell_calling": "prompted", "constrain": "repair",
+                                               "tool_choice": "required"},
+}
 
 
 @dataclass
@@ -61,6 +73,10 @@ def ask(client: httpx.Client, url: str, entry: bfcl_ast.Entry, controls: dict[st
     if entry.functions:
         body["tools"] = entry.tools
     if controls is not None:
+        controls = dict(controls)
+        if "tool_choice" in controls and entry.functions:
+            body["tool_choice"] = controls.pop("tool_choice")
+        controls.pop("tool_choice", None)
         body["sanctum"] = controls
     start = time.perf_counter()
     try:
@@ -133,7 +149,8 @@ def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, not
     lines = [
         "# BFCL tool-calling quality: llama-server direct vs through sanctum-proxy",
         "",
-        f"`python bench/bench_bfcl.py{' --quick' if args.quick else ''} --limit {args.limit} --categories "
+        f"`python bench/bench_bfcl.py{' --quick' if args.quick else ''}"
+        f"{' --constrain-modes' if args.constrain_modes else ''} --limit {args.limit} --categories "
         f"{','.join(cats)}` — SmolLM2-135M-Instruct Q4_1 on llama-server (--jinja, {args.threads} threads), "
         f"temperature 0, "
         f"max_tokens {args.max_tokens}; up to {args.limit} entries per category, taken in turn within a "
@@ -197,17 +214,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_bfcl: skipped, no BFCL data at {args.data}")
         return 0
     notes = []
-    columns = dict(COLUMNS)
-    if "constrain" not in Settings.model_fields:
+    columns = dict(CONSTRAIN_COLUMNS if args.constrain_modes else COLUMNS)
+    if "constrain" not in Settings.model_fields and not args.constrain_modes:
         del columns["proxy constrained"]
         notes.append("proxy constrained: skipped, this sanctum-proxy has no `constrain` setting")
     tallies, took = run(args, columns)
     text = report(tallies, args, took, notes)
     print(text)
     if not args.quick:
+        name = "bfcl_constrain" if args.constrain_modes else "bfcl"
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "bfcl.md").write_text(text, encoding="utf-8")
-        plot(tallies, list(args.categories), RESULTS / "bfcl.png")
+        (RESULTS / f"{name}.md").write_text(text, encoding="utf-8")
+        plot(tallies, list(args.categories), RESULTS / f"{name}.png")
     return 0
 
 
@@ -225,6 +243,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, default=15.0,
                    help="time budget: no new entry starts after it (default 15)")
     p.add_argument("--threads", type=int, default=2, help="llama-server threads (default 2)")
+    p.add_argument("--constrain-modes", action="store_true",
+                   help="columns: constrain off/repair/always, and off/repair with tool_choice required "
+                        "(writes results/bfcl_constrain.md)")
     args = p.parse_args(argv)
     args.limit = args.limit or (1 if args.quick else 10)
     unknown = set(args.categories) - set(bfcl_ast.FILES)
