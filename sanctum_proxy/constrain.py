@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
+from .calls import Problem
 from .repair.spellbook import SpellBook
 
 Constrain = Literal["off", "repair", "always"]
@@ -102,14 +103,15 @@ def _example(parameters: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode(message: dict[str, Any], new_id: Callable[[], str] | None = None) -> dict[str, Any]:
-    """The OpenAI message an answer object stands for; anything else comes back unchanged."""
+    """The OpenAI message an answer object stands for; anything else comes back unchanged. A text-branch
+    answer cut short (max_tokens) is the text it had reached."""
     content = message.get("content")
     if message.get("tool_calls") or not isinstance(content, str):
         return message
     try:
         answer = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return message
+    except orjson.JSONDecodeError:  # cut (max_tokens): a text branch is its text so far, never raw JSON
+        return {**message, "content": visible_text(content)} if _TEXT_OPENING.match(content) else message
     if not isinstance(answer, dict):
         return message
     make_id = new_id or _call_id
@@ -140,6 +142,29 @@ def _call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
+def broken_call(message: dict[str, Any], finish_reason: str | None) -> Problem | None:
+    """A call-branch answer that is not whole JSON (cut by max_tokens, or a grammar the upstream did not
+    hold to): a malformed call, to bounce, rather than text for the ordinary tiers to pick apart. Its spell
+    is the one it names when it is a single call."""
+    content = message.get("content")
+    if message.get("tool_calls") or not isinstance(content, str) or not _CALL_OPENING.match(content):
+        return None
+    try:
+        orjson.loads(content)
+        return None
+    except orjson.JSONDecodeError:
+        pass
+    named = _NAME.match(content)
+    try:
+        spell = orjson.loads(f'"{named.group(1)}"') if named else None
+    except orjson.JSONDecodeError:  # a broken escape in the name
+        spell = None
+    why = "the answer was cut off by max_tokens" if finish_reason == "length" else "the answer is not complete JSON"
+    return Problem("malformed_json", spell, (why,), content)
+
+
+_CALL_OPENING = re.compile(r'\s*\{\s*"(?:name|tool_calls)"\s*:')
+_NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _TEXT_OPENING = re.compile(r'\s*\{\s*"content"\s*:\s*"')
 _SAFE_END = re.compile(r"\\u[0-9a-fA-F]{0,3}$|\\$")
 

@@ -78,6 +78,16 @@ def test_decode_gives_openai_messages_and_leaves_other_text_alone():
         assert cn.decode({"role": "assistant", "content": raw})["content"] == raw
 
 
+def test_broken_call_is_a_call_branch_that_is_not_whole_json():
+    cut = cn.broken_call({"content": '{"name": "get_\\u00e9", "arguments": {"ci'}, "length")
+    assert cut is not None and cut.spell == "get_\u00e9" and cut.details == ("the answer was cut off by max_tokens",)
+    several = cn.broken_call({"content": '{"tool_calls": [{"name": "a", "arguments": {}}, ,]}'}, "stop")
+    assert several is not None and several.spell is None and several.details == ("the answer is not complete JSON",)
+    assert cn.broken_call({"content": orjson.dumps(CALL).decode()}, "stop") is None
+    assert cn.broken_call({"content": '{"content": "cut sho'}, "length") is None  # text: its text so far
+    assert cn.broken_call({"content": 'Sure, {"name": "x"'}, "length") is None  # not an answer object
+
+
 @given(st.text(max_size=40), st.integers(min_value=1, max_value=9))
 def test_visible_text_grows_to_the_whole_text_for_any_chunking(text, size):
     raw = orjson.dumps({"content": text}).decode()
@@ -266,3 +276,48 @@ def test_upstream_is_implicit_only_when_nothing_names_one(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text('upstream = "http://127.0.0.1:8080/v1"\n')
     assert resolve(["--config", str(config)], env={})[1] is False
+
+
+# --- answers cut by max_tokens -------------------------------------------------------------------------------
+
+
+def test_text_branch_cut_by_max_tokens_is_its_text_so_far_not_json(client, fake):
+    fake[0].push(Step(body=completion('{"content": "It is sunny in Par', finish_reason="length")))
+    r = post(client, spell_calling="prompted", constrain="always")
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"] == "It is sunny in Par" and not choice["message"].get("tool_calls")
+    assert choice["finish_reason"] == "length"
+    assert len(fake[0].requests) == 1  # a cut reply is the client's max_tokens at work, not a fumbled call
+
+
+def test_streamed_text_branch_cut_by_max_tokens_ends_with_its_text_and_length(client, fake):
+    chunks = content_chunks('{"content": "It is sunny in Par', 3)
+    chunks[-1]["choices"][0]["finish_reason"] = "length"
+    fake[0].push(Step(chunks=chunks))
+    body = {**ASK, "stream": True, "sanctum": {"spell_calling": "prompted", "constrain": "always"}}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        got = sse_chunks(r)
+    pieces = [c["choices"][0]["delta"].get("content") for c in got if c.get("choices")]
+    assert "".join(p for p in pieces if p) == "It is sunny in Par"
+    assert got[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_call_branch_cut_by_max_tokens_is_bounced_to_a_round_pinned_to_its_spell(client, fake):
+    fake[0].push(Step(body=completion('{"name": "get_weather", "arguments": {"city": "Pa', finish_reason="length")))
+    fake[0].push(answer_for(fake, CALL))
+    r = post(client, spell_calling="prompted", constrain="always")
+    message = r.json()["choices"][0]["message"]
+    assert message["content"] is None
+    assert message["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
+    omen = next(o for o in r.json()["sanctum"]["omens"] if o["type"] == "SpellCallRejected")
+    assert "cut off by max_tokens" in str(omen)
+    pinned = schemas_sent(fake)[1]
+    assert valid(pinned, CALL) and not valid(pinned, {"name": "get_time", "arguments": {}})
+    assert not valid(pinned, {"content": "x"})
+
+
+def test_call_branch_cut_every_time_surrenders_instead_of_returning_json_as_text(client, fake):
+    for _ in range(3):
+        fake[0].push(Step(body=completion('{"tool_calls": [{"name": "get_time", "argu', finish_reason="length")))
+    r = post(client, spell_calling="prompted", constrain="always")
+    assert r.status_code == 422 and r.json()["error"]["code"] == "spell_call_parse_error"

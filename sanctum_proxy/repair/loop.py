@@ -207,7 +207,8 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
                         parallel_tool_calls=plan.parallel, **kwargs)
-    problems = list(assessment.problems) or _missing_call(plan, assessment, answer)
+    broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
+    problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
     if not problems:
         record.outcome = "accepted"
         state.omens += [om.repaired(number, r) for r in assessment.repairs]
