@@ -24,6 +24,7 @@ Reason = Literal[
     "invalid_arguments",
     "malformed_json",
     "missing_call",
+    "ungrounded_arguments",
 ]
 
 

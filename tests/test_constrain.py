@@ -321,3 +321,51 @@ def test_call_branch_cut_every_time_surrenders_instead_of_returning_json_as_text
         fake[0].push(Step(body=completion('{"tool_calls": [{"name": "get_time", "argu', finish_reason="length")))
     r = post(client, spell_calling="prompted", constrain="always")
     assert r.status_code == 422 and r.json()["error"]["code"] == "spell_call_parse_error"
+
+
+# --- a forced call with made-up arguments ----------------------------------------------------------------------
+
+MADE_UP = {"name": "get_weather", "arguments": {"city": "Springfield", "days": 3}}
+SMALL_TALK = {**ASK, "messages": [{"role": "user", "content": "Tell me a joke."}]}
+
+
+def test_a_call_with_made_up_arguments_is_answered_in_text_by_a_round_without_tools(client, fake):
+    fake[0].push(answer_for(fake, MADE_UP))
+    fake[0].push(Step(body=completion("Why did the cloud stay home? It was under the weather.")))
+    r = post(client, SMALL_TALK, spell_calling="prompted", constrain="always")
+    assert r.status_code == 200
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"].startswith("Why did the cloud") and not choice["message"].get("tool_calls")
+    assert choice["finish_reason"] == "stop"
+    omen = r.json()["sanctum"]["omens"][0]
+    assert (omen["type"], omen["reason"], omen["spell"]) == ("SpellCallRejected", "ungrounded_arguments", "get_weather")
+    assert omen["details"] == ['get_weather: city="Springfield", days=3 appear nowhere in the conversation']
+    text_round = fake[0].requests[1]
+    assert "response_format" not in text_round and "tools" not in text_round
+    assert text_round["messages"] == SMALL_TALK["messages"]  # the conversation alone: no tools, no rejected turn
+
+
+def test_a_made_up_call_is_kept_when_the_client_requires_a_call(client, fake):
+    fake[0].push(answer_for(fake, MADE_UP))
+    r = post(client, {**SMALL_TALK, "tool_choice": "required"}, spell_calling="prompted", constrain="always")
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert len(fake[0].requests) == 1
+
+
+def test_one_grounded_call_keeps_the_whole_answer(client, fake):
+    fake[0].push(answer_for(fake, {"tool_calls": [CALL, MADE_UP]}))
+    r = post(client, spell_calling="prompted", constrain="always")
+    assert len(r.json()["choices"][0]["message"]["tool_calls"]) == 2 and len(fake[0].requests) == 1
+
+
+def test_streamed_made_up_call_becomes_the_text_rounds_live_content(client, fake):
+    fake[0].push(Step(chunks=content_chunks(orjson.dumps(MADE_UP).decode(), 5)))
+    fake[0].push(Step(chunks=content_chunks("No tool for jokes, but here is one.", 4)))
+    body = {**SMALL_TALK, "stream": True, "sanctum": {"spell_calling": "prompted", "constrain": "always"}}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        got = sse_chunks(r)
+    deltas = [c["choices"][0]["delta"] for c in got if c.get("choices")]
+    assert "".join(d.get("content") or "" for d in deltas) == "No tool for jokes, but here is one."
+    assert sum(bool(d.get("content")) for d in deltas) > 1  # live, as the upstream wrote it, not one block
+    assert not any(d.get("tool_calls") for d in deltas)
+    assert got[-1]["choices"][0]["finish_reason"] == "stop"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sanctum_proxy.calls import Problem
+from typing import get_args
+
+from sanctum_proxy.calls import Problem, Reason
 from sanctum_proxy.repair.correct import correction, rejected_answer_text
 from sanctum_proxy.repair.spellbook import SpellBook
 
@@ -67,6 +69,12 @@ def test_missing_call_names_the_required_spell_or_lists_them() -> None:
     )
     text = correction([Problem("missing_call", None, (), "")], BOOK)
     assert "A tool call is required" in text and "get_weather(" in text
+
+
+def test_every_reason_has_a_correction() -> None:
+    for reason in get_args(Reason):
+        text = correction([Problem(reason, "get_weather", ("detail one",), "")], BOOK)
+        assert text.endswith("nothing else.") and len(text.splitlines()) >= 2, reason
 
 
 def test_rejected_answer_text_keeps_broken_arguments_verbatim() -> None:

@@ -45,6 +45,12 @@ def _lines(problem: Problem, book: SpellBook) -> list[str]:
             f"{head} were not valid JSON: {why}. Write the arguments as one complete JSON object.",
             *_spell_lines(problem.spell, book),
         ]
+    if problem.reason == "ungrounded_arguments":
+        return [
+            "Your tool call uses values that appear nowhere in the conversation:",
+            *(f"- {d}" for d in problem.details),
+            'Call a tool only with values the user gave; when no tool fits, answer in text.',
+        ]
     head = {
         "missing_arguments": "is missing required arguments",
         "unexpected_arguments": "has arguments the tool does not take",

@@ -62,6 +62,7 @@ class RoundRecord:
     error: dict[str, Any] | None = None
     outcome: str = "pending"  # accepted | rejected | fallback | error
     constrained: bool = False  # the round carried the answer schema (response_format json_schema)
+    text_allowed: bool = False  # ... and that schema had the text branch
 
 
 @dataclass
@@ -123,11 +124,13 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
         if len(plan.records) > plan.max_rounds + 2:  # 1 + N rounds, one fallback, one unconstrained retry
             raise SpellCallParseError("spell call could not be repaired: round limit reached",
                                       rounds=len(plan.records), rejected=list(state.rejected))
-        constraint = _constraint(plan, state)
+        constraint = None if state.text_only else _constraint(plan, state)
         if constraint is not None and state.grammar_from is None:
             state.grammar_from = len(state.extra)
-        body = upstream_body(plan, state.mode, _transcript(state, constraint), constraint)
-        record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0, constrained=constraint is not None)
+        transcript = [] if state.text_only else _transcript(state, constraint)
+        body = upstream_body(plan, state.mode, transcript, constraint, spells=not state.text_only)
+        record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0, constrained=constraint is not None,
+                             text_allowed=constraint is not None and constraint.text)
         plan.records.append(record)
         answer = None
         start = time.perf_counter()
@@ -179,6 +182,7 @@ class _State:
     unconstrained: bool = False  # the upstream refused the answer schema: no more constrained rounds
     grammar_from: int | None = None  # len(extra) when the first constrained round was sent
     shown: bool = False  # live content reached the client: later rounds are hidden (no text twice)
+    text_only: bool = False  # a forced call made up its arguments: the next round offers no spells
 
     @property
     def repair_rounds(self) -> int:
@@ -198,7 +202,7 @@ class _State:
 def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Final | None:
     """Accept the answer (a Final), bounce it (None: go again), or surrender."""
     number = record.number
-    if plan.book is None:
+    if plan.book is None or state.text_only:
         record.outcome = "accepted"
         return _final(plan, state, answer.message, answer.finish_reason or "stop", answer.meta, number)
     from .correct import correction, rejected_answer_text  # the tiers load with the first offered spell
@@ -209,6 +213,12 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
                         parallel_tool_calls=plan.parallel, **kwargs)
     broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
     problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
+    if not problems and record.text_allowed and (made_up := _made_up(plan, assessment)):
+        record.outcome = "rejected"
+        state.rejected.append(rejected_answer_text(answer.message))
+        state.omens.append(om.rejected(number, made_up, ANSWERED_IN_TEXT))
+        state.text_only = True
+        return None
     if not problems:
         record.outcome = "accepted"
         state.omens += [om.repaired(number, r) for r in assessment.repairs]
@@ -227,6 +237,30 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     state.omens += [om.rejected(number, p, text) for p in problems]
     state.extra += [{"role": "assistant", "content": raw}, {"role": "user", "content": text}]
     return None
+
+
+ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without tools, for a text answer)"
+
+
+def _made_up(plan: Plan, assessment: Assessment) -> Problem | None:
+    """A call the grammar let through when text could have won, with not one argument value from the
+    conversation (`grounding`): the model had no call to make. None when any call is grounded."""
+    from .grounding import Evidence, ungrounded
+
+    assert plan.book is not None
+    evidence = Evidence.of(plan.body.get("messages"))
+    details: list[str] = []
+    for call in assessment.calls:
+        spell = plan.book.spells[call.name]
+        made_up = ungrounded(_loads(call.arguments), spell.parameters, evidence)
+        if not made_up:
+            return None
+        details.append(f"{call.name}: " + ", ".join(made_up) + " appear nowhere in the conversation")
+    if not details:
+        return None
+    spells = {c.name for c in assessment.calls}
+    raw = "\n".join(c.arguments for c in assessment.calls)
+    return Problem("ungrounded_arguments", next(iter(spells)) if len(spells) == 1 else None, tuple(details), raw)
 
 
 def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Problem]:
@@ -331,9 +365,11 @@ def _schema_refused(error: UpstreamError) -> bool:
 
 
 def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
-                  constraint: Constraint | None = None) -> dict[str, Any]:
+                  constraint: Constraint | None = None, *, spells: bool = True) -> dict[str, Any]:
     body = plan.body
-    if constraint is not None:
+    if not spells:  # the conversation alone, for a text answer
+        body = prompted.to_prompted(body, None, plan.prompt_format)
+    elif constraint is not None:
         section = cn.format_section(constraint.book, text=constraint.text, parallel=constraint.parallel)
         body = prompted.to_prompted(body, constraint.book, "constrained", call_format=section)
         body["response_format"] = cn.response_format(constraint.schema())
@@ -380,6 +416,15 @@ def _dumps(value: Any) -> str:
     import orjson
 
     return orjson.dumps(value).decode()
+
+
+def _loads(arguments: str) -> Any:
+    import orjson
+
+    try:
+        return orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _client_message(assessment: Assessment) -> dict[str, Any]:

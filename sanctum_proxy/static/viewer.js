@@ -12,6 +12,7 @@ const REPAIR_WORDS = {
 const REASON_WORDS = {
   unknown_spell: "unknown tool", missing_arguments: "missing arguments", unexpected_arguments: "unexpected arguments",
   invalid_arguments: "invalid arguments", malformed_json: "malformed JSON", missing_call: "missing call",
+  ungrounded_arguments: "made-up arguments",
 };
 let nextAfter = null;
 

@@ -1,0 +1,119 @@
+"""Whether a call's argument values come from the conversation or were made up.
+
+A grammar makes a call well-formed; it cannot make it meant. A small model held to an answer schema that
+offers "a call or a text reply" takes the call branch for nearly anything and fills the arguments with
+values nobody gave: the example values of the prompt (1.5, ""), empty lists, round numbers. `ungrounded`
+says so for one call when not one of its values can be traced to the conversation:
+
+- a number is traced when the text holds it (5 / 5.0 / "5,000" / "5%" as 0.05 / "five");
+- a string when the text holds it, or any word of it of three or more letters, ignoring case;
+- enum, const and default values of the spell's schema, booleans and nulls are neither (the schema gave
+  them); a call whose only values are those, or that takes no arguments, is never flagged;
+- empty values ("", [], {}) of required arguments count as made up.
+
+It is a judgement, kept narrow on purpose: one traced value clears the call. Measured on BFCL's reference
+answers (simple, multiple, parallel: 1,340 calls), about 2.5% have no traceable value at all (answers
+that need arithmetic or world knowledge: "a deck of cards" -> 52). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_TEXT_CHARS = 200_000
+MAX_VALUES = 256
+_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(%?)")
+_WORD = re.compile(r"[^\W\d_]{3,}")
+_NUMBER_WORDS = {w: n for n, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split())}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the conversation holds, read once per request."""
+
+    text: str  # lower-cased
+    numbers: frozenset[float]
+    words: frozenset[str]
+
+    @classmethod
+    def of(cls, messages: Any) -> Evidence:
+        text = "\n".join(_texts(messages))[:MAX_TEXT_CHARS].lower()
+        numbers: set[float] = set()
+        for m in _NUMBER.finditer(text):
+            value = float(m.group(0).rstrip("%").replace(",", ""))
+            numbers.add(value)
+            if m.group(1):
+                numbers.add(value / 100)
+        words = frozenset(_WORD.findall(text))
+        numbers.update(float(n) for w, n in _NUMBER_WORDS.items() if w in words)
+        return cls(text, frozenset(numbers), words)
+
+    def holds(self, value: str | float) -> bool:
+        if isinstance(value, str):
+            low = value.strip().lower()
+            return low in self.text or any(w in self.words for w in _WORD.findall(low))
+        return float(value) in self.numbers
+
+
+def ungrounded(arguments: Any, parameters: Mapping[str, Any], evidence: Evidence) -> list[str]:
+    """The made-up values of a call ("weight=1.5"), when none of its values is traced; else []."""
+    if not isinstance(arguments, dict):
+        return []
+    made_up: list[str] = []
+    required = parameters.get("required") if isinstance(parameters, Mapping) else None
+    properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
+    for key, value in list(arguments.items())[:MAX_VALUES]:
+        schema = properties.get(key) if isinstance(properties, Mapping) else None
+        if isinstance(schema, Mapping) and _given_by_schema(value, schema):
+            continue
+        if value in ("", [], {}):
+            if isinstance(required, list) and key in required:
+                made_up.append(f"{key}={_show(value)}")
+            continue
+        for leaf in _leaves(value):
+            if evidence.holds(leaf):
+                return []
+            made_up.append(f"{key}={_show(leaf)}")
+    return made_up
+
+
+def _given_by_schema(value: Any, schema: Mapping[str, Any]) -> bool:
+    enum = schema.get("enum")
+    return (isinstance(enum, list) and value in enum) or ("const" in schema and value == schema["const"]) or (
+        "default" in schema and value == schema["default"])
+
+
+def _leaves(value: Any, depth: int = 0) -> Iterator[str | float]:
+    if depth > 8 or isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, int | float):
+        yield value
+    elif isinstance(value, str):
+        if value.strip():
+            yield value
+    elif isinstance(value, list):
+        for item in value[:MAX_VALUES]:
+            yield from _leaves(item, depth + 1)
+    elif isinstance(value, dict):
+        for item in list(value.values())[:MAX_VALUES]:
+            yield from _leaves(item, depth + 1)
+
+
+def _texts(messages: Any) -> Iterator[str]:
+    if not isinstance(messages, list):
+        return
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            yield content
+        elif isinstance(content, list):
+            yield from (p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else '"' + value[:40] + '"'
+    return text[:60]
