@@ -19,11 +19,14 @@ import asyncio
 import importlib.metadata
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -159,6 +162,28 @@ def free_port(host: str = "127.0.0.1") -> int:
 # --- running it -----------------------------------------------------------------------------------------
 
 
+def _dies_with_parent() -> Callable[[], None] | None:
+    """Linux: the child gets SIGTERM when the process that started it dies, even by SIGKILL (a killed proxy
+    left its llama-server running, holding the port and the memory). The kernel ties this to the starting
+    thread, so only a start from the main thread asks for it (`astart` runs in a worker thread)."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    import ctypes
+
+    parent = os.getpid()
+
+    def arm() -> None:  # runs in the child between fork and exec
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the line above
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 class LlamaServer:
     """A llama-server child process: `with LlamaServer(jinja=False) as srv: httpx.get(srv.base_url + ...)`.
 
@@ -231,6 +256,7 @@ class LlamaServer:
         self._proc = subprocess.Popen(
             self.command(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C aimed at the proxy should not reach the child first
+            preexec_fn=_dies_with_parent(),
         )
 
     def _wait_healthy(self) -> None:
