@@ -290,6 +290,23 @@ def test_client_that_leaves_cancels_the_upstream_call(start_proxy, fake, stream)
     proxy.assert_nothing_left()
 
 
+def test_client_that_leaves_a_passed_through_stream_closes_the_upstream_response(start_proxy, fake):
+    upstream, url = fake
+    proxy = start_proxy(upstream=url + "/v1")
+    upstream.push(Step(chunks=[{"choices": [{"text": "go"}]}], endless={"choices": [{"text": "on"}]},
+                       chunk_delay=0.02))
+    body = {"model": "m", "prompt": "count forever", "stream": True}
+    with httpx.Client(base_url=proxy.url, timeout=5) as client:
+        with client.stream("POST", "/v1/completions", json=body) as r:
+            assert r.status_code == 200 and next(r.iter_bytes()).startswith(b"data: ")
+            assert proxy.busy_connections() == 1  # still relaying
+    deadline = time.monotonic() + 5
+    while upstream.disconnected == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert upstream.disconnected == 1
+    proxy.assert_nothing_left()
+
+
 # --- bytes that are not what they should be -----------------------------------------------------------
 
 @BOTH

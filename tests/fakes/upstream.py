@@ -88,6 +88,7 @@ class FakeUpstream:
     def app(self) -> Starlette:
         return Starlette(routes=[
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.chat, methods=["POST"]),  # the legacy API: passed through as it is
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/props", self.answer_props, methods=["GET"]),
             Route("/api/show", self.answer_show, methods=["POST"]),
