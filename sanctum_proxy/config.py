@@ -97,6 +97,8 @@ class Settings(BaseSettings):
     traces_path: str | None = Field(None, description="SQLite file or :memory:; unset: the XDG state dir")
     traces_max_count: int = Field(5000, ge=0)
     traces_max_age_hours: float = Field(168.0, gt=0)
+    traces_max_bytes: int = Field(256 * 1024 * 1024, ge=65_536)
+    traces_max_doc_bytes: int = Field(1024 * 1024, ge=4096)
     traces_bodies: bool = True
 
     @field_validator("upstream")

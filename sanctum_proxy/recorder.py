@@ -2,8 +2,9 @@
 
 On the event loop (the hot path) a request costs a Trace of references, two gauge moves and one
 `put_nowait` on a bounded queue. The trace writer thread then builds the document, drops the bodies if
-`traces_bodies` is false, stores it in SQLite, feeds the metrics, writes the access log line, and prunes
-by `traces_max_count` / `traces_max_age_hours` (each second, and on every flush). It waits GATHER_SECONDS
+`traces_bodies` is false, stores it in SQLite (clipped to `traces_max_doc_bytes`), feeds the metrics, writes
+the access log line, and prunes by `traces_max_count` / `traces_max_age_hours` / `traces_max_bytes` (each
+second, and on every flush). It waits GATHER_SECONDS
 after a first trace so that a burst shares one SQLite transaction (with one per request the writer
 thread was in a quarter of py-spy's samples under load; batched, turning traces off no longer changes the
 throughput measurably). Readers call `flush()` first, so a client that has its answer finds its trace.
@@ -189,7 +190,7 @@ class Recorder:
         if self.store is None or not docs:
             return
         try:
-            self.store.add(docs)
+            self.store.add(docs, self.settings.traces_max_doc_bytes)
         except Exception:
             log.exception("%d trace(s) could not be stored in %s", len(docs), self.path)
 
@@ -198,7 +199,7 @@ class Recorder:
             return
         oldest = time.time() - self.settings.traces_max_age_hours * 3600
         try:
-            self.store.prune(self.settings.traces_max_count, oldest)
+            self.store.prune(self.settings.traces_max_count, oldest, self.settings.traces_max_bytes)
         except Exception:
             log.exception("pruning traces in %s failed", self.path)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .traces import summary
+from .traces import clipped, summary
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -30,6 +30,14 @@ CREATE TABLE IF NOT EXISTS traces (
     doc BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS traces_created ON traces (created);
+"""
+# The newest trace whose running total of document bytes (newest first) passes the budget, and all older.
+# length() of a BLOB reads the record header, not the document.
+_OVER_BUDGET = """
+DELETE FROM traces WHERE seq <= (
+    SELECT MAX(seq) FROM (SELECT seq, SUM(length(doc)) OVER (ORDER BY seq DESC) AS total FROM traces)
+    WHERE total > ?
+)
 """
 INSERT = "INSERT OR REPLACE INTO traces (id, created, model, outcome, summary, doc) VALUES (?, ?, ?, ?, ?, ?)"
 
@@ -68,9 +76,15 @@ class TraceStore:
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
 
-    def add(self, docs: list[dict[str, Any]]) -> None:
-        rows = [(d["id"], d["created"], d["model"], d["outcome"], orjson.dumps(summary(d)), orjson.dumps(d))
-                for d in docs]
+    def add(self, docs: list[dict[str, Any]], max_doc_bytes: int | None = None) -> None:
+        """Store documents; one whose JSON is over `max_doc_bytes` is stored `clipped`."""
+        rows = []
+        for d in docs:
+            data = orjson.dumps(d)
+            if max_doc_bytes is not None and len(data) > max_doc_bytes:
+                d = clipped(d, max_doc_bytes, len(data))
+                data = orjson.dumps(d)
+            rows.append((d["id"], d["created"], d["model"], d["outcome"], orjson.dumps(summary(d)), data))
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -80,8 +94,9 @@ class TraceStore:
                 raise
             self._db.execute("COMMIT")
 
-    def prune(self, max_count: int, oldest: float) -> int:
-        """Keep at most the newest `max_count` traces, none created before `oldest`; returns how many went.
+    def prune(self, max_count: int, oldest: float, max_bytes: int | None = None) -> int:
+        """Keep at most the newest `max_count` traces, none created before `oldest`, and no more than
+        `max_bytes` of documents (the newest first); returns how many went.
 
         `seq` only grows, so "not among the newest max_count" is `seq <= MAX(seq) - max_count`, an index
         lookup. (An `OFFSET max_count` walked that many rows after every write: with a full store it was the
@@ -93,6 +108,8 @@ class TraceStore:
                 gone = self._db.execute("DELETE FROM traces WHERE created < ?", (oldest,)).rowcount
                 gone += self._db.execute("DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?",
                                          (max_count,)).rowcount
+                if max_bytes is not None:
+                    gone += self._db.execute(_OVER_BUDGET, (max_bytes,)).rowcount
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise

@@ -4,6 +4,7 @@
     trace_json()     the stored document: request, every upstream round (what was sent, status, raw answer,
                      latency, tokens), every omen, the answer or the error, total latency, outcome
     metadata_only()  the same document without message bodies (setting `traces_bodies = false`)
+    clipped()        the same document cut to `traces_max_doc_bytes` (long strings shortened, said so)
     summary()        the fields the trace list shows
 
 Outcomes, the most telling first: surrendered | fallback | rejected | repaired | clean, and error (an upstream
@@ -16,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from .errors import ProxyError, SpellCallParseError
 from .repair.loop import Final, Plan, RoundRecord
@@ -115,6 +118,30 @@ def metadata_only(doc: dict[str, Any]) -> dict[str, Any]:
     if doc["error"] is not None:
         out["error"] = {k: v for k, v in doc["error"].items() if k != "rejected"}
     return out
+
+
+def clipped(doc: dict[str, Any], max_bytes: int, size: int) -> dict[str, Any]:
+    """The document cut to fit `max_bytes` of JSON (`size`: its whole size): every string longer than a limit
+    keeps its head and says how much went, the limit halving until it fits; metadata only when even that
+    is not enough (thousands of short messages). `clipped` says what was done."""
+    limit = max_bytes // 4
+    while limit >= 64:
+        out: dict[str, Any] = _clip(doc, limit)
+        out["clipped"] = f"strings over {limit} characters cut ({size} bytes whole)"
+        if len(orjson.dumps(out)) <= max_bytes:
+            return out
+        limit //= 2
+    return dict(metadata_only(doc), clipped=f"metadata only ({size} bytes whole)")
+
+
+def _clip(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else f"{value[:limit]}… [{len(value) - limit} more characters not stored]"
+    if isinstance(value, dict):
+        return {k: _clip(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clip(v, limit) for v in value]
+    return value
 
 
 def _request_shape(body: dict[str, Any] | None) -> dict[str, Any] | None:

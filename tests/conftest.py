@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,11 @@ from hypothesis import HealthCheck, settings
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import load_settings
 from tests.fakes.upstream import FakeUpstream
+
+# Proxies started without make_proxy (and the CLI in subprocesses) would store traces in the user's own
+# $XDG_STATE_HOME: the suite gets a state directory of its own, gone with the run.
+_STATE = tempfile.TemporaryDirectory(prefix="sanctum-tests-state-")
+os.environ["XDG_STATE_HOME"] = _STATE.name
 
 # Hypothesis budgets: `ci` (default) keeps the suite fast on 2 cores; `long` is the fuzzing run
 # (HYPOTHESIS_PROFILE=long python -m pytest tests/test_fuzz_*.py). Tests with their own @settings keep them.

@@ -15,9 +15,18 @@ import pytest
 
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import load_settings
+from sanctum_proxy.trace_store import Query, TraceStore
+from sanctum_proxy.traces import clipped
 from tests.conftest import ServerThread
 from tests.fakes.trace_scenarios import ASK, TRAILING_COMMA, ask, bounced, calls, repaired, surrendered
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks, llama_tool_chunks
+
+SMALL_DOC: dict[str, Any] = {
+    "object": "sanctum.trace", "id": "t", "request_id": None, "created": 1.0, "time": "", "model": "m",
+    "upstream": "u", "mode": "native", "requested_mode": "auto", "stream": False, "outcome": "clean",
+    "status": 200, "latency_ms": 1.0, "usage": None, "request": {"model": "m", "messages": []}, "rounds": [],
+    "omens": [], "answer": None, "error": None, "bodies": True,
+}
 
 
 def trace_of(url: str, response: httpx.Response, **headers: str) -> dict[str, Any]:
@@ -228,6 +237,39 @@ def test_retention_keeps_the_newest_and_drops_the_old(fake, tmp_path: Path):
         assert listed(second.url)["data"] == []
     finally:
         second.__exit__()
+
+
+def test_a_huge_answer_is_stored_clipped_and_says_so(fake, tmp_path: Path):
+    path = str(tmp_path / "traces.sqlite3")
+    proxy = proxy_on(fake[1], traces_path=path, traces_max_doc_bytes=65_536)
+    try:
+        fake[0].push(Step(body=completion("x" * 500_000)))
+        r = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": ASK["messages"]})
+        assert r.json()["choices"][0]["message"]["content"] == "x" * 500_000  # the client gets it whole
+        doc = trace_of(proxy.url, r)
+        assert len(orjson.dumps(doc)) <= 65_536 and "bytes whole" in doc["clipped"]
+        content = doc["answer"]["message"]["content"]
+        assert content.startswith("xxx") and content.endswith("more characters not stored]")
+        assert doc["outcome"] == "clean" and doc["rounds"][0]["status"] == 200  # the metadata is all there
+    finally:
+        proxy.__exit__()
+
+
+def test_stored_bytes_stay_under_the_budget_newest_kept(tmp_path: Path):
+    store = TraceStore(str(tmp_path / "traces.sqlite3"))
+    docs = [{**SMALL_DOC, "id": f"t{i}", "request": {"messages": [{"content": "y" * 40_000}]}} for i in range(10)]
+    store.add(docs)
+    gone = store.prune(1000, 0.0, max_bytes=100_000)
+    kept = [t["id"] for t in store.list(Query(limit=50))[0]]
+    assert gone == 8 and kept == ["t9", "t8"]
+    store.close()
+
+
+def test_a_document_of_many_short_strings_falls_back_to_metadata_only():
+    doc = {**SMALL_DOC, "request": {"model": "m", "messages": [{"role": "user", "content": "hi"}] * 5000}}
+    out = clipped(doc, 8192, len(orjson.dumps(doc)))
+    assert out["clipped"].startswith("metadata only") and out["request"]["message_count"] == 5000
+    assert len(orjson.dumps(out)) <= 8192
 
 
 def test_traces_need_the_api_key_where_keys_are_set_and_the_page_does_not(make_proxy, fake):

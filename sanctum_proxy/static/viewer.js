@@ -119,6 +119,7 @@ function detail(t) {
   return [
     el("div", {class: "title"}, badge(t.outcome), el("h2", {}, headline(t))),
     el("p", {class: "story"}, story(t)),
+    ...(t.clipped ? [el("p", {class: "note"}, "Stored clipped: " + t.clipped + " (traces_max_doc_bytes).")] : []),
     facts(t),
     el("h3", {}, "Repairs"),
     repairs(t),
