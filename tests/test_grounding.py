@@ -30,6 +30,7 @@ def said(text: str) -> Evidence:
 @pytest.mark.parametrize(("text", "value"), [
     ("a circle of radius 5", 5), ("radius 5.0 please", 5), ("radius 2.5", 2.5), ("pay 5,000 dollars", 5000),
     ("a 5% rate", 0.05), ("a 5% rate", 5), ("radius five", 5), ("from -3 to 3", -3),
+    ("2 million people", 2_000_000), ("1.5 billion", 1.5e9),
 ])
 def test_a_number_the_text_holds_is_grounded(text, value):
     assert ungrounded({"radius": value}, AREA, said(text)) == []
@@ -44,6 +45,7 @@ def test_a_string_is_grounded_by_itself_or_any_longer_word_of_it_ignoring_case()
     assert ungrounded({"label": "New York"}, AREA, said("weather in new york?")) == []
     assert ungrounded({"label": "New York, NY"}, AREA, said("weather in York")) == []
     assert ungrounded({"label": "Tokyo"}, AREA, said("weather in Paris")) == ['label="Tokyo"']
+    assert ungrounded({"label": "3x + 2"}, AREA, said("where y=3x+2 meets")) == []
 
 
 def test_one_grounded_value_clears_the_call():
