@@ -302,10 +302,21 @@ def test_streamed_text_branch_cut_by_max_tokens_ends_with_its_text_and_length(cl
     assert got[-1]["choices"][0]["finish_reason"] == "length"
 
 
-def test_call_branch_cut_by_max_tokens_is_bounced_to_a_round_pinned_to_its_spell(client, fake):
+def test_call_branch_cut_where_text_could_win_is_answered_in_text_by_a_round_without_tools(client, fake):
+    fake[0].push(Step(body=completion('{"name": "get_weather", "arguments": {"city": "Paaaaaaaa', finish_reason="length")))
+    fake[0].push(Step(body=completion("It is sunny in Paris.")))
+    r = post(client, spell_calling="prompted", constrain="always")
+    message = r.json()["choices"][0]["message"]
+    assert message["content"] == "It is sunny in Paris." and not message.get("tool_calls")
+    omen = r.json()["sanctum"]["omens"][0]
+    assert (omen["reason"], omen["details"]) == ("malformed_json", ["the answer was cut off by max_tokens"])
+    assert "response_format" not in fake[0].requests[1] and "tools" not in fake[0].requests[1]
+
+
+def test_required_call_branch_cut_is_bounced_to_a_round_pinned_to_its_spell(client, fake):
     fake[0].push(Step(body=completion('{"name": "get_weather", "arguments": {"city": "Pa', finish_reason="length")))
     fake[0].push(answer_for(fake, CALL))
-    r = post(client, spell_calling="prompted", constrain="always")
+    r = post(client, {**ASK, "tool_choice": "required"}, spell_calling="prompted", constrain="always")
     message = r.json()["choices"][0]["message"]
     assert message["content"] is None
     assert message["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
@@ -316,10 +327,10 @@ def test_call_branch_cut_by_max_tokens_is_bounced_to_a_round_pinned_to_its_spell
     assert not valid(pinned, {"content": "x"})
 
 
-def test_call_branch_cut_every_time_surrenders_instead_of_returning_json_as_text(client, fake):
+def test_required_call_branch_cut_every_time_surrenders_instead_of_returning_json_as_text(client, fake):
     for _ in range(3):
         fake[0].push(Step(body=completion('{"tool_calls": [{"name": "get_time", "argu', finish_reason="length")))
-    r = post(client, spell_calling="prompted", constrain="always")
+    r = post(client, {**ASK, "tool_choice": "required"}, spell_calling="prompted", constrain="always")
     assert r.status_code == 422 and r.json()["error"]["code"] == "spell_call_parse_error"
 
 

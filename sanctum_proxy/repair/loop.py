@@ -213,10 +213,16 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
                         parallel_tool_calls=plan.parallel, **kwargs)
     broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
     problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
-    if not problems and record.text_allowed and (made_up := _made_up(plan, assessment)):
+    # Text could have won this round, yet the model began a call it could not finish (a string looping until
+    # max_tokens, which the same grammar would only repeat) or filled one with values nobody gave: the
+    # request is asked again without tools, and that text is the answer.
+    unmeant = broken if record.text_allowed else None
+    if not problems and record.text_allowed:
+        unmeant = _made_up(plan, assessment)
+    if unmeant is not None:
         record.outcome = "rejected"
         state.rejected.append(rejected_answer_text(answer.message))
-        state.omens.append(om.rejected(number, made_up, ANSWERED_IN_TEXT))
+        state.omens.append(om.rejected(number, unmeant, ANSWERED_IN_TEXT))
         state.text_only = True
         return None
     if not problems:

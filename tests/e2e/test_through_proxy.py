@@ -103,6 +103,20 @@ def test_constrained_mode_yields_valid_calls(llama_nojinja, proxy_to):
         assert list(arguments) == ["city"] and arguments["city"].lower() == city.lower()  # it writes LIMA
 
 
+def test_constrained_mode_answers_in_text_when_no_tool_fits(llama_nojinja, proxy_to):
+    """SmolLM2 takes the call branch for nearly anything; its made-up arguments send the request to a round
+    without tools. Either way the client gets text and no call."""
+    proxy = proxy_to(llama_nojinja, constrain="always")
+    for ask in ("Tell me a joke about cats.", "What is 2 + 2?"):
+        response = chat(proxy, messages=[{"role": "user", "content": ask}], max_tokens=64,
+                        sanctum={"spell_calling": "prompted"})
+        assert response.status_code == 200, response.text
+        message = response.json()["choices"][0]["message"]
+        assert not message.get("tool_calls") and message["content"], (ask, message)
+        assert set(omen_reasons(response)) <= {("SpellCallRejected", "ungrounded_arguments"),
+                                               ("SpellCallRejected", "malformed_json")}
+
+
 def test_streaming_through_the_proxy_from_the_real_server(llama_jinja, proxy_to):
     client = openai.OpenAI(base_url=proxy_to(llama_jinja) + "/v1", api_key="unused")
     chunks = list(
