@@ -303,7 +303,8 @@ def test_streamed_text_branch_cut_by_max_tokens_ends_with_its_text_and_length(cl
 
 
 def test_call_branch_cut_where_text_could_win_is_answered_in_text_by_a_round_without_tools(client, fake):
-    fake[0].push(Step(body=completion('{"name": "get_weather", "arguments": {"city": "Paaaaaaaa', finish_reason="length")))
+    looping = '{"name": "get_weather", "arguments": {"city": "Paaaaaaaa'
+    fake[0].push(Step(body=completion(looping, finish_reason="length")))
     fake[0].push(Step(body=completion("It is sunny in Paris.")))
     r = post(client, spell_calling="prompted", constrain="always")
     message = r.json()["choices"][0]["message"]
