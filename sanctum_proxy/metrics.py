@@ -1,17 +1,22 @@
 """The Prometheus metrics of one app (its own CollectorRegistry, so several apps can live in one process).
 
 Counters and histograms are fed from finished trace documents on the trace writer thread; the two in-flight
-gauges move on the event loop as requests start and end.
+gauges move on the event loop as requests start and end. With several server processes (`workers`), the
+CLI sets PROMETHEUS_MULTIPROC_DIR before they start: prometheus_client then keeps every value in a file per
+process, and `render` sums the files, so any process answers /metrics for all of them (gauges: the live
+processes' sum).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 11)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -35,9 +40,9 @@ class Metrics:
         self.request_latency = Histogram("sanctum_request_latency_seconds", "Latency of one chat request",
                                          buckets=LATENCY_BUCKETS, registry=registry)
         self.in_flight = Gauge("sanctum_requests_in_flight", "Chat requests being answered",
-                               registry=registry)
+                               registry=registry, multiprocess_mode="livesum")
         self.streams = Gauge("sanctum_streams_in_flight", "Streaming chat requests being answered",
-                             registry=registry)
+                             registry=registry, multiprocess_mode="livesum")
         self.traces_dropped = Counter("sanctum_traces_dropped", "Traces lost to a full writer queue",
                                       registry=registry)
 
@@ -61,4 +66,8 @@ class Metrics:
             self.surrenders.inc()
 
     def render(self) -> bytes:
+        if os.environ.get(MULTIPROCESS_ENV):
+            every_process = CollectorRegistry()
+            multiprocess.MultiProcessCollector(every_process)  # type: ignore[no-untyped-call]
+            return generate_latest(every_process)
         return generate_latest(self.registry)

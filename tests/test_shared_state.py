@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +87,11 @@ def replicas(fake: Any) -> Iterator[Callable[..., str]]:
     """Start `sanctum-proxy` processes as the container does: env vars only."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(**settings: Any) -> str:
+    def start(env: dict[str, str] | None = None, **settings: Any) -> str:
         port = free_port()
         env = {**os.environ, "SANCTUM_HOST": "127.0.0.1", "SANCTUM_PORT": str(port),
                "SANCTUM_UPSTREAM": fake[1] + "/v1", "SANCTUM_PROBE_CAPABILITIES": "false",
-               "SANCTUM_TRACES_PATH": ":memory:", "SANCTUM_LOG_LEVEL": "warning"}
+               "SANCTUM_TRACES_PATH": ":memory:", "SANCTUM_LOG_LEVEL": "warning", **(env or {})}
         env.update({f"SANCTUM_{k.upper()}": str(v) for k, v in settings.items()})
         started.append(subprocess.Popen(ENTRYPOINT, env=env, stdout=subprocess.DEVNULL))
         url = f"http://127.0.0.1:{port}"
@@ -201,3 +202,51 @@ async def until_async(check: Callable[[], bool], seconds: float = 5.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+# --- several worker processes behind one port (--workers) ----------------------------------------------------
+
+
+def requests_by_process(metrics_dir: Path) -> dict[str, float]:
+    """sanctum_requests_total per worker process, read from prometheus_client's file of each."""
+    from prometheus_client.mmap_dict import MmapedDict
+
+    counts: dict[str, float] = {}
+    for path in metrics_dir.glob("counter_*.db"):
+        pid = path.stem.removeprefix("counter_")
+        for key, value, *_ in MmapedDict.read_all_values_from_file(str(path)):
+            if key.startswith('["sanctum_requests"'):
+                counts[pid] = counts.get(pid, 0) + value
+    return counts
+
+
+def metric_total(proxy: str, name: str) -> float:
+    text = httpx.get(f"{proxy}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def test_workers_share_the_port_the_metrics_and_the_trace_file(fake, replicas, tmp_path):
+    upstream, _ = fake
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    proxy = replicas(workers=2, traces_path=str(tmp_path / "traces.sqlite3"),
+                     env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
+    served = 0
+
+    def one() -> None:  # a connection of its own each time: the kernel hands it to either process
+        assert httpx.post(f"{proxy}/v1/chat/completions", json=ASK, timeout=20).status_code == 200
+
+    while len(requests_by_process(metrics_dir)) < 2 and served < 160:
+        upstream.push(*[Step(body=completion("hi"), delay=0.05) for _ in range(8)])
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda _: one(), range(8)))
+        served += 8
+        time.sleep(0.1)  # counters are fed by each process' trace writer
+    assert len(requests_by_process(metrics_dir)) == 2, "one process answered everything"
+    # Whichever process answers /metrics counts the requests of both.
+    wait_until(lambda: metric_total(proxy, "sanctum_requests_total") == served, 5, "the summed counter")
+    for _ in range(6):
+        assert metric_total(proxy, "sanctum_requests_total") == served
+    # Both write the one trace file.
+    listed = lambda: httpx.get(f"{proxy}/sanctum/traces", params={"limit": 200}, timeout=5).json()["data"]  # noqa: E731
+    wait_until(lambda: len(listed()) == served, 5, "every trace in the shared file")
