@@ -182,7 +182,7 @@ class _State:
     unconstrained: bool = False  # the upstream refused the answer schema: no more constrained rounds
     grammar_from: int | None = None  # len(extra) when the first constrained round was sent
     shown: bool = False  # live content reached the client: later rounds are hidden (no text twice)
-    text_only: bool = False  # a forced call made up its arguments: the next round offers no spells
+    text_only: bool = False  # a call where text could win was made up or broken: the next round offers no spells
 
     @property
     def repair_rounds(self) -> int:
