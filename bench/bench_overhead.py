@@ -1,7 +1,7 @@
 """What sanctum-proxy adds in front of a fast upstream, against the same upstream reached directly and through
 a LiteLLM proxy (default settings), in interleaved rounds.
 
-    python bench/bench_overhead.py [--quick] [--rounds R] [--no-litellm] [--litellm PATH]
+    python bench/bench_overhead.py [--quick] [--rounds R] [--no-litellm] [--litellm PATH] [--workers N]
 
 Upstream: bench/canned_upstream.py (raw asyncio, canned answers). Cases: non-streaming with a valid tool call
 (the proxy validates it against the offered tool), streaming with content and a call. One client for latency
@@ -126,6 +126,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
             proxy = servers.sanctum(upstream.url, *args.sanctum_flag).start()
             started.append(proxy)
             urls["sanctum"] = proxy.url
+            if args.workers > 1:
+                several = servers.sanctum(upstream.url, "--workers", str(args.workers), *args.sanctum_flag).start()
+                started.append(several)
+                urls[f"sanctum ×{args.workers}"] = several.url
             binary = None if args.no_litellm else servers.litellm_binary(args.litellm)
             if binary is None:
                 notes["litellm"] = "skipped: not installed (see bench/README.md)" if not args.no_litellm \
@@ -284,8 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         return 0  # a smoke run never overwrites the recorded results
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "overhead.md").write_text(text, encoding="utf-8")
-    plot(samples, RESULTS / "overhead.png")
+    name = "overhead" if args.workers == 1 else f"overhead_workers{args.workers}"  # the main record stays
+    (RESULTS / f"{name}.md").write_text(text, encoding="utf-8")
+    plot(samples, RESULTS / f"{name}.png")
     return 0
 
 
@@ -302,6 +307,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                      "(default bench/.venv-litellm/bin/litellm, "
                                      "then PATH)")
     p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM column")
+    p.add_argument("--workers", type=int, default=1,
+                   help="also measure sanctum-proxy --workers N as its own column (default: not)")
     p.add_argument("--sanctum-flag", action="append", default=[],
                    help="extra flag for sanctum-proxy (repeatable, e.g. --sanctum-flag=--log-level=warning)")
     args = p.parse_args(argv)
