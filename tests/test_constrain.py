@@ -381,3 +381,13 @@ def test_streamed_made_up_call_becomes_the_text_rounds_live_content(client, fake
     assert sum(bool(d.get("content")) for d in deltas) > 1  # live, as the upstream wrote it, not one block
     assert not any(d.get("tool_calls") for d in deltas)
     assert got[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_after_a_bounced_call_attempt_a_corrected_call_is_not_judged_for_made_up_values(client, fake):
+    unknown = '<tool_call>{"name": "lookup_weather", "arguments": {"city": "Rome"}}</tool_call>'
+    fake[0].push(Step(body=completion(unknown)))
+    fake[0].push(answer_for(fake, MADE_UP))  # the unknown-name correction offers every spell, and text
+    r = post(client, SMALL_TALK, spell_calling="prompted", constrain="repair")
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert valid(schemas_sent(fake)[0], {"content": "x"})  # text could have won, yet the model meant a call
+    assert [o["reason"] for o in r.json()["sanctum"]["omens"]] == ["unknown_spell"]

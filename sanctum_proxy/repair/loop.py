@@ -62,7 +62,7 @@ class RoundRecord:
     error: dict[str, Any] | None = None
     outcome: str = "pending"  # accepted | rejected | fallback | error
     constrained: bool = False  # the round carried the answer schema (response_format json_schema)
-    text_allowed: bool = False  # ... and that schema had the text branch
+    free_choice: bool = False  # ... offering text as well as calls, with no call attempt before it
 
 
 @dataclass
@@ -130,7 +130,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
         transcript = [] if state.text_only else _transcript(state, constraint)
         body = upstream_body(plan, state.mode, transcript, constraint, spells=not state.text_only)
         record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0, constrained=constraint is not None,
-                             text_allowed=constraint is not None and constraint.text)
+                             free_choice=constraint is not None and constraint.text and not state.extra)
         plan.records.append(record)
         answer = None
         start = time.perf_counter()
@@ -213,11 +213,12 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
                         parallel_tool_calls=plan.parallel, **kwargs)
     broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
     problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
-    # Text could have won this round, yet the model began a call it could not finish (a string looping until
-    # max_tokens, which the same grammar would only repeat) or filled one with values nobody gave: the
-    # request is asked again without tools, and that text is the answer.
-    unmeant = broken if record.text_allowed else None
-    if not problems and record.text_allowed:
+    # The grammar made the model choose between text and a call, and it began a call it could not finish
+    # (a string looping until max_tokens, which the same grammar would only repeat) or filled one with values
+    # nobody gave: the request is asked again without tools, and that text is the answer. (After a call
+    # attempt of its own was bounced, the model meant to call: its calls are judged as usual.)
+    unmeant = broken if record.free_choice else None
+    if not problems and record.free_choice:
         unmeant = _made_up(plan, assessment)
     if unmeant is not None:
         record.outcome = "rejected"
