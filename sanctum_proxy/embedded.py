@@ -171,10 +171,10 @@ def _dies_with_parent() -> Callable[[], None] | None:
     import ctypes
 
     parent = os.getpid()
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: no dlopen between fork and exec
 
     def arm() -> None:  # runs in the child between fork and exec
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the parent died before the line above
             os.kill(os.getpid(), signal.SIGTERM)
 
