@@ -4,10 +4,10 @@ On the event loop (the hot path) a request costs a Trace of references, two gaug
 `put_nowait` on a bounded queue. The trace writer thread then builds the document, drops the bodies if
 `traces_bodies` is false, stores it in SQLite (clipped to `traces_max_doc_bytes`), feeds the metrics, writes
 the access log line, and prunes by `traces_max_count` / `traces_max_age_hours` / `traces_max_bytes` (each
-second, and on every flush). It waits GATHER_SECONDS
-after a first trace so that a burst shares one SQLite transaction (with one per request the writer
-thread was in a quarter of py-spy's samples under load; batched, turning traces off no longer changes the
-throughput measurably). Readers call `flush()` first, so a client that has its answer finds its trace.
+second, and on every flush). It waits GATHER_SECONDS after a first trace so that a burst shares one SQLite
+transaction (with one per request the writer thread was in a quarter of py-spy's samples under load;
+batched, turning traces off no longer changes the throughput measurably). Readers call `flush()` first, so
+a client that has its answer finds its trace.
 
     begin(request, trace_id, chat, plan)   at the start, once the plan is settled
     watch(request, run(...))               wraps the round loop; ends the trace with the Final, the error,

@@ -24,6 +24,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .mend import content_text
+
 MAX_TEXT_CHARS = 200_000
 MAX_VALUES = 256
 _NUMBER = re.compile(r"(?<![\w.])(-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)(%|\s*(?:thousand|million|billion)\b)?")
@@ -109,14 +111,8 @@ def _leaves(value: Any, depth: int = 0) -> Iterator[str | float]:
 
 
 def _texts(messages: Any) -> Iterator[str]:
-    if not isinstance(messages, list):
-        return
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            yield content
-        elif isinstance(content, list):
-            yield from (p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    if isinstance(messages, list):
+        yield from (content_text(m.get("content")) for m in messages if isinstance(m, dict))
 
 
 def _show(value: Any) -> str:

@@ -217,9 +217,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     # (a string looping until max_tokens, which the same grammar would only repeat) or filled one with values
     # nobody gave: the request is asked again without tools, and that text is the answer. (After a call
     # attempt of its own was bounced, the model meant to call: its calls are judged as usual.)
-    unmeant = broken if record.free_choice else None
-    if not problems and record.free_choice:
-        unmeant = _made_up(plan, assessment)
+    unmeant = (broken or (None if problems else _made_up(plan, assessment))) if record.free_choice else None
     if unmeant is not None:
         record.outcome = "rejected"
         state.rejected.append(rejected_answer_text(answer.message))
