@@ -158,7 +158,7 @@ class Assembler:
 
 
 def unseen(shown: str, final: str | None) -> str:
-    """What of the final content to send after the client has seen `shown` (contract section 6).
+    """What of the final content to send after the client has seen `shown` (docs/contract.md section 6).
 
     Same round: the final content (markup removed, surrounding whitespace stripped) continues the shown
     text, so only its rest is sent. The final answer came from a hidden round: its content is sent whole,

@@ -1,4 +1,4 @@
-"""The streaming answer of POST /v1/chat/completions (contract section 6): the upstream read as a stream,
+"""The streaming answer of POST /v1/chat/completions (docs/contract.md section 6): the upstream read as a stream,
 one round at a time, and the SSE writer that turns the round loop's events into `chat.completion.chunk`s.
 
 What the client sees:
