@@ -93,9 +93,17 @@ def trace_json(trace: Trace) -> dict[str, Any]:
 def _round_json(record: RoundRecord) -> dict[str, Any]:
     return {"number": record.number, "mode": record.mode, "outcome": record.outcome,
             "constrained": getattr(record, "constrained", False),
-            "status": (record.error or {}).get("upstream_status", 200) if record.error else 200,
+            "status": _round_status(record.error),
             "latency_ms": round(record.latency_ms, 2), "finish_reason": record.finish_reason,
             "usage": record.usage, "sent": record.sent, "answer": record.answer, "error": record.error}
+
+
+def _round_status(error: dict[str, Any] | None) -> int:
+    """The status this round got: 200, the upstream's own error status, or the proxy's 502/504 for an upstream
+    that could not be reached or did not answer in time."""
+    if error is None:
+        return 200
+    return int(error.get("upstream_status") or error.get("status") or 502)
 
 
 def _summed_usage(records: list[RoundRecord]) -> dict[str, int] | None:

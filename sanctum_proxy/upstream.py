@@ -4,8 +4,14 @@
 (aiohttp, not httpx, on this hot path: its C parser costs about a quarter of httpx's per request; see
 bench/results/overhead.md).
 Requests go round-robin to the healthy backends; a backend that refuses the connection (or cannot be
-reached within connect_timeout) is marked down and the next one is tried. Only a connect error is retried:
-once a request was sent, an error is the client's (the upstream may have started answering). `watch()`
+reached within connect_timeout) is marked down and the next one is tried. A request whose connection dies
+before any byte of an answer came back (a kept-alive connection the server had already closed) is sent once
+more on a fresh connection: nothing was generated, so nothing is lost or done twice that the client could see.
+An error after the answer's headers is the client's (the upstream may have started answering).
+Connections that carried an event stream are closed, never pooled: the real llama-server cannot take a new
+request on one (measured: the next request on it fails with "Can not write request body" or "Server
+disconnected", though its headers say `Keep-Alive: timeout=5`), and pooled connections are dropped after
+KEEPALIVE_SECONDS idle, under the 5 s that llama-server, uvicorn and Node servers keep them. `watch()`
 checks every backend's GET /models periodically and brings a recovered backend back.
 Chat calls come back as parsed JSON or as an async iterator of parsed SSE chunks; everything else is
 passed through as a `Passing` (status, headers, raw body chunks). The upstream key never leaves this
@@ -39,6 +45,9 @@ MAX_ERROR_BODY = 1024 * 1024
 DRAIN_SECONDS = 0.05
 # Nothing was sent: safe to try another backend.
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+# Sent on a connection the server had closed, and no answer byte came back: safe to send again, fresh.
+STALE_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+KEEPALIVE_SECONDS = 4.0
 log = logging.getLogger("sanctum_proxy.upstream")
 
 
@@ -127,28 +136,43 @@ class Upstream:
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout,
                                               sock_read=settings.read_timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
+        self.resent = 0  # requests sent again on a fresh connection (the connection tests read it)
+
+    def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            cookie_jar=aiohttp.DummyCookieJar(),  # one client's cookies never reach another's request
+            auto_decompress=False,  # pass-through relays the bytes with their content-encoding
+            skip_auto_headers=("Accept-Encoding",),  # so nothing asks for an encoding the client did not
+        )
 
     @property
     def client(self) -> aiohttp.ClientSession:
         """The pooled session, made on first use (aiohttp wants a running event loop)."""
         if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=30),
-                timeout=self._timeout,
-                cookie_jar=aiohttp.DummyCookieJar(),  # one client's cookies never reach another's request
-                auto_decompress=False,  # pass-through relays the bytes with their content-encoding
-                skip_auto_headers=("Accept-Encoding",),  # so nothing asks for an encoding the client did not
-            )
+            self._session = self._new_session(aiohttp.TCPConnector(
+                limit=1000, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS))
         return self._session
+
+    @property
+    def fresh_client(self) -> aiohttp.ClientSession:
+        """A session that opens a new connection for every request and closes it after the answer (it sends
+        `Connection: close`): streamed chat rounds, and the one resend after a stale pooled connection."""
+        if self._fresh_session is None:
+            self._fresh_session = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True))
+        return self._fresh_session
 
     def busy_connections(self) -> int:
         """Upstream connections lent out right now (the fault tests check that nothing is left behind)."""
-        connector = self._session.connector if self._session is not None else None
-        return len(connector._acquired) if connector is not None else 0  # aiohttp keeps no public count
+        return sum(len(s.connector._acquired)  # aiohttp keeps no public count
+                   for s in (self._session, self._fresh_session) if s is not None and s.connector is not None)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in (self._session, self._fresh_session):
+            if session is not None:
+                await session.close()
 
     @property
     def base_url(self) -> str:
@@ -168,12 +192,13 @@ class Upstream:
         rotated = self.backends[turn:] + self.backends[:turn]
         return [b for b in rotated if b.healthy] + [b for b in rotated if not b.healthy]
 
-    async def _open(self, method: str, path: str, **kwargs: Any) -> aiohttp.ClientResponse:
-        """Send to the first backend that takes the connection; the body streams (caller runs `done`)."""
+    async def _open(self, method: str, path: str, *, own: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+        """Send to the first backend that takes the connection; the body streams (caller runs `done`).
+        `own`: on a connection of its own, closed after the answer (an event stream's, see the docstring)."""
         failure: Exception | None = None
         for backend in self.candidates():
             try:
-                response = await self.client.request(method, f"{backend.base_url}{path}", **kwargs)
+                response = await self._request(method, f"{backend.base_url}{path}", own, **kwargs)
             except CONNECT_ERRORS as exc:
                 if backend.healthy:
                     log.warning("upstream %s: backend %s unreachable (%s), trying the next one",
@@ -184,6 +209,25 @@ class Upstream:
             return response
         assert failure is not None
         raise failure
+
+    async def _request(self, method: str, url: str, own: bool, **kwargs: Any) -> aiohttp.ClientResponse:
+        """One request on a pooled connection, sent once more on a fresh one if the pooled connection turns
+        out to be closed before any answer byte (a connect error is the caller's: that backend is down)."""
+        try:
+            response = await (self.fresh_client if own else self.client).request(method, url, **kwargs)
+        except CONNECT_ERRORS:
+            raise
+        except STALE_ERRORS as exc:
+            if isinstance(kwargs.get("data"), AsyncIterator):
+                raise  # a streamed request body is spent: it cannot be sent again
+            self.resent += 1
+            log.info("upstream %s: connection closed before an answer (%s); sending again on a fresh one",
+                     self.name, type(exc).__name__)
+            response = await self.fresh_client.request(method, url, **kwargs)
+        protocol = response.connection.protocol if response.connection is not None else None
+        if response.content_type == "text/event-stream" and protocol is not None:
+            protocol.force_close()  # a pass-through stream: its connection must not go back to the pool
+        return response
 
     def _redact(self, data: bytes) -> bytes:
         return data.replace(self._key.encode(), b"***") if self._key else data
@@ -245,7 +289,7 @@ class Upstream:
         UpstreamError from the iterator. Leaving the context closes the upstream connection."""
         content, headers = orjson.dumps(body), self.headers(client_auth)
         async with mapped_errors():
-            response = await self._open("POST", "/chat/completions", data=content, headers=headers)
+            response = await self._open("POST", "/chat/completions", own=True, data=content, headers=headers)
         try:
             if response.status >= 400:
                 async with mapped_errors():
@@ -307,7 +351,7 @@ class Upstream:
     async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
         """A best-effort capability probe; None when it fails in any way."""
         try:
-            async with self.client.request(method, url, json=body, headers=self.headers(),
+            async with await self._request(method, url, False, json=body, headers=self.headers(),
                                            timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 if response.status >= 400:
                     return None

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from tests.conftest import ServerThread
-from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, content_chunks, llama_tool_chunks
+from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, content_chunks, llama_tool_chunks
 from tests.stream_rules import Streamed, read_stream
 
 WEATHER = {"type": "function", "function": {
@@ -208,13 +208,16 @@ def test_legacy_functions_stream_as_function_call_deltas(proxy, fake):
     assert got.calls == [] and got.finish_reason == "function_call"
 
 
-def test_streamed_requests_reuse_one_upstream_connection(make_proxy):
+def test_streamed_rounds_get_a_connection_of_their_own_and_plain_ones_share_one(make_proxy):
+    """llama-server cannot take a request on a connection that carried a stream (tests/fakes/llama_connections.py):
+    a streamed round asks for `Connection: close`; plain requests keep sharing one pooled connection."""
     upstream, peers = FakeUpstream(), []
     app = upstream.app()
 
     async def recording(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].endswith("/chat/completions"):
-            peers.append(scope["client"][1])
+            headers = dict(scope["headers"])
+            peers.append((scope["client"][1], headers.get(b"connection")))
         await app(scope, receive, send)
 
     with ServerThread(recording) as server:
@@ -223,4 +226,11 @@ def test_streamed_requests_reuse_one_upstream_connection(make_proxy):
             upstream.push(Step(chunks=content_chunks("Hello")))
             _, got = stream(proxy, {"model": "m", "messages": MESSAGES, "stream": True})
             assert got.content == "Hello"
-    assert len(peers) == 3 and len(set(peers)) == 1, "each stream opened its own upstream connection"
+        for _ in range(3):
+            upstream.push(Step(body=completion("Hello")))
+            answer = httpx.post(proxy + "/v1/chat/completions", json={"model": "m", "messages": MESSAGES})
+            assert answer.json()["choices"][0]["message"]["content"] == "Hello"
+    streamed, plain = peers[:3], peers[3:]
+    assert all(connection == b"close" for _, connection in streamed)
+    assert len({port for port, _ in streamed}) == 3, "a streamed round reused a connection"
+    assert len({port for port, _ in plain}) == 1 and all(c is None for _, c in plain)

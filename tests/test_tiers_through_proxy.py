@@ -155,3 +155,27 @@ def test_surrender_mid_stream_is_an_error_event(client, fake):
     with client.stream("POST", "/v1/chat/completions", json={**ASK, "stream": True}) as r:
         body = r.read().decode()
     assert '"spell_call_parse_error"' in body and "[DONE]" not in body
+
+
+def test_prompted_call_in_the_asked_for_format_is_clean_not_a_repair(client, fake):
+    fake[0].push(Step(body=completion(GOOD_CALL)))
+    r = post(client, {**ASK, "sanctum": {"spell_calling": "prompted", "constrain": "off"}})
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert r.json()["sanctum"]["omens"] == []
+    trace = client.get(f"/sanctum/traces/{r.headers['x-sanctum-trace-id']}").json()
+    assert trace["outcome"] == "clean"
+
+
+def test_prompted_call_in_another_format_is_still_a_repair(client, fake):
+    fake[0].push(Step(body=completion('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]')))
+    r = post(client, {**ASK, "sanctum": {"spell_calling": "prompted", "constrain": "off"}})
+    (omen,) = r.json()["sanctum"]["omens"]
+    assert omen["type"] == "SpellCallRepaired" and "mistral_in_content" in omen["repairs"]
+
+
+def test_prompted_json_format_fenced_call_is_clean(make_proxy, fake):
+    url = make_proxy(prompt_format="json", spell_calling="prompted", constrain="off")
+    fake[0].push(Step(body=completion('```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```')))
+    r = httpx.post(url + "/v1/chat/completions", json=ASK)
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert r.json()["sanctum"]["omens"] == []

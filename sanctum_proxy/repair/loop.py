@@ -24,7 +24,7 @@ from .. import constrain as cn
 from .. import omens as om
 from .. import prompted
 from ..calls import Assessment, Problem
-from ..errors import SpellCallParseError, UpstreamError
+from ..errors import ProxyError, SpellCallParseError, UpstreamError
 from ..modes import ModeBook, classify
 from .spellbook import SpellBook
 
@@ -141,9 +141,11 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
                     yield event
                 else:
                     answer = event
-        except UpstreamError as error:
+        except ProxyError as error:  # unreachable, timed out or an error answer: this round's own record says so
             record.latency_ms = (time.perf_counter() - start) * 1000
-            record.error, record.outcome = error.body()["error"], "error"
+            record.error, record.outcome = {**error.body()["error"], "status": error.status}, "error"
+            if not isinstance(error, UpstreamError):
+                raise
             if constraint is not None and _schema_refused(error):
                 state.unconstrained, record.outcome = True, "fallback"
                 if plan.on_constrain_rejected is not None:
@@ -209,8 +211,9 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     from .mend import assess
 
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
+    asked = plan.prompt_format if state.mode == "prompted" and not record.constrained else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
-                        parallel_tool_calls=plan.parallel, **kwargs)
+                        parallel_tool_calls=plan.parallel, asked_format=asked, **kwargs)
     broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
     problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
     # The grammar made the model choose between text and a call, and it began a call it could not finish

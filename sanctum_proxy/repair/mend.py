@@ -39,14 +39,17 @@ def assess(
     finish_reason: str | None = None,
     parallel_tool_calls: bool = True,
     new_id: Callable[[], str] = new_call_id,
+    asked_format: str | None = None,
 ) -> Assessment:
+    """Every call in the answer, judged. `asked_format`: the call format a prompted round asked for; a call
+    written in it is the model doing as told, not a mend (no `<format>_in_content` repair)."""
     msg = message if isinstance(message, dict) else {}
     native = native_candidates(msg.get("tool_calls"))
     text = content_text(msg.get("content"))
     found = find_calls(text, book.name_set) if text else []
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
-    judge = _Judge(book, finish_reason == "length", new_id)
+    judge = _Judge(book, finish_reason == "length", new_id, asked_format)
     calls: list[ToolCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
@@ -151,8 +154,8 @@ class _Args:
 
 
 class _Judge:
-    def __init__(self, book: SpellBook, truncated: bool, new_id: Callable[[], str]) -> None:
-        self.book, self.truncated, self.new_id = book, truncated, new_id
+    def __init__(self, book: SpellBook, truncated: bool, new_id: Callable[[], str], asked: str | None) -> None:
+        self.book, self.truncated, self.new_id, self.asked = book, truncated, new_id, asked
 
     def __call__(self, cand: Candidate) -> _Verdict:
         name, name_repairs = self.book.resolve(cand.name)
@@ -178,7 +181,9 @@ class _Judge:
     def _accept(
         self, cand: Candidate, name: str, value: Any, repairs: tuple[str, ...], unchanged: bool
     ) -> _Verdict:
-        if cand.source != "native":
+        if cand.source == self.asked:
+            repairs = tuple(r for r in repairs if r not in _AS_ASKED.get(cand.source, ()))
+        elif cand.source != "native":
             repairs = (f"{cand.source}_in_content", *repairs)
         if unchanged and isinstance(cand.arguments, str) and not set(repairs) - _NAME_ONLY:
             text = cand.arguments
@@ -224,6 +229,9 @@ class _Judge:
     def _malformed(self, cand: Candidate, name: str | None, why: str) -> Problem:
         return Problem("malformed_json", name, (why,), cand.raw)
 
+
+# What a prompted format asks for, so no mend when a call has it: the json format asks for a fenced block.
+_AS_ASKED = {"json": frozenset({"code_fence"})}
 
 # Mends that change only the name: the arguments text can still go out byte-identical.
 _NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated"})
