@@ -229,3 +229,29 @@ def test_grammar_with_tools_is_400_even_when_the_template_drops_the_tools(llama_
 def test_grammar_without_tools_constrains_the_answer(llama_nojinja: LlamaServer) -> None:
     r = chat(llama_nojinja, messages=ASK, grammar='root ::= "yes" | "no"')
     assert r.json()["choices"][0]["message"]["content"] in ("yes", "no")
+
+
+# --- connections: what tests/fakes/llama_connections.py reproduces -------------------------------------------
+
+
+def _post(conn: Any, body: dict[str, Any]) -> Any:
+    conn.request("POST", "/v1/chat/completions", orjson.dumps({**DETERMINISTIC, "max_tokens": 4, **body}),
+                 {"content-type": "application/json"})
+    return conn.getresponse()
+
+
+def test_a_connection_that_carried_a_stream_takes_no_next_request(llama_jinja: LlamaServer) -> None:
+    import http.client
+
+    host, port = httpx.URL(llama_jinja.base_url).host, httpx.URL(llama_jinja.base_url).port
+    conn = http.client.HTTPConnection(host, port, timeout=60)
+    first = _post(conn, {"messages": ASK, "stream": True})
+    assert first.getheader("keep-alive", "").startswith("timeout=5") and first.getheader("connection") is None
+    first.read()
+    with pytest.raises(http.client.RemoteDisconnected):
+        _post(conn, {"messages": ASK})
+    conn.close()
+    plain = http.client.HTTPConnection(host, port, timeout=60)
+    for _ in range(2):  # plain answers leave the connection working
+        assert _post(plain, {"messages": ASK}).read()
+    plain.close()

@@ -1,11 +1,11 @@
 """llama-server's connection behaviour after a streamed answer, put in front of any fake upstream.
 
-Measured on the real llama-server (`.ci/llama.sh`'s build): it answers a streamed request with
-`Keep-Alive: timeout=5` and no `Connection: close`, yet the next request sent on that connection gets no answer
-(the client sees "Server disconnected" or "Can not write request body"). A client pool that hands the connection
-to the next round loses that round. The scripted fake (uvicorn) keeps such connections working, so this TCP relay
-sits between the proxy and the fake and does what llama-server does: once a response whose body was an event
-stream has ended, the next request bytes on that connection get the connection closed, unanswered.
+Measured on the real llama-server (`.ci/llama.sh`'s build; pinned by tests/e2e/test_llama_server_raw.py): it
+answers a streamed request with `Keep-Alive: timeout=5, max=100` and no `Connection: close`, yet closes the
+connection unanswered when the next request arrives on it (http.client: "Remote end closed connection without
+response"; aiohttp: "Server disconnected" or "Can not write request body"). Plain answers keep it working. A
+client pool that hands such a connection to the next round loses that round. The scripted fake (uvicorn) keeps
+connections working, so this TCP relay sits between the proxy and the fake and does what llama-server does.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class StreamSpentRelay:
         while piece := await source.read(65536):
             if conn.spent:
                 self.refused += 1
-                client.transport.abort()  # like llama-server: no answer, the connection is gone
+                client.close()  # like llama-server: closed without an answer (a FIN, no status line)
                 return
             upstream.write(piece)
             await upstream.drain()
