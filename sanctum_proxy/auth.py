@@ -53,9 +53,12 @@ class KeyRing:
 
 
 def presented_key(request: Request) -> bytes:
-    """The bearer token of the Authorization header (empty when there is none)."""
+    """The bearer token of the Authorization header, else the `x-api-key` header (the anthropic SDKs' way),
+    else empty."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return token.strip().encode() if scheme.lower() == "bearer" else b""
+    if scheme.lower() == "bearer":
+        return token.strip().encode()
+    return request.headers.get("x-api-key", "").strip().encode()
 
 
 def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
