@@ -21,7 +21,7 @@ import orjson
 
 from .. import omens as om
 from ..errors import ProxyError
-from ..repair.loop import ContentDelta, Final
+from ..repair.loop import ContentDelta, Final, Plan
 from ..streaming import unseen
 from . import messages_api as api
 from .reply import Reply
@@ -37,10 +37,10 @@ PING = event("ping")
 class MessagesWriter:
     keepalive = PING
 
-    def __init__(self, message: dict[str, Any], trace_id: str, omens: list[om.Omen],
+    def __init__(self, message: dict[str, Any], trace_id: str, plan: Plan,
                  reply_of: Callable[[Final], Reply]) -> None:
         self.message, self.trace_id = message, trace_id
-        self.omens, self.omens_sent = omens, 0
+        self.plan, self.omens_sent = plan, 0  # plan.omens: the loop's running list
         self.reply_of = reply_of
         self.blocks = 0
         self.text_open = False
@@ -51,8 +51,9 @@ class MessagesWriter:
         return event("message_start", message=self.message) + PING
 
     def new_omens(self) -> list[bytes]:
-        out = [om.sse_comment(o) for o in self.omens[self.omens_sent:]]
-        self.omens_sent = max(self.omens_sent, len(self.omens))
+        omens = self.plan.omens
+        out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
+        self.omens_sent = max(self.omens_sent, len(omens))
         return out
 
     def render(self, item: Any) -> list[bytes]:

@@ -238,7 +238,7 @@ def call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str,
 
 
 def usage(reply: Reply) -> dict[str, Any]:
-    return {"input_tokens": reply.input_tokens, "input_tokens_details": {"cached_tokens": 0},
+    return {"input_tokens": reply.input_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": reply.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": reply.input_tokens + reply.output_tokens}
 

@@ -21,7 +21,7 @@ import orjson
 
 from .. import omens as om
 from ..errors import ProxyError
-from ..repair.loop import ContentDelta, Final
+from ..repair.loop import ContentDelta, Final, Plan
 from ..streaming import unseen
 from . import responses_api as api
 from .reply import Reply
@@ -32,10 +32,10 @@ KEEPALIVE = b": keep-alive\n\n"
 class ResponsesWriter:
     keepalive = KEEPALIVE
 
-    def __init__(self, response: dict[str, Any], ids: str, trace_id: str, omens: list[om.Omen],
+    def __init__(self, response: dict[str, Any], ids: str, trace_id: str, plan: Plan,
                  reply_of: Callable[[Final], Reply]) -> None:
         self.response, self.ids, self.trace_id = response, ids, trace_id
-        self.omens, self.omens_sent = omens, 0
+        self.plan, self.omens_sent = plan, 0  # plan.omens: the loop's running list
         self.reply_of = reply_of
         self.sequence = 0
         self.output: list[dict[str, Any]] = []
@@ -53,8 +53,9 @@ class ResponsesWriter:
                 + self.event("response.in_progress", response=self.response))
 
     def new_omens(self) -> list[bytes]:
-        out = [om.sse_comment(o) for o in self.omens[self.omens_sent:]]
-        self.omens_sent = max(self.omens_sent, len(self.omens))
+        omens = self.plan.omens
+        out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
+        self.omens_sent = max(self.omens_sent, len(omens))
         return out
 
     def render(self, event: Any) -> list[bytes]:

@@ -115,7 +115,7 @@ def _response(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) 
 
 def _responses_writer(body: dict[str, Any], rounds: Rounds) -> ResponsesWriter:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
-    return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan.omens,
+    return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
                            lambda final: reply_of(rounds, final))
 
 
@@ -132,7 +132,7 @@ def _messages_writer(body: dict[str, Any], rounds: Rounds) -> MessagesWriter:
     start: dict[str, Any] = {"id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _model(rounds),
              "content": [], "stop_reason": None, "stop_sequence": None,
              "usage": {"input_tokens": 0, "output_tokens": 0}}
-    return MessagesWriter(start, rounds.trace_id, rounds.plan.omens, lambda final: reply_of(rounds, final))
+    return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final))
 
 
 MESSAGES = Dialect("messages", messages_api.to_chat, _message, _messages_writer, messages_api.error_body)
