@@ -129,9 +129,9 @@ def _message(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -
 
 
 def _messages_writer(body: dict[str, Any], rounds: Rounds) -> MessagesWriter:
-    start: dict[str, Any] = {"id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _model(rounds),
-             "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": {"input_tokens": 0, "output_tokens": 0}}
+    start: dict[str, Any] = {
+        "id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _model(rounds),
+        "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
     return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final))
 
 
