@@ -140,7 +140,7 @@ def _part(block: Any, at: str) -> dict[str, Any]:
     if kind == "text":
         return {"type": "text", "text": _text_block(block, at)}
     if kind == "image":
-        source = block.get("source") or {}
+        source = block.get("source") if isinstance(block.get("source"), dict) else {}
         if source.get("type") == "base64" and isinstance(source.get("data"), str):
             url = f"data:{source.get('media_type') or 'image/png'};base64,{source['data']}"
         elif source.get("type") == "url" and isinstance(source.get("url"), str):
