@@ -61,6 +61,16 @@ def presented_key(request: Request) -> bytes:
     return request.headers.get("x-api-key", "").strip().encode()
 
 
+def forwarded_key(request: Request) -> str | None:
+    """The client's key as an Authorization header for the upstream (`forward_client_key`): its own
+    Authorization header, or its `x-api-key` as a bearer token."""
+    given = request.headers.get("authorization")
+    if given:
+        return given
+    key = request.headers.get("x-api-key", "").strip()
+    return f"Bearer {key}" if key else None
+
+
 def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
     found = False
     for key in keys:

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from anthropic.types import Message
 
+from tests.conftest import ServerThread
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks, llama_tool_chunks, native_call
 
 TOOL = {"name": "get_weather", "description": "Weather for a city",
@@ -230,3 +231,19 @@ def test_pass_setting_sends_the_request_to_the_upstream_untouched(make_proxy, fa
     r = httpx.post(proxy + "/v1/messages", json=ASK, headers={"anthropic-version": "2023-06-01"})
     assert r.status_code == 201 and r.json()["path"] == "/v1/messages"
     assert fake[0].requests == [] and orjson.loads(fake[0].other_requests[0][2]) == ASK
+
+
+def test_forwarded_x_api_key_reaches_the_upstream_as_a_bearer_token(make_proxy, fake):
+    seen: list[str | None] = []
+    app = fake[0].app()
+
+    async def recording(scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] == "http":
+            seen.append(dict(scope["headers"]).get(b"authorization", b"").decode() or None)
+        await app(scope, receive, send)
+
+    with ServerThread(recording) as upstream:
+        proxy = make_proxy(upstream=upstream.url + "/v1", forward_client_key=True, probe_capabilities=False)
+        with sdk(proxy, api_key="client-key") as client:
+            client.messages.create(**{**ASK, "tools": []})
+    assert seen == ["Bearer client-key"]

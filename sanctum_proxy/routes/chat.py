@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from .. import capabilities, legacy
 from .. import omens as om
-from ..auth import check_client_key
+from ..auth import check_client_key, forwarded_key
 from ..config import Settings
 from ..errors import BodyTooLarge
 from ..protocol import ChatRequest, parse_chat_request
@@ -82,7 +82,7 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     plan = await make_plan(request, chat, settings)
     trace_id = uuid.uuid4().hex
     request.app.state.recorder.begin(request, trace_id, chat, plan)
-    auth = request.headers.get("authorization") if settings.forward_client_key else None
+    auth = forwarded_key(request) if settings.forward_client_key else None
     return Rounds(chat, plan, trace_id, auth)
 
 
