@@ -4,6 +4,7 @@ answer and errors keep the Messages API's own shapes (checked with the SDK's own
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import anthropic
@@ -247,3 +248,16 @@ def test_forwarded_x_api_key_reaches_the_upstream_as_a_bearer_token(make_proxy, 
         with sdk(proxy, api_key="client-key") as client:
             client.messages.create(**{**ASK, "tools": []})
     assert seen == ["Bearer client-key"]
+
+
+def test_requests_over_the_concurrency_limit_get_an_anthropic_rate_limit_error(make_proxy, fake):
+    proxy = make_proxy(max_concurrent_requests=1)
+    fake[0].push(Step(body=completion("slow"), delay=1.0))
+    slow = threading.Thread(target=lambda: httpx.post(f"{proxy}/v1/messages", json=ASK, timeout=20))
+    slow.start()
+    while not fake[0].requests:
+        threading.Event().wait(0.01)
+    with sdk(proxy) as client, pytest.raises(anthropic.RateLimitError) as caught:
+        client.messages.create(**ASK)
+    slow.join(10)
+    assert caught.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
