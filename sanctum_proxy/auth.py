@@ -81,7 +81,8 @@ def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
 def check_client_key(request: Request) -> None:
     ring: KeyRing = request.app.state.keys
     if ring.client_required() and not matches(presented_key(request), ring.client_keys()):
-        raise Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>'")
+        raise Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>' "
+                           "(or 'x-api-key: <key>')")
 
 
 def check_admin_key(request: Request) -> None:

@@ -178,7 +178,7 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
             "outcome", "status", "latency_ms", "usage")
     return {**{k: doc[k] for k in keys}, "object": "sanctum.trace.summary", "rounds": len(doc["rounds"]),
             "omens": counts, "cast": [(c.get("function") or {}).get("name") for c in calls],
-            "error": (doc["error"] or {}).get("type")}
+            "error": (doc["error"] or {}).get("type"), "protocol": doc.get("protocol", "chat")}
 
 
 def iso_time(created: float) -> str:

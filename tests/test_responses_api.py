@@ -217,6 +217,7 @@ def test_traces_and_metrics_count_responses_requests(proxy, fake):
     answer = httpx.post(proxy + "/v1/responses", json={**ASK, "sanctum": {"constrain": "off"}}).json()
     trace = httpx.get(f"{proxy}/sanctum/traces/{answer['sanctum']['trace_id']}").json()
     assert trace["protocol"] == "responses" and trace["outcome"] == "rejected" and len(trace["rounds"]) == 2
+    assert httpx.get(proxy + "/sanctum/traces").json()["data"][0]["protocol"] == "responses"
     metrics = httpx.get(proxy + "/metrics").text
     assert 'sanctum_rejections_total{reason="missing_arguments"} 1.0' in metrics
 
