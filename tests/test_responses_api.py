@@ -281,3 +281,38 @@ async def _agent_answer(agents: Any, client: openai.AsyncOpenAI, tool: Any, *, s
     async for _ in streaming.stream_events():
         pass
     return str(streaming.final_output)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_same_rounds_and_omens_as_the_chat_endpoint(make_proxy, fake, stream):
+    """One fumbling script (a broken call mended, then a missing argument bounced) through all three endpoints."""
+    proxy = make_proxy(constrain="off")
+    schema = TOOL["parameters"]
+    asked = [{"role": "user", "content": "Weather in Paris?"}]
+    bodies = {
+        "/v1/chat/completions": {"model": "m", "messages": asked,
+                                 "tools": [{"type": "function", "function": {"name": "get_weather",
+                                                                             "parameters": schema}}]},
+        "/v1/responses": {"model": "m", "input": "Weather in Paris?", "tools": [TOOL]},
+        "/v1/messages": {"model": "m", "max_tokens": 100, "messages": asked,
+                         "tools": [{"name": "get_weather", "input_schema": schema}]},
+    }
+    seen = {}
+    for path, body in bodies.items():
+        if stream:
+            fake[0].push(streamed_call("{'days': 1,}"), streamed_call("{'city': 'Paris',}"))
+        else:
+            fake[0].push(call("get_weather", "{'days': 1,}"), call("get_weather", "{'city': 'Paris',}"))
+        r = httpx.post(proxy + path, json={**body, "stream": stream}, timeout=20)
+        assert r.status_code == 200
+        trace = httpx.get(f"{proxy}/sanctum/traces/{r.headers['x-sanctum-trace-id']}").json()
+        seen[path] = ([o["type"] for o in trace["omens"]], [o.get("reason") for o in trace["omens"]],
+                      len(trace["rounds"]), [o["type"] for o in _omen_comments(r.text)] if stream else None)
+    assert seen["/v1/responses"] == seen["/v1/chat/completions"] == seen["/v1/messages"]
+    omens, reasons, rounds, _ = seen["/v1/chat/completions"]
+    assert omens == ["SpellCallRejected", "SpellCallRejected", "SpellCallRepaired"] and rounds == 2
+    assert set(reasons[:2]) == {"missing_arguments", "unexpected_arguments"}
+
+
+def _omen_comments(text: str) -> list[dict[str, Any]]:
+    return [orjson.loads(line[len(": omen "):]) for line in text.split("\n") if line.startswith(": omen ")]
