@@ -280,3 +280,23 @@ def test_messages_writer_streams_live_text_then_thinking_then_tool_use():
     assert [e["index"] for e in events if e["type"] == "content_block_start"] == [0, 1, 2]
     assert events[-2]["delta"]["stop_reason"] == "tool_use" and events[-2]["usage"] == {"input_tokens": 7,
                                                                                          "output_tokens": 3}
+
+
+def test_images_in_tool_results_follow_the_tool_messages_as_a_user_message():
+    image = {"type": "image", "source": {"type": "url", "url": "http://x/screen.png"}}
+    chat = messages_api.to_chat({"model": "m", "messages": [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+                                          {"type": "tool_use", "id": "t2", "name": "f", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "shot"}, image]},
+            {"type": "tool_result", "tool_use_id": "t2", "content": "done"}]}]})
+    assert [m["role"] for m in chat["messages"]] == ["assistant", "tool", "tool", "user"]
+    assert chat["messages"][1]["content"] == "shot"
+    assert chat["messages"][3]["content"] == [{"type": "image_url", "image_url": {"url": "http://x/screen.png"}}]
+    chat = responses_api.to_chat({"model": "m", "input": [
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [
+            {"type": "input_text", "text": "shot"}, {"type": "input_image", "image_url": "http://x/s.png"}]},
+        {"role": "user", "content": "What do you see?"}]})
+    assert [m["role"] for m in chat["messages"]] == ["assistant", "tool", "user", "user"]
+    assert chat["messages"][2]["content"] == [{"type": "image_url", "image_url": {"url": "http://x/s.png"}}]

@@ -119,13 +119,16 @@ def _call(block: dict[str, Any], at: str) -> dict[str, Any]:
 
 def _user(blocks: list[Any], at: str) -> list[dict[str, Any]]:
     """tool_result blocks as `tool` messages (first: they answer the calls before them), the rest as one user
-    message after them."""
-    results, parts = [], []
+    message after them, with the images of the results (a chat `tool` message takes text only)."""
+    results: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
     for j, block in enumerate(blocks):
         where = f"{at}.content[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "tool_result":
-            results.append(_result(block, where))
+            result, images = _result(block, where)
+            results.append(result)
+            parts += images
         else:
             parts.append(_part(block, where))
     out = list(results)
@@ -153,20 +156,23 @@ def _part(block: Any, at: str) -> dict[str, Any]:
                          param=f"{at}.type")
 
 
-def _result(block: dict[str, Any], at: str) -> dict[str, Any]:
+def _result(block: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The `tool` message, and the result's images."""
     if not isinstance(block.get("tool_use_id"), str):
         raise InvalidRequest(f"{at}: a tool_result block needs a string 'tool_use_id'", param=f"{at}.tool_use_id")
     content = block.get("content")
+    images: list[dict[str, Any]] = []
     if isinstance(content, list):
         parts = [_part(p, f"{at}.content[{j}]") for j, p in enumerate(content)]
-        content = "".join(p["text"] for p in parts if p["type"] == "text")  # images: chat tool messages take none
+        content = "".join(p["text"] for p in parts if p["type"] == "text")
+        images = [p for p in parts if p["type"] != "text"]
     elif content is None:
         content = ""
     elif not isinstance(content, str):
         raise InvalidRequest(f"{at}.content must be a string or an array of blocks", param=f"{at}.content")
     if block.get("is_error") is True:
         content = f"Error: {content}"
-    return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}
+    return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}, images
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:

@@ -80,23 +80,30 @@ def _instructions(instructions: Any) -> list[dict[str, Any]]:
 
 def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
     """Input items as chat messages: consecutive function calls (and the assistant text before them) become
-    one assistant message with tool_calls; each function_call_output a `tool` message."""
+    one assistant message with tool_calls; each function_call_output a `tool` message (the images of outputs
+    follow the tool messages as one user message: a chat `tool` message takes text only)."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list):
         raise InvalidRequest(f"'{where}' must be a string or an array of input items", param=where)
     messages: list[dict[str, Any]] = []
+    images: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         at = f"{where}[{i}]"
         if not isinstance(item, dict):
             raise InvalidRequest(f"{at} must be an object", param=at)
         kind = item.get("type", "message")
+        if kind != "function_call_output" and images:
+            messages.append({"role": "user", "content": images})
+            images = []
         if kind == "message":
             messages.append(_message(item, at))
         elif kind == "function_call":
             _add_call(messages, item, at)
         elif kind == "function_call_output":
-            messages.append(_call_output(item, at))
+            output, shown = _call_output(item, at)
+            messages.append(output)
+            images += shown
         elif kind == "reasoning":
             continue  # the model's own earlier reasoning: chat upstreams take none back
         elif kind == "item_reference":
@@ -105,6 +112,8 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
         else:
             raise InvalidRequest(f"{at}: input items of type {kind!r} are not supported (only message, "
                                  "function_call, function_call_output and reasoning)", param=f"{at}.type")
+    if images:
+        messages.append({"role": "user", "content": images})
     return messages
 
 
@@ -159,15 +168,19 @@ def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> 
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def _call_output(item: dict[str, Any], at: str) -> dict[str, Any]:
+def _call_output(item: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The `tool` message, and the output's images."""
     call_id, output = item.get("call_id"), item.get("output")
     if not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call_output item needs a string 'call_id'", param=f"{at}.call_id")
+    images: list[dict[str, Any]] = []
     if isinstance(output, list):
-        output = "".join(_part(p, f"{at}.output[{j}]").get("text", "") for j, p in enumerate(output))
+        parts = [_part(p, f"{at}.output[{j}]") for j, p in enumerate(output)]
+        output = "".join(p["text"] for p in parts if p["type"] == "text")
+        images = [p for p in parts if p["type"] != "text"]
     elif not isinstance(output, str):
         output = orjson.dumps(output).decode()
-    return {"role": "tool", "tool_call_id": call_id, "content": output}
+    return {"role": "tool", "tool_call_id": call_id, "content": output}, images
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
