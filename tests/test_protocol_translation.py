@@ -143,7 +143,7 @@ def test_tools_tool_choice_and_sampling_fields_become_chat_forms():
     ({"mcp_servers": [{"type": "url", "url": "http://x"}]}, "mcp_servers"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]},
      "messages[0].content[0].source"),
-    ({"messages": [{"role": "system", "content": "hi"}]}, "messages[0].role"),
+    ({"messages": [{"role": "tool", "content": "hi"}]}, "messages[0].role"),
     ({"system": 3}, "system"),
 ])
 def test_what_the_proxy_cannot_serve_is_refused_naming_the_field(body, param):
@@ -300,3 +300,18 @@ def test_images_in_tool_results_follow_the_tool_messages_as_a_user_message():
         {"role": "user", "content": "What do you see?"}]})
     assert [m["role"] for m in chat["messages"]] == ["assistant", "tool", "user", "user"]
     assert chat["messages"][2]["content"] == [{"type": "image_url", "image_url": {"url": "http://x/s.png"}}]
+
+
+def test_claude_code_billing_block_is_left_out_and_its_mid_conversation_system_messages_kept():
+    """Claude Code's request shape (llama.cpp PR 20623; anthropics/claude-code issue 96101): a billing block whose
+    `cch` changes every request, and `role: system` reminders after the user's turn."""
+    chat = messages_api.to_chat({"model": "m", "max_tokens": 5, "system": [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.37.0d9; cc_entrypoint=cli; cch=fa690;"},
+        {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."}],
+        "messages": [{"role": "user", "content": "hey"}, {"role": "system", "content": [
+            {"type": "text", "text": "<total_tokens>9 tokens left</total_tokens>",
+             "cache_control": {"type": "ephemeral"}}]}]})
+    assert chat["messages"] == [
+        {"role": "system", "content": "You are Claude Code, Anthropic's official CLI for Claude."},
+        {"role": "user", "content": "hey"},
+        {"role": "system", "content": "<total_tokens>9 tokens left</total_tokens>"}]

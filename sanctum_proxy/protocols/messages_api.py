@@ -21,6 +21,7 @@ from .reply import Reply, arguments_object
 
 IGNORED = frozenset({"metadata", "thinking", "service_tier", "context_management", "inference_geo"})
 STATEFUL = ("mcp_servers", "container")
+BILLING_HEADER = "x-anthropic-billing-header:"
 TRANSLATED = frozenset({"model", "system", "messages", "tools", "tool_choice", "max_tokens", "temperature",
                         "top_p", "top_k", "stop_sequences", "stream", "sanctum"})
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn",
@@ -52,15 +53,19 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def _system(system: Any) -> list[dict[str, Any]]:
+def _system(system: Any, where: str = "system") -> list[dict[str, Any]]:
+    """A system prompt as one chat system message. Claude Code's billing block (`x-anthropic-billing-header:
+    ...`, different in every request) is left out: it tells the model nothing, and it would make the upstream
+    re-read the whole prompt each time instead of reusing its prompt cache."""
     if system is None or system == "" or system == []:
         return []
     if isinstance(system, str):
         return [{"role": "system", "content": system}]
     if isinstance(system, list):
-        texts = [_text_block(block, f"system[{i}]") for i, block in enumerate(system)]
-        return [{"role": "system", "content": "\n\n".join(texts)}]
-    raise InvalidRequest("'system' must be a string or an array of text blocks", param="system")
+        texts = [_text_block(block, f"{where}[{i}]") for i, block in enumerate(system)]
+        kept = [t for t in texts if not t.startswith(BILLING_HEADER)]
+        return [{"role": "system", "content": "\n\n".join(kept)}] if kept else []
+    raise InvalidRequest(f"'{where}' must be a string or an array of text blocks", param=where)
 
 
 def _text_block(block: Any, at: str) -> str:
@@ -75,10 +80,13 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         at = f"messages[{i}]"
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise InvalidRequest(f"{at} must be an object with role 'user' or 'assistant'", param=f"{at}.role")
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+            raise InvalidRequest(f"{at} must be an object with role 'user', 'assistant' or 'system'",
+                                 param=f"{at}.role")
         content = message.get("content")
-        if isinstance(content, str):
+        if message["role"] == "system":  # Claude Code's mid-conversation reminders: kept where they are
+            out += _system(content, f"{at}.content")
+        elif isinstance(content, str):
             out.append({"role": message["role"], "content": content})
         elif isinstance(content, list):
             out += (_assistant if message["role"] == "assistant" else _user)(content, at)
