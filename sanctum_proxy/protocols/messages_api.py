@@ -1,7 +1,8 @@
 """The Anthropic Messages API (POST /v1/messages) as chat completions: the request as a chat body, the round
 loop's answer as a `message`, errors in Anthropic's shape. Pure: no I/O.
 
-Served: `system` (a string or text blocks), `messages` with `text`, `image` (base64 or URL), `tool_use` and
+Served: `system` (a string or text blocks; Claude Code's `x-anthropic-billing-header:` block is left out),
+`messages` (`role: system` ones too, kept in place) with `text`, `image` (base64 or URL), `tool_use` and
 `tool_result` blocks (`thinking` blocks of earlier turns are dropped), `tools` (`input_schema`), `tool_choice`
 (`auto`, `any`, `tool`, `none`, with `disable_parallel_tool_use`), `max_tokens`, `temperature`, `top_p`,
 `top_k`, `stop_sequences`, `stream`. Accepted and ignored: `metadata`, `thinking`, `service_tier`,
