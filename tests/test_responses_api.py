@@ -316,3 +316,14 @@ def test_same_rounds_and_omens_as_the_chat_endpoint(make_proxy, fake, stream):
 
 def _omen_comments(text: str) -> list[dict[str, Any]]:
     return [orjson.loads(line[len(": omen "):]) for line in text.split("\n") if line.startswith(": omen ")]
+
+
+def test_streamed_reasoning_comes_back_as_a_reasoning_item(proxy, fake):
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model"}
+    thinking = [{**base, "choices": [{"index": 0, "delta": {"reasoning_content": piece}, "finish_reason": None}]}
+                for piece in ("The user ", "wants weather.")]
+    fake[0].push(Step(chunks=[*thinking, *content_chunks("Sunny.")]))
+    with sdk(proxy) as client, client.responses.stream(model="m", input="Weather?") as stream:
+        final = stream.get_final_response()
+    assert [o.type for o in final.output] == ["message", "reasoning"] and final.output_text == "Sunny."
+    assert final.output[1].content[0].text == "The user wants weather."  # type: ignore[union-attr,index]
