@@ -18,7 +18,7 @@ from .modes import ModeBook
 from .recorder import Recorder
 from .request_id import EchoRequestId
 from .responses import JsonResponse as ORJSONResponse
-from .routes import chat, health, metrics, passthrough, sanctum
+from .routes import chat, health, metrics, passthrough, sanctum, translated
 from .routing import Router
 from .shared import SharedState
 
@@ -59,6 +59,7 @@ def create_app(settings: Settings) -> FastAPI:
         return error_response(exc)
 
     app.include_router(chat.router)  # first: routes are matched in order, and this is the hot one
+    app.include_router(translated.router)  # /v1/responses, /v1/messages: before the passthrough
     app.include_router(health.router)
     app.include_router(sanctum.router)
     app.include_router(metrics.router)

@@ -53,9 +53,22 @@ class KeyRing:
 
 
 def presented_key(request: Request) -> bytes:
-    """The bearer token of the Authorization header (empty when there is none)."""
+    """The bearer token of the Authorization header, else the `x-api-key` header (the anthropic SDKs' way),
+    else empty."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return token.strip().encode() if scheme.lower() == "bearer" else b""
+    if scheme.lower() == "bearer":
+        return token.strip().encode()
+    return request.headers.get("x-api-key", "").strip().encode()
+
+
+def forwarded_key(request: Request) -> str | None:
+    """The client's key as an Authorization header for the upstream (`forward_client_key`): its own
+    Authorization header, or its `x-api-key` as a bearer token."""
+    given = request.headers.get("authorization")
+    if given:
+        return given
+    key = request.headers.get("x-api-key", "").strip()
+    return f"Bearer {key}" if key else None
 
 
 def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
@@ -68,7 +81,8 @@ def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
 def check_client_key(request: Request) -> None:
     ring: KeyRing = request.app.state.keys
     if ring.client_required() and not matches(presented_key(request), ring.client_keys()):
-        raise Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>'")
+        raise Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>' "
+                           "(or 'x-api-key: <key>')")
 
 
 def check_admin_key(request: Request) -> None:

@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     traces_max_bytes: int = Field(256 * 1024 * 1024, ge=65_536)
     traces_max_doc_bytes: int = Field(1024 * 1024, ge=4096)
     traces_bodies: bool = True
+    # POST /v1/responses and /v1/messages: through the round loop (repair) or to the upstream untouched (pass).
+    responses_api: Literal["repair", "pass"] = "repair"
+    messages_api: Literal["repair", "pass"] = "repair"
 
     @field_validator("upstream")
     @classmethod

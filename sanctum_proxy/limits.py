@@ -16,6 +16,7 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import ArrayTooLong, TooManyRequests
+from .protocols import messages_api  # the Anthropic endpoint gets its 429 in Anthropic's shape
 
 
 def check_counts(body: dict[str, Any], max_messages: int, max_tools: int) -> None:
@@ -38,7 +39,7 @@ class ConcurrencyLimit:
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.limit:
-            await self._refuse(send)
+            await self._refuse(send, scope["path"])
             return
         self.in_flight += 1
         try:
@@ -46,10 +47,10 @@ class ConcurrencyLimit:
         finally:
             self.in_flight -= 1
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, send: Send, path: str) -> None:
         error = TooManyRequests(f"Too many requests in flight (limit {self.limit} per proxy process); "
                                 f"retry after {self.retry_after} s")
-        body = orjson.dumps(error.body())
+        body = orjson.dumps(messages_api.error_body(error) if path == "/v1/messages" else error.body())
         await send({"type": "http.response.start", "status": error.status, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"retry-after", str(self.retry_after).encode()), (b"x-should-retry", b"true")]})

@@ -74,6 +74,11 @@ def parse_chat_request(raw: bytes, headers: Mapping[str, str], settings: Setting
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
+    return chat_request(body, headers, settings)
+
+
+def chat_request(body: dict[str, Any], headers: Mapping[str, str], settings: Settings) -> ChatRequest:
+    """A chat body already read (or translated from another protocol), checked, its `sanctum` taken out."""
     check_counts(body, settings.max_messages, settings.max_tools)
     check_messages(body.get("messages"))
     check_tools(body)

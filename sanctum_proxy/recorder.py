@@ -36,6 +36,7 @@ from .trace_store import TraceStore, default_path
 from .traces import Trace, metadata_only, trace_json
 
 CHAT_PATH = "/v1/chat/completions"
+ROUND_LOOP_PATHS = (CHAT_PATH, "/v1/responses", "/v1/messages")  # the endpoints whose requests are traced
 QUEUE_LIMIT = 10_000
 BATCH = 256
 GATHER_SECONDS = 0.02
@@ -81,7 +82,8 @@ class Recorder:
 
     def begin(self, request: Request, trace_id: str, chat: ChatRequest, plan: Plan) -> Trace:
         trace = Trace(trace_id, _request_id(request), time.time(), time.perf_counter(), chat.body, plan,
-                      plan.upstream, chat.controls.spell_calling)
+                      plan.upstream, chat.controls.spell_calling,
+                      protocol=getattr(request.state, "protocol", "chat"))
         request.state.trace = trace
         self.metrics.in_flight.inc()
         if trace.stream:
@@ -127,7 +129,7 @@ class Recorder:
 
     def refused(self, request: Request, error: ProxyError) -> None:
         """A chat request turned away before it had a trace (bad body, key, size): counted and logged only."""
-        if request.url.path != CHAT_PATH or getattr(request.state, "trace", None) is not None:
+        if request.url.path not in ROUND_LOOP_PATHS or getattr(request.state, "trace", None) is not None:
             return
         self.metrics.requests.labels("none", "error").inc()
         access_log.LOGGER.info(access_log.line({

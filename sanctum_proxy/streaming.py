@@ -65,6 +65,7 @@ class Assembler:
     _visible: str = ""
     _parts: list[str] = field(default_factory=list)
     _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
+    _reasoning: list[str] = field(default_factory=list)  # reasoning_content deltas (llama.cpp, vLLM)
 
     @property
     def content(self) -> str:
@@ -86,6 +87,8 @@ class Assembler:
                 self._parts.append(delta["content"])
                 if not self.holding:
                     self._pending += delta["content"]
+            if isinstance(delta.get("reasoning_content"), str):
+                self._reasoning.append(delta["reasoning_content"])
             for call in delta.get("tool_calls") or []:
                 self._add_call(call)
         return self._release()
@@ -149,6 +152,8 @@ class Assembler:
     def message(self) -> dict[str, Any]:
         """The whole answer, shaped like a non-streaming message."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self._reasoning:
+            message["reasoning_content"] = _joined(self._reasoning)
         if self.calls:
             message["tool_calls"] = [
                 {"id": c.id or "", "type": "function",

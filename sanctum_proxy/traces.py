@@ -39,6 +39,7 @@ class Trace:
     plan: Plan
     upstream: str
     requested_mode: str  # the spell-calling control: native | prompted | auto
+    protocol: str = "chat"  # the client's protocol: chat | responses | messages (translated to chat)
     final: Final | None = None
     error: dict[str, Any] | None = None  # the OpenAI error object the client got ({"message", "type", ...})
     status: int = 0  # the HTTP status the client got (200 for an error sent inside a stream)
@@ -79,7 +80,7 @@ def trace_json(trace: Trace) -> dict[str, Any]:
         "created": trace.created, "time": iso_time(trace.created),
         "model": str(trace.request.get("model") or ""), "upstream": trace.upstream,
         "mode": final.mode if final is not None else (records[-1].mode if records else trace.plan.mode),
-        "requested_mode": trace.requested_mode, "stream": trace.stream,
+        "requested_mode": trace.requested_mode, "protocol": trace.protocol, "stream": trace.stream,
         "outcome": trace.outcome, "status": trace.status, "latency_ms": round(trace.latency_ms, 2),
         "usage": final.usage if final is not None else _summed_usage(records),
         "request": trace.request,
@@ -185,7 +186,7 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
             "outcome", "status", "latency_ms", "usage")
     return {**{k: doc[k] for k in keys}, "object": "sanctum.trace.summary", "rounds": len(doc["rounds"]),
             "omens": counts, "cast": [(c.get("function") or {}).get("name") for c in calls],
-            "error": (doc["error"] or {}).get("type")}
+            "error": (doc["error"] or {}).get("type"), "protocol": doc.get("protocol", "chat")}
 
 
 def iso_time(created: float) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -13,7 +14,7 @@ from fastapi.responses import Response
 
 from .. import capabilities, legacy
 from .. import omens as om
-from ..auth import check_client_key
+from ..auth import check_client_key, forwarded_key
 from ..config import Settings
 from ..errors import BodyTooLarge
 from ..protocol import ChatRequest, parse_chat_request
@@ -49,26 +50,49 @@ async def chat_completions(request: Request) -> Response:
     settings: Settings = request.app.state.settings
     check_key(request, settings)
     chat = parse_chat_request(await read_body(request, settings.max_body_bytes), request.headers, settings)
-    request.state.route = request.app.state.router.route(chat.model)  # the upstream pool for this model
-    chat = chat.with_body(request.state.route.rewrite(chat.body))  # an alias becomes the upstream's name
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:
         chat = chat.with_body(legacy.to_tools(chat.body))
-    plan = await make_plan(request, chat, settings)
-    trace_id = uuid.uuid4().hex
-    recorder = request.app.state.recorder
-    recorder.begin(request, trace_id, chat, plan)
-    auth = request.headers.get("authorization") if settings.forward_client_key else None
+    rounds = await start_rounds(request, chat, settings)
     if chat.stream:
-        return await stream_answer(request, chat, plan, trace_id, auth, is_legacy=is_legacy)
+        return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
+                                   is_legacy=is_legacy)
     try:
-        final = await unless_disconnected(request, last_event(
-            recorder.watch(request, run(plan, sender(request, auth, streaming=False)))))
+        final = await final_answer(request, rounds)
     except ClientGone:
         return gone_response()
+    body = completion(final, rounds.chat, rounds.trace_id, is_legacy)
+    return ORJSONResponse(body, headers=answer_headers(final, rounds.trace_id))
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """A request ready for the round loop: routed, planned and traced (the chat endpoint and the
+    endpoints translated to chat share it)."""
+
+    chat: ChatRequest
+    plan: Plan
+    trace_id: str
+    auth: str | None
+
+
+async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:
+    request.state.route = request.app.state.router.route(chat.model)  # the upstream pool for this model
+    chat = chat.with_body(request.state.route.rewrite(chat.body))  # an alias becomes the upstream's name
+    plan = await make_plan(request, chat, settings)
+    trace_id = uuid.uuid4().hex
+    request.app.state.recorder.begin(request, trace_id, chat, plan)
+    auth = forwarded_key(request) if settings.forward_client_key else None
+    return Rounds(chat, plan, trace_id, auth)
+
+
+async def final_answer(request: Request, rounds: Rounds) -> Final:
+    """The round loop's Final, non-streaming; ClientGone if the client leaves first."""
+    recorder = request.app.state.recorder
+    final = await unless_disconnected(request, last_event(
+        recorder.watch(request, run(rounds.plan, sender(request, rounds.auth, streaming=False)))))
     assert isinstance(final, Final)
-    body = completion(final, chat, trace_id, is_legacy)
-    return ORJSONResponse(body, headers=answer_headers(final, trace_id))
+    return final
 
 
 async def last_event(events: AsyncIterator[Any]) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -62,9 +62,11 @@ def stream_sender(upstream: Any, auth: str | None) -> Sender:
 
 
 async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_id: str,
-                        auth: str | None, *, is_legacy: bool = False) -> Response:
+                        auth: str | None, *, is_legacy: bool = False, writer: Any = None,
+                        refuse: Callable[[ProxyError], Response] | None = None) -> Response:
     """Headers wait for the first event (the upstream accepted a round), so an error before it is a plain
-    HTTP error with its status."""
+    HTTP error with its status. Another protocol's endpoint passes its own `writer` (an object with
+    `opening()`, `render(event)`, `ended` and `keepalive`, like SseWriter) and `refuse` (its error shape)."""
     settings: Settings = request.app.state.settings
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
     events = request.app.state.recorder.watch(
@@ -77,11 +79,12 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
         return gone_response()
     if isinstance(first, ProxyError):
         task.cancel()
-        return ORJSONResponse(first.body(), status_code=first.status)
-    include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
-    meta = {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
-    writer = SseWriter(meta, trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
-                       legacy=is_legacy, omens=plan.omens)
+        return refuse(first) if refuse else ORJSONResponse(first.body(), status_code=first.status)
+    if writer is None:
+        include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
+        meta = {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
+        writer = SseWriter(meta, trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
+                           legacy=is_legacy, omens=plan.omens)
     mode = plan.records[-1].mode if plan.records else plan.mode  # after a fallback: the mode answering
     headers = {"x-sanctum-spell-calling": mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
@@ -100,7 +103,7 @@ async def _produce(events: AsyncIterator[ContentDelta | Final], queue: asyncio.Q
     await queue.put(None)
 
 
-async def pump(writer: SseWriter, first: Any, queue: asyncio.Queue[Any], task: asyncio.Task[None],
+async def pump(writer: Any, first: Any, queue: asyncio.Queue[Any], task: asyncio.Task[None],
                keepalive: float) -> AsyncIterator[bytes]:
     """The response body: rendered events until the Final or an error, keep-alives while the queue is quiet.
     Events already waiting go out in one write. Leaving early (the client went away) cancels the producer
@@ -121,7 +124,7 @@ async def pump(writer: SseWriter, first: Any, queue: asyncio.Queue[Any], task: a
                 async with asyncio.timeout(keepalive):  # not wait_for: that wraps each get in a new task
                     event = await queue.get()
             except TimeoutError:
-                yield KEEPALIVE
+                yield writer.keepalive
                 event = ...
     finally:
         task.cancel()
@@ -129,6 +132,8 @@ async def pump(writer: SseWriter, first: Any, queue: asyncio.Queue[Any], task: a
 
 class SseWriter:
     """The loop's events as SSE bytes. Pure but for the running record of what the client has seen."""
+
+    keepalive = KEEPALIVE
 
     def __init__(self, meta: dict[str, Any], trace_id: str, *, omen_style: str = "comments",
                  include_usage: bool = False, legacy: bool = False, omens: list[om.Omen] | None = None) -> None:

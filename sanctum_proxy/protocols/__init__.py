@@ -1,0 +1,8 @@
+"""Client protocols other than chat completions, translated to and from the chat round loop (pure: no I/O).
+
+    reply.py           what the round loop answered, read once for every protocol
+    responses_api.py   OpenAI Responses API (POST /v1/responses): request -> chat body, answer -> response
+    responses_events.py  its stream: the loop's events as `response.*` SSE events
+    messages_api.py    Anthropic Messages API (POST /v1/messages): request -> chat body, answer -> message
+    messages_events.py   its stream: the loop's events as `message_*` / `content_block_*` SSE events
+"""

@@ -1,0 +1,266 @@
+"""The Anthropic Messages API (POST /v1/messages) as chat completions: the request as a chat body, the round
+loop's answer as a `message`, errors in Anthropic's shape. Pure: no I/O.
+
+Served: `system` (a string or text blocks; Claude Code's `x-anthropic-billing-header:` block is left out),
+`messages` (`role: system` ones too, kept in place) with `text`, `image` (base64 or URL), `tool_use` and
+`tool_result` blocks (`thinking` blocks of earlier turns are dropped), `tools` (`input_schema`), `tool_choice`
+(`auto`, `any`, `tool`, `none`, with `disable_parallel_tool_use`), `max_tokens`, `temperature`, `top_p`,
+`top_k`, `stop_sequences`, `stream`. Accepted and ignored: `metadata`, `thinking`, `service_tier`,
+`context_management`, `cache_control` on blocks and tools. Refused with a 400 naming the field: server and
+Anthropic-defined tools (web_search, bash, text_editor, ...), `mcp_servers`, `container`, and `document` /
+file blocks. Any other field passes to the upstream unchanged, as on the chat endpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..errors import InvalidRequest, ProxyError
+from .reply import Reply, arguments_object
+
+IGNORED = frozenset({"metadata", "thinking", "service_tier", "context_management", "inference_geo"})
+STATEFUL = ("mcp_servers", "container")
+BILLING_HEADER = "x-anthropic-billing-header:"
+TRANSLATED = frozenset({"model", "system", "messages", "tools", "tool_choice", "max_tokens", "temperature",
+                        "top_p", "top_k", "stop_sequences", "stream", "sanctum"})
+STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn",
+                "content_filter": "refusal"}
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error",
+               429: "rate_limit_error", 529: "overloaded_error"}
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat-completions body for a Messages request (InvalidRequest naming the field it cannot serve)."""
+    for name in STATEFUL:
+        if body.get(name):
+            raise InvalidRequest(f"'{name}' is not supported: sanctum-proxy serves client tools only", param=name)
+    chat: dict[str, Any] = {k: v for k, v in body.items() if k not in IGNORED and k not in TRANSLATED}
+    chat["model"] = body.get("model")
+    chat["messages"] = _system(body.get("system")) + _messages(body.get("messages"))
+    tools = _tools(body.get("tools"))
+    if tools:
+        chat["tools"] = tools
+    choice = body.get("tool_choice")
+    if choice is not None:
+        _tool_choice(choice, chat)
+    for key, target in (("max_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
+                        ("top_k", "top_k"), ("stop_sequences", "stop"), ("stream", "stream"),
+                        ("sanctum", "sanctum")):
+        if body.get(key) is not None:
+            chat[target] = body[key]
+    return chat
+
+
+def _system(system: Any, where: str = "system") -> list[dict[str, Any]]:
+    """A system prompt as one chat system message. Claude Code's billing block (`x-anthropic-billing-header:
+    ...`, different in every request) is left out: it tells the model nothing, and it would make the upstream
+    re-read the whole prompt each time instead of reusing its prompt cache."""
+    if system is None or system == "" or system == []:
+        return []
+    if isinstance(system, str):
+        return [{"role": "system", "content": system}]
+    if isinstance(system, list):
+        texts = [_text_block(block, f"{where}[{i}]") for i, block in enumerate(system)]
+        kept = [t for t in texts if not t.startswith(BILLING_HEADER)]
+        return [{"role": "system", "content": "\n\n".join(kept)}] if kept else []
+    raise InvalidRequest(f"'{where}' must be a string or an array of text blocks", param=where)
+
+
+def _text_block(block: Any, at: str) -> str:
+    if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
+        raise InvalidRequest(f"{at} must be a text block {{\"type\": \"text\", \"text\": ...}}", param=at)
+    return str(block["text"])
+
+
+def _messages(messages: Any) -> list[dict[str, Any]]:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty array", param="messages")
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        at = f"messages[{i}]"
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+            raise InvalidRequest(f"{at} must be an object with role 'user', 'assistant' or 'system'",
+                                 param=f"{at}.role")
+        content = message.get("content")
+        if message["role"] == "system":  # Claude Code's mid-conversation reminders: kept where they are
+            out += _system(content, f"{at}.content")
+        elif isinstance(content, str):
+            out.append({"role": message["role"], "content": content})
+        elif isinstance(content, list):
+            out += (_assistant if message["role"] == "assistant" else _user)(content, at)
+        else:
+            raise InvalidRequest(f"{at}.content must be a string or an array of content blocks",
+                                 param=f"{at}.content")
+    return out
+
+
+def _assistant(blocks: list[Any], at: str) -> list[dict[str, Any]]:
+    """Text and tool_use blocks as one assistant message (text joined, calls in order)."""
+    texts, calls = [], []
+    for j, block in enumerate(blocks):
+        where = f"{at}.content[{j}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            texts.append(_text_block(block, where))
+        elif kind == "tool_use":
+            calls.append(_call(block, where))
+        elif kind in ("thinking", "redacted_thinking"):
+            continue  # earlier reasoning: chat upstreams take none back
+        else:
+            raise InvalidRequest(f"{where}: assistant blocks of type {kind!r} are not supported (text, tool_use, "
+                                 "thinking)", param=f"{where}.type")
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    return [message]
+
+
+def _call(block: dict[str, Any], at: str) -> dict[str, Any]:
+    if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+        raise InvalidRequest(f"{at}: a tool_use block needs a string 'id' and 'name'", param=at)
+    arguments = block.get("input")
+    return {"id": block["id"], "type": "function",
+            "function": {"name": block["name"], "arguments": orjson.dumps(arguments or {}).decode()}}
+
+
+def _user(blocks: list[Any], at: str) -> list[dict[str, Any]]:
+    """tool_result blocks as `tool` messages (first: they answer the calls before them), the rest as one user
+    message after them, with the images of the results (a chat `tool` message takes text only)."""
+    results: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for j, block in enumerate(blocks):
+        where = f"{at}.content[{j}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "tool_result":
+            result, images = _result(block, where)
+            results.append(result)
+            parts += images
+        else:
+            parts.append(_part(block, where))
+    out = list(results)
+    if parts:
+        text_only = all(p["type"] == "text" for p in parts)
+        out.append({"role": "user", "content": "".join(p["text"] for p in parts) if text_only else parts})
+    return out
+
+
+def _part(block: Any, at: str) -> dict[str, Any]:
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind == "text":
+        return {"type": "text", "text": _text_block(block, at)}
+    if kind == "image":
+        source = block.get("source") if isinstance(block.get("source"), dict) else {}
+        if source.get("type") == "base64" and isinstance(source.get("data"), str):
+            url = f"data:{source.get('media_type') or 'image/png'};base64,{source['data']}"
+        elif source.get("type") == "url" and isinstance(source.get("url"), str):
+            url = source["url"]
+        else:
+            raise InvalidRequest(f"{at}: only base64 and url image sources are supported (sanctum-proxy keeps no "
+                                 "files)", param=f"{at}.source")
+        return {"type": "image_url", "image_url": {"url": url}}
+    raise InvalidRequest(f"{at}: user blocks of type {kind!r} are not supported (text, image, tool_result)",
+                         param=f"{at}.type")
+
+
+def _result(block: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The `tool` message, and the result's images."""
+    if not isinstance(block.get("tool_use_id"), str):
+        raise InvalidRequest(f"{at}: a tool_result block needs a string 'tool_use_id'", param=f"{at}.tool_use_id")
+    content = block.get("content")
+    images: list[dict[str, Any]] = []
+    if isinstance(content, list):
+        parts = [_part(p, f"{at}.content[{j}]") for j, p in enumerate(content)]
+        content = "".join(p["text"] for p in parts if p["type"] == "text")
+        images = [p for p in parts if p["type"] != "text"]
+    elif content is None:
+        content = ""
+    elif not isinstance(content, str):
+        raise InvalidRequest(f"{at}.content must be a string or an array of blocks", param=f"{at}.content")
+    if block.get("is_error") is True:
+        content = f"Error: {content}"
+    return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}, images
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    out = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise InvalidRequest(f"tools[{i}]: tools of type {kind!r} are not supported: sanctum-proxy serves "
+                                 "client tools with an input_schema only", param=f"tools[{i}].type")
+        function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
+        if tool.get("description") is not None:
+            function["description"] = tool["description"]
+        if tool.get("strict") is not None:
+            function["strict"] = tool["strict"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "auto":
+        chat["tool_choice"] = "auto"
+    elif kind == "any":
+        chat["tool_choice"] = "required"
+    elif kind == "none":
+        chat["tool_choice"] = "none"
+    elif kind == "tool" and isinstance(choice.get("name"), str):
+        chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+    else:
+        raise InvalidRequest(f"'tool_choice' {choice!r} is not supported (auto, any, tool, none)",
+                             param="tool_choice")
+    if choice.get("disable_parallel_tool_use") is True:
+        chat["parallel_tool_calls"] = False
+
+
+# The answer.
+
+def content_blocks(reply: Reply) -> list[dict[str, Any]]:
+    """A message's `content`: thinking, text, then each tool_use."""
+    out: list[dict[str, Any]] = []
+    if reply.reasoning:
+        out.append(thinking_block(reply.reasoning))
+    if reply.text or not reply.calls:
+        out.append({"type": "text", "text": reply.text})
+    out += [tool_use_block(c.id, c.name, arguments_object(c.arguments)) for c in reply.calls]
+    return out
+
+
+def thinking_block(text: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": text, "signature": ""}
+
+
+def tool_use_block(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+
+
+def stop_reason(reply: Reply) -> str:
+    return "tool_use" if reply.calls else STOP_REASONS.get(reply.finish_reason, "end_turn")
+
+
+def usage(reply: Reply) -> dict[str, Any]:
+    return {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}
+
+
+def message(reply: Reply, ids: str, model: str) -> dict[str, Any]:
+    return {"id": f"msg_{ids}", "type": "message", "role": "assistant", "model": model,
+            "content": content_blocks(reply), "stop_reason": stop_reason(reply), "stop_sequence": None,
+            "usage": usage(reply)}
+
+
+def error_body(error: ProxyError) -> dict[str, Any]:
+    """Anthropic's error shape; the proxy's own type and code (and a surrender's rounds and rejected answers)
+    stay beside it."""
+    body = error.body()["error"]
+    kind = ERROR_TYPES.get(error.status, "api_error" if error.status >= 500 else "invalid_request_error")
+    extra = {k: v for k, v in body.items() if k not in ("message", "type")}
+    return {"type": "error", "error": {"type": kind, "message": error.message, "sanctum_type": body["type"],
+                                       **extra}}

@@ -1,0 +1,104 @@
+"""The streamed answer of POST /v1/messages: the round loop's events as Anthropic SSE events (`event: <type>`
+and `data: {"type", ...}`). Pure but for the running record of what the client has seen, like routes/sse.py's
+SseWriter, whose place it takes in the same pump.
+
+    opening     message_start (empty content, usage so far 0), ping
+    live text   content_block_start (text), content_block_delta (text_delta)
+    the Final   the rest of the text, content_block_stop; a thinking block where the model gave reasoning;
+                per call content_block_start (tool_use, input {}), content_block_delta (input_json_delta with the
+                whole arguments), content_block_stop; message_delta (stop_reason, usage), message_stop
+    an error    `event: error` with Anthropic's error body
+    quiet       `event: ping` while hidden correction rounds run
+Omens go out as SSE comment lines (`: omen {json}`), which SSE clients skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from .. import omens as om
+from ..errors import ProxyError
+from ..repair.loop import ContentDelta, Final, Plan
+from ..streaming import unseen
+from . import messages_api as api
+from .reply import Reply
+
+
+def event(kind: str, **fields: Any) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
+
+
+PING = event("ping")
+
+
+class MessagesWriter:
+    keepalive = PING
+
+    def __init__(self, message: dict[str, Any], trace_id: str, plan: Plan,
+                 reply_of: Callable[[Final], Reply]) -> None:
+        self.message, self.trace_id = message, trace_id
+        self.plan, self.omens_sent = plan, 0  # plan.omens: the loop's running list
+        self.reply_of = reply_of
+        self.blocks = 0
+        self.text_open = False
+        self.shown = ""
+        self.ended = False
+
+    def opening(self) -> bytes:
+        return event("message_start", message=self.message) + PING
+
+    def new_omens(self) -> list[bytes]:
+        omens = self.plan.omens
+        out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
+        self.omens_sent = max(self.omens_sent, len(omens))
+        return out
+
+    def render(self, item: Any) -> list[bytes]:
+        if item is None:
+            item = ProxyError("internal error: the round loop ended without an answer")
+        if isinstance(item, ContentDelta):
+            return self.new_omens() + (self.text(item.text) if item.text else [])
+        if isinstance(item, ProxyError):
+            self.ended = True
+            return self.new_omens() + [event("error", error=api.error_body(item)["error"])]
+        if isinstance(item, Final):
+            self.ended = True
+            return self.new_omens() + self.finish(item)
+        return []
+
+    def text(self, text: str) -> list[bytes]:
+        out = []
+        if not self.text_open:
+            self.text_open = True
+            out.append(self.start({"type": "text", "text": ""}))
+        self.shown += text
+        out.append(event("content_block_delta", index=self.blocks - 1, delta={"type": "text_delta", "text": text}))
+        return out
+
+    def start(self, block: dict[str, Any]) -> bytes:
+        self.blocks += 1
+        return event("content_block_start", index=self.blocks - 1, content_block=block)
+
+    def finish(self, final: Final) -> list[bytes]:
+        reply = self.reply_of(final)
+        rest = unseen(self.shown, reply.text)
+        out = self.text(rest) if rest or (not reply.calls and not self.text_open) else []
+        if self.text_open:
+            out.append(event("content_block_stop", index=self.blocks - 1))
+        if reply.reasoning:
+            out += [self.start(api.thinking_block("")),
+                    event("content_block_delta", index=self.blocks - 1,
+                          delta={"type": "thinking_delta", "thinking": reply.reasoning}),
+                    event("content_block_stop", index=self.blocks - 1)]
+        for call in reply.calls:
+            out += [self.start(api.tool_use_block(call.id, call.name, {})),
+                    event("content_block_delta", index=self.blocks - 1,
+                          delta={"type": "input_json_delta", "partial_json": call.arguments}),
+                    event("content_block_stop", index=self.blocks - 1)]
+        sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, self.trace_id)
+        out.append(event("message_delta", delta={"stop_reason": api.stop_reason(reply), "stop_sequence": None},
+                         usage=api.usage(reply), sanctum=sanctum))
+        return out + [event("message_stop")]

@@ -1,0 +1,283 @@
+"""The OpenAI Responses API (POST /v1/responses) as chat completions: the request as a chat body, the round
+loop's answer as a `response` object. Pure: no I/O.
+
+Served: `input` (a string, or message items with text / image parts, `function_call` and
+`function_call_output` items), `instructions`, function `tools` (the flat `{"type": "function", "name", ...}`
+form), `tool_choice` (`none` / `auto` / `required`, `{"type": "function", "name"}`, `allowed_tools`),
+`parallel_tool_calls`, `max_output_tokens`, `temperature`, `top_p`, `text.format` (as `response_format`),
+`reasoning.effort` (as `reasoning_effort`), `stream`. Accepted and ignored: `store`, `metadata`, `include`,
+`truncation`, `service_tier`, `user`, `safety_identifier`, `prompt_cache_*`, `top_logprobs`,
+`context_management`, `stream_options`, and `reasoning` items in the input. Refused with a 400 naming the
+field: what needs state on the server (`previous_response_id`, `conversation`, `background`, `prompt`,
+`item_reference` items, `file_id` parts) and server-side tools (web_search, file_search, ...). Any other
+field passes to the upstream unchanged, as on the chat endpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..errors import InvalidRequest
+from .reply import Reply
+
+IGNORED = frozenset({"store", "metadata", "include", "truncation", "service_tier", "user", "safety_identifier",
+                     "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options", "top_logprobs",
+                     "context_management", "stream_options", "max_tool_calls"})
+STATEFUL = ("previous_response_id", "conversation", "background", "prompt")
+TRANSLATED = frozenset({"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
+                        "max_output_tokens", "temperature", "top_p", "text", "reasoning", "stream", "sanctum"})
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat-completions body for a Responses request (InvalidRequest naming the field it cannot serve)."""
+    for name in STATEFUL:
+        if body.get(name) not in (None, False):
+            raise InvalidRequest(f"'{name}' is not supported: sanctum-proxy keeps no responses or conversations; "
+                                 "send the whole conversation in 'input'", param=name)
+    chat: dict[str, Any] = {k: v for k, v in body.items() if k not in IGNORED and k not in TRANSLATED}
+    chat["model"] = body.get("model")
+    messages = _instructions(body.get("instructions")) + input_messages(body.get("input"))
+    chat["messages"] = messages
+    tools = _tools(body.get("tools"))
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        allowed = {t.get("name") for t in choice.get("tools") or [] if isinstance(t, dict)}
+        tools = [t for t in tools if t["function"]["name"] in allowed]
+        choice = choice.get("mode", "auto")
+    if tools:
+        chat["tools"] = tools
+    if choice is not None:
+        chat["tool_choice"] = _tool_choice(choice)
+    _copy(body, chat, ("parallel_tool_calls", "temperature", "top_p", "stream", "sanctum"))
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    response_format = _response_format(body.get("text"))
+    if response_format is not None:
+        chat["response_format"] = response_format
+    effort = (body.get("reasoning") or {}).get("effort") if isinstance(body.get("reasoning"), dict) else None
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    return chat
+
+
+def _copy(source: dict[str, Any], target: dict[str, Any], keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if source.get(key) is not None:
+            target[key] = source[key]
+
+
+def _instructions(instructions: Any) -> list[dict[str, Any]]:
+    if instructions is None or instructions == "":
+        return []
+    if isinstance(instructions, str):
+        return [{"role": "system", "content": instructions}]
+    if isinstance(instructions, list):  # input items, as the API allows
+        return input_messages(instructions, "instructions")
+    raise InvalidRequest("'instructions' must be a string", param="instructions")
+
+
+def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
+    """Input items as chat messages: consecutive function calls (and the assistant text before them) become
+    one assistant message with tool_calls; each function_call_output a `tool` message (the images of outputs
+    follow the tool messages as one user message: a chat `tool` message takes text only)."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise InvalidRequest(f"'{where}' must be a string or an array of input items", param=where)
+    messages: list[dict[str, Any]] = []
+    images: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"{at} must be an object", param=at)
+        kind = item.get("type", "message")
+        if kind != "function_call_output" and images:
+            messages.append({"role": "user", "content": images})
+            images = []
+        if kind == "message":
+            messages.append(_message(item, at))
+        elif kind == "function_call":
+            _add_call(messages, item, at)
+        elif kind == "function_call_output":
+            output, shown = _call_output(item, at)
+            messages.append(output)
+            images += shown
+        elif kind == "reasoning":
+            continue  # the model's own earlier reasoning: chat upstreams take none back
+        elif kind == "item_reference":
+            raise InvalidRequest(f"{at}: 'item_reference' items are not supported: sanctum-proxy keeps no items; "
+                                 "send the item itself", param=at)
+        else:
+            raise InvalidRequest(f"{at}: input items of type {kind!r} are not supported (only message, "
+                                 "function_call, function_call_output and reasoning)", param=f"{at}.type")
+    if images:
+        messages.append({"role": "user", "content": images})
+    return messages
+
+
+def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
+    role = item.get("role")
+    if role not in ("user", "assistant", "system", "developer"):
+        raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {role!r}",
+                             param=f"{at}.role")
+    content = item.get("content")
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{at}.content must be a string or an array of content parts", param=f"{at}.content")
+    parts = [_part(part, f"{at}.content[{j}]") for j, part in enumerate(content)]
+    if role != "user" or all(p["type"] == "text" for p in parts):  # text alone reads best as a string
+        return {"role": role, "content": "".join(p.get("text", "") for p in parts)}
+    return {"role": role, "content": parts}
+
+
+def _part(part: Any, at: str) -> dict[str, Any]:
+    if not isinstance(part, dict):
+        raise InvalidRequest(f"{at} must be an object", param=at)
+    kind = part.get("type")
+    if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
+        return {"type": "text", "text": str(part.get("text") or "")}
+    if kind == "refusal":
+        return {"type": "text", "text": str(part.get("refusal") or "")}
+    if kind == "input_image":
+        if not isinstance(part.get("image_url"), str):
+            raise InvalidRequest(f"{at}: only input_image parts with an 'image_url' (a URL or a data URL) are "
+                                 "supported; sanctum-proxy keeps no files", param=f"{at}.image_url")
+        image = {"url": part["image_url"]}
+        if part.get("detail") is not None:
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    raise InvalidRequest(f"{at}: content parts of type {kind!r} are not supported (input_text, output_text, "
+                         "refusal, input_image)", param=f"{at}.type")
+
+
+def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> None:
+    name, call_id = item.get("name"), item.get("call_id")
+    if not isinstance(name, str) or not isinstance(call_id, str):
+        raise InvalidRequest(f"{at}: a function_call item needs a string 'name' and 'call_id'", param=at)
+    arguments = item.get("arguments")
+    call = {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else
+                         orjson.dumps(arguments if arguments is not None else {}).decode()}}
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), (str, type(None))):
+        last.setdefault("tool_calls", []).append(call)
+    else:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def _call_output(item: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The `tool` message, and the output's images."""
+    call_id, output = item.get("call_id"), item.get("output")
+    if not isinstance(call_id, str):
+        raise InvalidRequest(f"{at}: a function_call_output item needs a string 'call_id'", param=f"{at}.call_id")
+    images: list[dict[str, Any]] = []
+    if isinstance(output, list):
+        parts = [_part(p, f"{at}.output[{j}]") for j, p in enumerate(output)]
+        output = "".join(p["text"] for p in parts if p["type"] == "text")
+        images = [p for p in parts if p["type"] != "text"]
+    elif not isinstance(output, str):
+        output = orjson.dumps(output).decode()
+    return {"role": "tool", "tool_call_id": call_id, "content": output}, images
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    out = []
+    for i, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise InvalidRequest(f"tools[{i}]: tools of type {kind!r} are not supported: sanctum-proxy serves "
+                                 "function tools only (server-side tools run at OpenAI)", param=f"tools[{i}].type")
+        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice in ("none", "auto", "required"):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise InvalidRequest(f"'tool_choice' {choice!r} is not supported (none, auto, required, "
+                         "{\"type\": \"function\", \"name\": ...} or allowed_tools)", param="tool_choice")
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    form = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(form, dict) or form.get("type") in (None, "text"):
+        return None
+    if form.get("type") == "json_schema":
+        schema = {k: form[k] for k in ("name", "schema", "strict", "description") if k in form}
+        return {"type": "json_schema", "json_schema": schema}
+    return {"type": form["type"]}
+
+
+# The answer.
+
+def output_items(reply: Reply, ids: str) -> list[dict[str, Any]]:
+    """The `output` of a response: reasoning, the message, then each function call."""
+    out = []
+    if reply.reasoning:
+        out.append(reasoning_item(reply.reasoning, ids))
+    if reply.text or not reply.calls:
+        out.append(message_item(reply.text, ids, "completed"))
+    out += [call_item(call.id, call.name, call.arguments, "completed") for call in reply.calls]
+    return out
+
+
+def reasoning_item(text: str, ids: str) -> dict[str, Any]:
+    return {"type": "reasoning", "id": f"rs_{ids}", "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}]}
+
+
+def message_item(text: str | None, ids: str, status: str) -> dict[str, Any]:
+    content = [] if text is None else [text_part(text)]
+    return {"type": "message", "id": f"msg_{ids}", "status": status, "role": "assistant", "content": content}
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+            "arguments": arguments, "status": status}
+
+
+def usage(reply: Reply) -> dict[str, Any]:
+    return {"input_tokens": reply.input_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": reply.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": reply.input_tokens + reply.output_tokens}
+
+
+def skeleton(request: dict[str, Any], ids: str, created: int, model: str) -> dict[str, Any]:
+    """The response object before its output: what the request asked for, status in_progress."""
+    tools = [t for t in request.get("tools") or [] if isinstance(t, dict)]
+    return {"id": f"resp_{ids}", "object": "response", "created_at": created, "status": "in_progress",
+            "error": None, "incomplete_details": None, "instructions": request.get("instructions"),
+            "max_output_tokens": request.get("max_output_tokens"), "model": model, "output": [],
+            "parallel_tool_calls": request.get("parallel_tool_calls") is not False,
+            "previous_response_id": None, "reasoning": request.get("reasoning"), "store": False,
+            "temperature": request.get("temperature"), "text": request.get("text") or {"format": {"type": "text"}},
+            "tool_choice": request.get("tool_choice") or "auto", "tools": tools,
+            "top_p": request.get("top_p"), "truncation": request.get("truncation") or "disabled",
+            "usage": None, "metadata": request.get("metadata") or {}}
+
+
+def finished(response: dict[str, Any], reply: Reply, output: list[dict[str, Any]]) -> dict[str, Any]:
+    """The response once answered: `completed`, or `incomplete` when the answer hit max_output_tokens."""
+    cut = reply.finish_reason == "length"
+    return {**response, "status": "incomplete" if cut else "completed", "output": output,
+            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "usage": usage(reply)}
+
+
+def failed(response: dict[str, Any], message: str, kind: str | None, param: str | None) -> dict[str, Any]:
+    """The response a stream ends with when the request fails after it started (`response.failed`)."""
+    return {**response, "status": "failed",
+            "error": {"code": "server_error", "message": message, "type": kind, "param": param}}

@@ -1,0 +1,138 @@
+"""POST /v1/responses (OpenAI Responses API) and POST /v1/messages (Anthropic Messages API), served through the
+chat round loop: the request translated to a chat body (sanctum_proxy/protocols), checked as a chat request,
+planned, traced and answered by the same machinery as /v1/chat/completions (routes/chat.py, routes/sse.py),
+the answer translated back. With the setting `responses_api` / `messages_api` = "pass" the endpoint is passed
+through to the upstream untouched instead.
+
+Omens: the `sanctum` object at the top level of a non-streamed answer (and in the last stream event's
+response / message_delta), the X-Sanctum-* headers, and SSE comment lines (`: omen {json}`) in a stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from .. import omens as om
+from ..errors import InvalidRequest, ProxyError
+from ..protocol import chat_request
+from ..protocols import messages_api, responses_api
+from ..protocols.messages_events import MessagesWriter
+from ..protocols.reply import Reply
+from ..protocols.responses_events import ResponsesWriter
+from ..repair.loop import Final
+from ..responses import JsonResponse
+from .chat import Rounds, answer_headers, check_key, final_answer, read_body, start_rounds
+from .disconnect import ClientGone, gone_response
+from .passthrough import passthrough
+from .sse import stream_answer
+
+router = APIRouter()
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between the translated endpoints."""
+
+    name: str  # the path under /v1, and the setting `<name>_api`
+    to_chat: Callable[[dict[str, Any]], dict[str, Any]]
+    answer: Callable[[dict[str, Any], Rounds, Final, Reply], dict[str, Any]]
+    writer: Callable[[dict[str, Any], Rounds], Any]
+    error_body: Callable[[ProxyError], dict[str, Any]]
+
+
+@router.post("/v1/responses")
+async def responses(request: Request) -> Response:
+    return await serve(request, RESPONSES)
+
+
+@router.post("/v1/messages")
+async def messages(request: Request) -> Response:
+    return await serve(request, MESSAGES)
+
+
+async def serve(request: Request, dialect: Dialect) -> Response:
+    settings = request.app.state.settings
+    if getattr(settings, f"{dialect.name}_api", "repair") == "pass":
+        return await passthrough(dialect.name, request)
+    request.state.protocol = dialect.name
+    try:
+        check_key(request, settings)
+        body = _object(await read_body(request, settings.max_body_bytes))
+        chat = chat_request(dialect.to_chat(body), request.headers, settings)
+        rounds = await start_rounds(request, chat, settings)
+        if chat.stream:
+            return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
+                                       writer=dialect.writer(body, rounds), refuse=lambda e: refusal(dialect, e))
+        final = await final_answer(request, rounds)
+    except ClientGone:
+        return gone_response()
+    except ProxyError as exc:
+        request.app.state.recorder.refused(request, exc)
+        return refusal(dialect, exc)
+    answer = dialect.answer(body, rounds, final, reply_of(rounds, final))
+    answer["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, rounds.trace_id)
+    return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))
+
+
+def _object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return body
+
+
+def refusal(dialect: Dialect, error: ProxyError) -> Response:
+    headers = {"x-should-retry": "false"} if error.status in (400, 401, 413, 422) else None
+    return JsonResponse(dialect.error_body(error), status_code=error.status, headers=headers)
+
+
+def reply_of(rounds: Rounds, final: Final) -> Reply:
+    records = rounds.plan.records
+    accepted = records[-1].answer if records else None
+    return Reply.of(final.message, final.finish_reason, final.usage, accepted)
+
+
+def _model(rounds: Rounds) -> str:
+    return str(rounds.chat.body.get("model") or "")
+
+
+# The Responses API.
+
+def _response(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -> dict[str, Any]:
+    base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
+    return responses_api.finished(base, reply, responses_api.output_items(reply, rounds.trace_id))
+
+
+def _responses_writer(body: dict[str, Any], rounds: Rounds) -> ResponsesWriter:
+    base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
+    return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
+                           lambda final: reply_of(rounds, final))
+
+
+RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_writer, lambda e: e.body())
+
+
+# The Messages API.
+
+def _message(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -> dict[str, Any]:
+    return messages_api.message(reply, rounds.trace_id, _model(rounds))
+
+
+def _messages_writer(body: dict[str, Any], rounds: Rounds) -> MessagesWriter:
+    start: dict[str, Any] = {
+        "id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _model(rounds),
+        "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
+    return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final))
+
+
+MESSAGES = Dialect("messages", messages_api.to_chat, _message, _messages_writer, messages_api.error_body)

@@ -1,0 +1,329 @@
+"""POST /v1/responses through the real proxy, read by openai-python (`responses.create` / `.stream`) and the
+OpenAI Agents SDK with its default (Responses) model, against the scripted upstream fumbling the call:
+every tier runs as for chat completions, and the answer keeps the Responses API's own shapes (checked with
+the SDK's own types)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+from openai.types.responses import Response
+
+from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks, llama_tool_chunks, native_call
+
+TOOL = {"type": "function", "name": "get_weather", "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+GOOD = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def sdk(url: str, **kwargs: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=kwargs.pop("api_key", "none"), max_retries=0, **kwargs)
+
+
+def call(name: str, arguments: str, call_id: str = "call_1") -> Step:
+    return Step(body=completion(None, [native_call(name, arguments, call_id)], "tool_calls"))
+
+
+def streamed_call(arguments: str, prose: str = "") -> Step:
+    head = content_chunks(prose)[:-1] if prose else []
+    tail = llama_tool_chunks("get_weather", arguments)
+    usage = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model",
+             "choices": [], "usage": USAGE}
+    return Step(chunks=[*head, *(tail[1:] if head else tail), usage])
+
+
+def raw_stream(proxy: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bytes]:
+    """The events (checked: `event:` names its data's type, sequence numbers count up from 0) and omens."""
+    with httpx.stream("POST", proxy + "/v1/responses", json={**body, "stream": True}, timeout=20) as r:
+        raw = r.read()
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), raw[:300]
+    events, omens = [], []
+    for block in raw.decode().split("\n\n"):
+        if block.startswith(": omen "):
+            omens.append(orjson.loads(block[len(": omen "):]))
+        elif block.startswith("event: "):
+            name, data = block.split("\n", 1)
+            event = orjson.loads(data.removeprefix("data: "))
+            assert event["type"] == name.removeprefix("event: ")
+            events.append(event)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    return events, omens, raw
+
+
+ASK = {"model": "m", "input": "Weather in Paris?", "tools": [TOOL]}
+
+
+def test_sdk_create_gets_a_mended_call_as_a_function_call_item(make_proxy, fake):
+    proxy = make_proxy()
+    fake[0].push(call("get_weather", "{'city': 'Paris',}", "call_keep"))
+    with sdk(proxy) as client:
+        got = client.responses.with_raw_response.create(model="m", input="Weather in Paris?", tools=[TOOL],
+                                                        instructions="Be brief.", max_output_tokens=50)
+    response = got.parse()
+    Response.model_validate(orjson.loads(got.content))  # the SDK's own type, strictly
+    item = response.output[0]
+    assert item.type == "function_call" and item.call_id == "call_keep" and item.name == "get_weather"
+    assert orjson.loads(item.arguments) == {"city": "Paris"} and response.status == "completed"
+    assert response.usage is not None and (response.usage.input_tokens, response.usage.total_tokens) == (10, 15)
+    sanctum = orjson.loads(got.content)["sanctum"]
+    assert sanctum["rounds"] == 1 and sanctum["omens"][0]["type"] == "SpellCallRepaired"
+    assert got.headers["x-sanctum-omens"] == "SpellCallRepaired=1"
+    sent = fake[0].requests[0]
+    assert sent["messages"] == [{"role": "system", "content": "Be brief."},
+                                {"role": "user", "content": "Weather in Paris?"}]
+    assert sent["tools"] == [{"type": "function", "function": {k: TOOL[k] for k in
+                                                               ("name", "description", "parameters")}}]
+    assert sent["max_tokens"] == 50 and "max_output_tokens" not in sent and "input" not in sent
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_missing_argument_gets_a_hidden_correction_round(make_proxy, fake, stream):
+    proxy = make_proxy(constrain="off")
+    if stream:
+        fake[0].push(streamed_call("{}"), streamed_call('{"city": "Paris"}'))
+        events, omens, _ = raw_stream(proxy, ASK)
+        response = events[-1]["response"]
+        assert events[-1]["type"] == "response.completed"
+        assert [o["type"] for o in omens] == ["SpellCallRejected"]
+    else:
+        fake[0].push(call("get_weather", "{}"), call("get_weather", '{"city": "Paris"}'))
+        response = httpx.post(proxy + "/v1/responses", json=ASK).json()
+    Response.model_validate(response)
+    assert response["sanctum"]["rounds"] == 2 and response["sanctum"]["omens"][0]["reason"] == "missing_arguments"
+    assert [orjson.loads(i["arguments"]) for i in response["output"]] == [{"city": "Paris"}]
+    assert response["usage"]["total_tokens"] == 30
+    correction = fake[0].requests[1]["messages"][-1]
+    assert correction["role"] == "user" and "city" in correction["content"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_rejecting_tools_falls_back_to_prompted_calls(make_proxy, fake, stream):
+    proxy = make_proxy()
+    answer = Step(chunks=content_chunks(GOOD)) if stream else Step(body=completion(GOOD))
+    fake[0].push(Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1]), answer)
+    if stream:
+        events, omens, _ = raw_stream(proxy, ASK)
+        response = events[-1]["response"]
+        assert omens[0]["type"] == "SpellCallingFallback"
+    else:
+        response = httpx.post(proxy + "/v1/responses", json=ASK).json()
+    assert response["sanctum"]["omens"][0]["type"] == "SpellCallingFallback"
+    assert response["output"][0]["type"] == "function_call" and response["output"][0]["name"] == "get_weather"
+    assert response["sanctum"]["mode"] == "prompted"
+    assert "tools" not in fake[0].requests[1] and "<tool_call>" in fake[0].requests[1]["messages"][0]["content"]
+
+
+def test_surrender_is_an_openai_error_with_every_rejected_answer(make_proxy, fake):
+    proxy = make_proxy(constrain="off")
+    for city in ("A", "B", "C"):
+        fake[0].push(call("nope", f'{{"city":"{city}"}}'))
+    with sdk(proxy) as client, pytest.raises(openai.UnprocessableEntityError) as caught:
+        client.responses.create(model="m", input="Weather?", tools=[TOOL])
+    error = caught.value.body
+    assert isinstance(error, dict) and error["type"] == "spell_call_parse_error" and len(error["rejected"]) == 3
+
+
+def test_surrender_in_a_stream_ends_it_with_error_and_response_failed(make_proxy, fake):
+    proxy = make_proxy(constrain="off")
+    for city in ("A", "B", "C"):
+        fake[0].push(Step(chunks=[*llama_tool_chunks("nope", f'{{"city":"{city}"}}')]))
+    events, omens, _ = raw_stream(proxy, ASK)
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-2]["code"] == "spell_call_parse_error"
+    Response.model_validate(events[-1]["response"])
+    assert events[-1]["response"]["status"] == "failed"
+    assert [o["type"] for o in omens] == ["SpellCallRejected"] * 2
+
+
+def test_sdk_stream_shows_text_live_and_the_call_when_complete(make_proxy, fake):
+    proxy = make_proxy()
+    fake[0].push(streamed_call('{"city": "Paris"}', prose="Let me look that up. "))
+    seen: list[str] = []
+    with sdk(proxy) as client, client.responses.stream(model="m", input="Weather in Paris?", tools=[TOOL]) as stream:
+        for event in stream:
+            seen.append(event.type)
+        final = stream.get_final_response()
+    assert seen[:2] == ["response.created", "response.in_progress"] and seen[-1] == "response.completed"
+    assert seen.index("response.output_text.delta") < seen.index("response.function_call_arguments.delta")
+    assert [o.type for o in final.output] == ["message", "function_call"]
+    assert final.output_text == "Let me look that up. "
+    assert final.output[1].call_id == "Xy12" and orjson.loads(final.output[1].arguments) == {"city": "Paris"}
+    assert final.usage is not None and final.usage.output_tokens == 5
+
+
+def test_first_text_arrives_while_the_upstream_is_still_talking(proxy, fake):
+    chunks = content_chunks("Hello there, this is a slow answer.", size=4)
+    fake[0].push(Step(chunks=chunks, chunk_delay=0.15))
+    with httpx.stream("POST", proxy + "/v1/responses", json={**ASK, "stream": True}, timeout=20) as r:
+        for line in r.iter_lines():
+            if '"response.output_text.delta"' in line and '"delta":"Hell"' in line:
+                sent_when_seen = fake[0].chunks_sent
+                break
+    assert sent_when_seen < len(chunks) - 2, "the proxy waited for the upstream's answer to end"
+
+
+def test_earlier_calls_and_their_outputs_reach_the_upstream_as_chat_history(proxy, fake):
+    fake[0].push(Step(body=completion("Sunny, 21 C.")))
+    history = [{"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+               {"type": "reasoning", "id": "rs_1", "summary": []},
+               {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+               {"type": "function_call_output", "call_id": "c1", "output": "sunny, 21"}]
+    with sdk(proxy) as client:
+        response = client.responses.create(model="m", input=history, tools=[TOOL])  # type: ignore[arg-type]
+    assert response.output_text == "Sunny, 21 C." and response.output[0].type == "message"
+    assert fake[0].requests[0]["messages"][1:] == [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21"}]
+
+
+def test_reasoning_comes_back_as_a_reasoning_item(proxy, fake):
+    body = completion("Paris is sunny.")
+    body["choices"][0]["message"]["reasoning_content"] = "The user wants the weather."
+    fake[0].push(Step(body=body))
+    with sdk(proxy) as client:
+        response = client.responses.create(model="m", input="Weather?")
+    assert [o.type for o in response.output] == ["reasoning", "message"]
+    assert response.output[0].content[0].text == "The user wants the weather."  # type: ignore[union-attr,index]
+
+
+@pytest.mark.parametrize(("field", "value", "param"), [
+    ("previous_response_id", "resp_123", "previous_response_id"),
+    ("tools", [{"type": "web_search"}], "tools[0].type"),
+    ("input", [{"type": "item_reference", "id": "msg_1"}], "input[0]"),
+])
+def test_what_needs_server_state_is_a_400_naming_the_field(proxy, fake, field, value, param):
+    with sdk(proxy) as client, pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(**{"model": "m", "input": "Hi", field: value})
+    assert caught.value.body["param"] == param  # type: ignore[index]
+    assert fake[0].requests == []
+
+
+def test_store_and_metadata_are_accepted_and_not_sent_upstream(proxy, fake):
+    with sdk(proxy) as client:
+        response = client.responses.create(model="m", input="Hi", store=True, metadata={"k": "v"})
+    assert response.output_text == "default answer" and response.store is False
+    assert "store" not in fake[0].requests[0] and "metadata" not in fake[0].requests[0]
+
+
+def test_traces_and_metrics_count_responses_requests(proxy, fake):
+    fake[0].push(call("get_weather", "{}"), call("get_weather", '{"city": "Paris"}'))
+    answer = httpx.post(proxy + "/v1/responses", json={**ASK, "sanctum": {"constrain": "off"}}).json()
+    trace = httpx.get(f"{proxy}/sanctum/traces/{answer['sanctum']['trace_id']}").json()
+    assert trace["protocol"] == "responses" and trace["outcome"] == "rejected" and len(trace["rounds"]) == 2
+    assert httpx.get(proxy + "/sanctum/traces").json()["data"][0]["protocol"] == "responses"
+    metrics = httpx.get(proxy + "/metrics").text
+    assert 'sanctum_rejections_total{reason="missing_arguments"} 1.0' in metrics
+
+
+def test_pass_setting_sends_the_request_to_the_upstream_untouched(make_proxy, fake):
+    proxy = make_proxy(responses_api="pass")
+    r = httpx.post(proxy + "/v1/responses", json=ASK)
+    assert r.status_code == 201 and r.json()["path"] == "/v1/responses"
+    assert fake[0].requests == [] and orjson.loads(fake[0].other_requests[0][2]) == ASK
+
+
+def test_agents_sdk_default_model_completes_a_fumbled_tool_call(make_proxy, fake):
+    agents = pytest.importorskip("agents")
+    proxy = make_proxy(constrain="off")
+    fake[0].push(call("get_weather", "{}"), call("get_weather", "{'city': 'Paris',}"),
+                 Step(body=completion("It is sunny in Paris.")))
+    ran: list[str] = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        ran.append(city)
+        return f"sunny in {city}"
+
+    result = asyncio.run(_run_agent(agents, proxy, get_weather, streamed=False))
+    assert ran == ["Paris"] and result == "It is sunny in Paris."
+    assert fake[0].requests[2]["messages"][-1] == {"role": "tool", "tool_call_id": "call_1",
+                                                   "content": "sunny in Paris"}
+
+
+def test_agents_sdk_default_model_streamed_completes_a_fumbled_tool_call(make_proxy, fake):
+    agents = pytest.importorskip("agents")
+    proxy = make_proxy(constrain="off")
+    fake[0].push(streamed_call("{}"), streamed_call("{'city': 'Paris',}"),
+                 Step(chunks=content_chunks("It is sunny in Paris.")))
+    ran: list[str] = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        ran.append(city)
+        return f"sunny in {city}"
+
+    result = asyncio.run(_run_agent(agents, proxy, get_weather, streamed=True))
+    assert ran == ["Paris"] and result == "It is sunny in Paris."
+    assert len(fake[0].requests) == 3
+
+
+async def _run_agent(agents: Any, proxy: str, tool: Any, *, streamed: bool) -> str:
+    async with openai.AsyncOpenAI(base_url=proxy + "/v1", api_key="none", max_retries=0) as client:
+        return await _agent_answer(agents, client, tool, streamed=streamed)
+
+
+async def _agent_answer(agents: Any, client: openai.AsyncOpenAI, tool: Any, *, streamed: bool) -> str:
+    agent = agents.Agent(name="weather", instructions="Use the tool.", tools=[tool], model="m")
+    config = agents.RunConfig(model_provider=agents.OpenAIProvider(openai_client=client), tracing_disabled=True)
+    if not streamed:
+        result = await agents.Runner.run(agent, "Weather in Paris?", run_config=config)
+        return str(result.final_output)
+    streaming = agents.Runner.run_streamed(agent, "Weather in Paris?", run_config=config)
+    async for _ in streaming.stream_events():
+        pass
+    return str(streaming.final_output)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_same_rounds_and_omens_as_the_chat_endpoint(make_proxy, fake, stream):
+    """One fumbling script (a broken call mended, then a missing argument bounced) through all three endpoints."""
+    proxy = make_proxy(constrain="off")
+    schema = TOOL["parameters"]
+    asked = [{"role": "user", "content": "Weather in Paris?"}]
+    bodies = {
+        "/v1/chat/completions": {"model": "m", "messages": asked,
+                                 "tools": [{"type": "function", "function": {"name": "get_weather",
+                                                                             "parameters": schema}}]},
+        "/v1/responses": {"model": "m", "input": "Weather in Paris?", "tools": [TOOL]},
+        "/v1/messages": {"model": "m", "max_tokens": 100, "messages": asked,
+                         "tools": [{"name": "get_weather", "input_schema": schema}]},
+    }
+    seen = {}
+    for path, body in bodies.items():
+        if stream:
+            fake[0].push(streamed_call("{'days': 1,}"), streamed_call("{'city': 'Paris',}"))
+        else:
+            fake[0].push(call("get_weather", "{'days': 1,}"), call("get_weather", "{'city': 'Paris',}"))
+        r = httpx.post(proxy + path, json={**body, "stream": stream}, timeout=20)
+        assert r.status_code == 200
+        trace = httpx.get(f"{proxy}/sanctum/traces/{r.headers['x-sanctum-trace-id']}").json()
+        seen[path] = ([o["type"] for o in trace["omens"]], [o.get("reason") for o in trace["omens"]],
+                      len(trace["rounds"]), [o["type"] for o in _omen_comments(r.text)] if stream else None)
+    assert seen["/v1/responses"] == seen["/v1/chat/completions"] == seen["/v1/messages"]
+    omens, reasons, rounds, _ = seen["/v1/chat/completions"]
+    assert omens == ["SpellCallRejected", "SpellCallRejected", "SpellCallRepaired"] and rounds == 2
+    assert set(reasons[:2]) == {"missing_arguments", "unexpected_arguments"}
+
+
+def _omen_comments(text: str) -> list[dict[str, Any]]:
+    return [orjson.loads(line[len(": omen "):]) for line in text.split("\n") if line.startswith(": omen ")]
+
+
+def test_streamed_reasoning_comes_back_as_a_reasoning_item(proxy, fake):
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model"}
+    thinking = [{**base, "choices": [{"index": 0, "delta": {"reasoning_content": piece}, "finish_reason": None}]}
+                for piece in ("The user ", "wants weather.")]
+    fake[0].push(Step(chunks=[*thinking, *content_chunks("Sunny.")]))
+    with sdk(proxy) as client, client.responses.stream(model="m", input="Weather?") as stream:
+        final = stream.get_final_response()
+    assert [o.type for o in final.output] == ["message", "reasoning"] and final.output_text == "Sunny."
+    assert final.output[1].content[0].text == "The user wants weather."  # type: ignore[union-attr,index]
