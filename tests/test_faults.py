@@ -30,6 +30,16 @@ MSG = [{"role": "user", "content": "hi"}]
 CHUNK = content_chunks("hello")[1]  # one content delta, "hell"
 
 
+def eventually(condition: Any, within: float = 10.0) -> bool:
+    """Wait for an event the test caused (not a sleep of a guessed length): True once `condition()` holds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 class Proxy:
     """The proxy in a thread, with two looks inside it for the leak checks."""
 
@@ -55,7 +65,7 @@ class Proxy:
 
         return int(self._in_loop(count))
 
-    def assert_nothing_left(self, within: float = 3.0) -> None:
+    def assert_nothing_left(self, within: float = 15.0) -> None:
         deadline = time.monotonic() + within
         while True:
             tasks, busy = self.tasks(), self.busy_connections()
@@ -159,7 +169,7 @@ def test_refused_connection_is_502_upstream_unreachable(start_proxy, stream):
     proxy = start_proxy(upstream=f"http://127.0.0.1:{free_port()}/v1")
     out = ask(proxy, stream)
     expect_error(out, 502, "upstream_unreachable")
-    assert out.seconds < 5
+    assert out.seconds < 30  # no retry loop, no connect timeout waited out
     proxy.assert_nothing_left()
 
 
@@ -223,19 +233,19 @@ def test_upstream_dying_mid_stream_ends_the_stream_with_an_error_event(start_pro
 def test_stall_before_the_answer_is_504_upstream_timeout(start_proxy, fake, stream):
     upstream, url = fake
     proxy = start_proxy(upstream=url + "/v1", read_timeout=0.5)
-    upstream.push(Step(body=completion("late"), chunks=content_chunks("late") if stream else None, delay=3))
+    upstream.push(Step(body=completion("late"), chunks=content_chunks("late") if stream else None, delay=60))
     out = ask(proxy, stream)
     expect_error(out, 504, "upstream_timeout")
-    assert out.seconds < 2.5
+    assert out.seconds < 30  # the timeout fired, long before the stall would have ended (generous: loaded CI)
     proxy.assert_nothing_left()
 
 
 def test_stall_mid_stream_ends_the_stream_with_504_event(start_proxy, raw):
     proxy = start_proxy(upstream=raw.url, read_timeout=0.5)
-    raw.push([("send", sse_head() + chunked(b"data: " + orjson.dumps(CHUNK) + b"\n\n")), ("sleep", 3)])
+    raw.push([("send", sse_head() + chunked(b"data: " + orjson.dumps(CHUNK) + b"\n\n")), ("sleep", 60)])
     out = ask(proxy, True)
     expect_error(out, 504, "upstream_timeout", streamed_after_headers=True)
-    assert out.content == "hell" and out.seconds < 2.5
+    assert out.content == "hell" and out.seconds < 30
     proxy.assert_nothing_left()
 
 
@@ -247,7 +257,7 @@ def test_stream_of_keepalives_that_never_answers_is_504(start_proxy, fake, strea
     upstream.push(Step(chunks=[], endless=b": keep-alive\n\n", chunk_delay=0.05))
     out = ask(proxy, stream)
     expect_error(out, 504, "upstream_timeout")
-    assert out.seconds < 3
+    assert out.seconds < 30  # the stream never ends by itself
     proxy.assert_nothing_left()
 
 
@@ -299,11 +309,8 @@ def test_client_that_leaves_a_passed_through_stream_closes_the_upstream_response
     with httpx.Client(base_url=proxy.url, timeout=5) as client:
         with client.stream("POST", "/v1/completions", json=body) as r:
             assert r.status_code == 200 and next(r.iter_bytes()).startswith(b"data: ")
-            assert proxy.busy_connections() == 1  # still relaying
-    deadline = time.monotonic() + 5
-    while upstream.disconnected == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert upstream.disconnected == 1
+            assert eventually(lambda: proxy.busy_connections() == 1)  # still relaying
+    assert eventually(lambda: upstream.disconnected == 1)
     proxy.assert_nothing_left()
 
 
@@ -420,10 +427,10 @@ def test_sse_line_over_the_line_cap_is_502_without_buffering_it_all(start_proxy,
 def test_client_that_leaves_before_the_stream_starts_cancels_the_upstream_call(start_proxy, fake):
     upstream, url = fake
     proxy = start_proxy(upstream=url + "/v1")
-    upstream.push(Step(chunks=content_chunks("late"), delay=5))
+    upstream.push(Step(chunks=content_chunks("late"), delay=60))
     with httpx.Client(base_url=proxy.url, timeout=0.5) as client, pytest.raises(httpx.ReadTimeout):
         client.post("/v1/chat/completions", json={"model": "m", "messages": MSG, "stream": True})
-    proxy.assert_nothing_left(within=2)
+    proxy.assert_nothing_left()
 
 
 def test_client_gone_just_as_the_stream_starts_leaves_no_producer(start_proxy, fake):
