@@ -25,6 +25,7 @@ Reason = Literal[
     "malformed_json",
     "missing_call",
     "ungrounded_arguments",
+    "repeated_call",
 ]
 
 

@@ -24,7 +24,8 @@ def correction(problems: Sequence[Problem], book: SpellBook) -> str:
     lines: list[str] = []
     for problem in problems:
         lines.extend(_lines(problem, book))
-    lines.append(_CLOSING)
+    if any(p.reason != "repeated_call" for p in problems):  # a repeat is asked for text, not a better call
+        lines.append(_CLOSING)
     return "\n".join(dict.fromkeys(lines))
 
 
@@ -44,6 +45,12 @@ def _lines(problem: Problem, book: SpellBook) -> list[str]:
         return [
             f"{head} were not valid JSON: {why}. Write the arguments as one complete JSON object.",
             *_spell_lines(problem.spell, book),
+        ]
+    if problem.reason == "repeated_call":
+        return [
+            "You already made this tool call, and its result is in the conversation above:",
+            *(f"- {d}" for d in problem.details),
+            "Do not call it again. Answer the user's question now, in text, using that result.",
         ]
     if problem.reason == "ungrounded_arguments":
         return [

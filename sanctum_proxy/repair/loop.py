@@ -10,6 +10,8 @@ This is the only part of the repair layer that does I/O, and only through the in
 States of one request:  round(mode) --ok--> Final
                         round(native) --tools rejected / upstream parse failure (auto)--> round(prompted)
                         round --problems--> correction round (at most max_repair_rounds) --> ... --> surrender
+                        round --a made-up call where text could win, or a call the conversation already
+                               answered (repeats.py)--> one round without spells --> Final (text)
 Surrender raises SpellCallParseError (422) unless on_surrender is "content".
 """
 
@@ -20,12 +22,18 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import orjson
+
 from .. import constrain as cn
 from .. import omens as om
 from .. import prompted
 from ..calls import Assessment, Problem
 from ..errors import ProxyError, SpellCallParseError, UpstreamError
 from ..modes import ModeBook, classify
+from .correct import correction, rejected_answer_text
+from .grounding import Evidence, ungrounded
+from .mend import assess
+from .repeats import repeated_call
 from .spellbook import SpellBook
 
 Mode = Literal["native", "prompted"]
@@ -127,7 +135,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
         constraint = None if state.text_only else _constraint(plan, state)
         if constraint is not None and state.grammar_from is None:
             state.grammar_from = len(state.extra)
-        transcript = [] if state.text_only else _transcript(state, constraint)
+        transcript = state.closing if state.text_only else _transcript(state, constraint)
         body = upstream_body(plan, state.mode, transcript, constraint, spells=not state.text_only)
         record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0, constrained=constraint is not None,
                              free_choice=constraint is not None and constraint.text and not state.extra)
@@ -185,6 +193,7 @@ class _State:
     grammar_from: int | None = None  # len(extra) when the first constrained round was sent
     shown: bool = False  # live content reached the client: later rounds are hidden (no text twice)
     text_only: bool = False  # a call where text could win was made up or broken: the next round offers no spells
+    closing: list[dict[str, Any]] = field(default_factory=list)  # the turns a text-only round is sent
 
     @property
     def repair_rounds(self) -> int:
@@ -207,9 +216,6 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     if plan.book is None or state.text_only:
         record.outcome = "accepted"
         return _final(plan, state, answer.message, answer.finish_reason or "stop", answer.meta, number)
-    from .correct import correction, rejected_answer_text  # the tiers load with the first offered spell
-    from .mend import assess
-
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     asked = plan.prompt_format if state.mode == "prompted" and not record.constrained else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
@@ -226,6 +232,15 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
         state.rejected.append(rejected_answer_text(answer.message))
         state.omens.append(om.rejected(number, unmeant, ANSWERED_IN_TEXT))
         state.text_only = True
+        return None
+    repeat = _repeat(plan, assessment, answer) if not problems else None
+    if repeat is not None:  # an answered call again: the result is there, the request is asked for text
+        text = correction([repeat], plan.book)
+        record.outcome = "rejected"
+        state.rejected.append(repeat.raw)
+        state.omens.append(om.rejected(number, repeat, text))
+        state.text_only = True
+        state.closing = [{"role": "assistant", "content": repeat.raw}, {"role": "user", "content": text}]
         return None
     if not problems:
         record.outcome = "accepted"
@@ -253,8 +268,6 @@ ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without 
 def _made_up(plan: Plan, assessment: Assessment) -> Problem | None:
     """A call the grammar let through when text could have won, with not one argument value from the
     conversation (`grounding`): the model had no call to make. None when any call is grounded."""
-    from .grounding import Evidence, ungrounded
-
     assert plan.book is not None
     evidence = Evidence.of(plan.body.get("messages"))
     details: list[str] = []
@@ -271,9 +284,15 @@ def _made_up(plan: Plan, assessment: Assessment) -> Problem | None:
     return Problem("ungrounded_arguments", next(iter(spells)) if len(spells) == 1 else None, tuple(details), raw)
 
 
-def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Problem]:
-    from .correct import rejected_answer_text
+def _repeat(plan: Plan, assessment: Assessment, answer: Answer) -> Problem | None:
+    """Every call repeats one a tool result in the conversation already answered (repeats.py). Never when the
+    client requires a call (tool_choice), nor when it allowed no repair round."""
+    if plan.required is not None or plan.max_rounds < 1:
+        return None
+    return repeated_call(assessment.calls, plan.body.get("messages"), rejected_answer_text(answer.message))
 
+
+def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Problem]:
     required = plan.required
     if required is None:
         return []
@@ -421,14 +440,10 @@ def _normalised(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dumps(value: Any) -> str:
-    import orjson
-
     return orjson.dumps(value).decode()
 
 
 def _loads(arguments: str) -> Any:
-    import orjson
-
     try:
         return orjson.loads(arguments)
     except orjson.JSONDecodeError:

@@ -144,4 +144,7 @@ def test_tool_loop_call_result_answer(llama_nojinja, proxy_to, stream):
                {"role": "tool", "tool_call_id": call["id"], "content": "Sunny, 24 C"}]
     status, second = ask(proxy, stream, messages=history, max_tokens=48)
     assert status == 200 and second.error is None
-    assert second.calls or second.content.strip()
+    # SmolLM2 calls again with the same arguments after every result (issue 21): that repeat is bounced and
+    # the request asked for text, so the loop ends.
+    assert not second.calls and second.content.strip(), second
+    print("final answer after the tool result:", second.content)

@@ -1,0 +1,72 @@
+"""Calls the conversation has already answered: the agent-loop trap of small models.
+
+After a tool result, a small model often calls the same tool with the same arguments again instead of
+answering (measured through six frameworks on the embedded SmolLM2 under `constrain = "always"`: 30 of 30 loops
+ran to the framework's turn cap). A call whose name and arguments (compared as parsed JSON) equal an earlier
+assistant call that a `role: "tool"` message answered is a repeat. Pure: messages and calls in, a Problem out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from ..calls import Problem, ToolCall
+from .mend import content_text
+
+MAX_RESULT_CHARS = 600  # of a tool result quoted back in the correction
+
+
+def answered_calls(messages: Any) -> dict[tuple[str, bytes], str]:
+    """(name, canonical arguments) -> the tool result text, for every call a tool message answered."""
+    if not isinstance(messages, list):
+        return {}
+    asked: dict[str, tuple[str, bytes]] = {}
+    answered: dict[tuple[str, bytes], str] = {}
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant" and isinstance(message.get("tool_calls"), list):
+            for call in message["tool_calls"]:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and isinstance(call.get("id"), str):
+                    asked[call["id"]] = (str(function.get("name")), canonical(function.get("arguments")))
+        elif message.get("role") == "tool" and message.get("tool_call_id") in asked:
+            answered[asked[message["tool_call_id"]]] = content_text(message.get("content"))
+    return answered
+
+
+def canonical(arguments: Any) -> bytes:
+    """Arguments as sorted-key JSON, so `{"a":1,"b":2}` and `{"b": 2, "a": 1}` are the same call."""
+    value = arguments
+    if isinstance(arguments, str):
+        try:
+            value = orjson.loads(arguments or "{}")
+        except orjson.JSONDecodeError:
+            return arguments.strip().encode()
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return repr(value).encode()
+
+
+def repeated_call(calls: Sequence[ToolCall], messages: Any, raw: str) -> Problem | None:
+    """A Problem when every call repeats one the conversation already answered (a new call beside a repeat
+    is the model going on: it passes); None otherwise."""
+    if not calls:
+        return None
+    answered = answered_calls(messages)
+    results = [answered.get((c.name, canonical(c.arguments))) for c in calls]
+    if any(r is None for r in results):
+        return None
+    details = tuple(f"{c.name} was already called with {c.arguments} and returned: {_excerpt(r or '')}"
+                    for c, r in zip(calls, results, strict=True))
+    names = {c.name for c in calls}
+    return Problem("repeated_call", next(iter(names)) if len(names) == 1 else None, details, raw)
+
+
+def _excerpt(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_RESULT_CHARS else text[:MAX_RESULT_CHARS] + " ..."
