@@ -46,12 +46,8 @@ def _lines(problem: Problem, book: SpellBook) -> list[str]:
             f"{head} were not valid JSON: {why}. Write the arguments as one complete JSON object.",
             *_spell_lines(problem.spell, book),
         ]
-    if problem.reason == "repeated_call":
-        return [
-            "You already made this tool call, and its result is in the conversation above:",
-            *(f"- {d}" for d in problem.details),
-            "Do not call it again. Answer the user's question now, in text, using that result.",
-        ]
+    if problem.reason == "repeated_call":  # repeats.py words it: the results, then the user's question
+        return list(problem.details)
     if problem.reason == "ungrounded_arguments":
         return [
             "Your tool call uses values that appear nowhere in the conversation:",

@@ -240,7 +240,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
         state.rejected.append(repeat.raw)
         state.omens.append(om.rejected(number, repeat, text))
         state.text_only = True
-        state.closing = [{"role": "assistant", "content": repeat.raw}, {"role": "user", "content": text}]
+        state.closing = [{"role": "user", "content": text}]  # without the repeat: see repeats.py
         return None
     if not problems:
         record.outcome = "accepted"

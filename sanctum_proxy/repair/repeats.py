@@ -4,6 +4,11 @@ After a tool result, a small model often calls the same tool with the same argum
 answering (measured through six frameworks on the embedded SmolLM2 under `constrain = "always"`: 30 of 30 loops
 ran to the framework's turn cap). A call whose name and arguments (compared as parsed JSON) equal an earlier
 assistant call that a `role: "tool"` message answered is a repeat. Pure: messages and calls in, a Problem out.
+
+The correction names the result and repeats the user's question, and the round that follows is sent without
+tools and without the repeated call. Measured on SmolLM2-135M (real llama-server, temperature 0): with the
+repeated call and a "do not call it again" correction it answered the correction ("You've already answered the
+user's question."); with this one, "The weather in Paris is sunny, 24C."
 """
 
 from __future__ import annotations
@@ -61,10 +66,19 @@ def repeated_call(calls: Sequence[ToolCall], messages: Any, raw: str) -> Problem
     results = [answered.get((c.name, canonical(c.arguments))) for c in calls]
     if any(r is None for r in results):
         return None
-    details = tuple(f"{c.name} was already called with {c.arguments} and returned: {_excerpt(r or '')}"
-                    for c, r in zip(calls, results, strict=True))
+    said = tuple(f"The tool {c.name} already returned: {_excerpt(r or '')}"
+                 for c, r in zip(calls, results, strict=True))
+    question = _last_question(messages)
+    ask = f"Using that result, answer my question: {question}" if question else "Using that result, answer me."
     names = {c.name for c in calls}
-    return Problem("repeated_call", next(iter(names)) if len(names) == 1 else None, details, raw)
+    return Problem("repeated_call", next(iter(names)) if len(names) == 1 else None, (*said, ask), raw)
+
+
+def _last_question(messages: Any) -> str:
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _excerpt(content_text(message.get("content")))
+    return ""
 
 
 def _excerpt(text: str) -> str:
