@@ -257,11 +257,16 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     spells = {p.spell for p in problems}
     state.pin = problems[0].spell if len(spells) == 1 and problems[0].spell in plan.book.spells \
         and problems[0].reason != "unknown_spell" else None
-    state.omens += [om.rejected(number, p, text) for p in problems]
     state.extra += [{"role": "assistant", "content": raw}, {"role": "user", "content": text}]
+    # The first constrained round is sent without the turns before it (_transcript): say so, never claim a
+    # correction the model did not read.
+    first_grammar = state.grammar_from is None and _constraint(plan, state) is not None
+    state.omens += [om.rejected(number, p, CONSTRAINED_INSTEAD if first_grammar else text) for p in problems]
     return None
 
 
+CONSTRAINED_INSTEAD = ("(not sent to the model: the next round was constrained to a valid call by a grammar, "
+                       "without the rejected answer and this correction)")
 ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without tools, for a text answer)"
 
 
