@@ -13,11 +13,11 @@ from typing import Any
 
 import orjson
 from jsonschema import exceptions as schema_errors
-from jsonschema import validators
 
 from .config import Settings
 from .errors import InvalidRequest
 from .limits import check_counts
+from .repair import schemas
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 SPELL_CALLING = ("native", "prompted", "auto")
@@ -153,10 +153,14 @@ CACHED_SCHEMA_BYTES = 64 * 1024
 
 
 def _schema_problem(serialized: bytes) -> str | None:
-    """Why a tool's `parameters` is not a valid JSON Schema, or None."""
+    """Why a tool's `parameters` is not a valid JSON Schema, or one the proxy refuses (a `$ref` outside it,
+    a pattern RE2 cannot run), or None."""
     schema = orjson.loads(serialized)
+    refused = schemas.refusal(schema)
+    if refused is not None:
+        return refused
     try:
-        validators.validator_for(schema).check_schema(schema)
+        schemas.check_schema(schema)
     except schema_errors.SchemaError as exc:
         return str(exc.message)
     return None
