@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, SettingsError, load_settings
+from .config import Settings, SettingsError, load_settings, redacted_url
 
 
 def parser() -> argparse.ArgumentParser:
@@ -73,11 +73,11 @@ def _embedded_stand_in(settings: Settings) -> Settings | None:
     try:
         find_llama_server(), find_model()
     except EmbeddedUnavailable:
-        print(f"sanctum-proxy: nothing answers at {settings.upstream} (start Ollama or pass --upstream; "
-              "bash .ci/llama.sh installs the embedded demo model)", file=sys.stderr)
+        print(f"sanctum-proxy: nothing answers at {redacted_url(settings.upstream)} (start Ollama or pass "
+              "--upstream; bash .ci/llama.sh installs the embedded demo model)", file=sys.stderr)
         return None
-    print(f"sanctum-proxy: nothing answers at {settings.upstream}: starting the embedded llama-server "
-          "(SmolLM2-135M demo model, constrained calling)", flush=True)
+    print(f"sanctum-proxy: nothing answers at {redacted_url(settings.upstream)}: starting the embedded "
+          "llama-server (SmolLM2-135M demo model, constrained calling)", flush=True)
     # The 135M model follows a schema and nothing else; a constrain setting other than the default stays.
     constrain = "always" if settings.constrain == "repair" else settings.constrain
     return settings.model_copy(update={"embedded": True, "constrain": constrain})
@@ -116,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sanctum-proxy: --embedded: {exc}", file=sys.stderr)
             return 2
         settings = settings.model_copy(update={"upstream": embedded.base_url})
-    target = ", ".join(u.name for u in settings.upstreams) if settings.upstreams else settings.upstream
+    target = (", ".join(u.name for u in settings.upstreams) if settings.upstreams
+              else redacted_url(settings.upstream))
     print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {target}, "
           f"spell calling {settings.spell_calling}", flush=True)
     if embedded is not None:

@@ -4,6 +4,7 @@ credentials that would leak. Each test fails without its fix."""
 
 from __future__ import annotations
 
+import http.client
 import socket
 import threading
 from typing import Any
@@ -141,3 +142,167 @@ def test_pattern_re2_cannot_run_is_400_naming_tools(make_proxy, fake, params):
     r = httpx.post(f"{proxy}/v1/chat/completions", json={**ASK, "tools": [tool(params)]}, timeout=20)
     assert "linear time" in assert_openai_error(r, 400, "tools")["message"]
     assert fake[0].requests == []
+
+
+# --- 3. pass-through never leaves /v1 ---------------------------------------------------------------------
+
+def raw_request(url: str, method: str, target: str, headers: dict[str, str] | None = None,
+                body: bytes = b"") -> tuple[int, bytes]:
+    """One request with the target sent byte for byte as written (no client normalises the dots away)."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=20)
+    try:
+        conn.putrequest(method, target, skip_accept_encoding=True)
+        for name, value in {**(headers or {}), "content-length": str(len(body))}.items():
+            conn.putheader(name, value)
+        conn.endheaders(body or None)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+ESCAPES = [
+    ("GET", "/v1/..%2f..%2fapi/tags"), ("GET", "/v1/%2e%2e/%2e%2e/api/tags"), ("GET", "/v1/../api/tags"),
+    ("GET", "/v1/%252e%252e/%252e%252e/api/tags"), ("GET", "/v1/..%5c..%5capi/tags"), ("GET", "/v1/..\\..\\slots"),
+    ("DELETE", "/v1/..%2f..%2fapi/delete"), ("POST", "/v1/./../api/pull"), ("GET", "/v1//api/tags"),
+    ("GET", "/v1/models/%2E%2E%2F%2E%2E%2Fslots"), ("GET", "/v1/%25252e%25252e/x"),
+]
+
+
+@pytest.mark.parametrize(("method", "target"), ESCAPES)
+def test_pass_through_paths_that_would_leave_v1_are_404_and_never_sent(make_proxy, fake, method, target):
+    proxy = make_proxy(upstream_api_key="sk-upstream-secret")
+    status, body = raw_request(proxy, method, target, body=b'{"model": "m"}' if method != "GET" else b"")
+    assert status == 404, body
+    error = orjson.loads(body)["error"]
+    assert error["code"] == "not_found" and "Invalid URL" in error["message"]
+    assert fake[0].stray == [] and fake[0].other_requests == []
+
+
+def test_pass_through_under_v1_still_goes_through(make_proxy, fake):
+    proxy = make_proxy()
+    status, body = raw_request(proxy, "GET", "/v1/files/file-abc%20x?purpose=batch")
+    assert status == 200 and orjson.loads(body)["path"] == "/v1/files/file-abc x"
+    assert fake[0].other_requests[-1][:2] == ("GET", "/v1/files/file-abc x")
+
+
+# --- 4. inputs that were a 500 --------------------------------------------------------------------------
+
+def nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({**ASK, "metadata": {"deep": nested(300)}}, "metadata"),
+    ({**ASK, "messages": [{"role": "user", "content": nested(600)}]}, "messages"),
+    ({**ASK, "tool_choice": {"function": 5}}, "tool_choice"),
+    ({**ASK, "tool_choice": {"type": "function", "function": {"name": 5}}}, "tool_choice"),
+    ({**ASK, "tool_choice": 7}, "tool_choice"),
+    ({**ASK, "stream": True, "stream_options": "x"}, "stream_options"),
+    ({**ASK, "functions": [{"name": "f"}], "function_call": 3}, "function_call"),
+])
+def test_bodies_that_were_500s_are_400s_naming_the_field(make_proxy, fake, body, param):
+    proxy = make_proxy()
+    raw = orjson.dumps(body) if param not in ("metadata", "messages") else _dumps_deep(body)
+    r = httpx.post(f"{proxy}/v1/chat/completions", content=raw, headers={"content-type": "application/json"},
+                   timeout=20)
+    assert_openai_error(r, 400, param)
+    assert fake[0].requests == []
+
+
+def _dumps_deep(value: Any) -> bytes:
+    """orjson will not write what is too deep for it; the json module (without recursion trouble this
+    shallow) will."""
+    import json
+    import sys
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(10_000)
+    try:
+        return json.dumps(value).encode()
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def test_unicode_digits_in_numeric_header_and_query_are_400s(make_proxy, fake):
+    proxy = make_proxy()
+    with httpx.Client(base_url=proxy, timeout=20) as c:
+        r = c.post("/v1/chat/completions", json=ASK, headers={"x-sanctum-max-repair-rounds": b"\xb2"})  # ² as latin-1
+        assert_openai_error(r, 400, "sanctum.max_repair_rounds")
+        assert_openai_error(c.get("/sanctum/traces?limit=%C2%B2"), 400, "limit")
+        assert_openai_error(c.get("/sanctum/traces?limit=%D9%A3"), 400, "limit")  # Arabic-Indic 3
+
+
+# --- 7. credentials never shown ---------------------------------------------------------------------------
+
+def test_credentials_in_the_upstream_url_are_never_shown(make_proxy, fake, capsys):
+    port = fake[1].rsplit(":", 1)[1]
+    proxy = make_proxy(upstream=f"http://alice:pa55w0rd@127.0.0.1:{port}/v1")
+    with httpx.Client(base_url=proxy, timeout=20) as c:
+        answers = [c.get("/readyz"), c.get("/sanctum/status"), c.post("/v1/chat/completions", json=ASK)]
+        trace_id = answers[-1].headers["x-sanctum-trace-id"]
+        answers += [c.get("/sanctum/traces"), c.get(f"/sanctum/traces/{trace_id}")]
+    assert [a.status_code for a in answers] == [200] * 5
+    for answer in answers:
+        assert "pa55w0rd" not in answer.text and "alice" not in answer.text, answer.text
+    assert answers[0].json()["upstream"] == f"http://***@127.0.0.1:{port}/v1"
+
+
+UPSTREAM_KEY = "sk-upstream-5ecret-do-not-echo"
+
+
+def test_upstream_key_echoed_in_a_2xx_answer_is_redacted_in_pass_through_and_chat(make_proxy, fake):
+    proxy = make_proxy(upstream_api_key=UPSTREAM_KEY)
+    fake[0].push(Step(body=completion(f"your key is {UPSTREAM_KEY}!")),
+                 Step(chunks=[{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                               "choices": [{"index": 0, "delta": {"content": f"k={UPSTREAM_KEY}"},
+                                            "finish_reason": "stop"}]}]))
+    with httpx.Client(base_url=proxy, timeout=20) as c:
+        # the fake's echo route sends the body back: a 201 with the key in it, and accept-encoding dropped
+        passed = c.post("/v1/files", content=f"key {UPSTREAM_KEY} and {UPSTREAM_KEY}".encode(),
+                        headers={"accept-encoding": "gzip"})
+        plain = c.post("/v1/chat/completions", json=ASK)
+        streamed = c.post("/v1/chat/completions", json={**ASK, "stream": True})
+    assert (passed.status_code, plain.status_code, streamed.status_code) == (201, 200, 200)
+    for answer in (passed, plain, streamed):
+        assert UPSTREAM_KEY not in answer.text and "***" in answer.text, answer.text
+
+
+@pytest.mark.parametrize("cut", [1, 5, 17, 29])
+def test_a_key_split_between_relayed_chunks_is_still_redacted(cut):
+    import asyncio
+
+    from sanctum_proxy.upstream import _redacted
+
+    key = UPSTREAM_KEY.encode()
+    text = b"a" * 7 + key + b"b" + key[:5] + b"xx" + key
+    pieces = [text[i:i + cut] for i in range(0, len(text), cut)]
+
+    async def chunks() -> Any:
+        for piece in pieces:
+            yield piece
+
+    async def joined() -> bytes:
+        return b"".join([piece async for piece in _redacted(chunks(), key)])
+
+    assert asyncio.run(joined()) == b"a" * 7 + b"***b" + key[:5] + b"xx***"
+
+
+# --- 8. max_body_bytes on pass-through ------------------------------------------------------------------
+
+def test_max_body_bytes_applies_to_pass_through_without_upstreams(make_proxy, fake):
+    proxy = make_proxy(max_body_bytes=1000)
+    with httpx.Client(base_url=proxy, timeout=20) as c:
+        r = c.post("/v1/embeddings", content=b"x" * 5000)
+        assert_openai_error(r, 413, None)
+
+        def chunked() -> Any:
+            yield b"y" * 600
+            yield b"y" * 600
+
+        assert_openai_error(c.post("/v1/embeddings", content=chunked()), 413, None)
+        assert c.post("/v1/embeddings", content=b"z" * 900).status_code == 201
+    assert [len(body) for _, _, body in fake[0].other_requests] == [900]

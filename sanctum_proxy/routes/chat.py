@@ -29,7 +29,7 @@ router = APIRouter()
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes `limit` (never buffered whole first)."""
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
     body = bytearray()
     async for piece in request.stream():

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from ..auth import check_admin_key
-from ..config import Settings
+from ..config import Settings, redacted_url
 from ..errors import InvalidRequest, NotFound
 from ..recorder import Recorder
 from ..responses import JsonResponse as ORJSONResponse
@@ -58,9 +58,11 @@ def shown_settings(settings: Settings) -> dict[str, Any]:
     for key in SECRET:
         if shown.get(key):
             shown[key] = "***"
+    shown["upstream"] = redacted_url(shown["upstream"])
     for upstream in shown["upstreams"]:
         if upstream.get("api_key"):
             upstream["api_key"] = "***"
+        upstream["urls"] = [redacted_url(url) for url in upstream.get("urls") or ()]
     if shown.get("redis_url"):
         shown["redis_url"] = without_password(shown["redis_url"])
     return shown
@@ -123,7 +125,7 @@ def parse_query(params: Any) -> Query:
         raise InvalidRequest(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}",
                              param="outcome")
     limit = params.get("limit") or "50"
-    if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
+    if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= MAX_LIMIT:  # int() takes '²' too
         raise InvalidRequest(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}", param="limit")
     return Query(outcome=outcome, model=params.get("model") or None, since=_since(params.get("since")),
                  limit=int(limit), after=params.get("after") or None)
