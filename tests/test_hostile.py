@@ -306,3 +306,70 @@ def test_max_body_bytes_applies_to_pass_through_without_upstreams(make_proxy, fa
         assert_openai_error(c.post("/v1/embeddings", content=chunked()), 413, None)
         assert c.post("/v1/embeddings", content=b"z" * 900).status_code == 201
     assert [len(body) for _, _, body in fake[0].other_requests] == [900]
+
+
+# --- 5. bounded work --------------------------------------------------------------------------------------
+
+WRITE = tool({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}, "write")
+
+
+def test_call_text_over_max_repair_bytes_goes_to_tier_2_not_to_local_repair(make_proxy, fake):
+    broken = "{'text': '" + "lorem ipsum " * 400 + "'}"  # single quotes: mended locally when small enough
+    for setting, rounds in ((None, 1), (2048, 2)):
+        fake[0].requests.clear()
+        fake[0].push(Step(body=completion(None, [native_call("write", broken)])),
+                     Step(body=completion(None, [native_call("write", '{"text": "short"}')])))
+        proxy = make_proxy(spell_calling="native", **({"max_repair_bytes": setting} if setting else {}))
+        r = httpx.post(f"{proxy}/v1/chat/completions", json={**ASK, "tools": [WRITE]}, timeout=30)
+        assert r.status_code == 200 and len(fake[0].requests) == rounds, (setting, r.text)
+        fake[0].steps.clear()
+    rejected = r.json()["sanctum"]["omens"][0]
+    assert rejected["reason"] == "malformed_json" and "over the 2048" in rejected["details"][0]
+
+
+def test_a_10_mb_broken_argument_costs_bounded_memory_and_is_reported():
+    import tracemalloc
+
+    from sanctum_proxy.repair.mend import assess
+    from sanctum_proxy.repair.spellbook import SpellBook
+
+    book = SpellBook.from_tools([WRITE])
+    args = "{'text': '" + "ab, cd: [1] " * (10_000_000 // 12) + "'"
+    message = {"role": "assistant", "content": None,
+               "tool_calls": [{"id": "c", "type": "function", "function": {"name": "write", "arguments": args}}]}
+    tracemalloc.start()
+    try:
+        outcome = assess(message, book)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 * 1024 * 1024, peak  # it was 1.7 GB (a token list over the whole text)
+    assert outcome.calls == () and "max_repair_bytes" in outcome.problems[0].details[0]
+
+
+def test_json_repair_never_sees_more_than_its_cap():
+    from sanctum_proxy.repair import extract
+
+    unrepairable_by_rules = "{'a': 1, 'b': undefined_thing, " + "'k': 'v', " * 3000 + "}"
+    assert len(unrepairable_by_rules) > extract.MAX_FALLBACK_CHARS
+    assert isinstance(extract.decode(unrepairable_by_rules), extract.Undecodable)
+    small = "{'a': 1, 'b': undefined_thing}"
+    assert isinstance(extract.decode(small), extract.Decoded | extract.Undecodable)  # json_repair may run
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7])
+def test_constrained_stream_reads_each_character_once(size):
+    """The text branch of a constrained answer, chunked any way, gives visible_text's text; what it keeps
+    between chunks is at most a cut escape (it used to re-read and re-decode the whole answer per chunk)."""
+    from sanctum_proxy import constrain
+    from sanctum_proxy.streaming import Assembler
+
+    body = 'Hi \\"there\\" \\\\ a\\nb \\u00e9\\ud83d\\ude00 ' * 2000 + "end"
+    raw = '{"content": "' + body + '"}'
+    assembler = Assembler(text_branch=True)
+    shown, held = [], 0
+    for i in range(0, len(raw), size):
+        shown.append(assembler.feed({"choices": [{"index": 0, "delta": {"content": raw[i:i + size]}}]}))
+        held = max(held, len(assembler._branch._buffer), len(assembler._pending))
+    assert "".join(shown) == constrain.visible_text(raw) == orjson.loads(raw)["content"]
+    assert held <= 16
