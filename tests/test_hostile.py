@@ -15,6 +15,7 @@ import pytest
 
 from sanctum_proxy.repair import schemas
 from tests.fakes.upstream import Step, completion, native_call
+from tests.test_viewer_browser import page  # noqa: F401  (the headless Chromium fixture)
 
 ASK: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -373,3 +374,53 @@ def test_constrained_stream_reads_each_character_once(size):
         held = max(held, len(assembler._branch._buffer), len(assembler._pending))
     assert "".join(shown) == constrain.visible_text(raw) == orjson.loads(raw)["content"]
     assert held <= 16
+
+
+# --- 9. viewer headers, Connection-named headers, /metrics ---------------------------------------------
+
+def test_viewer_and_its_files_send_a_content_security_policy(proxy):
+    for path in ("/sanctum/", "/sanctum/static/viewer.js", "/sanctum/static/viewer.css"):
+        r = httpx.get(proxy + path, timeout=10)
+        assert r.status_code == 200
+        policy = r.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy
+        assert "unsafe-inline" not in policy and r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_viewer_runs_under_its_policy_and_no_stored_markup_runs(page, proxy, fake):
+    from tests.fakes.trace_scenarios import repaired
+
+    violations: list[str] = []
+    page.on("console", lambda msg: violations.append(msg.text) if "Content Security Policy" in msg.text else None)
+    page.on("dialog", lambda dialog: violations.append("a dialog opened: " + dialog.message))
+    fake[0].push(Step(body=completion('<img src=x onerror="alert(1)"><script>alert(2)</script>')))
+    httpx.post(f"{proxy}/v1/chat/completions", json={**ASK, "messages": [
+        {"role": "user", "content": '<svg onload="alert(3)">'}]}, timeout=20)
+    repaired(fake[0], proxy)
+    page.goto(proxy + "/sanctum/")
+    rows = page.locator("#rows tr")
+    rows.nth(1).wait_for()
+    rows.nth(1).click()
+    page.locator("#detail").get_by_text("alert(1)", exact=False).first.wait_for()
+    rows.nth(0).click()
+    page.locator("#detail .card.mended").wait_for()
+    assert violations == []
+
+
+def test_headers_named_in_connection_are_not_forwarded(make_proxy, fake):
+    proxy = make_proxy()
+    status, body = raw_request(proxy, "POST", "/v1/files", body=b"{}", headers={
+        "connection": "keep-alive, x-secret-hop", "x-secret-hop": "do-not-forward", "x-kept": "yes"})
+    assert status == 201
+    seen = fake[0].other_requests[-1]
+    assert seen[:2] == ("POST", "/v1/files")
+    headers = fake[0].other_headers[-1]
+    assert "x-secret-hop" not in headers and headers.get("x-kept") == "yes"
+
+
+def test_metrics_takes_the_admin_key_when_one_is_set_and_is_open_otherwise(make_proxy):
+    guarded, open_ = make_proxy(admin_key="adm", api_keys=["cli"]), make_proxy(api_keys=["cli"])
+    assert_openai_error(httpx.get(guarded + "/metrics", timeout=10), 401, None)
+    assert httpx.get(guarded + "/metrics", headers={"authorization": "Bearer cli"}, timeout=10).status_code == 401
+    assert httpx.get(guarded + "/metrics", headers={"authorization": "Bearer adm"}, timeout=10).status_code == 200
+    assert httpx.get(open_ + "/metrics", timeout=10).status_code == 200

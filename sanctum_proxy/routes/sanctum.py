@@ -26,6 +26,15 @@ from ..traces import OUTCOMES
 SECRET = ("upstream_api_key", "api_keys", "admin_key")
 MAX_LIMIT = 200
 STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
+# The viewer shows what models and clients wrote: nothing of it may run, load from elsewhere or be framed.
+VIEWER_HEADERS = {
+    "cache-control": "no-cache",
+    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                               "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+}
 
 
 def check_admin(request: Request) -> None:
@@ -94,15 +103,14 @@ async def trace(request: Request, trace_id: str) -> ORJSONResponse:
 @router.get("/sanctum/", responses=HTML)
 @router.get("/sanctum", responses=HTML)
 async def viewer() -> Response:
-    return Response(_static("viewer.html"), media_type="text/html; charset=utf-8",
-                    headers={"cache-control": "no-cache"})
+    return Response(_static("viewer.html"), media_type="text/html; charset=utf-8", headers=VIEWER_HEADERS)
 
 
 @router.get("/sanctum/static/{name}", responses=FILES)
 async def static(name: str) -> Response:
     if name not in STATIC:
         raise NotFound(f"no file {name!r}")
-    return Response(_static(name), media_type=STATIC[name], headers={"cache-control": "no-cache"})
+    return Response(_static(name), media_type=STATIC[name], headers=VIEWER_HEADERS)
 
 
 def _static(name: str) -> bytes:

@@ -82,6 +82,7 @@ class FakeUpstream:
     probes: list[str] = field(default_factory=list)
     chunks_sent: int = 0  # stream pieces sent so far (a test can see that the upstream is still talking)
     stray: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of requests outside /v1: 404s
+    other_headers: list[dict[str, str]] = field(default_factory=list)  # the headers of each other_requests entry
 
     def push(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -120,6 +121,7 @@ class FakeUpstream:
     async def echo(self, request: Request) -> Response:
         body = await request.body()
         self.other_requests.append((request.method, request.url.path, body))
+        self.other_headers.append(dict(request.headers))
         return Response(orjson.dumps({"method": request.method, "path": request.url.path,
                                       "query": str(request.url.query), "body": body.decode()}),
                         status_code=201 if request.method == "POST" else 200, media_type="application/json",
