@@ -3,8 +3,8 @@
 Client keys come from `api_keys` and `api_keys_file` (one key per line, `#` comments; re-read when the
 file changes, so a rotated Kubernetes Secret needs no restart). `/sanctum/*` takes `admin_key` when one
 is set, else the client keys, else it is open like the rest. `/metrics` takes `admin_key` when one is set
-and is open otherwise (a Prometheus scraper holds no client key; `check_metrics_key`). Keys are compared in constant time, each
-against every key, so neither the answer nor its timing tells which key came close.
+and is open otherwise (a Prometheus scraper holds no client key; `check_metrics_key`). Keys are compared in
+constant time, each against every key, so neither the answer nor its timing tells which key came close.
 `check_client_key` / `check_admin_key` raise Unauthorized (401 invalid_api_key); `require_client_key` /
 `require_admin_key` are the same as FastAPI dependencies.
 """

@@ -15,7 +15,7 @@ import pytest
 
 from sanctum_proxy.repair import schemas
 from tests.fakes.upstream import Step, completion, native_call
-from tests.test_viewer_browser import page  # noqa: F401  (the headless Chromium fixture)
+from tests.test_viewer_browser import page as page  # the headless Chromium fixture
 
 ASK: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -387,7 +387,7 @@ def test_viewer_and_its_files_send_a_content_security_policy(proxy):
         assert "unsafe-inline" not in policy and r.headers["x-content-type-options"] == "nosniff"
 
 
-def test_viewer_runs_under_its_policy_and_no_stored_markup_runs(page, proxy, fake):
+def test_viewer_runs_under_its_policy_and_no_stored_markup_runs(page, proxy, fake):  # noqa: F811
     from tests.fakes.trace_scenarios import repaired
 
     violations: list[str] = []
