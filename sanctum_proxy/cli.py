@@ -125,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # default one would end the process here without `finally`, leaving the llama-server child running.
         signal.signal(signal.SIGTERM, _exit_on_signal)
     serve: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
-                             "log_config": access_log.log_config(settings.log_level)}
+                             "log_config": access_log.log_config(settings.log_level),
+                             **http_protocol(settings)}
     try:
         if settings.workers > 1:
             _serve_workers(settings, serve)
@@ -178,10 +179,22 @@ def worker_app() -> Any:
     from .app import create_app
 
     settings = Settings.model_validate_json(os.environ[WORKER_SETTINGS_ENV])
+    http_protocol(settings)  # this process's copy of the protocol class gets the header deadline too
     atexit.register(multiprocess.mark_process_dead, os.getpid())  # its in-flight gauges stop counting
     app = create_app(settings)
     quiet_gc()
     return app
+
+
+def http_protocol(settings: Settings) -> dict[str, Any]:
+    """uvicorn's `http` option: its httptools protocol with a deadline on request heads (header_timeout.py);
+    nothing (uvicorn's choice, no deadline) where httptools is not installed."""
+    try:
+        from .header_timeout import HeaderTimeoutProtocol
+    except ImportError:
+        return {}
+    HeaderTimeoutProtocol.seconds = settings.header_read_timeout
+    return {"http": HeaderTimeoutProtocol}
 
 
 def quiet_gc() -> None:

@@ -424,3 +424,68 @@ def test_metrics_takes_the_admin_key_when_one_is_set_and_is_open_otherwise(make_
     assert httpx.get(guarded + "/metrics", headers={"authorization": "Bearer cli"}, timeout=10).status_code == 401
     assert httpx.get(guarded + "/metrics", headers={"authorization": "Bearer adm"}, timeout=10).status_code == 200
     assert httpx.get(open_ + "/metrics", timeout=10).status_code == 200
+
+
+# --- 6. slow clients --------------------------------------------------------------------------------------
+
+def slow_body(url: str, declared: int, sent: bytes) -> socket.socket:
+    """A client that announced `declared` bytes of body, sent `sent` and went quiet (1 byte/s, for a test)."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=20)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                 b"content-length: " + str(declared).encode() + b"\r\n\r\n" + sent)
+    return sock
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+        if b"\r\n\r\n" in data and b'"error"' in data:
+            break
+    return data
+
+
+def test_a_body_still_arriving_holds_no_concurrency_slot(make_proxy, fake):
+    proxy = make_proxy(max_concurrent_requests=1)
+    trickling = [slow_body(proxy, 1000, b'{"model": ') for _ in range(3)]
+    try:
+        r = httpx.post(f"{proxy}/v1/chat/completions", json=ASK, timeout=20)
+        assert r.status_code == 200, r.text  # it was a 429: the trickling bodies held the only slot
+    finally:
+        for sock in trickling:
+            sock.close()
+
+
+def test_a_body_that_does_not_arrive_within_body_read_timeout_is_408(make_proxy, fake):
+    proxy = make_proxy(body_read_timeout=0.3)
+    sock = slow_body(proxy, 1000, b'{"model": ')
+    try:
+        answer = read_answer(sock)
+    finally:
+        sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer
+    assert orjson.loads(body)["error"]["code"] == "request_timeout" and fake[0].requests == []
+
+
+def test_a_request_head_that_does_not_arrive_within_header_read_timeout_is_closed(fake):
+    from sanctum_proxy.app import create_app
+    from sanctum_proxy.cli import http_protocol
+    from sanctum_proxy.config import load_settings
+    from tests.conftest import ServerThread
+
+    settings = load_settings({"upstream": fake[1] + "/v1", "traces_path": ":memory:", "header_read_timeout": 0.3})
+    server = ServerThread(create_app(settings))
+    server.server.config.http = http_protocol(settings)["http"]
+    with server:
+        assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200  # a brisk client is served
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+        idle = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+        try:
+            slow.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: a")  # ...and never the rest
+            assert slow.recv(1024) == b""  # closed by the proxy (it used to wait for ever)
+            assert idle.recv(1024) == b""  # a connection that sends nothing at all, too
+        finally:
+            slow.close()
+            idle.close()
