@@ -16,7 +16,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from ..auth import check_client_key
-from ..errors import NotFound
+from ..errors import InvalidRequest, NotFound
 from ..responses import JsonResponse
 from ..routing import Router, listed_models
 from ..upstream import HOP_BY_HOP, Upstream
@@ -103,7 +103,12 @@ async def target(path: str, request: Request) -> tuple[Upstream, Any]:
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         return routes.default, raw
     route = routes.route(body["model"])
-    return route.upstream, raw if route.model == body["model"] else orjson.dumps(route.rewrite(body))
+    if route.model == body["model"]:
+        return route.upstream, raw
+    try:
+        return route.upstream, orjson.dumps(route.rewrite(body))
+    except orjson.JSONEncodeError as exc:  # read 1024 levels deep, written at most 254
+        raise InvalidRequest("the request body is nested too deeply to be passed on") from exc
 
 
 async def model_list(routes: Router) -> list[dict[str, Any]]:
