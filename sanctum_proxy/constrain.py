@@ -166,7 +166,6 @@ def broken_call(message: dict[str, Any], finish_reason: str | None) -> Problem |
 _CALL_OPENING = re.compile(r'\s*\{\s*"(?:name|tool_calls)"\s*:')
 _NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _TEXT_OPENING = re.compile(r'\s*\{\s*"content"\s*:\s*"')
-_SAFE_END = re.compile(r"\\u[0-9a-fA-F]{0,3}$|\\$")
 
 
 def visible_text(raw: str) -> str:
@@ -177,7 +176,7 @@ def visible_text(raw: str) -> str:
         return ""
     body = raw[opening.end() :]
     end = _closing_quote(body)
-    body = body[:end] if end is not None else _SAFE_END.sub("", body)
+    body = body[:end] if end is not None else body[:_safe_end(body)]
     try:
         text: str = orjson.loads(f'"{body}"')
     except orjson.JSONDecodeError:  # a control character the grammar let through: show nothing yet
