@@ -489,3 +489,28 @@ def test_a_request_head_that_does_not_arrive_within_header_read_timeout_is_close
         finally:
             slow.close()
             idle.close()
+
+
+def test_a_redirect_from_the_upstream_is_relayed_never_followed(make_proxy):
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse, RedirectResponse
+    from starlette.routing import Route
+
+    from tests.conftest import ServerThread
+
+    reached: list[str] = []
+
+    async def away(request: Any) -> Any:
+        return RedirectResponse("/api/delete", status_code=307)
+
+    async def outside(request: Any) -> Any:
+        reached.append(request.url.path)
+        return PlainTextResponse("deleted")
+
+    app = Starlette(routes=[Route("/v1/go", away, methods=["GET", "DELETE"]),
+                            Route("/api/delete", outside, methods=["GET", "DELETE"])])
+    with ServerThread(app) as upstream:
+        proxy = make_proxy(upstream=upstream.url + "/v1", upstream_api_key="sk-up")
+        r = httpx.request("DELETE", f"{proxy}/v1/go", timeout=10, follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"] == "/api/delete"
+    assert reached == []
