@@ -48,7 +48,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-KINDS = ("text", "call", "mend", "hermes", "retry", "error", "bad")
+KINDS = ("text", "call", "mend", "hermes", "retry", "error", "bad", "hostile")
+# Hostile requests (issue 18), by seed: each must be a 400 naming its field, and nothing fetched or read.
+HOSTILE: list[tuple[str, dict[str, Any]]] = [
+    ("tools", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"$ref": "file:///etc/passwd"}}}}}]}),
+    ("tools", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"$ref": "http://169.254.169.254/latest/meta-data"}}}}}]}),
+    ("tools", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)(a+)+\\1"}}}}}]}),
+    ("tool_choice", {"tool_choice": {"function": 5}}),
+    ("stream_options", {"stream": True, "stream_options": "x"}),
+]
 SEEDS = 48
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu é ü 東京 🙂 \"quoted\" "
@@ -216,6 +227,11 @@ def check(kind: str, seed: int, status: int, answer: dict[str, Any]) -> None:
         expect(status == 400 and answer["error"]["type"] == "invalid_request_error",
                f"bad: {status} {answer}")
         return
+    if kind == "hostile":
+        field = HOSTILE[seed % len(HOSTILE)][0]
+        expect(status == 400 and answer["error"]["param"] == field, f"hostile: {status} {answer}")
+        expect("root:" not in json.dumps(answer), "a file's content came back")
+        return
     if kind == "error":
         expect(status == 500 and answer["error"]["type"] == "upstream_error", f"error: {status} {answer}")
         expect(f"boom {seed}" in answer["error"]["message"], "upstream message lost")
@@ -272,6 +288,8 @@ async def one(client: Any, tally: Tally, kind: str, stream: bool, seed: int) -> 
                             "messages": [{"role": "user", "content": f"soak {kind} {seed}"}]}
     if kind == "bad":
         del body["messages"]
+    if kind == "hostile":
+        body.update(HOSTILE[seed % len(HOSTILE)][1])
     start = time.perf_counter()
     try:
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -304,7 +322,8 @@ async def client_loop(n: int, url: str, deadline: float, tally: Tally) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(120, connect=30)) as client:
         while time.monotonic() < deadline:
             kind = rng.choice(KINDS)
-            await one(client, tally, kind, kind != "bad" and rng.random() < 0.5, rng.randrange(SEEDS))
+            stream = kind not in ("bad", "hostile") and rng.random() < 0.5
+            await one(client, tally, kind, stream, rng.randrange(SEEDS))
 
 
 # --- processes and RSS ------------------------------------------------------------------------------------

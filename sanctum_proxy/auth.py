@@ -1,9 +1,10 @@
-"""Who may call what: client keys for /v1/*, the admin key for /sanctum/* (and /metrics).
+"""Who may call what: client keys for /v1/*, the admin key for /sanctum/* and /metrics.
 
 Client keys come from `api_keys` and `api_keys_file` (one key per line, `#` comments; re-read when the
 file changes, so a rotated Kubernetes Secret needs no restart). `/sanctum/*` takes `admin_key` when one
-is set, else the client keys, else it is open like the rest. Keys are compared in constant time, each
-against every key, so neither the answer nor its timing tells which key came close.
+is set, else the client keys, else it is open like the rest. `/metrics` takes `admin_key` when one is set
+and is open otherwise (a Prometheus scraper holds no client key; `check_metrics_key`). Keys are compared in
+constant time, each against every key, so neither the answer nor its timing tells which key came close.
 `check_client_key` / `check_admin_key` raise Unauthorized (401 invalid_api_key); `require_client_key` /
 `require_admin_key` are the same as FastAPI dependencies.
 """
@@ -88,6 +89,12 @@ def check_client_key(request: Request) -> None:
 def check_admin_key(request: Request) -> None:
     ring: KeyRing = request.app.state.keys
     if (ring.admin or ring.client_required()) and not matches(presented_key(request), ring.admin_keys()):
+        raise Unauthorized("Missing or incorrect admin key: send 'Authorization: Bearer <admin key>'")
+
+
+def check_metrics_key(request: Request) -> None:
+    ring: KeyRing = request.app.state.keys
+    if ring.admin and not matches(presented_key(request), (ring.admin,)):
         raise Unauthorized("Missing or incorrect admin key: send 'Authorization: Bearer <admin key>'")
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, SettingsError, load_settings
+from .config import Settings, SettingsError, load_settings, redacted_url
 
 
 def parser() -> argparse.ArgumentParser:
@@ -73,11 +73,11 @@ def _embedded_stand_in(settings: Settings) -> Settings | None:
     try:
         find_llama_server(), find_model()
     except EmbeddedUnavailable:
-        print(f"sanctum-proxy: nothing answers at {settings.upstream} (start Ollama or pass --upstream; "
-              "bash .ci/llama.sh installs the embedded demo model)", file=sys.stderr)
+        print(f"sanctum-proxy: nothing answers at {redacted_url(settings.upstream)} (start Ollama or pass "
+              "--upstream; bash .ci/llama.sh installs the embedded demo model)", file=sys.stderr)
         return None
-    print(f"sanctum-proxy: nothing answers at {settings.upstream}: starting the embedded llama-server "
-          "(SmolLM2-135M demo model, constrained calling)", flush=True)
+    print(f"sanctum-proxy: nothing answers at {redacted_url(settings.upstream)}: starting the embedded "
+          "llama-server (SmolLM2-135M demo model, constrained calling)", flush=True)
     # The 135M model follows a schema and nothing else; a constrain setting other than the default stays.
     constrain = "always" if settings.constrain == "repair" else settings.constrain
     return settings.model_copy(update={"embedded": True, "constrain": constrain})
@@ -116,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sanctum-proxy: --embedded: {exc}", file=sys.stderr)
             return 2
         settings = settings.model_copy(update={"upstream": embedded.base_url})
-    target = ", ".join(u.name for u in settings.upstreams) if settings.upstreams else settings.upstream
+    target = (", ".join(u.name for u in settings.upstreams) if settings.upstreams
+              else redacted_url(settings.upstream))
     print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {target}, "
           f"spell calling {settings.spell_calling}", flush=True)
     if embedded is not None:
@@ -124,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # default one would end the process here without `finally`, leaving the llama-server child running.
         signal.signal(signal.SIGTERM, _exit_on_signal)
     serve: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
-                             "log_config": access_log.log_config(settings.log_level)}
+                             "log_config": access_log.log_config(settings.log_level),
+                             **http_protocol(settings)}
     try:
         if settings.workers > 1:
             _serve_workers(settings, serve)
@@ -177,10 +179,22 @@ def worker_app() -> Any:
     from .app import create_app
 
     settings = Settings.model_validate_json(os.environ[WORKER_SETTINGS_ENV])
+    http_protocol(settings)  # this process's copy of the protocol class gets the header deadline too
     atexit.register(multiprocess.mark_process_dead, os.getpid())  # its in-flight gauges stop counting
     app = create_app(settings)
     quiet_gc()
     return app
+
+
+def http_protocol(settings: Settings) -> dict[str, Any]:
+    """uvicorn's `http` option: its httptools protocol with a deadline on request heads (header_timeout.py);
+    nothing (uvicorn's choice, no deadline) where httptools is not installed."""
+    try:
+        from .header_timeout import HeaderTimeoutProtocol
+    except ImportError:
+        return {}
+    HeaderTimeoutProtocol.seconds = settings.header_read_timeout
+    return {"http": HeaderTimeoutProtocol}
 
 
 def quiet_gc() -> None:

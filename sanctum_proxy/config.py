@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     read_timeout: float = Field(300.0, gt=0)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_answer_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    max_repair_bytes: int = Field(64 * 1024, ge=1024, description="call text above this is not repaired locally")
+    body_read_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send its body")
+    header_read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send its headers")
     probe_capabilities: bool = True
     probe_timeout: float = Field(3.0, gt=0)
     auto_recheck_seconds: float | None = Field(None, gt=0)
@@ -149,6 +152,16 @@ class Settings(BaseSettings):
     def upstream_root(self) -> str:
         """The server root (the upstream URL without its trailing /v1), for /props, /api/show."""
         return self.upstream[:-3] if self.upstream.endswith("/v1") else self.upstream
+
+
+def redacted_url(url: str) -> str:
+    """The URL without its credentials, fit to show or log: http://user:pass@host/v1 -> http://***@host/v1."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not sep or not at:
+        return url
+    return f"{scheme}{sep}***@{host}{slash}{path}"
 
 
 class SettingsError(ValueError):

@@ -166,7 +166,6 @@ def broken_call(message: dict[str, Any], finish_reason: str | None) -> Problem |
 _CALL_OPENING = re.compile(r'\s*\{\s*"(?:name|tool_calls)"\s*:')
 _NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _TEXT_OPENING = re.compile(r'\s*\{\s*"content"\s*:\s*"')
-_SAFE_END = re.compile(r"\\u[0-9a-fA-F]{0,3}$|\\$")
 
 
 def visible_text(raw: str) -> str:
@@ -177,12 +176,76 @@ def visible_text(raw: str) -> str:
         return ""
     body = raw[opening.end() :]
     end = _closing_quote(body)
-    body = body[:end] if end is not None else _SAFE_END.sub("", body)
+    body = body[:end] if end is not None else body[:_safe_end(body)]
     try:
         text: str = orjson.loads(f'"{body}"')
     except orjson.JSONDecodeError:  # a control character the grammar let through: show nothing yet
         return ""
     return text
+
+
+MAX_OPENING_CHARS = 4096  # the grammar allows little whitespace before `{"content": "`
+
+
+class TextBranch:
+    """`visible_text` for a stream, fed piece by piece: each character is read once (re-reading the whole
+    answer per chunk cost 34 s of CPU for 256 Ki one-character chunks). Holds back only an escape cut by
+    the chunk boundary; after the closing quote, or text that is no text branch, it shows nothing more."""
+
+    def __init__(self) -> None:
+        self._buffer = ""  # read, not yet shown: the opening so far, or a cut escape
+        self._opened = self._done = False
+
+    def feed(self, piece: str) -> str:
+        """The text this piece makes visible ("" for none)."""
+        if self._done or not piece:
+            return ""
+        self._buffer += piece
+        if not self._opened:
+            opening = _TEXT_OPENING.match(self._buffer)
+            if opening is None:
+                self._done = len(self._buffer) > MAX_OPENING_CHARS
+                return ""
+            self._opened, self._buffer = True, self._buffer[opening.end():]
+        body = self._buffer
+        end = _closing_quote(body)
+        if end is not None:
+            body, self._done = body[:end], True
+        else:
+            body = body[:_safe_end(body)]
+        try:
+            text: str = orjson.loads(f'"{body}"')
+        except orjson.JSONDecodeError:  # a control character the grammar let through: show nothing more
+            self._done = True
+            return ""
+        self._buffer = self._buffer[len(body):]
+        return text
+
+
+_HIGH_SURROGATE_END = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}$")
+_PARTIAL_U = re.compile(r"\\u[0-9a-fA-F]{0,3}$")
+
+
+def _safe_end(body: str) -> int:
+    """Where the decodable part of an unfinished string body ends: before a cut escape (a backslash at the
+    end, a partial \\uXXXX, or a high surrogate whose low half has not come)."""
+    end = len(body)
+    if _escaping(body, end):
+        end -= 1
+    else:
+        partial = _PARTIAL_U.search(body)
+        if partial is not None and not _escaping(body, partial.start()):
+            end = partial.start()
+    surrogate = _HIGH_SURROGATE_END.search(body, 0, end)
+    if surrogate is not None and not _escaping(body, surrogate.start()):
+        end = surrogate.start()
+    return end
+
+
+def _escaping(body: str, at: int) -> bool:
+    """Whether the backslashes just before `at` leave one open (an odd run)."""
+    run = at - len(body[:at].rstrip("\\"))
+    return run % 2 == 1
 
 
 def _closing_quote(body: str) -> int | None:

@@ -3,6 +3,7 @@
     ProxyError                      status, type, code, param, message
      ├── InvalidRequest             400 invalid_request_error (bad JSON, messages, tools, controls)
      │    ├── BodyTooLarge          413 invalid_request_error
+     │    ├── BodyTimeout           408 invalid_request_error, code request_timeout (body_read_timeout)
      │    ├── ArrayTooLong          400 invalid_request_error, code array_above_max_length (messages, tools)
      │    ├── ModelNotFound         404 invalid_request_error, code model_not_found (no upstream serves it)
      │    └── NotFound              404 invalid_request_error, code not_found (e.g. an unknown trace id)
@@ -46,6 +47,11 @@ class InvalidRequest(ProxyError):
 class BodyTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"
+
+
+class BodyTimeout(InvalidRequest):
+    status = 408
+    code = "request_timeout"
 
 
 class ArrayTooLong(InvalidRequest):

@@ -13,11 +13,11 @@ from typing import Any
 
 import orjson
 from jsonschema import exceptions as schema_errors
-from jsonschema import validators
 
 from .config import Settings
 from .errors import InvalidRequest
 from .limits import check_counts
+from .repair import schemas
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 SPELL_CALLING = ("native", "prompted", "auto")
@@ -80,10 +80,51 @@ def parse_chat_request(raw: bytes, headers: Mapping[str, str], settings: Setting
 def chat_request(body: dict[str, Any], headers: Mapping[str, str], settings: Settings) -> ChatRequest:
     """A chat body already read (or translated from another protocol), checked, its `sanctum` taken out."""
     check_counts(body, settings.max_messages, settings.max_tools)
+    check_depth(body)
     check_messages(body.get("messages"))
     check_tools(body)
+    check_choices(body)
     sanctum = body.pop("sanctum", None)
     return ChatRequest(body=body, controls=parse_controls(headers, sanctum, settings))
+
+
+# orjson reads JSON 1024 levels deep but writes at most 254; the proxy writes a request again (to the upstream,
+# into traces, a level or a few further down), so a field must leave it this much room.
+DEPTH_HEADROOM = 16
+
+
+def check_depth(body: dict[str, Any]) -> None:
+    """A field nested too deep to be written back is a 400 naming it (it was a 500 once the answer was
+    written). orjson finds out at C speed; a walk in Python would cost more than the whole request."""
+    for key, value in body.items():
+        for _ in range(DEPTH_HEADROOM):
+            value = [value]
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError as exc:
+            raise InvalidRequest(f"'{key}' is nested too deeply (JSON more than about "
+                                 f"{254 - DEPTH_HEADROOM} levels deep is refused)", param=key) from exc
+
+
+def check_choices(body: dict[str, Any]) -> None:
+    """`tool_choice` and `stream_options` are read by the proxy, so their shape must be OpenAI's."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and "function" in choice:
+        function = choice["function"]
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise InvalidRequest("tool_choice.function must be an object with a string name",
+                                 param="tool_choice")
+    elif choice is not None and not isinstance(choice, str | dict):
+        raise InvalidRequest("tool_choice must be 'none', 'auto', 'required' or an object naming a function",
+                             param="tool_choice")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise InvalidRequest(f"stream_options must be an object, got {type(options).__name__}",
+                             param="stream_options")
+    legacy = body.get("function_call")
+    if legacy is not None and not isinstance(legacy, str | dict):
+        raise InvalidRequest("function_call must be 'none', 'auto' or an object with a name",
+                             param="function_call")
 
 
 def check_messages(messages: Any) -> None:
@@ -158,10 +199,14 @@ CACHED_SCHEMA_BYTES = 64 * 1024
 
 
 def _schema_problem(serialized: bytes) -> str | None:
-    """Why a tool's `parameters` is not a valid JSON Schema, or None."""
+    """Why a tool's `parameters` is not a valid JSON Schema, or one the proxy refuses (a `$ref` outside it,
+    a pattern RE2 cannot run), or None."""
     schema = orjson.loads(serialized)
+    refused = schemas.refusal(schema)
+    if refused is not None:
+        return refused
     try:
-        validators.validator_for(schema).check_schema(schema)
+        schemas.check_schema(schema)
     except schema_errors.SchemaError as exc:
         return str(exc.message)
     return None
@@ -207,7 +252,7 @@ def _choice(value: Any, allowed: tuple[str, ...], name: str, default: str | None
 def _rounds(value: Any, default: int) -> int:
     if value is None:
         return default
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # int() takes '²' too
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
         raise InvalidRequest(f"invalid sanctum control 'max_repair_rounds': {value!r} (an integer 0..10)",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Settings, UpstreamConfig
+from .config import Settings, UpstreamConfig, redacted_url
 from .errors import ModelNotFound
 from .upstream import Upstream
 
@@ -68,7 +68,7 @@ class Router:
             self.keys = [entry.name for entry in self.entries]
         else:
             self.upstreams = [Upstream(settings)]
-            self.keys = [settings.upstream]
+            self.keys = [redacted_url(settings.upstream)]  # shown in traces and status: no credentials
         self._interval = settings.health_check_seconds
         self._watchers: list[asyncio.Task[None]] = []
 

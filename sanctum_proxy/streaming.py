@@ -62,7 +62,8 @@ class Assembler:
     _firsts: frozenset[str] = frozenset()
     _longest: int = 0
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
-    _visible: str = ""
+    _branch: constrain.TextBranch = field(default_factory=constrain.TextBranch)
+    _fresh: str = ""  # content of the last chunk (the text branch reads each piece once)
     _parts: list[str] = field(default_factory=list)
     _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
     _reasoning: list[str] = field(default_factory=list)  # reasoning_content deltas (llama.cpp, vLLM)
@@ -85,7 +86,9 @@ class Assembler:
             delta = choice.get("delta") or {}
             if isinstance(delta.get("content"), str) and delta["content"]:
                 self._parts.append(delta["content"])
-                if not self.holding:
+                if self.text_branch:
+                    self._fresh += delta["content"]
+                elif not self.holding:
                     self._pending += delta["content"]
             if isinstance(delta.get("reasoning_content"), str):
                 self._reasoning.append(delta["reasoning_content"])
@@ -111,11 +114,8 @@ class Assembler:
 
     def _release(self) -> str:
         if self.text_branch:
-            visible = constrain.visible_text(self.content)
-            if not visible.startswith(self._visible):
-                return ""
-            out, self._visible = visible[len(self._visible):], visible
-            return out
+            fresh, self._fresh = self._fresh, ""
+            return self._branch.feed(fresh)
         if self.holding:
             return ""
         text = self._pending  # positions below are relative to `released`

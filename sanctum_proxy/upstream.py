@@ -15,7 +15,8 @@ KEEPALIVE_SECONDS idle, under the 5 s that llama-server, uvicorn and Node server
 checks every backend's GET /models periodically and brings a recovered backend back.
 Chat calls come back as parsed JSON or as an async iterator of parsed SSE chunks; everything else is
 passed through as a `Passing` (status, headers, raw body chunks). The upstream key never leaves this
-module: error bodies that echo it are redacted before they are raised or relayed.
+module: every body that echoes it (error or not, whole or streamed) is redacted before it is raised or
+relayed, and credentials in an upstream URL are never shown or logged.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from .config import Settings, UpstreamConfig
+from .config import Settings, UpstreamConfig, redacted_url
 from .errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 
 # Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
@@ -119,7 +120,7 @@ class Backend:
         return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
 
     def to_json(self) -> dict[str, Any]:
-        return {"url": self.base_url, "healthy": self.healthy, "checked_at": self.checked_at}
+        return {"url": redacted_url(self.base_url), "healthy": self.healthy, "checked_at": self.checked_at}
 
 
 class Upstream:
@@ -202,7 +203,7 @@ class Upstream:
             except CONNECT_ERRORS as exc:
                 if backend.healthy:
                     log.warning("upstream %s: backend %s unreachable (%s), trying the next one",
-                                self.name, backend.base_url, type(exc).__name__)
+                                self.name, redacted_url(backend.base_url), type(exc).__name__)
                 backend.healthy, failure = False, exc
                 continue
             backend.healthy = True
@@ -250,12 +251,12 @@ class Upstream:
         async with mapped_errors():
             response = await self._open("POST", "/chat/completions", data=content, headers=headers)
             try:
-                raw = await self._read_body(response)
+                raw = self._redact(await self._read_body(response))  # a 2xx answer may echo the key too
             finally:
                 done(response)
         latency = (time.perf_counter() - start) * 1000
         if response.status >= 400:
-            raise self._error(response.status, raw)
+            raise upstream_error(response.status, raw)
         try:
             parsed = loads_lenient(raw)
         except orjson.JSONDecodeError as exc:
@@ -307,6 +308,7 @@ class Upstream:
                 if data.startswith(b"[DONE]"):
                     await _drain(events)
                     break
+                data = self._redact(data)
                 try:
                     chunk = loads_lenient(data)
                 except orjson.JSONDecodeError as exc:
@@ -333,13 +335,17 @@ class Upstream:
         """Pass-through: the body streams as it arrives; the caller runs `close`. An error answer is read
         whole and redacted (servers echo a wrong key in their 401 message)."""
         async with mapped_errors():
-            response = await self._open(method, path, params=params, headers=headers, data=content)
+            # A redirect is relayed, never followed: it could point outside the upstream's base path.
+            response = await self._open(method, path, params=params, headers=headers, data=content,
+                                        allow_redirects=False)
             kept = [(k.lower(), v) for k, v in response.headers.items()]
             if response.status < 400 or not self._key:
                 async def close() -> None:
                     done(response)
 
-                return Passing(response.status, kept, _relayed(response), close)
+                chunks = _relayed(response)
+                return Passing(response.status, kept, _redacted(chunks, self._key.encode()) if self._key
+                               else chunks, close)
             try:
                 body = await self._read_body(response, cut_at=MAX_ERROR_BODY)
             finally:
@@ -373,7 +379,7 @@ class Upstream:
         except (TimeoutError, aiohttp.ClientError, OSError):
             healthy = False
         if healthy != backend.healthy:
-            log.warning("upstream %s: backend %s is %s", self.name, backend.base_url,
+            log.warning("upstream %s: backend %s is %s", self.name, redacted_url(backend.base_url),
                         "up" if healthy else "down")
         backend.healthy, backend.checked_at = healthy, time.time()
         return healthy
@@ -404,6 +410,30 @@ async def _relayed(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
                 yield chunk
     finally:
         done(response)
+
+
+async def _redacted(chunks: AsyncIterator[bytes], key: bytes) -> AsyncIterator[bytes]:
+    """`chunks` with every copy of `key` masked, also one split between chunks: only a tail that could be the
+    start of the key waits for the next chunk (linear: at most len(key) bytes are looked at twice)."""
+    held = b""
+    async for chunk in chunks:
+        data = (held + chunk).replace(key, b"***")
+        keep = _key_prefix_at_end(data, key)
+        held = data[len(data) - keep:] if keep else b""
+        if len(data) > keep:
+            yield data[:len(data) - keep]
+    if held:
+        yield held
+
+
+def _key_prefix_at_end(data: bytes, key: bytes) -> int:
+    """How many last bytes of `data` are the first bytes of `key` (0 when none)."""
+    start = max(0, len(data) - len(key) + 1)
+    while (start := data.find(key[:1], start)) >= 0:
+        if key.startswith(data[start:]):
+            return len(data) - start
+        start += 1
+    return 0
 
 
 async def _once(body: bytes) -> AsyncIterator[bytes]:

@@ -168,6 +168,11 @@ PATHOLOGICAL = {
     "unclosed_tags": "<tool_call>{" * 50_000,
     "quotes": "'\"" * (MB // 2),
     "ten_thousand_keys": "{" + ",".join(f'"k{i}": {i}' for i in range(100_000)) + ",}",
+    # issue 18: broken call text that went to json_repair (seconds per 250 KB) or the token list (1.7 GB)
+    "quarter_megabyte_broken_call": '<tool_call>{"name": "search", "arguments": {\'q\': undefined, '
+                                    + "'k': 'v', " * 25_000 + "}}</tool_call>",
+    "two_megabyte_single_quoted_call": "{'name': 'search', 'arguments': {'q': '" + "ab, cd: [1] " * (2 * MB // 12)
+                                       + "'}}",
 }
 
 

@@ -135,3 +135,46 @@ def test_prompted_call_text_reads_back_as_the_same_call(name: str, args: dict[st
         assert [c.name for c in out.calls] == [name]
     else:
         assert out.problems
+
+
+# --- issue 18: the constrained text branch and pass-through paths ------------------------------------------
+
+
+@given(st.lists(st.sampled_from(["a", "b", " ", "é", "🙂", '\\"', "\\\\", "\\n", "\\u00e9", "\\ud83d\\ude00",
+                                 "\\/", "\\t"]), max_size=40),
+       st.lists(st.integers(0, 10_000), max_size=12), st.booleans())
+def test_constrained_text_branch_is_independent_of_chunking(tokens: list[str], points: list[int],
+                                                            closed: bool) -> None:
+    from sanctum_proxy import constrain
+
+    raw = '{"content": "' + "".join(tokens) + ('"}' if closed else "")
+    a = Assembler(text_branch=True)
+    shown = "".join(a.feed(content_chunk(p)) for p in cuts(raw, points))
+    assert shown == constrain.visible_text(raw)
+
+
+@given(st.lists(st.sampled_from(["a", ".", "..", "%2e", "%2E", "%252e", "%2f", "%2F", "%5c", "\\", "/", "%25",
+                                 "models", "%00", "%2525"]), min_size=1, max_size=8))
+def test_a_pass_through_path_the_proxy_accepts_stays_under_v1(parts: list[str]) -> None:
+    """Whatever the client writes, a path check_path lets through resolves under /v1/ as the upstream
+    client (yarl, as aiohttp sends it) and any server that decodes and normalises would see it."""
+    import posixpath
+    from urllib.parse import unquote
+
+    from starlette.requests import Request
+    from yarl import URL
+
+    from sanctum_proxy.routes.passthrough import check_path
+
+    raw = "/v1/" + "".join(parts)
+    scope = {"type": "http", "method": "GET", "path": unquote(raw), "raw_path": raw.encode(), "headers": [],
+             "query_string": b"", "server": ("x", 80), "scheme": "http", "root_path": ""}
+    try:
+        check_path(Request(scope))
+    except ProxyError:
+        return
+    sent = URL("http://up/v1" + "/" + unquote(raw).removeprefix("/v1/"))
+    decoded = sent.path
+    for _ in range(4):
+        decoded = unquote(decoded)
+    assert posixpath.normpath(decoded).startswith("/v1") and sent.path.startswith("/v1/")

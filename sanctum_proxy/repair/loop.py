@@ -104,6 +104,7 @@ class Plan:
     opening_omens: list[om.Omen] = field(default_factory=list)  # decided before the first round (a probe)
     constrain: cn.Constrain = "off"
     on_constrain_rejected: Callable[[], None] | None = None  # the upstream cannot take the answer schema
+    max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
 
     @property
     def model(self) -> str:
@@ -219,7 +220,8 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     asked = plan.prompt_format if state.mode == "prompted" and not record.constrained else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
-                        parallel_tool_calls=plan.parallel, asked_format=asked, **kwargs)
+                        parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
+                        asked_format=asked, **kwargs)
     broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
     problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
     # The grammar made the model choose between text and a call, and it began a call it could not finish

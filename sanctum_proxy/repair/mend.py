@@ -20,7 +20,7 @@ import orjson
 
 from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall
 from sanctum_proxy.codecs.registry import MAX_CANDIDATES, find_calls
-from sanctum_proxy.repair.extract import Decoded, decode, strict
+from sanctum_proxy.repair.extract import MAX_REPAIR_CHARS, Decoded, decode, strict
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.validate import coerce
 
@@ -39,6 +39,7 @@ def assess(
     finish_reason: str | None = None,
     parallel_tool_calls: bool = True,
     new_id: Callable[[], str] = new_call_id,
+    max_repair_chars: int = MAX_REPAIR_CHARS,
     asked_format: str | None = None,
 ) -> Assessment:
     """Every call in the answer, judged. `asked_format`: the call format a prompted round asked for; a call
@@ -49,7 +50,7 @@ def assess(
     found = find_calls(text, book.name_set) if text else []
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
-    judge = _Judge(book, finish_reason == "length", new_id, asked_format)
+    judge = _Judge(book, finish_reason == "length", new_id, max_repair_chars, asked_format)
     calls: list[ToolCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
@@ -123,7 +124,14 @@ def _native(item: Any) -> Candidate:
     )
 
 
+BIG_RAW_CHARS = 1024 * 1024
+
+
 def _raw(item: Any) -> str:
+    fn = item.get("function") if isinstance(item, dict) else None
+    args = fn.get("arguments") if isinstance(fn, dict) else None
+    if isinstance(args, str) and len(args) > BIG_RAW_CHARS:  # orjson reserves ~13 bytes a character to write
+        return json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=repr)
     try:
         return orjson.dumps(item).decode()
     except (TypeError, orjson.JSONEncodeError):
@@ -154,13 +162,15 @@ class _Args:
 
 
 class _Judge:
-    def __init__(self, book: SpellBook, truncated: bool, new_id: Callable[[], str], asked: str | None) -> None:
-        self.book, self.truncated, self.new_id, self.asked = book, truncated, new_id, asked
+    def __init__(self, book: SpellBook, truncated: bool, new_id: Callable[[], str], max_chars: int,
+                 asked: str | None) -> None:
+        self.book, self.truncated, self.new_id = book, truncated, new_id
+        self.max_chars, self.asked = max_chars, asked
 
     def __call__(self, cand: Candidate) -> _Verdict:
         name, name_repairs = self.book.resolve(cand.name)
         if name is None and not cand.name and isinstance(cand.arguments, str):
-            decoded = decode(cand.arguments)
+            decoded = decode(cand.arguments, self.max_chars)
             if not isinstance(decoded, Decoded):  # call markup around text that is not a call at all
                 return _Verdict(problems=(self._malformed(cand, None, decoded.why),))
         if name is None:
@@ -214,14 +224,14 @@ class _Judge:
         return _Args(value, codec_repairs, not codec_repairs)
 
     def _mend_text(self, cand: Candidate, args: str, codec_repairs: tuple[str, ...]) -> _Args | Problem:
-        decoded = decode(args)
+        decoded = decode(args, self.max_chars)
         if not isinstance(decoded, Decoded):
             return self._malformed(cand, cand.name, decoded.why)
         if self.truncated and "unclosed_braces" in decoded.repairs:
             return self._malformed(cand, cand.name, "the answer was cut off by max_tokens")
         value, repairs = decoded.value, (MALFORMED, *codec_repairs, *decoded.repairs)
         if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
-            inner = decode(value)
+            inner = decode(value, self.max_chars)
             if isinstance(inner, Decoded):
                 value, repairs = inner.value, (*repairs, "double_encoded", *inner.repairs)
         return _Args(value, repairs, False)

@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from jsonschema import validators
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
 from sanctum_proxy.calls import Problem, Spell
+from sanctum_proxy.repair.schemas import check_schema, refusal, validator_for
 from sanctum_proxy.repair.validate import problems_for
 
 MAX_NAME_CHARS = 256
@@ -61,13 +61,13 @@ def _resolve(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[st
 @functools.lru_cache(maxsize=256)
 def _compiled(schema_json: bytes) -> Validator:
     schema = json.loads(schema_json)
-    cls = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
-        cls.check_schema(schema)
+        check_schema(schema)
     except SchemaError:
-        schema, cls = _NO_CONSTRAINTS, validators.Draft202012Validator
-    validator: Validator = cls(schema)
-    return validator
+        schema = _NO_CONSTRAINTS
+    if refusal(schema) is not None:  # the request parser refused it already; never reached from a request
+        schema = _NO_CONSTRAINTS
+    return validator_for(schema)
 
 
 def _canonical(schema: Mapping[str, Any]) -> bytes:

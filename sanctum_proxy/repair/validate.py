@@ -20,6 +20,7 @@ from referencing.exceptions import Unresolvable
 
 from sanctum_proxy.calls import Problem, Reason, Spell
 from sanctum_proxy.repair.extract import Decoded, decode
+from sanctum_proxy.repair.schemas import search
 
 MAX_ERRORS = 20
 MAX_MESSAGE_CHARS = 200
@@ -124,19 +125,9 @@ def _unexpected(schema: Mapping[str, Any], args: dict[str, Any]) -> list[str]:
     props = props if isinstance(props, Mapping) else {}
     if not props and any(k in schema for k in _COMPOSED):
         return []  # the properties live in sub-schemas; jsonschema judges these
-    patterns = _patterns(schema)
-    return [k for k in args if k not in props and not any(p.search(k) for p in patterns)]
-
-
-def _patterns(schema: Mapping[str, Any]) -> list[re.Pattern[str]]:
     pp = schema.get("patternProperties")
-    out: list[re.Pattern[str]] = []
-    for pattern in pp if isinstance(pp, Mapping) else ():
-        try:
-            out.append(re.compile(pattern))
-        except (re.error, TypeError):
-            continue
-    return out
+    patterns = [p for p in pp if isinstance(p, str)] if isinstance(pp, Mapping) else []
+    return [k for k in args if k not in props and not any(search(p, k) for p in patterns)]
 
 
 def _invalid(validator: Validator, args: dict[str, Any]) -> list[str]:

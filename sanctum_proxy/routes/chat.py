@@ -30,7 +30,7 @@ router = APIRouter()
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes `limit` (never buffered whole first)."""
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
     body = bytearray()
     async for piece in request.stream():
@@ -126,7 +126,8 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
                 max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
                 prompt_format=settings.prompt_format_for(chat.model), upstream=key,
                 modes=request.app.state.modes, opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
-                on_constrain_rejected=lambda: book_of_caps.refuse_schema(key, chat.model))
+                on_constrain_rejected=lambda: book_of_caps.refuse_schema(key, chat.model),
+                max_repair_bytes=settings.max_repair_bytes)
 
 
 async def settle_by_probe(request: Request, settings: Settings, model: str) -> list[om.Omen]:

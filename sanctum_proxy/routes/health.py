@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from ..config import redacted_url
 from ..responses import JsonResponse as ORJSONResponse
 
 router = APIRouter()
@@ -25,5 +26,5 @@ async def readyz(request: Request) -> ORJSONResponse:
     if router.several:
         body["upstreams"] = answers
     else:
-        body["upstream"] = request.app.state.settings.upstream
+        body["upstream"] = redacted_url(request.app.state.settings.upstream)
     return ORJSONResponse(body, status_code=200 if ready else 503)

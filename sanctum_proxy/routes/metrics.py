@@ -1,4 +1,5 @@
-"""GET /metrics: Prometheus text of this app's registry (see sanctum_proxy/metrics.py)."""
+"""GET /metrics: Prometheus text of this app's registry (see sanctum_proxy/metrics.py). Guarded by
+`admin_key` when one is set, open otherwise (auth.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ..auth import check_metrics_key
 from ..metrics import CONTENT_TYPE
 from ..recorder import Recorder
 
@@ -15,6 +17,7 @@ router = APIRouter()
 
 @router.get("/metrics", responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}})
 async def metrics(request: Request) -> Response:
+    check_metrics_key(request)
     recorder: Recorder = request.app.state.recorder
     # Counters are fed by the trace writer thread: let it catch up, so a finished request is counted.
     await asyncio.to_thread(recorder.flush, 2.0)

@@ -8,6 +8,7 @@ of what each catch-all upstream lists itself; other paths go where their body's 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 from fastapi import APIRouter, Request
@@ -15,6 +16,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from ..auth import check_client_key
+from ..errors import InvalidRequest, NotFound
 from ..responses import JsonResponse
 from ..routing import Router, listed_models
 from ..upstream import HOP_BY_HOP, Upstream
@@ -38,11 +40,11 @@ async def models(request: Request) -> Response:
 @router.api_route("/v1/{path:path}", methods=METHODS, include_in_schema=False)
 async def passthrough(path: str, request: Request) -> StreamingResponse:
     check_client_key(request)
+    check_path(request)
     settings = request.app.state.settings
     upstream, content = await target(path, request)
-    headers = {k: v for k, v in request.headers.items()
-               if k not in HOP_BY_HOP and k != "authorization" and not k.startswith("x-sanctum-")}
     auth = request.headers.get("authorization") if settings.forward_client_key else None
+    headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
     query = list(request.query_params.multi_items())
     response = await upstream.send(request.method, f"/{path}", params=query, headers=headers, content=content)
@@ -51,17 +53,49 @@ async def passthrough(path: str, request: Request) -> StreamingResponse:
                              background=BackgroundTask(response.close))
 
 
+def forwarded_headers(request: Request, *, keyed: bool) -> dict[str, str]:
+    """The client's headers fit for the upstream: no hop-by-hop header, none the client's `Connection`
+    header names (RFC 9110 7.6.1), no key of its own, no X-Sanctum-*. With the proxy's own upstream key,
+    no Accept-Encoding either: an answer that echoes the key must come uncompressed to be redacted."""
+    named = {t.strip().lower() for t in request.headers.get("connection", "").split(",")}
+    dropped = HOP_BY_HOP | named | {"authorization"} | ({"accept-encoding"} if keyed else set())
+    return {k: v for k, v in request.headers.items() if k not in dropped and not k.startswith("x-sanctum-")}
+
+
+MAX_DECODES = 4
+
+
+def check_path(request: Request) -> None:
+    """Only paths under the upstream's base path are forwarded: the path as the client wrote it, decoded
+    as often as it decodes (`%252e` is a dot too), may hold no dot segment, empty segment, backslash or
+    control character; otherwise 404 and nothing is sent (`/v1/..%2f..%2fapi/delete` would reach Ollama's
+    model delete with the proxy's key)."""
+    raw = request.scope.get("raw_path") or request.scope["path"].encode()
+    text = raw.decode("latin-1") if isinstance(raw, bytes) else str(raw)
+    for _ in range(MAX_DECODES):
+        decoded = unquote(text)
+        if decoded == text:
+            break
+        text = decoded
+    else:
+        text = "\\"  # still decoding after MAX_DECODES rounds: refused like the rest
+    segments = text.split("/")
+    if ("\\" in text or any(s in (".", "..") for s in segments) or "" in segments[1:-1]
+            or any(ord(c) < 32 or c == "\x7f" for c in text)):
+        raise NotFound(f"Invalid URL ({request.method} {request.url.path}): a path with dot segments, empty "
+                       "segments, backslashes or control characters (encoded or not) is not passed through")
+
+
 async def target(path: str, request: Request) -> tuple[Upstream, Any]:
-    """The upstream for this request and the body to send it (streamed through when nothing routes)."""
+    """The upstream for this request and the body to send it (read whole first, at most max_body_bytes:
+    over it is a 413 and nothing is sent)."""
     routes: Router = request.app.state.router
     has_body = request.method not in ("GET", "HEAD")
-    if not routes.several:
-        return routes.default, request.stream() if has_body else None
-    if path.startswith("models/"):
+    if path.startswith("models/") and routes.several:
         return routes.route(path.removeprefix("models/")).upstream, None
-    if not has_body:
-        return routes.default, None
-    raw = await read_body(request, request.app.state.settings.max_body_bytes)
+    raw = await read_body(request, request.app.state.settings.max_body_bytes) if has_body else None
+    if not routes.several or not raw:
+        return routes.default, raw
     try:
         body = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
@@ -69,7 +103,12 @@ async def target(path: str, request: Request) -> tuple[Upstream, Any]:
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         return routes.default, raw
     route = routes.route(body["model"])
-    return route.upstream, raw if route.model == body["model"] else orjson.dumps(route.rewrite(body))
+    if route.model == body["model"]:
+        return route.upstream, raw
+    try:
+        return route.upstream, orjson.dumps(route.rewrite(body))
+    except orjson.JSONEncodeError as exc:  # read 1024 levels deep, written at most 254
+        raise InvalidRequest("the request body is nested too deeply to be passed on") from exc
 
 
 async def model_list(routes: Router) -> list[dict[str, Any]]:

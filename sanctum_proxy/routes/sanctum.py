@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from ..auth import check_admin_key
-from ..config import Settings
+from ..config import Settings, redacted_url
 from ..errors import InvalidRequest, NotFound
 from ..recorder import Recorder
 from ..responses import JsonResponse as ORJSONResponse
@@ -26,6 +26,15 @@ from ..traces import OUTCOMES
 SECRET = ("upstream_api_key", "api_keys", "admin_key")
 MAX_LIMIT = 200
 STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
+# The viewer shows what models and clients wrote: nothing of it may run, load from elsewhere or be framed.
+VIEWER_HEADERS = {
+    "cache-control": "no-cache",
+    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                               "img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+}
 
 
 def check_admin(request: Request) -> None:
@@ -58,9 +67,11 @@ def shown_settings(settings: Settings) -> dict[str, Any]:
     for key in SECRET:
         if shown.get(key):
             shown[key] = "***"
+    shown["upstream"] = redacted_url(shown["upstream"])
     for upstream in shown["upstreams"]:
         if upstream.get("api_key"):
             upstream["api_key"] = "***"
+        upstream["urls"] = [redacted_url(url) for url in upstream.get("urls") or ()]
     if shown.get("redis_url"):
         shown["redis_url"] = without_password(shown["redis_url"])
     return shown
@@ -92,15 +103,14 @@ async def trace(request: Request, trace_id: str) -> ORJSONResponse:
 @router.get("/sanctum/", responses=HTML)
 @router.get("/sanctum", responses=HTML)
 async def viewer() -> Response:
-    return Response(_static("viewer.html"), media_type="text/html; charset=utf-8",
-                    headers={"cache-control": "no-cache"})
+    return Response(_static("viewer.html"), media_type="text/html; charset=utf-8", headers=VIEWER_HEADERS)
 
 
 @router.get("/sanctum/static/{name}", responses=FILES)
 async def static(name: str) -> Response:
     if name not in STATIC:
         raise NotFound(f"no file {name!r}")
-    return Response(_static(name), media_type=STATIC[name], headers={"cache-control": "no-cache"})
+    return Response(_static(name), media_type=STATIC[name], headers=VIEWER_HEADERS)
 
 
 def _static(name: str) -> bytes:
@@ -123,7 +133,7 @@ def parse_query(params: Any) -> Query:
         raise InvalidRequest(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}",
                              param="outcome")
     limit = params.get("limit") or "50"
-    if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
+    if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= MAX_LIMIT:  # int() takes '²' too
         raise InvalidRequest(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}", param="limit")
     return Query(outcome=outcome, model=params.get("model") or None, since=_since(params.get("since")),
                  limit=int(limit), after=params.get("after") or None)

@@ -81,6 +81,8 @@ class FakeUpstream:
     show: Any = None  # Ollama's POST /api/show answer; None: 404 like llama.cpp / vLLM
     probes: list[str] = field(default_factory=list)
     chunks_sent: int = 0  # stream pieces sent so far (a test can see that the upstream is still talking)
+    stray: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of requests outside /v1: 404s
+    other_headers: list[dict[str, str]] = field(default_factory=list)  # the headers of each other_requests entry
 
     def push(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -93,7 +95,13 @@ class FakeUpstream:
             Route("/props", self.answer_props, methods=["GET"]),
             Route("/api/show", self.answer_show, methods=["POST"]),
             Route("/v1/{path:path}", self.echo, methods=["GET", "POST", "PUT", "DELETE"]),
+            Route("/{path:path}", self.outside, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
         ])
+
+    async def outside(self, request: Request) -> Response:
+        """Ollama's /api/*, llama.cpp's /slots...: recorded (the proxy must never send a client here), 404."""
+        self.stray.append((request.method, request.url.path))
+        return Response(b"404 page not found", 404, media_type="text/plain")
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
@@ -113,6 +121,7 @@ class FakeUpstream:
     async def echo(self, request: Request) -> Response:
         body = await request.body()
         self.other_requests.append((request.method, request.url.path, body))
+        self.other_headers.append(dict(request.headers))
         return Response(orjson.dumps({"method": request.method, "path": request.url.path,
                                       "query": str(request.url.query), "body": body.decode()}),
                         status_code=201 if request.method == "POST" else 200, media_type="application/json",
