@@ -2,7 +2,8 @@
 
 Each codec module has NAME, STARTS (the literal delimiters that may open a call in streamed text, for the
 streaming hold-back) and `find(text, spell_names) -> list[Found]`. Spans a codec claims are blanked
-before the next codec looks, so a Hermes call is never found again as bare JSON.
+before the next codec looks, so a Hermes call is never found again as bare JSON. A Found without
+candidates is markup or reasoning that is not content (a harmony channel header, a thinking block).
 """
 
 from __future__ import annotations
@@ -10,7 +11,21 @@ from __future__ import annotations
 from typing import Protocol
 
 from sanctum_proxy.calls import Found
-from sanctum_proxy.codecs import hermes, json_blocks, llama, mistral, pythonic, qwen_xml
+from sanctum_proxy.codecs import (
+    command_r,
+    deepseek,
+    functionary,
+    glm,
+    harmony,
+    hermes,
+    json_blocks,
+    kimi,
+    llama,
+    mistral,
+    pythonic,
+    qwen_xml,
+    seed,
+)
 
 MAX_CANDIDATES = 128
 
@@ -22,7 +37,12 @@ class Codec(Protocol):
     def find(self, text: str, spell_names: frozenset[str]) -> list[Found]: ...
 
 
-CODECS: tuple[Codec, ...] = (qwen_xml, hermes, mistral, llama, pythonic, json_blocks)
+# Codecs that claim reasoning blocks (harmony's analysis, Command-R's thinking, Seed's think) run first, so
+# no later codec reads calls written inside reasoning; GLM runs before Hermes (both open with <tool_call>).
+CODECS: tuple[Codec, ...] = (
+    harmony, command_r, seed, kimi, deepseek, glm, qwen_xml, hermes, mistral, llama, functionary, pythonic,
+    json_blocks,
+)
 
 
 def all_starts() -> tuple[str, ...]:
