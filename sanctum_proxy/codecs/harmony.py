@@ -2,7 +2,8 @@
 parser fails on them:
 
     <|channel|>analysis<|message|>Need the weather.<|end|>
-    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>
+    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Rome"}
+    <|call|>
     <|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>
 
 A message with a recipient (`to=functions.NAME`, in the channel header or after the role) is a call; its

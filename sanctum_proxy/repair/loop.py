@@ -220,7 +220,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     unmeant = (broken or (None if problems else _made_up(plan, assessment))) if record.free_choice else None
     if unmeant is not None:
         record.outcome = "rejected"
-        state.rejected.append(rejected_answer_text(answer.message))
+        state.rejected.append(rejected_answer_text(answer.message, plan.prompt_format))
         state.omens.append(om.rejected(number, unmeant, ANSWERED_IN_TEXT))
         state.text_only = True
         return None
@@ -230,7 +230,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
         state.omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
         return _final(plan, state, _client_message(assessment), _finish(assessment, answer), answer.meta, number)
     record.outcome = "rejected"
-    raw = rejected_answer_text(answer.message)
+    raw = rejected_answer_text(answer.message, plan.prompt_format)
     repeated = bool(state.rejected) and raw == state.rejected[-1]
     state.rejected.append(raw)
     if repeated or state.repair_rounds >= plan.max_rounds:
@@ -278,8 +278,8 @@ def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Pr
     if required == "any" and names or required in names:
         return []
     spell = None if required == "any" else required
-    return [Problem("missing_call", spell, (f"a call to {required} is required" if spell
-                                            else "a tool call is required",), rejected_answer_text(answer.message))]
+    why = f"a call to {required} is required" if spell else "a tool call is required"
+    return [Problem("missing_call", spell, (why,), rejected_answer_text(answer.message, plan.prompt_format))]
 
 
 def _surrender(plan: Plan, state: _State, answer: Answer, number: int, repeated: bool) -> Final:
