@@ -20,12 +20,13 @@ from sanctum_proxy.codecs import json_blocks
 NAME = "deepseek"
 _CALLS = "<｜tool▁calls▁begin｜>"
 _BEGIN = "<｜tool▁call▁begin｜>"
-_SEP = "<｜tool▁sep｜>"
 _END = "<｜tool▁call▁end｜>"
 STARTS: tuple[str, ...] = (_CALLS, _BEGIN)
 _LEAD = re.compile("<｜tool▁calls▁begin｜>\\s*\\Z")
 _TRAIL = re.compile("\\s*<｜tool▁calls▁end｜>")
 _V3_NAME = re.compile(r"([^\n<]{1,256})\n?")
+_HEAD_END = re.compile("<｜tool▁sep｜>|<｜tool▁call▁begin｜>")
+_BODY_END = re.compile("<｜tool▁call▁end｜>|<｜tool▁call▁begin｜>")
 
 
 def find(text: str, spell_names: frozenset[str]) -> list[Found]:
@@ -35,16 +36,15 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
         begin = text.find(_BEGIN, pos)
         if begin < 0 or json_blocks.full(out):
             break
-        sep = text.find(_SEP, begin)
-        nxt = text.find(_BEGIN, begin + len(_BEGIN))
-        if sep < 0 or 0 <= nxt < sep:
+        sep = _HEAD_END.search(text, begin + len(_BEGIN))
+        if sep is None or sep.group() == _BEGIN:  # no separator before the next call
             pos = begin + len(_BEGIN)
             continue
-        head = text[begin + len(_BEGIN) : sep].strip()
-        body = sep + len(_SEP)
-        close = text.find(_END, body)
-        stop = close if close >= 0 and (nxt < 0 or close < nxt) else (nxt if nxt >= 0 else len(text))
-        end = stop + len(_END) if stop == close else stop
+        head = text[begin + len(_BEGIN) : sep.start()].strip()
+        body = sep.end()
+        close = _BODY_END.search(text, body)
+        stop = close.start() if close else len(text)
+        end = close.end() if close and close.group() == _END else stop
         if head in ("", "function"):
             m = _V3_NAME.match(text, body, stop)
             name = m.group(1).strip() if m else ""

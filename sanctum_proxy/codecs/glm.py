@@ -22,6 +22,7 @@ STARTS: tuple[str, ...] = ("<tool_call>",)
 _CALL = re.compile(r"<tool_call>\s*([A-Za-z_][\w.\-]{0,255})\s*(?=<arg_key>|</tool_call>)")
 _KEY = re.compile(r"\s*<arg_key>([^<]{0,256})</arg_key>\s*<arg_value>")
 _CLOSE = re.compile(r"\s*</tool_call>")
+_VALUE_END = re.compile(r"</arg_value>|<arg_key>|</tool_call>|<tool_call>")
 
 
 def find(text: str, spell_names: frozenset[str]) -> list[Found]:
@@ -49,15 +50,13 @@ def _pairs(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
     args: dict[str, str] = {}
     repairs: list[str] = []
     while p := _KEY.match(text, k):
-        close = text.find("</arg_value>", p.end())
-        stops = [i for t in ("<arg_key>", "</tool_call>", "<tool_call>")
-                 if (i := text.find(t, p.end(), close if close >= 0 else len(text))) >= 0]
-        if stops:  # `</arg_value>` left out: the value ends where the next tag begins
-            repairs.append("unclosed_tag")
-            end, k = min(stops), min(stops)
-        elif close >= 0:
-            end, k = close, close + len("</arg_value>")
-        else:
+        stop = _VALUE_END.search(text, p.end())  # the first tag after the value (one scan, never quadratic)
+        if stop is None:
             end = k = len(text)
+        elif stop.group() == "</arg_value>":
+            end, k = stop.start(), stop.end()
+        else:  # `</arg_value>` left out: the value ends where the next tag begins
+            repairs.append("unclosed_tag")
+            end = k = stop.start()
         args.setdefault(p.group(1).strip(), text[p.end() : end].strip("\n"))
     return args, k, repairs

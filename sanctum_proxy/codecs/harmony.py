@@ -28,8 +28,7 @@ _HEADER = re.compile(
     r"(?:<\|constrain\|>(?P<ctype>[^<]{0,64}))?<\|message\|>"
 )
 _RECIPIENT = re.compile(r"\bto=([^\s<]{1,256})")
-_ENDS = ("<|call|>", "<|end|>", "<|return|>")
-_NEXT = ("<|start|>", "<|channel|>")
+_STOP = re.compile(r"<\|(?:call|end|return)\|>|<\|start\|>|<\|channel\|>")  # an end token, or the next message
 
 
 def find(text: str, spell_names: frozenset[str]) -> list[Found]:
@@ -68,12 +67,11 @@ def _body_end(text: str, body: int) -> tuple[int, int]:
         closed = value_end(text, k)
         if closed is not None:
             k = closed
-    hits = [(i, len(t)) for t in _ENDS if (i := text.find(t, k)) >= 0]
-    hits += [(i, 0) for t in _NEXT if (i := text.find(t, k)) >= 0]
-    if not hits:
+    stop = _STOP.search(text, k)
+    if stop is None:
         return len(text), len(text)
-    at, size = min(hits)
-    return at, at + size
+    ends = stop.group() not in ("<|start|>", "<|channel|>")
+    return stop.start(), stop.end() if ends else stop.start()
 
 
 def _name(recipient: str, ctype: str | None, names: frozenset[str]) -> str:

@@ -16,13 +16,13 @@ from sanctum_proxy.codecs import json_blocks
 
 NAME = "kimi"
 _SECTION = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
-_SECTION_END = ("<|tool_calls_section_end|>", "<|tool_call_section_end|>")
 _BEGIN = "<|tool_call_begin|>"
-_ARGS = "<|tool_call_argument_begin|>"
 _END = "<|tool_call_end|>"
 STARTS: tuple[str, ...] = (*_SECTION, _BEGIN)
 _ID = re.compile(r"\s*(?:functions\.)?([^\s:<]{1,256})(?::\d+)?\s*\Z")
 _TRAIL = re.compile(r"\s*<\|tool_calls?_section_end\|>")
+_HEAD_END = re.compile(r"<\|tool_call_argument_begin\|>|<\|tool_call_begin\|>")
+_BODY_END = re.compile(r"<\|tool_call_end\|>|<\|tool_call_begin\|>|<\|tool_calls?_section_end\|>")
 
 
 def find(text: str, spell_names: frozenset[str]) -> list[Found]:
@@ -33,17 +33,16 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
         if begin < 0 or json_blocks.full(out):
             break
         start = _section_start(text, pos, begin)
-        head_end = text.find(_ARGS, begin)
-        nxt = text.find(_BEGIN, begin + len(_BEGIN))
-        if head_end < 0 or 0 <= nxt < head_end:
+        head = _HEAD_END.search(text, begin + len(_BEGIN))
+        if head is None or head.group() == _BEGIN:  # no arguments before the next call
             pos = begin + len(_BEGIN)
             continue
+        head_end = head.start()
         ident = _ID.match(text[begin + len(_BEGIN) : head_end])
-        body = head_end + len(_ARGS)
-        close = text.find(_END, body)
-        stops = [i for t in (_BEGIN, *_SECTION_END) if (i := text.find(t, body)) >= 0]
-        stop = min([i for i in (close, *stops) if i >= 0], default=len(text))
-        end = stop + len(_END) if stop == close else stop
+        body = head.end()
+        close = _BODY_END.search(text, body)
+        stop = close.start() if close else len(text)
+        end = close.end() if close and close.group() == _END else stop
         trail = _TRAIL.match(text, end)
         if trail and text.find(_BEGIN, end, trail.end()) < 0:
             end = trail.end()
