@@ -118,7 +118,7 @@ def test_prompted_model_is_prompted_in_the_format_of_its_template(make_proxy: An
     assert r.status_code == 200, r.text
     message = r.json()["choices"][0]["message"]
     assert [c["function"]["arguments"] for c in message["tool_calls"]] == ['{"city":"Oslo"}']
-    assert message["content"] is None
+    assert message["content"] is None and message["reasoning_content"] == "Need Oslo too."
     sent = fake[0].requests[0]["messages"]
     assert "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" in sent[0]["content"]
     assert sent[2]["content"].startswith("<|start|>assistant<|channel|>commentary to=functions.get_weather")

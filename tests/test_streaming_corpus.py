@@ -126,6 +126,7 @@ async def test_streamed_corpus_case_equals_non_streamed(tools: list[dict[str, An
     assert got.finish_reason == plain.finish_reason
     assert got.usage == plain.usage and got.sanctum is not None and got.sanctum["rounds"] == plain.rounds
     assert [o["type"] for o in got.omens] == [o.type for o in plain.omens]
+    assert got.reasoning == (plain.message.get("reasoning_content") or "")
     final = plain.message.get("content") or ""
     if plain.rounds == 1:
         assert got.parsed_calls() == case["expect"]["calls"], case["note"]

@@ -7,8 +7,8 @@ answer in their own blocks:
     ]<|END_ACTION|>
     <|START_RESPONSE|>It is sunny.<|END_RESPONSE|>
 
-The thinking block is reasoning: claimed whole (no codec reads calls in it) and not content. The response
-tokens are markup; the text between them is content.
+The thinking block is reasoning: claimed whole (no codec reads calls in it), its text reasoning, not
+content. The response tokens are markup; the text between them is content.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def _thinking(text: str) -> list[Found]:
             end = close + len(_THINK_END)
         else:  # not closed: the reasoning runs to the action or the answer, else to the end
             end = min(stops, default=len(text))
-        out.append(Found(start, end, ()))
+        inner = text[start + len(_THINK) : close if 0 <= close < end else end]
+        out.append(Found(start, end, (), inner.strip()))
         pos = end
     return out
 

@@ -8,7 +8,7 @@ parser fails on them:
 
 A message with a recipient (`to=functions.NAME`, in the channel header or after the role) is a call; its
 body goes on as written. An `analysis` message is reasoning: its whole span is claimed (so no codec reads
-calls in it) and it is not content. A `final` or recipient-less `commentary` message is content: only its
+calls in it); its text is reasoning, not content. A `final` or recipient-less `commentary` message is content: only its
 header and end token are markup. Variants read: no `<|constrain|>` (`... to=functions.f json<|message|>`),
 `<|end|>` or `<|return|>` instead of `<|call|>`, the name glued to `json` (`to=functions.fjson`).
 """
@@ -48,7 +48,7 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
             raw = text[m.start() : end]
             out.append(Found(m.start(), end, (Candidate(name, body or None, NAME, raw),)))
         elif channel == "analysis":
-            out.append(Found(m.start(), end, ()))
+            out.append(Found(m.start(), end, (), text[m.end() : body_end].strip()))
         else:
             out.append(Found(m.start(), m.end(), ()))
             if end > body_end:

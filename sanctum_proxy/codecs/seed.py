@@ -8,7 +8,7 @@
     </seed:tool_call>
 
 The think block is reasoning: claimed whole (no codec reads calls in it, though Seed often writes an
-example call there) and not content. The call body is read by `qwen_xml`.
+example call there); its text is reasoning, not content. The call body is read by `qwen_xml`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ STARTS: tuple[str, ...] = (_CALL, _THINK)
 
 
 def find(text: str, spell_names: frozenset[str]) -> list[Found]:
-    out = _blocks(text, _THINK, _THINK_END, (_CALL,), closer_wins=True)
+    out = [Found(f.start, f.end, (), _inner(text[f.start : f.end], _THINK, _THINK_END))
+           for f in _blocks(text, _THINK, _THINK_END, (_CALL,), closer_wins=True)]
     for f in out:
         text = text[: f.start] + " " * (f.end - f.start) + text[f.end :]
     for block in _blocks(text, _CALL, _CALL_END, (_CALL, _THINK)):
@@ -36,6 +37,11 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
         calls = [replace(c, source=NAME) for f in qwen_xml.find(inner, spell_names) for c in f.candidates]
         out.append(Found(block.start, block.end, tuple(calls)))
     return sorted(out, key=lambda f: f.start)
+
+
+def _inner(block: str, opener: str, closer: str) -> str:
+    block = block[len(opener) :]
+    return (block[: -len(closer)] if block.endswith(closer) else block).strip()
 
 
 def _blocks(text: str, opener: str, closer: str, stops: tuple[str, ...], *, closer_wins: bool = False

@@ -434,6 +434,8 @@ def _loads(arguments: str) -> Any:
 
 def _client_message(assessment: Assessment) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": assessment.content}
+    if assessment.reasoning:  # a harmony analysis channel or thinking block taken out of the content
+        message["reasoning_content"] = assessment.reasoning
     if assessment.calls:
         message["tool_calls"] = [c.to_openai() for c in assessment.calls]
     return message

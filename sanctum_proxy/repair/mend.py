@@ -60,7 +60,8 @@ def assess(
         if verdict.repair is not None:
             repairs.append(verdict.repair)
     keep = calls if parallel_tool_calls else calls[:1]
-    return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]))
+    reasoning = "\n\n".join(f.reasoning for f in found if f.reasoning) or None
+    return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]), reasoning)
 
 
 def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:

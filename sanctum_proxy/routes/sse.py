@@ -175,6 +175,8 @@ class SseWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         out = self.new_omens(final.omens)
+        if final.message.get("reasoning_content"):
+            out.append(self.data(chunk(self.meta, {"reasoning_content": final.message["reasoning_content"]})))
         rest = unseen(self.shown, final.message.get("content"))
         if rest:
             out.append(self.content(rest))
