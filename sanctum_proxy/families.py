@@ -56,6 +56,12 @@ def detect(template: Any, family: Any = None) -> str | None:
     return _OLLAMA_FAMILIES.get(family.lower()) if isinstance(family, str) else None
 
 
+def opens_bare(fmt: str) -> bool:
+    """Whether the family's generation prompt already holds the first call marker, so an answer opens with
+    a bare `NAME\n{...}` or `all\n` (Functionary v3.2's prompt ends with `>>>`)."""
+    return fmt == "functionary"
+
+
 def arguments_text(arguments: Any) -> str:
     """The arguments as JSON text; a string that is not valid JSON is kept as the model wrote it."""
     args = _as_object(arguments)

@@ -16,7 +16,8 @@ from sanctum_proxy.prompted import to_prompted
 from sanctum_proxy.repair.correct import rejected_answer_text
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.spellbook import SpellBook
-from tests.fakes.upstream import Step, completion
+from tests.fakes.upstream import Step, completion, content_chunks
+from tests.stream_rules import read_stream
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
@@ -133,3 +134,24 @@ def test_configured_format_overrides_the_template_without_a_probe(make_proxy: An
         r = client.post("/v1/chat/completions", json=ASK, headers={"x-sanctum-spell-calling": "prompted"})
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert "<tool_call>" in fake[0].requests[0]["messages"][0]["content"] and fake[0].probes == []
+
+
+FUNCTIONARY_PROPS = {"chat_template_caps": {"supports_tools": False, "supports_tool_calls": False},
+                     "chat_template": TEMPLATES["functionary"]}
+
+
+@pytest.mark.parametrize(("answer", "content", "calls"), [
+    ('get_weather\n{"city": "Oslo"}', "", ['{"city":"Oslo"}']),
+    ("all\nIt is sunny in Oslo.", "It is sunny in Oslo.", []),
+], ids=["bare-call", "bare-text"])
+def test_functionary_stream_never_shows_its_bare_first_part(make_proxy: Any, fake: Any, answer: str, content: str,
+                                                             calls: list[str]) -> None:
+    """Functionary's generation prompt ends with `>>>`: the answer opens with the part's name, no marker."""
+    fake[0].props = FUNCTIONARY_PROPS
+    fake[0].push(Step(chunks=content_chunks(answer, size=3)))
+    body = {**ASK, "model": "functionary", "stream": True}
+    with httpx.Client(base_url=make_proxy(), timeout=60) as client:
+        r = client.post("/v1/chat/completions", json=body, headers={"x-sanctum-spell-calling": "prompted"})
+    got = read_stream(r.content)
+    assert got.content == content and [c["arguments"] for c in got.calls] == calls
+    assert ">>>get_weather\n{" in fake[0].requests[0]["messages"][0]["content"]

@@ -103,8 +103,9 @@ async def answer_streamed(tools: list[dict[str, Any]], case: dict[str, Any], siz
     upstream = ScriptedUpstream([(case["message"], case.get("finish_reason")), (RETRY, "stop")], size)
     writer = SseWriter({"id": "chatcmpl-x", "created": 1, "model": "m"}, "trace", include_usage=True)
     body = [writer.opening()]
+    lead = case.get("family") == "functionary-v3.2"  # what families.opens_bare says for its prompt format
     try:
-        async for event in run(plan_for(tools), stream_sender(upstream, None)):
+        async for event in run(plan_for(tools), stream_sender(upstream, None, lead=lead)):
             body += writer.render(event)
     except SpellCallParseError as exc:
         body += writer.render(exc)

@@ -1,7 +1,8 @@
 """The call formats, most specific first, and the one function that finds calls in text with all of them.
 
 Each codec module has NAME, STARTS (the literal delimiters that may open a call in streamed text, for the
-streaming hold-back) and `find(text, spell_names) -> list[Found]`. Spans a codec claims are blanked
+streaming hold-back) and `find(text, spell_names) -> list[Found]`; one whose calls may open the text
+without a delimiter (Functionary v3.2) also has `opens(text) -> bool`. Spans a codec claims are blanked
 before the next codec looks, so a Hermes call is never found again as bare JSON. A Found without
 candidates is markup or reasoning that is not content (a harmony channel header, a thinking block).
 """
@@ -53,7 +54,8 @@ def find_calls(text: str, spell_names: frozenset[str]) -> list[Found]:
     """Every call in `text`, in order, without overlapping spans; at most MAX_CANDIDATES calls."""
     accepted: list[Found] = []
     for codec in CODECS:
-        if not any(s in text for s in codec.STARTS):
+        opens = getattr(codec, "opens", None)
+        if not any(s in text for s in codec.STARTS) and not (opens and opens(text)):
             continue
         new = [f for f in codec.find(text, spell_names) if not _overlaps(f, accepted)]
         if new:
