@@ -10,7 +10,9 @@ A message with a recipient (`to=functions.NAME`, in the channel header or after 
 body goes on as written. An `analysis` message is reasoning: its whole span is claimed (so no codec reads
 calls in it); its text is reasoning, not content. A `final` or recipient-less `commentary` message is content: only its
 header and end token are markup. Variants read: no `<|constrain|>` (`... to=functions.f json<|message|>`),
-`<|end|>` or `<|return|>` instead of `<|call|>`, the name glued to `json` (`to=functions.fjson`).
+`<|end|>` or `<|return|>` instead of `<|call|>`, the name glued to `json` (`to=functions.fjson`), a call on
+the analysis channel (`<|start|>assistant to=functions.f<|channel|>analysis`), the recipient alone before
+`<|channel|>` (the generation prompt held `<|start|>assistant`), spaces around the channel name.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.repair.extract import value_end
 
 NAME = "harmony"
-STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>")
+STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "to=functions.")
+# The role part: `<|start|>assistant to=...`, or only ` to=functions.NAME` where the generation prompt
+# already held `<|start|>assistant` (llama.cpp's test of that case).
 _HEADER = re.compile(
-    r"(?:<\|start\|>(?P<role>[^<]{0,256}))?<\|channel\|>(?P<channel>[^<]{0,512})"
-    r"(?:<\|constrain\|>(?P<ctype>[^<]{0,64}))?<\|message\|>"
+    r"(?:<\|start\|>(?P<role>[^<]{0,256})|(?P<bare>[ \t]*to=[^\s<]{1,256}[ \t]*))?"
+    r"<\|channel\|>(?P<channel>[^<]{0,512})(?:<\|constrain\|>(?P<ctype>[^<]{0,64}))?<\|message\|>"
 )
 _RECIPIENT = re.compile(r"\bto=([^\s<]{1,256})")
 _STOP = re.compile(r"<\|(?:call|end|return)\|>|<\|start\|>|<\|channel\|>")  # an end token, or the next message
@@ -39,7 +43,7 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
         if m is None or json_blocks.full(out):
             break
         body_end, end = _body_end(text, m.end())
-        header = (m.group("role") or "") + " " + m.group("channel")
+        header = (m.group("role") or m.group("bare") or "") + " " + m.group("channel")
         recipient = _RECIPIENT.search(header)
         channel = (m.group("channel").split() or [""])[0]
         if recipient:
