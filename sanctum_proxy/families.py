@@ -19,7 +19,8 @@ import orjson
 
 # The values of `prompt_format` / `[prompt_formats]`; "auto" picks by `detect` (else Hermes).
 PromptFormat = Literal["auto", "hermes", "json", "qwen_xml", "glm", "seed", "harmony", "kimi", "deepseek",
-                       "deepseek_v31", "command_r", "functionary", "mistral", "llama3", "pythonic"]
+                       "deepseek_v31", "command_r", "functionary", "functionary_v31", "mistral", "llama3",
+                       "pythonic"]
 FORMATS: tuple[str, ...] = get_args(PromptFormat)
 FAMILIES = FORMATS[1:]
 FALLBACK = "hermes"
@@ -35,6 +36,7 @@ _MARKERS: tuple[tuple[str, str], ...] = (
     ("<｜tool▁sep｜>", "deepseek"),
     (">>>", "functionary"),
     ("<parameter=", "qwen_xml"),
+    ("<function=", "functionary_v31"),  # JSON inside <function=NAME>...</function> (its template also has python_tag)
     ("[TOOL_CALLS]", "mistral"),
     ("<|python_tag|>", "llama3"),
     ("<|start_header_id|>ipython", "llama3"),
@@ -169,6 +171,10 @@ def _functionary(name: str, arguments: Any) -> str:
     return f">>>{name}\n{arguments_text(arguments)}"
 
 
+def _functionary_v31(name: str, arguments: Any) -> str:
+    return f"<function={name}>{arguments_text(arguments)}</function>"
+
+
 def _mistral(name: str, arguments: Any) -> str:
     return f"[TOOL_CALLS][{json_call(name, arguments)}]"
 
@@ -187,7 +193,8 @@ def _pythonic(name: str, arguments: Any) -> str:
 _CALLS: dict[str, Callable[[str, Any], str]] = {
     "hermes": _hermes, "json": _fenced, "qwen_xml": _qwen_xml, "glm": _glm, "seed": _seed,
     "harmony": _harmony, "kimi": _kimi, "deepseek": _deepseek, "deepseek_v31": _deepseek_v31,
-    "command_r": _command_r, "functionary": _functionary, "mistral": _mistral, "llama3": _llama3,
+    "command_r": _command_r, "functionary": _functionary, "functionary_v31": _functionary_v31,
+    "mistral": _mistral, "llama3": _llama3,
     "pythonic": _pythonic,
 }
 

@@ -35,6 +35,8 @@ TEMPLATES = {
     "deepseek_v31": "'<｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>' + tool['arguments']",
     "functionary": "{{ '>>>' + tool_call.function.name + '\\n' + tool_call.function.arguments }}",  # v3.2
     "qwen_xml": "<tool_call>\n<function={{ tool_call.name }}>\n<parameter={{ args_name }}>",  # Qwen3-Coder
+    "functionary_v31": "{{- '<function=' + tool_call.name + '>' + tool_call.arguments + '</function>' }}"
+                       "{{- '<|python_tag|>' + tool_call.arguments.code }}",  # Functionary v3.1 (also python_tag)
     "mistral": "{{- '[TOOL_CALLS][' }}",  # Mistral Nemo
     "llama3": '{{- "<|python_tag|>" + tool_call.name + ".call(" }}',  # Llama 3.1
     "pythonic": "<|tool_call_start|>[{{ tool_calls }}]<|tool_call_end|>",  # LFM2
