@@ -51,11 +51,14 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Found:
-    """A span of call markup in an answer's text (`text[start:end]`) and the calls it holds."""
+    """A span of call markup in an answer's text (`text[start:end]`) and the calls it holds. A reasoning
+    block of a call format (harmony's analysis channel, a thinking block) is a span without calls whose
+    text is `reasoning`: not content, never read for calls, returned as `reasoning_content`."""
 
     start: int
     end: int
     candidates: tuple[Candidate, ...]
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class Assessment:
     repairs: tuple[Repair, ...] = ()
     problems: tuple[Problem, ...] = ()
     dropped: tuple[ToolCall, ...] = field(default=())  # valid calls cut by parallel_tool_calls=false
+    reasoning: str | None = None  # reasoning blocks of call formats found in the text (never calls)
 
     @property
     def ok(self) -> bool:

@@ -2,6 +2,8 @@
 
     llama.cpp  GET  /props      chat_template_caps.supports_tool_calls / supports_tools (the template's caps)
     Ollama     POST /api/show   "capabilities" contains "tools"
+Both answers also carry the chat template (`chat_template`; Ollama `template` and `details.family`), from
+which `families.detect` names the call format the model was trained on (prompted mode writes it).
     others     neither answers: unknown, and auto mode finds out by trying (a rejection flips it)
 
 `from_props` and `from_show` read those answers (pure). `CapabilityBook` caches one answer per
@@ -17,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from .families import detect
 from .shared import LocalTable, Table, pair_key, pair_of
 
 
@@ -26,6 +29,7 @@ class Capabilities:
     json_schema: bool | None  # can it constrain decoding with response_format json_schema
     server: str  # llama.cpp | ollama | unknown
     source: str  # what said so, for /sanctum/status and the omen
+    family: str | None = None  # the call format its chat template shows (families.detect), if known
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -42,7 +46,8 @@ def from_props(body: Any) -> Capabilities | None:
     tools = bool(caps.get("supports_tool_calls")) and bool(caps.get("supports_tools", True))
     said = ", ".join(f"{k}={caps.get(k)}" for k in ("supports_tools", "supports_tool_calls") if k in caps)
     return Capabilities(
-        tools=tools, json_schema=True, server="llama.cpp", source=f"/props chat_template_caps {said}"
+        tools=tools, json_schema=True, server="llama.cpp", source=f"/props chat_template_caps {said}",
+        family=detect(body.get("chat_template")),
     )
 
 
@@ -51,8 +56,11 @@ def from_show(body: Any) -> Capabilities | None:
     if not isinstance(body, dict) or not isinstance(body.get("capabilities"), list):
         return None
     listed = [str(c) for c in body["capabilities"]]
+    details = body.get("details")
+    family = detect(body.get("template"), details.get("family") if isinstance(details, dict) else None)
     return Capabilities(
-        tools="tools" in listed, json_schema=True, server="ollama", source=f"/api/show capabilities {listed}"
+        tools="tools" in listed, json_schema=True, server="ollama", source=f"/api/show capabilities {listed}",
+        family=family,
     )
 
 
@@ -96,7 +104,7 @@ class CapabilityBook:
     def refuse_schema(self, upstream: str, model: str) -> None:
         """The upstream answered a constrained round with an error about the schema: stop constraining."""
         caps = self.cached(upstream, model) or UNKNOWN
-        self.remember(upstream, model, Capabilities(caps.tools, False, caps.server, caps.source))
+        self.remember(upstream, model, Capabilities(caps.tools, False, caps.server, caps.source, caps.family))
 
     def remember(self, upstream: str, model: str, caps: Capabilities) -> None:
         self._known.set(pair_key(upstream, model), {**caps.to_json(), "at": self._clock()})
@@ -132,5 +140,6 @@ class CapabilityBook:
 
 
 def _caps_of(row: dict[str, Any]) -> Capabilities:
+    family = row.get("family")
     return Capabilities(tools=row["tools"], json_schema=row["json_schema"], server=str(row["server"]),
-                        source=str(row["source"]))
+                        source=str(row["source"]), family=family if isinstance(family, str) else None)

@@ -19,6 +19,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from sanctum_proxy.families import PromptFormat
+
 SpellCalling = Literal["native", "prompted", "auto"]
 OmenStyle = Literal["comments", "events"]
 
@@ -70,8 +72,8 @@ class Settings(BaseSettings):
     max_repair_rounds: int = Field(2, ge=0, le=10)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     on_surrender: Literal["error", "content"] = "error"
-    prompt_format: Literal["hermes", "json"] = "hermes"
-    prompt_formats: dict[str, Literal["hermes", "json"]] = Field(default_factory=dict)
+    prompt_format: PromptFormat = "auto"  # auto: the family the upstream's chat template shows, else hermes
+    prompt_formats: dict[str, PromptFormat] = Field(default_factory=dict)
     constrain: Literal["off", "repair", "always"] = "repair"
     upstream_api_key: str | None = None
     forward_client_key: bool = False

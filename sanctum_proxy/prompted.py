@@ -3,18 +3,22 @@
 Spell schemas go into the system prompt with a delimited call format; earlier assistant `tool_calls` and
 `role: "tool"` results in the history become text in that format. The answer comes back as text and is
 read by the same extraction and repair tiers as any other answer (`repair.mend.assess`).
+
+The format is a family of `families` (Hermes, fenced JSON, or the one the model was trained on: harmony,
+GLM, Kimi, ...): its calls and tool results are written in that family's own shapes.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import orjson
 
+from . import families
 from .repair.spellbook import SpellBook
 
 _RESULTS = "After a tool runs, its result comes back to you inside <tool_response></tool_response> tags."
+_RESULTS_OWN = "After a tool runs, its result comes back to you in the next message."
 STRIPPED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls")
 
 _FORMATS = {
@@ -27,22 +31,20 @@ _FORMATS = {
         '```json\n{"name": "%s", "arguments": %s}\n```'
     ),
 }
+_OWN_FORMAT = "To call a tool, write the call in exactly this format, for example:\n%s"
 
 
 def render_call(fmt: str, name: str, arguments: Any) -> str:
-    args = _as_object(arguments)
-    if isinstance(args, str):  # broken JSON from an earlier turn stays as the model wrote it
-        payload = '{"name": ' + orjson.dumps(name).decode() + ', "arguments": ' + args + "}"
-    else:
-        try:
-            payload = orjson.dumps({"name": name, "arguments": args}).decode()
-        except TypeError:  # an integer past 64 bits (from json-parsed text): json can write it
-            payload = json.dumps({"name": name, "arguments": args}, ensure_ascii=False, separators=(",", ":"))
-    if fmt == "json":
-        return f"```json\n{payload}\n```"
+    """One call as text in `fmt` (broken JSON arguments from an earlier turn stay as the model wrote them)."""
     if fmt == "constrained":  # the JSON answer object of constrained rounds, without markup
-        return payload
-    return f"<tool_call>\n{payload}\n</tool_call>"
+        return families.json_call(name, arguments)
+    return families.render_call(fmt, name, arguments)
+
+
+def _how_to_call(fmt: str, name: str, example: str) -> str:
+    if fmt in _FORMATS or fmt not in families.FAMILIES:
+        return _FORMATS.get(fmt, _FORMATS["hermes"]) % (name, example)
+    return _OWN_FORMAT % families.render_call(fmt, name, orjson.loads(example))
 
 
 def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required: str | None = None,
@@ -56,7 +58,7 @@ def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required
     if call_format is not None:
         return "\n".join([*lines, "", call_format.rstrip(), _RESULTS])
     first = next(iter(book.spells.values()))
-    lines += ["", _FORMATS.get(fmt, _FORMATS["hermes"]) % (first.name, _example_args(first.parameters))]
+    lines += ["", _how_to_call(fmt, first.name, _example_args(first.parameters))]
     lines.append("You may call several tools, one block each." if parallel else "Call at most one tool per answer.")
     if required == "any":
         lines.append("You must answer with a tool call.")
@@ -64,7 +66,7 @@ def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required
         lines.append(f"You must answer with a call to {required}.")
     else:
         lines.append("If no tool is needed, answer in plain text without any tool call block.")
-    lines.append(_RESULTS)
+    lines.append(_RESULTS if families.render_result(fmt, "", "", "").startswith("<tool_response") else _RESULTS_OWN)
     return "\n".join(lines)
 
 
@@ -105,15 +107,15 @@ def merge_system(messages: list[dict[str, Any]], section: str) -> list[dict[str,
 
 def rewrite_history(messages: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
     names: dict[str, str] = {}
-    out: list[dict[str, Any]] = []
+    out: list[tuple[dict[str, Any], bool]] = []  # (message, is a tool result)
     for message in messages:
         role = message.get("role")
         if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
-            out.append(_assistant_as_text(message, fmt, names))
+            out.append((_assistant_as_text(message, fmt, names), False))
         elif role in ("tool", "function"):
-            out.append(_result_as_text(message, names))
+            out.append((_result_as_text(message, fmt, names), True))
         else:
-            out.append({k: v for k, v in message.items() if k not in ("tool_calls", "tool_call_id")})
+            out.append(({k: v for k, v in message.items() if k not in ("tool_calls", "tool_call_id")}, False))
     return _merge_adjacent_results(out)
 
 
@@ -131,24 +133,22 @@ def _assistant_as_text(message: dict[str, Any], fmt: str, names: dict[str, str])
     return {"role": "assistant", "content": "\n".join(p for p in parts if p)}
 
 
-def _result_as_text(message: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+def _result_as_text(message: dict[str, Any], fmt: str, names: dict[str, str]) -> dict[str, Any]:
     call_id = str(message.get("tool_call_id") or "")
     name = str(message.get("name") or names.get(call_id, ""))
-    header = f'<tool_response name="{name}"' + (f' id="{call_id}"' if call_id else "") + ">"
-    return {"role": "user", "content": f"{header}\n{text_of(message.get('content'))}\n</tool_response>"}
+    return {"role": "user", "content": families.render_result(fmt, name, call_id, text_of(message.get("content")))}
 
 
-def _merge_adjacent_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _merge_adjacent_results(messages: list[tuple[dict[str, Any], bool]]) -> list[dict[str, Any]]:
     """Several tool results in a row become one user turn (templates want roles to alternate)."""
     out: list[dict[str, Any]] = []
-    for message in messages:
-        content = message.get("content")
-        if (out and message.get("role") == "user" and out[-1].get("role") == "user"
-                and isinstance(content, str) and content.startswith("<tool_response")
-                and isinstance(out[-1].get("content"), str) and out[-1]["content"].startswith("<tool_response")):
-            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + content}
+    previous = False
+    for message, result in messages:
+        if result and previous:
+            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + message["content"]}
         else:
             out.append(message)
+        previous = result
     return out
 
 
@@ -161,12 +161,3 @@ def text_of(content: Any) -> str:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
     return str(content)
-
-
-def _as_object(arguments: Any) -> Any:
-    if isinstance(arguments, str):
-        try:
-            return orjson.loads(arguments)
-        except orjson.JSONDecodeError:
-            return arguments
-    return arguments if arguments is not None else {}

@@ -24,6 +24,12 @@ STARTS = tuple(dict.fromkeys((*(s for s in all_starts() if s not in _GENERIC), "
                               "```tool_call", "```tool_code", "```python")))
 _OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*\(|\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]")
 _PARTIAL_OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*|\[\s*|\{\s*|```[ \t]*(\n\s*)?")
+# A family whose generation prompt already holds the first call marker (Functionary v3.2 ends it with `>>>`)
+# answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
+# is held until it shows which (a bare word waits for the next chunk).
+_LEAD_PARTIAL = re.compile(r"\s*(?:[A-Za-z_][\w.\-]{0,255}\n?\s*)?")
+_LEAD_TEXT = re.compile(r"\s*all\n")
+_LEAD_CALL = re.compile(r"\s*[A-Za-z_][\w.\-]{0,255}\n\s*[\[{]")
 
 
 def _joined(parts: list[str]) -> str:
@@ -64,6 +70,8 @@ class Assembler:
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
     _branch: constrain.TextBranch = field(default_factory=constrain.TextBranch)
     _fresh: str = ""  # content of the last chunk (the text branch reads each piece once)
+    lead: bool = False  # the answer may open with a call name and no delimiter (Functionary v3.2)
+    _led: bool = False
     _parts: list[str] = field(default_factory=list)
     _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
     _reasoning: list[str] = field(default_factory=list)  # reasoning_content deltas (llama.cpp, vLLM)
@@ -116,7 +124,7 @@ class Assembler:
         if self.text_branch:
             fresh, self._fresh = self._fresh, ""
             return self._branch.feed(fresh)
-        if self.holding:
+        if self.holding or (self.lead and not self._led and not self._lead()):
             return ""
         text = self._pending  # positions below are relative to `released`
         cut = len(text)
@@ -132,6 +140,21 @@ class Assembler:
         out, self.released = text[:cut], self.released + cut
         self._pending = "" if self.holding else text[cut:]
         return out
+
+    def _lead(self) -> bool:
+        """With `lead`: False while the first line may still open a call (nothing is shown yet). Then a
+        leading `all\n` is passed over (markup; the text after it is content), and a `NAME\n{` holds the
+        answer like any call opener."""
+        if _LEAD_PARTIAL.fullmatch(self._pending):
+            return False
+        self._led = True
+        if (text := _LEAD_TEXT.match(self._pending)) is not None:
+            self.released += text.end()
+            self._pending = self._pending[text.end():]
+        elif _LEAD_CALL.match(self._pending):
+            self.holding = True
+            return False
+        return True
 
     def _partial_start(self, text: str) -> int:
         """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one)."""

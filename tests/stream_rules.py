@@ -12,6 +12,7 @@ import orjson
 @dataclass
 class Streamed:
     content: str = ""
+    reasoning: str = ""  # reasoning_content deltas
     calls: list[dict[str, Any]] = field(default_factory=list)  # {"id", "type", "name", "arguments"}
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
@@ -107,6 +108,7 @@ def _take_chunk(got: Streamed, chunk: dict[str, Any], started: dict[int, dict[st
         assert ("role" in delta) == first, "role in the first chunk, and only there"
         assert got.finish_reason is None, "nothing follows the finish_reason but the usage chunk"
         got.content += delta.get("content") or ""
+        got.reasoning += delta.get("reasoning_content") or ""
         for call in delta.get("tool_calls") or []:
             _take_call(call, started)
         if "function_call" in delta:

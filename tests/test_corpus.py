@@ -49,6 +49,8 @@ def test_corpus_case(tools: list[dict[str, Any]], case: dict[str, Any]) -> None:
     assert bool(out.repairs) == expect["repaired"], [r.repairs for r in out.repairs]
     if "content" in expect:
         assert out.content == expect["content"]
+    if "reasoning" in expect:
+        assert out.reasoning == expect["reasoning"]
     if not expect["repaired"]:
         _assert_native_byte_identical(case["message"], out.calls)
 

@@ -17,8 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sanctum_proxy.codecs import hermes, json_blocks, llama, mistral, pythonic, qwen_xml
-from sanctum_proxy.codecs.registry import MAX_CANDIDATES, find_calls
+from sanctum_proxy.codecs.registry import CODECS, MAX_CANDIDATES, find_calls
 from sanctum_proxy.repair.correct import correction
 from sanctum_proxy.repair.extract import Decoded, Undecodable, decode, value_end
 from sanctum_proxy.repair.mend import assess
@@ -42,7 +41,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 BOOK = SpellBook.from_tools([{"type": "function", "function": {"name": n, "parameters": s}}
                              for n, s in SCHEMAS.items()])
-CODECS = (hermes, json_blocks, llama, mistral, pythonic, qwen_xml)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
@@ -58,6 +56,13 @@ fragments = st.sampled_from([
     '{"q": "a"}', '{"mode": "fast"}', "{", "}", "[", "]", "(", ")", "'", '"', ",", ":", "\\", "\\u00",
     "search(q=", "set_mode(mode='fast')", "True", "None", "null", "NaN", "// c\n", "/*", "*/", "\x00", "é",
     "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function<｜tool▁sep｜>search", "<｜tool▁call▁end｜>",
+    "search<｜tool▁sep｜>", "<|channel|>", "analysis", "commentary to=functions.search", " <|constrain|>json",
+    "<|message|>", "<|call|>", "<|end|>", "<|return|>", "<|start|>assistant", "final",
+    "<tool_call>search\n", "<arg_key>q</arg_key>", "<arg_value>", "</arg_value>",
+    "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.search:0", "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|START_ACTION|>", "<|END_ACTION|>",
+    '{"tool_name": "search", "parameters": ', "<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>",
+    ">>>search\n", ">>>all\n", ">>>", "<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>",
 ])
 pieces = st.one_of(fragments, json_values.map(json.dumps), st.text(max_size=8))
 messy = st.lists(pieces, max_size=24).map("".join)
@@ -162,6 +167,14 @@ PATHOLOGICAL = {
     "thousands_of_pythonic_calls": "[search(q='a')] " * 20_000,
     "thousands_of_qwen_calls": "<function=search><parameter=q>a</parameter></function>" * 5000,
     "thousands_of_mistral_calls": '[TOOL_CALLS][{"name": "search", "arguments": {"q": "a"}}]' * 5000,
+    "harmony_messages_without_an_end": "<|channel|>analysis<|message|>x" * 40_000 + "<|call|>",
+    "thousands_of_harmony_calls": '<|channel|>commentary to=functions.search<|message|>{"q": "a"}<|call|>' * 5000,
+    "glm_values_never_closed": "<tool_call>search\n" + "<arg_key>q</arg_key><arg_value>v" * 30_000,
+    "thousands_of_kimi_calls": "<|tool_call_begin|>functions.search:0<|tool_call_argument_begin|>{}" * 30_000,
+    "thousands_of_deepseek_calls": "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{}" * 30_000,
+    "unclosed_command_r_thinking": "<|START_THINKING|>x" * 40_000 + "<|START_ACTION|>[" * 20_000,
+    "thousands_of_functionary_calls": ">>>search\n{" * 60_000,
+    "seed_think_and_unclosed_calls": "<seed:think>x" * 30_000 + "<seed:tool_call><function=search>" * 20_000,
     "unclosed_openers": "{ " * (MB // 2),
     "unclosed_fences": "```json\n" * (MB // 8),
     "unclosed_python_calls": "[f(" * (MB // 3),

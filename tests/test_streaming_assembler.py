@@ -53,6 +53,21 @@ def test_repeated_full_name_is_not_doubled():
     assert a.message()["tool_calls"][0]["function"]["name"] == "web_search"
 
 
+def test_a_bare_first_call_name_is_held_when_the_family_opens_bare():
+    a = Assembler(lead=True)
+    shown = [a.feed({"choices": [{"index": 0, "delta": {"content": p}}]})
+             for p in ["special", "_function\n", '{"arg1": 1}']]
+    assert shown == ["", "", ""]
+    b = Assembler(lead=True)
+    assert [b.feed({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in ["al", "l\n", "Hi", " there"]] \
+        == ["", "", "Hi", " there"]  # `all\n` is markup: the text after it streams live
+    c = Assembler(lead=True)
+    assert [c.feed({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in ["Hello", " world"]] \
+        == ["", "Hello world"]  # a bare word waits one chunk
+    _, plain = feed_all(["special", "_function"])
+    assert plain == ["special", "_function"]  # other families stream as before
+
+
 def test_json_call_with_a_newline_after_the_brace_is_held():
     a, shown = feed_all(["Here: {", '\n  "name": "f",', ' "arguments": {}}'])
     assert shown == ["Here: ", "", ""]

@@ -1,8 +1,8 @@
 """Calls written as a name then JSON arguments after a special token.
 
 Mistral after `[TOOL_CALLS]`: Nemo's JSON array (`[{"name": ..., "arguments": ..., "id": ...}]`) and
-Small 3.2 / Devstral's `name[ARGS]{...}`, possibly several `[TOOL_CALLS]` in a row. DeepSeek V3/R1's
-`<｜tool▁call▁begin｜>function<｜tool▁sep｜>name` + fenced JSON (source "deepseek").
+Small 3.2 / Devstral's `name[ARGS]{...}`, possibly several `[TOOL_CALLS]` in a row. (DeepSeek's tokens
+are read by `deepseek`.)
 
 Text after the call (v0.3 often adds prose) stays content.
 """
@@ -17,33 +17,12 @@ from sanctum_proxy.repair.extract import value_end
 
 NAME = "mistral"
 TAG = "[TOOL_CALLS]"
-_DS_BEGIN = "<｜tool▁call▁begin｜>"
-_DS_CALLS = "<｜tool▁calls▁begin｜>"
-STARTS: tuple[str, ...] = (TAG, _DS_CALLS, _DS_BEGIN)
-# DeepSeek V3 / R1: <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>
-_DEEPSEEK = re.compile(
-    "(?:<｜tool▁calls▁begin｜>\\s*)?<｜tool▁call▁begin｜>(?:function)?"
-    "<｜tool▁sep｜>([^\\n<]{1,256})\\n?(.*?)(?:<｜tool▁call▁end｜>|\\Z)"
-    "(?:\\s*<｜tool▁calls▁end｜>)?",
-    re.S,
-)
+STARTS: tuple[str, ...] = (TAG,)
 _NAMED = re.compile(r"\s*([A-Za-z_][\w.\-]{0,255})\s*(?:\[ARGS\])?\s*(?=\{)")
 
 
 def find(text: str, spell_names: frozenset[str]) -> list[Found]:
-    out = _mistral(text, spell_names) if TAG in text else []
-    return out + _deepseek(text) if _DS_BEGIN in text else out
-
-
-def _deepseek(text: str) -> list[Found]:
-    """DeepSeek's tool-call tokens leaked into content; the arguments (often fenced) go on as written."""
-    out: list[Found] = []
-    for m in _DEEPSEEK.finditer(text):
-        args = m.group(2).strip()
-        out.append(Found(m.start(), m.end(), (Candidate(m.group(1).strip(), args, "deepseek", m.group()),)))
-        if json_blocks.full(out):
-            break
-    return out
+    return _mistral(text, spell_names) if TAG in text else []
 
 
 def _mistral(text: str, spell_names: frozenset[str]) -> list[Found]:

@@ -4,7 +4,8 @@
 parameters; missing, unexpected or invalid arguments are named one by one, with the spell's parameters
 repeated compactly; broken JSON and a missing required call are said plainly. `rejected_answer_text`
 writes an answer (content and native calls) as plain text, so a rejected call goes back into the
-transcript as assistant text, never as a native call with broken arguments.
+transcript as assistant text, never as a native call with broken arguments; native calls are quoted in
+the call format of the model's family (Hermes unless known), calls in content stay as the model wrote them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sanctum_proxy import families
 from sanctum_proxy.calls import Problem, Spell
 from sanctum_proxy.repair.mend import content_text
 from sanctum_proxy.repair.spellbook import SpellBook
@@ -111,15 +113,31 @@ def _compact(schema: Mapping[str, Any]) -> str:
     return text if len(text) <= 4000 else text[:3997] + "..."
 
 
-def rejected_answer_text(message: Any) -> str:
-    """The answer as the model wrote it: its content, then each native call as a `<tool_call>` block
-    (arguments verbatim, even when they are broken JSON)."""
+def rejected_answer_text(message: Any, fmt: str = "hermes") -> str:
+    """The answer as the model wrote it: its content, then each native call in the family's call format
+    `fmt` (a `<tool_call>` block for Hermes and unknown families; arguments verbatim, even when they are
+    broken JSON)."""
     msg = message if isinstance(message, Mapping) else {}
     parts = [content_text(msg.get("content"))]
     calls = msg.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
-        parts.append(_call_text(call))
+        parts.append(_call_text(call) if fmt in ("hermes", "json", "constrained") or fmt not in families.FAMILIES
+                     else _family_call_text(call, fmt))
     return "\n".join(p for p in parts if p)
+
+
+def _family_call_text(call: Any, fmt: str) -> str:
+    fn = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(fn, Mapping):
+        return ""
+    name = fn.get("name")
+    args = fn.get("arguments")
+    if not isinstance(args, str | Mapping) and args is not None:
+        try:
+            args = json.dumps(args, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            args = repr(args)
+    return families.render_call(fmt, name if isinstance(name, str) else "", args)
 
 
 def _call_text(call: Any) -> str:

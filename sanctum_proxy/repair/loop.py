@@ -25,8 +25,8 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from .. import constrain as cn
+from .. import families, prompted
 from .. import omens as om
-from .. import prompted
 from ..calls import Assessment, Problem
 from ..errors import ProxyError, SpellCallParseError, UpstreamError
 from ..modes import ModeBook, classify
@@ -218,7 +218,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
         record.outcome = "accepted"
         return _final(plan, state, answer.message, answer.finish_reason or "stop", answer.meta, number)
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
-    asked = plan.prompt_format if state.mode == "prompted" and not record.constrained else None
+    asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not record.constrained else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
                         parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
                         asked_format=asked, **kwargs)
@@ -231,7 +231,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     unmeant = (broken or (None if problems else _made_up(plan, assessment))) if record.free_choice else None
     if unmeant is not None:
         record.outcome = "rejected"
-        state.rejected.append(rejected_answer_text(answer.message))
+        state.rejected.append(rejected_answer_text(answer.message, plan.prompt_format))
         state.omens.append(om.rejected(number, unmeant, ANSWERED_IN_TEXT))
         state.text_only = True
         return None
@@ -250,7 +250,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
         state.omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
         return _final(plan, state, _client_message(assessment), _finish(assessment, answer), answer.meta, number)
     record.outcome = "rejected"
-    raw = rejected_answer_text(answer.message)
+    raw = rejected_answer_text(answer.message, plan.prompt_format)
     repeated = bool(state.rejected) and raw == state.rejected[-1]
     state.rejected.append(raw)
     if repeated or state.repair_rounds >= plan.max_rounds:
@@ -307,8 +307,8 @@ def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Pr
     if required == "any" and names or required in names:
         return []
     spell = None if required == "any" else required
-    return [Problem("missing_call", spell, (f"a call to {required} is required" if spell
-                                            else "a tool call is required",), rejected_answer_text(answer.message))]
+    why = f"a call to {required} is required" if spell else "a tool call is required"
+    return [Problem("missing_call", spell, (why,), rejected_answer_text(answer.message, plan.prompt_format))]
 
 
 def _surrender(plan: Plan, state: _State, answer: Answer, number: int, repeated: bool) -> Final:
@@ -459,6 +459,8 @@ def _loads(arguments: str) -> Any:
 
 def _client_message(assessment: Assessment) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": assessment.content}
+    if assessment.reasoning:  # a harmony analysis channel or thinking block taken out of the content
+        message["reasoning_content"] = assessment.reasoning
     if assessment.calls:
         message["tool_calls"] = [c.to_openai() for c in assessment.calls]
     return message

@@ -64,7 +64,8 @@ def assess(
         if verdict.repair is not None:
             repairs.append(verdict.repair)
     keep = calls if parallel_tool_calls else calls[:1]
-    return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]))
+    reasoning = "\n\n".join(f.reasoning for f in found if f.reasoning) or None
+    return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]), reasoning)
 
 
 def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
@@ -240,8 +241,9 @@ class _Judge:
         return Problem("malformed_json", name, (why,), cand.raw)
 
 
-# What a prompted format asks for, so no mend when a call has it: the json format asks for a fenced block.
-_AS_ASKED = {"json": frozenset({"code_fence"})}
+# What a prompted format asks for, so no mend when a call has it: the json format asks for a fenced block, and
+# DeepSeek's puts the arguments in one.
+_AS_ASKED = {"json": frozenset({"code_fence"}), "deepseek": frozenset({"code_fence", MALFORMED})}
 
 # Mends that change only the name: the arguments text can still go out byte-identical.
 _NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated"})

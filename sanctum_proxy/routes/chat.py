@@ -124,10 +124,24 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
         constrain = "off"
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                 max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
-                prompt_format=settings.prompt_format_for(chat.model), upstream=key,
+                prompt_format=await pick_format(request, settings, chat.model, mode, book), upstream=key,
                 modes=request.app.state.modes, opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
                 on_constrain_rejected=lambda: book_of_caps.refuse_schema(key, chat.model),
                 max_repair_bytes=settings.max_repair_bytes)
+
+
+async def pick_format(request: Request, settings: Settings, model: str, mode: str, book: Any) -> str:
+    """The configured call format, or for "auto" the family the model's chat template shows (asked of the
+    upstream once per model, before a prompted round needs it), else Hermes."""
+    fmt = settings.prompt_format_for(model)
+    if fmt != "auto":
+        return fmt
+    state, route = request.app.state, request.state.route
+    caps = state.capabilities.cached(route.key, model)
+    if caps is None and mode == "prompted" and book is not None and settings.probe_capabilities:
+        caps = await state.capabilities.get(route.key, model, lambda: capabilities.probe(
+            route.upstream, route.upstream.root_url, model, settings.probe_timeout))
+    return (caps.family if caps is not None else None) or "hermes"
 
 
 async def settle_by_probe(request: Request, settings: Settings, model: str) -> list[om.Omen]:

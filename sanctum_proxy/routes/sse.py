@@ -26,7 +26,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from .. import constrain
+from .. import constrain, families
 from .. import omens as om
 from ..config import Settings
 from ..errors import ProxyError, UpstreamUnreachable
@@ -40,14 +40,15 @@ KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
 
 
-def stream_sender(upstream: Any, auth: str | None) -> Sender:
+def stream_sender(upstream: Any, auth: str | None, *, lead: bool = False) -> Sender:
     """One upstream round read as a stream. Yields an empty ContentDelta once the upstream has accepted the
     round (so the client's headers and keep-alives can start), the content the assembler releases when the
-    round is live, then the whole Answer."""
+    round is live, then the whole Answer. `lead`: the model's answers may open with a bare call name
+    (`families.opens_bare`)."""
 
     async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        assembler = Assembler(text_branch=constrain.is_constrained(body))
+        assembler = Assembler(text_branch=constrain.is_constrained(body), lead=lead)
         async with upstream.chat_stream(body, auth) as chunks:
             yield ContentDelta("")
             async for piece in chunks:
@@ -70,7 +71,8 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     settings: Settings = request.app.state.settings
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
     events = request.app.state.recorder.watch(
-        request, run(plan, stream_sender(request.state.route.upstream, auth)))
+        request, run(plan, stream_sender(request.state.route.upstream, auth,
+                                         lead=families.opens_bare(plan.prompt_format))))
     task = asyncio.create_task(_produce(events, queue))
     try:
         first = await unless_disconnected(request, queue.get())
@@ -180,6 +182,8 @@ class SseWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         out = self.new_omens(final.omens)
+        if final.message.get("reasoning_content"):
+            out.append(self.data(chunk(self.meta, {"reasoning_content": final.message["reasoning_content"]})))
         rest = unseen(self.shown, final.message.get("content"))
         if rest:
             out.append(self.content(rest))

@@ -1,0 +1,74 @@
+"""Cohere Command-R7B / Command-A: a JSON list of calls between action tokens, reasoning and the
+answer in their own blocks:
+
+    <|START_THINKING|>I should look it up.<|END_THINKING|>
+    <|START_ACTION|>[
+        {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}
+    ]<|END_ACTION|>
+    <|START_RESPONSE|>It is sunny.<|END_RESPONSE|>
+
+The thinking block is reasoning: claimed whole (no codec reads calls in it), its text reasoning, not
+content. The response tokens are markup; the text between them is content.
+"""
+
+from __future__ import annotations
+
+from sanctum_proxy.calls import Found
+from sanctum_proxy.codecs import json_blocks
+
+NAME = "command_r"
+_ACTION, _ACTION_END = "<|START_ACTION|>", "<|END_ACTION|>"
+_THINK, _THINK_END = "<|START_THINKING|>", "<|END_THINKING|>"
+_MARKERS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|END_OF_TURN_TOKEN|>")
+STARTS: tuple[str, ...] = (_ACTION, _THINK, _MARKERS[0])
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    out = _thinking(text)
+    out += _actions(_blank(text, out), spell_names) if _ACTION in text else []
+    taken = [(f.start, f.end) for f in out]
+    for marker in _MARKERS:
+        pos = 0
+        while (at := text.find(marker, pos)) >= 0 and len(out) < json_blocks.MAX_ATTEMPTS:
+            if not any(s <= at < e for s, e in taken):
+                out.append(Found(at, at + len(marker), ()))
+            pos = at + len(marker)
+    return sorted(out, key=lambda f: f.start)
+
+
+def _thinking(text: str) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    while (start := text.find(_THINK, pos)) >= 0 and len(out) < json_blocks.MAX_ATTEMPTS:
+        close = text.find(_THINK_END, start)
+        stops = [i for t in (_ACTION, _MARKERS[0]) if (i := text.find(t, start)) >= 0]
+        if close >= 0:  # reasoning may quote an action: its closer ends it
+            end = close + len(_THINK_END)
+        else:  # not closed: the reasoning runs to the action or the answer, else to the end
+            end = min(stops, default=len(text))
+        inner = text[start + len(_THINK) : close if 0 <= close < end else end]
+        out.append(Found(start, end, (), inner.strip()))
+        pos = end
+    return out
+
+
+def _actions(text: str, names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        start = text.find(_ACTION, pos)
+        if start < 0 or json_blocks.full(out):
+            break
+        body = start + len(_ACTION)
+        end, calls = json_blocks.tagged(
+            text, body, closers=(_ACTION_END,), stops=(_ACTION,), source=NAME, names=names
+        )
+        out.append(Found(start, end, tuple(calls)))
+        pos = max(end, body)
+    return out
+
+
+def _blank(text: str, spans: list[Found]) -> str:
+    for f in spans:
+        text = text[: f.start] + " " * (f.end - f.start) + text[f.end :]
+    return text

@@ -1,0 +1,69 @@
+"""DeepSeek's tool-call tokens left in content, in both generations' shapes:
+
+    V3 / R1:  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+              ```json
+              {...}
+              ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+    V3.1+:    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+
+What stands before `<｜tool▁sep｜>` tells them apart ("function" or nothing: V3/R1, a name: V3.1).
+Arguments (fenced or not) go on as written. Spellings models get wrong, which llama.cpp's parser accepts too:
+the section opener as `<｜tool_calls_begin｜>`, `<｜tool calls begin｜>`, `<｜tool\\_calls\\_begin｜>` or
+`<｜tool▁calls｜>`, and the call opener left out after it (`<｜tool▁calls▁begin｜>NAME<｜tool▁sep｜>{...}`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from sanctum_proxy.calls import Candidate, Found
+from sanctum_proxy.codecs import json_blocks
+
+NAME = "deepseek"
+_SECTIONS = ("<｜tool▁calls▁begin｜>", "<｜tool_calls_begin｜>", "<｜tool calls begin｜>", "<｜tool\\_calls\\_begin｜>",
+             "<｜tool▁calls｜>")
+_BEGIN = "<｜tool▁call▁begin｜>"
+_END = "<｜tool▁call▁end｜>"
+STARTS: tuple[str, ...] = (*_SECTIONS, _BEGIN)
+_OPEN = re.compile("|".join(re.escape(t) for t in (_BEGIN, *_SECTIONS)))
+_TRAIL = re.compile("\\s*<｜tool▁calls▁end｜>")
+_V3_NAME = re.compile(r"([^\n<]{1,256})\n?")
+_HEAD_END = re.compile("<｜tool▁sep｜>|<｜tool▁call▁begin｜>")
+_BODY_END = re.compile("<｜tool▁call▁end｜>|<｜tool▁call▁begin｜>|<｜tool▁calls▁end｜>")
+_WS = re.compile(r"\s*")
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        m = _OPEN.search(text, pos)
+        if m is None or json_blocks.full(out):
+            break
+        head_at = m.end()
+        if m.group() != _BEGIN:  # a section opener: the call opener after it may be left out
+            ws = _WS.match(text, head_at)
+            head_at = ws.end() if ws else head_at
+            if text.startswith(_BEGIN, head_at):
+                head_at += len(_BEGIN)
+        sep = _HEAD_END.search(text, head_at)
+        head = text[head_at : sep.start()].strip() if sep else ""
+        if sep is None or sep.group() == _BEGIN or len(head) > 256 or "\n" in head or "<" in head:
+            pos = head_at if head_at > m.start() else m.end()
+            continue
+        body = sep.end()
+        close = _BODY_END.search(text, body)
+        stop = close.start() if close else len(text)
+        end = close.end() if close and close.group() == _END else stop
+        if head in ("", "function"):
+            v3 = _V3_NAME.match(text, body, stop)
+            name = v3.group(1).strip() if v3 else ""
+            args = text[v3.end() if v3 else body : stop].strip()
+        else:
+            name, args = head, text[body:stop].strip()
+        trail = _TRAIL.match(text, end)
+        if trail:
+            end = trail.end()
+        out.append(Found(m.start(), end, (Candidate(name, args or None, NAME, text[m.start() : end]),)))
+        pos = end
+    return out

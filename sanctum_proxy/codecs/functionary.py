@@ -1,0 +1,70 @@
+"""Functionary v3.2 (MeetKai): each part of an answer opened by `>>>` and its recipient:
+
+    >>>all
+    Let me look that up.
+    >>>get_weather
+    {"city": "Paris"}
+
+`>>>all` opens text (content); `>>>NAME` opens a call whose JSON arguments follow on the next line
+(`python` may be followed by raw code, read as {"code": ...}). Arguments go on as written.
+
+The template's generation prompt ends with `>>>`, so the answer itself opens with `all\n` or `NAME\n{`
+(llama.cpp's Functionary parser reads this first part without the marker too): at the very start of the
+text, `all\n` is markup and `NAME\n{...}` a call when NAME is an offered spell.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sanctum_proxy.calls import Candidate, Found
+from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.repair.extract import value_end
+
+NAME = "functionary"
+STARTS: tuple[str, ...] = (">>>",)
+_PART = re.compile(r">>>([A-Za-z_][\w.\-]{0,255})[ \t]*\n")
+_FIRST = re.compile(r"\s*([A-Za-z_][\w.\-]{0,255})[ \t]*\n(?=\s*[\[{])|\s*(all)\n")
+_WS = re.compile(r"\s*")
+
+
+def opens(text: str) -> bool:
+    """Whether the text opens with a Functionary part without its `>>>` (the registry asks, as no
+    delimiter in STARTS shows it)."""
+    return _FIRST.match(text) is not None
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    first = _FIRST.match(text)
+    if first and (first.group(2) or json_blocks.known(first.group(1), spell_names)):
+        out += _part(text, first, first.group(1) or "all")
+        pos = out[-1].end if out else 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        m = _PART.search(text, pos)
+        if m is None or json_blocks.full(out):
+            break
+        found = _part(text, m, m.group(1))
+        out += found
+        pos = max(found[-1].end if found else 0, m.end())
+    return out
+
+
+def _part(text: str, m: re.Match[str], name: str) -> list[Found]:
+    """The part a recipient line opens: `all` is markup only, a name a call (if its arguments read)."""
+    if name == "all":
+        return [Found(m.start(), m.end(), ())]
+    ws = _WS.match(text, m.end())
+    body = ws.end() if ws else m.end()
+    nxt = text.find(">>>", m.end())
+    stop = nxt if nxt >= 0 else len(text)
+    if text.startswith(("{", "["), body):
+        closed = value_end(text, body)
+        end = closed if closed is not None and closed <= stop else stop
+        args: str | dict[str, str] | None = text[body:end].strip()
+    elif name == "python":
+        end, args = stop, {"code": text[m.end() : stop].strip()}
+    else:
+        return []
+    return [Found(m.start(), end, (Candidate(name, args or None, NAME, text[m.start() : end]),))]

@@ -1,0 +1,62 @@
+"""GLM-4.5 / 4.6 calls: the name right after `<tool_call>`, then key/value tag pairs:
+
+    <tool_call>get_weather
+    <arg_key>city</arg_key>
+    <arg_value>Paris</arg_value>
+    </tool_call>
+
+Hermes shares the `<tool_call>` tag; a GLM call is told apart by a bare name (not `{`) followed by
+`<arg_key>` or the closing tag. The registry runs this codec before Hermes. Values are kept as the
+strings written; repair coerces them to the schema's types ("3" -> 3, "[1, 2]" -> [1, 2]).
+"""
+
+from __future__ import annotations
+
+import re
+
+from sanctum_proxy.calls import Candidate, Found
+from sanctum_proxy.codecs import json_blocks
+
+NAME = "glm"
+STARTS: tuple[str, ...] = ("<tool_call>",)
+_CALL = re.compile(r"<tool_call>\s*([A-Za-z_][\w.\-]{0,255})\s*(?=<arg_key>|</tool_call>)")
+_KEY = re.compile(r"\s*<arg_key>([^<]{0,256})</arg_key>\s*<arg_value>")
+_CLOSE = re.compile(r"\s*</tool_call>")
+_VALUE_END = re.compile(r"</arg_value>|<arg_key>|</tool_call>|<tool_call>")
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    if "<arg_key>" not in text and not _CALL.search(text):
+        return []
+    out: list[Found] = []
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        m = _CALL.search(text, pos)
+        if m is None or json_blocks.full(out):
+            break
+        args, k, repairs = _pairs(text, m.end())
+        close = _CLOSE.match(text, k)
+        if close:
+            k = close.end()
+        else:
+            repairs.append("unclosed_tag")
+        raw = text[m.start() : k]
+        out.append(Found(m.start(), k, (Candidate(m.group(1), args, NAME, raw, None, tuple(repairs)),)))
+        pos = max(k, m.end())
+    return out
+
+
+def _pairs(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
+    args: dict[str, str] = {}
+    repairs: list[str] = []
+    while p := _KEY.match(text, k):
+        stop = _VALUE_END.search(text, p.end())  # the first tag after the value (one scan, never quadratic)
+        if stop is None:
+            end = k = len(text)
+        elif stop.group() == "</arg_value>":
+            end, k = stop.start(), stop.end()
+        else:  # `</arg_value>` left out: the value ends where the next tag begins
+            repairs.append("unclosed_tag")
+            end = k = stop.start()
+        args.setdefault(p.group(1).strip(), text[p.end() : end].strip("\n"))
+    return args, k, repairs

@@ -1,0 +1,86 @@
+"""gpt-oss (OpenAI harmony) messages left in content, what llama.cpp and Ollama pass on when their own
+parser fails on them:
+
+    <|channel|>analysis<|message|>Need the weather.<|end|>
+    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Rome"}
+    <|call|>
+    <|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>
+
+A message with a recipient (`to=functions.NAME`, in the channel header or after the role) is a call; its
+body goes on as written. An `analysis` message is reasoning: its whole span is claimed (so no codec reads
+calls in it); its text is reasoning, not content. A `final` or recipient-less `commentary` message is content: only its
+header and end token are markup. Variants read: no `<|constrain|>` (`... to=functions.f json<|message|>`),
+`<|end|>` or `<|return|>` instead of `<|call|>`, the name glued to `json` (`to=functions.fjson`), a call on
+the analysis channel (`<|start|>assistant to=functions.f<|channel|>analysis`), the recipient alone before
+`<|channel|>` (the generation prompt held `<|start|>assistant`), spaces around the channel name.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sanctum_proxy.calls import Candidate, Found
+from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.repair.extract import value_end
+
+NAME = "harmony"
+STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "to=functions.")
+# The role part: `<|start|>assistant to=...`, or only ` to=functions.NAME` where the generation prompt
+# already held `<|start|>assistant` (llama.cpp's test of that case).
+_HEADER = re.compile(
+    r"(?:<\|start\|>(?P<role>[^<]{0,256})|(?P<bare>[ \t]*to=[^\s<]{1,256}[ \t]*))?"
+    r"<\|channel\|>(?P<channel>[^<]{0,512})(?:<\|constrain\|>(?P<ctype>[^<]{0,64}))?<\|message\|>"
+)
+_RECIPIENT = re.compile(r"\bto=([^\s<]{1,256})")
+_STOP = re.compile(r"<\|(?:call|end|return)\|>|<\|start\|>|<\|channel\|>")  # an end token, or the next message
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        m = _HEADER.search(text, pos)
+        if m is None or json_blocks.full(out):
+            break
+        body_end, end = _body_end(text, m.end())
+        header = (m.group("role") or m.group("bare") or "") + " " + m.group("channel")
+        recipient = _RECIPIENT.search(header)
+        channel = (m.group("channel").split() or [""])[0]
+        if recipient:
+            body = text[m.end() : body_end].strip()
+            name = _name(recipient.group(1), m.group("ctype"), spell_names)
+            raw = text[m.start() : end]
+            out.append(Found(m.start(), end, (Candidate(name, body or None, NAME, raw),)))
+        elif channel == "analysis":
+            out.append(Found(m.start(), end, (), text[m.end() : body_end].strip()))
+        else:
+            out.append(Found(m.start(), m.end(), ()))
+            if end > body_end:
+                out.append(Found(body_end, end, ()))
+        pos = max(end, m.end())
+    return out
+
+
+def _body_end(text: str, body: int) -> tuple[int, int]:
+    """Where the message body ends and where its end token (if any) ends. A JSON body is read past its
+    closing brace first, so an end token written inside a string does not cut it."""
+    k = body
+    while k < len(text) and text[k] in " \t\r\n":
+        k += 1
+    if k < len(text) and text[k] in "{[":
+        closed = value_end(text, k)
+        if closed is not None:
+            k = closed
+    stop = _STOP.search(text, k)
+    if stop is None:
+        return len(text), len(text)
+    ends = stop.group() not in ("<|start|>", "<|channel|>")
+    return stop.start(), stop.end() if ends else stop.start()
+
+
+def _name(recipient: str, ctype: str | None, names: frozenset[str]) -> str:
+    name = recipient.removeprefix("functions.")
+    if ctype is None and name.endswith("json") and not json_blocks.known(name, names) \
+            and json_blocks.known(name[:-4], names):
+        name = name[:-4]  # `to=functions.get_weatherjson`: the content type glued to the name
+    return name

@@ -1,0 +1,63 @@
+"""Kimi K2 calls, special tokens around `functions.NAME:INDEX` and JSON arguments:
+
+    <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>
+    {"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
+
+The section markers may be missing, or written in the singular (`<|tool_call_section_begin|>`); the
+`functions.` prefix and the index are dropped from the name. Arguments go on as written.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sanctum_proxy.calls import Candidate, Found
+from sanctum_proxy.codecs import json_blocks
+
+NAME = "kimi"
+_SECTION = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
+_BEGIN = "<|tool_call_begin|>"
+_END = "<|tool_call_end|>"
+STARTS: tuple[str, ...] = (*_SECTION, _BEGIN)
+_ID = re.compile(r"\s*(?:functions\.)?([^\s:<]{1,256})(?::\d+)?\s*\Z")
+_TRAIL = re.compile(r"\s*<\|tool_calls?_section_end\|>")
+_HEAD_END = re.compile(r"<\|tool_call_argument_begin\|>|<\|tool_call_begin\|>")
+_BODY_END = re.compile(r"<\|tool_call_end\|>|<\|tool_call_begin\|>|<\|tool_calls?_section_end\|>")
+
+
+def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        begin = text.find(_BEGIN, pos)
+        if begin < 0 or json_blocks.full(out):
+            break
+        start = _section_start(text, pos, begin)
+        head = _HEAD_END.search(text, begin + len(_BEGIN))
+        if head is None or head.group() == _BEGIN:  # no arguments before the next call
+            pos = begin + len(_BEGIN)
+            continue
+        head_end = head.start()
+        ident = _ID.match(text[begin + len(_BEGIN) : head_end])
+        body = head.end()
+        close = _BODY_END.search(text, body)
+        stop = close.start() if close else len(text)
+        end = close.end() if close and close.group() == _END else stop
+        trail = _TRAIL.match(text, end)
+        if trail and text.find(_BEGIN, end, trail.end()) < 0:
+            end = trail.end()
+        name = ident.group(1) if ident else text[begin + len(_BEGIN) : head_end].strip()
+        args = text[body:stop].strip()
+        out.append(Found(start, end, (Candidate(name, args or None, NAME, text[start:end]),)))
+        pos = end
+    return out
+
+
+def _section_start(text: str, pos: int, begin: int) -> int:
+    """The call begins at a section marker right before it, if there is one."""
+    for marker in _SECTION:
+        at = text.rfind(marker, pos, begin)
+        if at >= 0 and not text[at + len(marker) : begin].strip():
+            return at
+    return begin
+
