@@ -105,6 +105,10 @@ class Model:
             arguments = json.dumps({f"place{self.call_rounds}": CITY})
         return self._call("get_weather", arguments, prompted, stream, constrained)
 
+    def streamed(self, stream: bool) -> bool:
+        """Whether every request (the client's and the proxy's own rounds) was streamed as the client asked."""
+        return bool(self.requests) and all(bool(r.get("stream")) == stream for r in self.requests)
+
     @staticmethod
     def _text(text: str, stream: bool) -> Step:
         return Step(chunks=content_chunks(text, size=7)) if stream else Step(body=completion(text))

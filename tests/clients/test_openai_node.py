@@ -19,6 +19,7 @@ def test_run_tools_runs_the_tool_and_answers_with_its_result(scripted, scenario,
     assert "error" not in out, out
     assert out["calls"] == [CITY]
     assert weather(CITY) in out["text"]
+    assert model.streamed(stream)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])

@@ -45,6 +45,7 @@ def test_tool_loop_runs_the_tool_and_answers_with_its_result(scripted, scenario,
     final = run(base_url, calls, stream)
     assert calls == [CITY]
     assert weather(CITY) in final
+    assert model.streamed(stream)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
