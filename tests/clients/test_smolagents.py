@@ -34,7 +34,11 @@ def agent(base_url: str, calls: list[str], stream: bool) -> Any:
 
 
 def run(base_url: str, calls: list[str], stream: bool) -> str:
-    return str(agent(base_url, calls, stream).run(ASK))
+    runner = agent(base_url, calls, stream)
+    try:
+        return str(runner.run(ASK))
+    finally:
+        runner.model.client.close()  # its connections, not left to the garbage collector
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
