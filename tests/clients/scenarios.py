@@ -16,8 +16,9 @@ Scenarios (each streamed when the request asks for it):
   the proxy falls back to prompted mode, where the model answers in the `<tool_call>` format the prompt asks for.
 - `surrender`: every call round lacks `city` (a different wrong argument each time): the proxy gives up with 422.
 
-smolagents ends a run only through its own `final_answer` tool: when the request offers that tool (natively or
-in the prompted system text) the final answer is a call to it instead of plain text, as a real model's is.
+smolagents ends a run only through its own `final_answer` tool, pydantic-ai with a structured output type through
+its `final_result` tool (`{"summary": ...}` in the tests): when the request offers one of them (natively or in the
+proxy's system text) the final answer is a call to it instead of plain text, as a real model's is.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class Model:
         result = tool_result(body.get("messages", []))
         if result is not None:
             answer = f"The weather tool said: {result}"
+            if offers(body, "final_result"):
+                return self._call("final_result", json.dumps({"summary": answer}), prompted, stream, constrained)
             if offers(body, "final_answer"):
                 return self._call("final_answer", json.dumps({"answer": answer}), prompted, stream, constrained)
             return self._text(answer, stream)
