@@ -81,13 +81,16 @@ class Model:
     def __call__(self, body: dict[str, Any]) -> Step:
         self.requests.append(body)
         stream = bool(body.get("stream"))
-        constrained = (body.get("response_format") or {}).get("type") == "json_schema"
+        schema = (body.get("response_format") or {}).get("json_schema") or {}
+        constrained = schema.get("name") == "sanctum_answer"  # the proxy's own constrained round
         if self.scenario == "no_tools" and body.get("tools"):
             return Step(*LLAMA_NO_JINJA)
         prompted = not body.get("tools")
         result = tool_result(body.get("messages", []))
         if result is not None:
             answer = f"The weather tool said: {result}"
+            if schema and not constrained:  # the client's structured output (a `summary` field in the tests)
+                return self._text(json.dumps({"summary": answer}), stream)
             if offers(body, "final_result"):
                 return self._call("final_result", json.dumps({"summary": answer}), prompted, stream, constrained)
             if offers(body, "final_answer"):
