@@ -1,13 +1,16 @@
 """A scripted fake llama.cpp / Ollama: a real HTTP server whose answers a test queues in advance.
 
 Each queued `Step` answers one request to /v1/chat/completions: a JSON body with a status, an SSE stream of
-chunks (with optional delays), or a connection that dies mid-answer. Every request received is recorded.
+chunks (with optional delays), or a connection that dies mid-answer. Every request received is recorded. With no
+step queued, a `responder` (request body -> Step) answers instead: a model that reads the conversation, for the
+multi-turn tool loops of tests/clients.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +86,7 @@ class FakeUpstream:
     chunks_sent: int = 0  # stream pieces sent so far (a test can see that the upstream is still talking)
     stray: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of requests outside /v1: 404s
     other_headers: list[dict[str, str]] = field(default_factory=list)  # the headers of each other_requests entry
+    responder: Callable[[dict[str, Any]], Step] | None = None  # answers when no step is queued
 
     def push(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -130,7 +134,12 @@ class FakeUpstream:
     async def chat(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         self.requests.append(body)
-        step = self.steps.popleft() if self.steps else Step(body=completion("default answer"))
+        if self.steps:
+            step = self.steps.popleft()
+        elif self.responder is not None:
+            step = self.responder(body)
+        else:
+            step = Step(body=completion("default answer"))
         if step.delay:
             await asyncio.sleep(step.delay)
         if isinstance(step.body, bytes):  # sent as it is: not JSON, not UTF-8, whatever the test needs
