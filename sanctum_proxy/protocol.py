@@ -68,13 +68,18 @@ class ChatRequest:
 
 
 def parse_chat_request(raw: bytes, headers: Mapping[str, str], settings: Settings) -> ChatRequest:
+    return chat_request(json_object(raw), headers, settings)
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be one JSON object (400 otherwise)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
-    return chat_request(body, headers, settings)
+    return body
 
 
 def chat_request(body: dict[str, Any], headers: Mapping[str, str], settings: Settings) -> ChatRequest:

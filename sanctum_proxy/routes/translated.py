@@ -15,13 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from .. import omens as om
-from ..errors import InvalidRequest, ProxyError
-from ..protocol import chat_request
+from ..errors import ProxyError
+from ..protocol import chat_request, json_object
 from ..protocols import messages_api, responses_api
 from ..protocols.messages_events import MessagesWriter
 from ..protocols.reply import Reply
@@ -64,7 +63,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     request.state.protocol = dialect.name
     try:
         check_key(request, settings)
-        body = _object(await read_body(request, settings.max_body_bytes))
+        body = json_object(await read_body(request, settings.max_body_bytes))
         chat = chat_request(dialect.to_chat(body), request.headers, settings)
         rounds = await start_rounds(request, chat, settings)
         if chat.stream:
@@ -81,14 +80,6 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))
 
 
-def _object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    return body
 
 
 def refusal(dialect: Dialect, error: ProxyError) -> Response:
