@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import constrain
+from . import constrain, reasoning
 from .codecs.registry import all_starts
 
 # Delimiters that open a call in content: the codecs' own tags, and fences of the languages models write
@@ -65,7 +65,11 @@ class Assembler:
     _visible: str = ""
     _parts: list[str] = field(default_factory=list)
     _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
-    _reasoning: list[str] = field(default_factory=list)  # reasoning_content deltas (llama.cpp, vLLM)
+    _closer: str = ""  # inside reasoning markup in content: the closer that ends it (reasoning.py)
+    _reasoned: bool = False  # reasoning markup was seen: a closer alone no longer ends anything
+    _checked: int = 0  # how much held content was looked at for such a closer
+    _reasoning: dict[str, list[str]] = field(default_factory=dict)  # reasoning fields' deltas, by field
+    _live_reasoning: dict[str, list[str]] = field(default_factory=dict)  # ... not yet taken (take_reasoning)
 
     @property
     def content(self) -> str:
@@ -87,11 +91,19 @@ class Assembler:
                 self._parts.append(delta["content"])
                 if not self.holding:
                     self._pending += delta["content"]
-            if isinstance(delta.get("reasoning_content"), str):
-                self._reasoning.append(delta["reasoning_content"])
+            for name in reasoning.FIELDS:
+                if isinstance(delta.get(name), str) and delta[name]:
+                    self._reasoning.setdefault(name, []).append(delta[name])
+                    self._live_reasoning.setdefault(name, []).append(delta[name])
             for call in delta.get("tool_calls") or []:
                 self._add_call(call)
         return self._release()
+
+    def take_reasoning(self) -> dict[str, str]:
+        """The reasoning fields' text fed since the last call, by field (it is never held back)."""
+        out = {name: "".join(parts) for name, parts in self._live_reasoning.items()}
+        self._live_reasoning.clear()
+        return out
 
     def _add_call(self, delta: dict[str, Any]) -> None:
         index = delta.get("index", len(self.calls))
@@ -116,22 +128,62 @@ class Assembler:
                 return ""
             out, self._visible = visible[len(self._visible):], visible
             return out
-        if self.holding:
+        if self.holding and not self._unheld():
             return ""
         text = self._pending  # positions below are relative to `released`
+        pos = 0
+        while True:
+            if self._closer:  # inside reasoning: it flows on, never held as call markup
+                at = text.find(self._closer, pos)
+                if at >= 0:
+                    pos, self._closer = at + len(self._closer), ""
+                    continue
+                pos += reasoning.partial_marker(text[pos:], (self._closer,))
+                break
+            rest = text[pos:]
+            opener = reasoning.OPENER.search(rest)
+            limit = opener.start() if opener else len(rest)
+            orphan = None if self._reasoned else reasoning.first_orphan_closer(rest[:limit])
+            if orphan is not None:  # reasoning begun in the prompt ends here
+                pos, self._reasoned = pos + orphan, True
+                continue
+            call = self._call_start(rest)
+            if opener and (call is None or opener.start() < call):
+                pos, self._closer, self._reasoned = pos + opener.end(), reasoning.CLOSER_OF[opener.group()], True
+                continue
+            if call is not None:
+                pos, self.holding = pos + call, True
+                break
+            markers = reasoning.OPENERS if self._reasoned else reasoning.OPENERS + reasoning.ORPHAN_CLOSERS
+            pos += min(self._partial_start(rest), reasoning.partial_marker(rest, markers))
+            break
+        out, self.released = text[:pos], self.released + pos
+        self._pending = "" if self.holding else text[pos:]
+        return out
+
+    def _unheld(self) -> bool:
+        """Held call markup that a closer alone then shows was reasoning begun in the prompt: let it go."""
+        if self._reasoned:
+            return False
+        content = self.content
+        window = content[max(self.released, self._checked - reasoning.LONGEST):]
+        self._checked = len(content)
+        if reasoning.first_orphan_closer(window) is None:
+            return False
+        self.holding, self._pending = False, content[self.released:]
+        return True
+
+    def _call_start(self, text: str) -> int | None:
+        """Where the first call delimiter (or a call-shaped generic opener) in `text` begins."""
         cut = len(text)
         for start in self.starts:
             at = text.find(start)
-            if at >= 0 and at < cut:
-                cut, self.holding = at, True
+            if 0 <= at < cut:
+                cut = at
         match = _OPENER.search(text)
         if match and match.start() < cut:
-            cut, self.holding = match.start(), True
-        if not self.holding:
-            cut = min(cut, self._partial_start(text))
-        out, self.released = text[:cut], self.released + cut
-        self._pending = "" if self.holding else text[cut:]
-        return out
+            cut = match.start()
+        return cut if cut < len(text) else None
 
     def _partial_start(self, text: str) -> int:
         """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one)."""
@@ -152,8 +204,8 @@ class Assembler:
     def message(self) -> dict[str, Any]:
         """The whole answer, shaped like a non-streaming message."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self._reasoning:
-            message["reasoning_content"] = _joined(self._reasoning)
+        for name, parts in self._reasoning.items():
+            message[name] = _joined(parts)
         if self.calls:
             message["tool_calls"] = [
                 {"id": c.id or "", "type": "function",

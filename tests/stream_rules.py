@@ -21,6 +21,7 @@ class Streamed:
     comments: list[str] = field(default_factory=list)
     chunks: list[dict[str, Any]] = field(default_factory=list)
     function_call: dict[str, str] | None = None  # legacy `functions` streams
+    reasoning: dict[str, str] = field(default_factory=dict)  # reasoning_content / reasoning deltas, by field
 
     def parsed_calls(self) -> list[dict[str, Any]]:
         """Names and parsed arguments, the way the corpus states them."""
@@ -107,6 +108,9 @@ def _take_chunk(got: Streamed, chunk: dict[str, Any], started: dict[int, dict[st
         assert ("role" in delta) == first, "role in the first chunk, and only there"
         assert got.finish_reason is None, "nothing follows the finish_reason but the usage chunk"
         got.content += delta.get("content") or ""
+        for name in ("reasoning_content", "reasoning"):
+            if isinstance(delta.get(name), str):
+                got.reasoning[name] = got.reasoning.get(name, "") + delta[name]
         for call in delta.get("tool_calls") or []:
             _take_call(call, started)
         if "function_call" in delta:

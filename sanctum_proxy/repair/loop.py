@@ -37,6 +37,15 @@ class ContentDelta:
 
 
 @dataclass(frozen=True)
+class ReasoningDelta:
+    """Reasoning the client may see now, in the message field it came in (`reasoning_content`, `reasoning`):
+    never read for calls, never held back; live like ContentDelta."""
+
+    text: str
+    field: str = "reasoning_content"
+
+
+@dataclass(frozen=True)
 class Answer:
     """One upstream round's answer, however it arrived."""
 
@@ -47,7 +56,7 @@ class Answer:
 
 
 class Sender(Protocol):
-    def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]: ...
+    def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | ReasoningDelta | Answer]: ...
 
 
 @dataclass
@@ -117,7 +126,7 @@ class Plan:
         return None
 
 
-async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
+async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | ReasoningDelta | Final]:
     state = _State(plan.mode, omens=list(plan.opening_omens), fell_back=bool(plan.opening_omens))
     plan.omens = state.omens
     while True:
@@ -136,11 +145,11 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
         start = time.perf_counter()
         try:
             async for event in send(body, live=not state.extra and not state.shown):
-                if isinstance(event, ContentDelta):
+                if isinstance(event, Answer):
+                    answer = event
+                else:
                     state.shown = state.shown or bool(event.text)
                     yield event
-                else:
-                    answer = event
         except ProxyError as error:  # unreachable, timed out or an error answer: this round's own record says so
             record.latency_ms = (time.perf_counter() - start) * 1000
             record.error, record.outcome = {**error.body()["error"], "status": error.status}, "error"
@@ -231,7 +240,8 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
         record.outcome = "accepted"
         state.omens += [om.repaired(number, r) for r in assessment.repairs]
         state.omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
-        return _final(plan, state, _client_message(assessment), _finish(assessment, answer), answer.meta, number)
+        return _final(plan, state, _client_message(assessment, answer.message), _finish(assessment, answer),
+                      answer.meta, number)
     record.outcome = "rejected"
     raw = rejected_answer_text(answer.message)
     repeated = bool(state.rejected) and raw == state.rejected[-1]
@@ -435,8 +445,12 @@ def _loads(arguments: str) -> Any:
         return None
 
 
-def _client_message(assessment: Assessment) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": assessment.content}
+def _client_message(assessment: Assessment, sent: dict[str, Any]) -> dict[str, Any]:
+    """The upstream's message with only what tier 1 changed replaced (content, calls): its reasoning fields,
+    refusal and every other field go to the client as they came."""
+    message: dict[str, Any] = {"role": "assistant"}
+    message.update((k, v) for k, v in sent.items() if k not in ("role", "content", "tool_calls"))
+    message["content"] = assessment.content
     if assessment.calls:
         message["tool_calls"] = [c.to_openai() for c in assessment.calls]
     return message

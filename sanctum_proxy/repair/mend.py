@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy import reasoning
 from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall
 from sanctum_proxy.codecs.registry import MAX_CANDIDATES, find_calls
 from sanctum_proxy.repair.extract import Decoded, decode, strict
@@ -46,7 +47,7 @@ def assess(
     msg = message if isinstance(message, dict) else {}
     native = native_candidates(msg.get("tool_calls"))
     text = content_text(msg.get("content"))
-    found = find_calls(text, book.name_set) if text else []
+    found = calls_outside_reasoning(text, book.name_set) if text else []
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
     judge = _Judge(book, finish_reason == "length", new_id, asked_format)
@@ -64,6 +65,19 @@ def assess(
             repairs.append(verdict.repair)
     keep = calls if parallel_tool_calls else calls[:1]
     return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]))
+
+
+def calls_outside_reasoning(text: str, spell_names: frozenset[str]) -> list[Found]:
+    """The call markup in `text` outside its reasoning spans (reasoning.py): a model thinking about a call
+    made none. Each piece between reasoning spans is read on its own, so no call is pieced across one."""
+    pieces = reasoning.outside(text)
+    if pieces == [(0, len(text))]:
+        return find_calls(text, spell_names)
+    found: list[Found] = []
+    for start, end in pieces:
+        found += [replace(f, start=f.start + start, end=f.end + start)
+                  for f in find_calls(text[start:end], spell_names)]
+    return found
 
 
 def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:

@@ -26,12 +26,12 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from .. import constrain
+from .. import constrain, reasoning
 from .. import omens as om
 from ..config import Settings
 from ..errors import ProxyError, UpstreamUnreachable
 from ..protocol import ChatRequest
-from ..repair.loop import Answer, ContentDelta, Final, Plan, Sender, run
+from ..repair.loop import Answer, ContentDelta, Final, Plan, ReasoningDelta, Sender, run
 from ..responses import JsonResponse as ORJSONResponse
 from ..streaming import Assembler, call_deltas, chunk, unseen
 from .disconnect import ClientGone, gone_response, unless_disconnected
@@ -45,13 +45,16 @@ def stream_sender(upstream: Any, auth: str | None) -> Sender:
     round (so the client's headers and keep-alives can start), the content the assembler releases when the
     round is live, then the whole Answer."""
 
-    async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
+    async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | ReasoningDelta | Answer]:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         assembler = Assembler(text_branch=constrain.is_constrained(body))
         async with upstream.chat_stream(body, auth) as chunks:
             yield ContentDelta("")
             async for piece in chunks:
                 text = assembler.feed(piece)
+                for name, thought in assembler.take_reasoning().items():
+                    if live:
+                        yield ReasoningDelta(thought, name)
                 if text and live:
                     yield ContentDelta(text)
         if assembler.finish_reason is None:
@@ -143,6 +146,7 @@ class SseWriter:
         self.omens = omens if omens is not None else []  # the loop's running list (Plan.omens): it grows
         self.omens_sent = 0
         self.shown = ""
+        self.shown_reasoning: dict[str, str] = {}
         self.ended = False
         # Content chunks are the hot path: everything around the text is serialised once.
         head = orjson.dumps(chunk(meta, {"content": ""})).split(b'"content":""', 1)
@@ -158,6 +162,10 @@ class SseWriter:
         self.shown += text
         return self._content_head + orjson.dumps(text) + self._content_tail
 
+    def reasoning(self, name: str, text: str) -> bytes:
+        self.shown_reasoning[name] = self.shown_reasoning.get(name, "") + text
+        return self.data(chunk(self.meta, {name: text}))
+
     def new_omens(self, omens: list[om.Omen] | None = None) -> list[bytes]:
         """The omens that happened since the last call, each sent once."""
         omens = self.omens if omens is None else omens
@@ -170,6 +178,8 @@ class SseWriter:
             event = ProxyError("internal error: the round loop ended without an answer")
         if isinstance(event, ContentDelta):
             return self.new_omens() + ([self.content(event.text)] if event.text else [])
+        if isinstance(event, ReasoningDelta):
+            return self.new_omens() + [self.reasoning(event.field, event.text)]
         if isinstance(event, ProxyError):
             self.ended = True
             return self.new_omens() + [self.data(event.body())]
@@ -180,6 +190,10 @@ class SseWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         out = self.new_omens(final.omens)
+        for name in reasoning.FIELDS:  # the accepted round's reasoning, unless a round's was shown live
+            thought, seen = final.message.get(name), self.shown_reasoning.get(name, "")
+            if isinstance(thought, str) and thought.startswith(seen) and len(thought) > len(seen):
+                out.append(self.reasoning(name, thought[len(seen):]))
         rest = unseen(self.shown, final.message.get("content"))
         if rest:
             out.append(self.content(rest))
