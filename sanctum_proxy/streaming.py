@@ -20,6 +20,8 @@ from .codecs.registry import all_starts
 # calls in. The codecs' generic openers (`{`, `[`, a bare fence) are held only in the shapes a call takes
 # (_OPENER), so braces and brackets in prose flow on.
 _GENERIC = ("{", "[", "```")
+# Text fields of a delta that are never read for calls: passed to the client live, as they came.
+PASSED = (*reasoning.FIELDS, "refusal")
 STARTS = tuple(dict.fromkeys((*(s for s in all_starts() if s not in _GENERIC), "<tools>", "```json",
                               "```tool_call", "```tool_code", "```python")))
 _OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*\(|\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]")
@@ -68,8 +70,8 @@ class Assembler:
     _closer: str = ""  # inside reasoning markup in content: the closer that ends it (reasoning.py)
     _reasoned: bool = False  # reasoning markup was seen: a closer alone no longer ends anything
     _checked: int = 0  # how much held content was looked at for such a closer
-    _reasoning: dict[str, list[str]] = field(default_factory=dict)  # reasoning fields' deltas, by field
-    _live_reasoning: dict[str, list[str]] = field(default_factory=dict)  # ... not yet taken (take_reasoning)
+    _passed: dict[str, list[str]] = field(default_factory=dict)  # PASSED fields' deltas, by field
+    _live_passed: dict[str, list[str]] = field(default_factory=dict)  # ... not yet taken (take_passed)
 
     @property
     def content(self) -> str:
@@ -91,18 +93,18 @@ class Assembler:
                 self._parts.append(delta["content"])
                 if not self.holding:
                     self._pending += delta["content"]
-            for name in reasoning.FIELDS:
+            for name in PASSED:
                 if isinstance(delta.get(name), str) and delta[name]:
-                    self._reasoning.setdefault(name, []).append(delta[name])
-                    self._live_reasoning.setdefault(name, []).append(delta[name])
+                    self._passed.setdefault(name, []).append(delta[name])
+                    self._live_passed.setdefault(name, []).append(delta[name])
             for call in delta.get("tool_calls") or []:
                 self._add_call(call)
         return self._release()
 
-    def take_reasoning(self) -> dict[str, str]:
-        """The reasoning fields' text fed since the last call, by field (it is never held back)."""
-        out = {name: "".join(parts) for name, parts in self._live_reasoning.items()}
-        self._live_reasoning.clear()
+    def take_passed(self) -> dict[str, str]:
+        """The text of the PASSED fields fed since the last call, by field (it is never held back)."""
+        out = {name: "".join(parts) for name, parts in self._live_passed.items()}
+        self._live_passed.clear()
         return out
 
     def _add_call(self, delta: dict[str, Any]) -> None:
@@ -204,7 +206,7 @@ class Assembler:
     def message(self) -> dict[str, Any]:
         """The whole answer, shaped like a non-streaming message."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
-        for name, parts in self._reasoning.items():
+        for name, parts in self._passed.items():
             message[name] = _joined(parts)
         if self.calls:
             message["tool_calls"] = [

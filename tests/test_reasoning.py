@@ -152,10 +152,10 @@ def test_held_markup_is_let_go_when_a_closer_alone_shows_it_was_reasoning():
 def test_reasoning_fields_are_taken_live_and_kept_in_the_message():
     a = Assembler()
     a.feed({"choices": [{"index": 0, "delta": {"reasoning_content": "Think " + HERMES[:9]}}]})
-    assert a.take_reasoning() == {"reasoning_content": "Think " + HERMES[:9]}
+    assert a.take_passed() == {"reasoning_content": "Think " + HERMES[:9]}
     a.feed({"choices": [{"index": 0, "delta": {"reasoning": "ollama", "reasoning_content": HERMES[9:]}}]})
-    assert a.take_reasoning() == {"reasoning_content": HERMES[9:], "reasoning": "ollama"}
-    assert a.take_reasoning() == {}
+    assert a.take_passed() == {"reasoning_content": HERMES[9:], "reasoning": "ollama"}
+    assert a.take_passed() == {}
     message = a.message()
     assert message["reasoning_content"] == "Think " + HERMES and message["reasoning"] == "ollama"
 

@@ -37,9 +37,9 @@ class ContentDelta:
 
 
 @dataclass(frozen=True)
-class ReasoningDelta:
-    """Reasoning the client may see now, in the message field it came in (`reasoning_content`, `reasoning`):
-    never read for calls, never held back; live like ContentDelta."""
+class FieldDelta:
+    """Text of a message field other than content that the client may see now, in the field it came in
+    (`reasoning_content`, `reasoning`, `refusal`): never read for calls, never held back; live like ContentDelta."""
 
     text: str
     field: str = "reasoning_content"
@@ -56,7 +56,7 @@ class Answer:
 
 
 class Sender(Protocol):
-    def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | ReasoningDelta | Answer]: ...
+    def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]: ...
 
 
 @dataclass
@@ -126,7 +126,7 @@ class Plan:
         return None
 
 
-async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | ReasoningDelta | Final]:
+async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | FieldDelta | Final]:
     state = _State(plan.mode, omens=list(plan.opening_omens), fell_back=bool(plan.opening_omens))
     plan.omens = state.omens
     while True:
@@ -219,6 +219,9 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     from .correct import correction, rejected_answer_text  # the tiers load with the first offered spell
     from .mend import assess
 
+    if _refusal(answer.message):  # a refusal is an answer: passed through as it came, in one round
+        record.outcome = "accepted"
+        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer.meta, number)
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     asked = plan.prompt_format if state.mode == "prompted" and not record.constrained else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
@@ -323,11 +326,20 @@ def _fall_back(plan: Plan, state: _State, verdict: str | None, status: int | Non
     return True
 
 
+def _refusal(message: dict[str, Any]) -> bool:
+    """The model declined (OpenAI's `refusal`) and made no call."""
+    refusal = message.get("refusal")
+    return isinstance(refusal, str) and bool(refusal) and not message.get("tool_calls")
+
+
 def _empty_tools_answer(plan: Plan, state: _State, answer: Answer) -> bool:
-    """Ollama drops everything after a <tool_call> tag when no call completes: an empty message."""
+    """Ollama drops everything after a <tool_call> tag when no call completes: an empty message. (A refusal
+    is not empty: it is an answer.)"""
     if state.mode != "native" or plan.book is None:
         return False
     message = answer.message
+    if _refusal(message):
+        return False
     return not message.get("tool_calls") and not prompted.text_of(message.get("content")).strip()
 
 

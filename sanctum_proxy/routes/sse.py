@@ -26,14 +26,14 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from .. import constrain, reasoning
+from .. import constrain
 from .. import omens as om
 from ..config import Settings
 from ..errors import ProxyError, UpstreamUnreachable
 from ..protocol import ChatRequest
-from ..repair.loop import Answer, ContentDelta, Final, Plan, ReasoningDelta, Sender, run
+from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run
 from ..responses import JsonResponse as ORJSONResponse
-from ..streaming import Assembler, call_deltas, chunk, unseen
+from ..streaming import PASSED, Assembler, call_deltas, chunk, unseen
 from .disconnect import ClientGone, gone_response, unless_disconnected
 
 KEEPALIVE = b": keep-alive\n\n"
@@ -45,16 +45,16 @@ def stream_sender(upstream: Any, auth: str | None) -> Sender:
     round (so the client's headers and keep-alives can start), the content the assembler releases when the
     round is live, then the whole Answer."""
 
-    async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | ReasoningDelta | Answer]:
+    async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         assembler = Assembler(text_branch=constrain.is_constrained(body))
         async with upstream.chat_stream(body, auth) as chunks:
             yield ContentDelta("")
             async for piece in chunks:
                 text = assembler.feed(piece)
-                for name, thought in assembler.take_reasoning().items():
+                for name, thought in assembler.take_passed().items():
                     if live:
-                        yield ReasoningDelta(thought, name)
+                        yield FieldDelta(thought, name)
                 if text and live:
                     yield ContentDelta(text)
         if assembler.finish_reason is None:
@@ -178,7 +178,7 @@ class SseWriter:
             event = ProxyError("internal error: the round loop ended without an answer")
         if isinstance(event, ContentDelta):
             return self.new_omens() + ([self.content(event.text)] if event.text else [])
-        if isinstance(event, ReasoningDelta):
+        if isinstance(event, FieldDelta):
             return self.new_omens() + [self.reasoning(event.field, event.text)]
         if isinstance(event, ProxyError):
             self.ended = True
@@ -190,7 +190,7 @@ class SseWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         out = self.new_omens(final.omens)
-        for name in reasoning.FIELDS:  # the accepted round's reasoning, unless a round's was shown live
+        for name in PASSED:  # the accepted round's reasoning and refusal, unless a round's was shown live
             thought, seen = final.message.get(name), self.shown_reasoning.get(name, "")
             if isinstance(thought, str) and thought.startswith(seen) and len(thought) > len(seen):
                 out.append(self.reasoning(name, thought[len(seen):]))
