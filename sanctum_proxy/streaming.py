@@ -64,6 +64,7 @@ class Assembler:
     _firsts: frozenset[str] = frozenset()
     _longest: int = 0
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
+    read_content: bool = True  # False: content is the client's own JSON answer (response_format): all flows
     _visible: str = ""
     _parts: list[str] = field(default_factory=list)
     _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
@@ -129,6 +130,9 @@ class Assembler:
             if not visible.startswith(self._visible):
                 return ""
             out, self._visible = visible[len(self._visible):], visible
+            return out
+        if not self.read_content:
+            out, self._pending, self.released = self._pending, "", self.released + len(self._pending)
             return out
         if self.holding and not self._unheld():
             return ""

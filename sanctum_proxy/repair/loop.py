@@ -225,7 +225,8 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     asked = plan.prompt_format if state.mode == "prompted" and not record.constrained else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
-                        parallel_tool_calls=plan.parallel, asked_format=asked, **kwargs)
+                        parallel_tool_calls=plan.parallel, asked_format=asked,
+                        read_content=not cn.asks_json(plan.body), **kwargs)
     broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
     problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
     # The grammar made the model choose between text and a call, and it began a call it could not finish

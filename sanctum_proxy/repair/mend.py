@@ -41,13 +41,15 @@ def assess(
     parallel_tool_calls: bool = True,
     new_id: Callable[[], str] = new_call_id,
     asked_format: str | None = None,
+    read_content: bool = True,
 ) -> Assessment:
     """Every call in the answer, judged. `asked_format`: the call format a prompted round asked for; a call
-    written in it is the model doing as told, not a mend (no `<format>_in_content` repair)."""
+    written in it is the model doing as told, not a mend (no `<format>_in_content` repair). `read_content`
+    False: the content is the client's own JSON answer (response_format), never read for calls."""
     msg = message if isinstance(message, dict) else {}
     native = native_candidates(msg.get("tool_calls"))
     text = content_text(msg.get("content"))
-    found = calls_outside_reasoning(text, book.name_set) if text else []
+    found = calls_outside_reasoning(text, book.name_set) if text and read_content else []
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
     judge = _Judge(book, finish_reason == "length", new_id, asked_format)
