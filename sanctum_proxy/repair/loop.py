@@ -15,6 +15,7 @@ Surrender raises SpellCallParseError (422) unless on_surrender is "content".
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ class Answer:
     finish_reason: str | None
     usage: dict[str, Any] | None
     meta: dict[str, Any]  # id, model, created, system_fingerprint of the upstream response
+    extra: dict[str, Any] = field(default_factory=dict)  # the response's other top-level fields, as sent
+    choice_extra: dict[str, Any] = field(default_factory=dict)  # the choice's fields but index/message/finish
 
 
 class Sender(Protocol):
@@ -84,6 +87,8 @@ class Final:
     omens: list[om.Omen]
     meta: dict[str, Any]
     outcome: str  # clean | repaired | rejected | fallback | surrendered (the most telling one)
+    extra: dict[str, Any] = field(default_factory=dict)  # the answering round's Answer.extra
+    choice_extra: dict[str, Any] = field(default_factory=dict)  # ... and Answer.choice_extra
 
 
 @dataclass
@@ -168,7 +173,8 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | FieldDel
         assert answer is not None, "a sender ends every round with an Answer"
         if constraint is not None:
             decoded = cn.decode(answer.message, plan.new_id)
-            answer = Answer(decoded, answer.finish_reason, answer.usage, answer.meta)
+            answer = Answer(decoded, answer.finish_reason, answer.usage, answer.meta, answer.extra,
+                            answer.choice_extra)
         record.answer, record.finish_reason, record.usage = answer.message, answer.finish_reason, answer.usage
         state.add_usage(answer.usage)
         if constraint is None and _empty_tools_answer(plan, state, answer) and _fall_back(
@@ -200,14 +206,25 @@ class _State:
         return len(self.extra) // 2
 
     def add_usage(self, usage: dict[str, Any] | None) -> None:
-        if not isinstance(usage, dict):
-            return
-        total = self.usage or {}
-        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            value = usage.get(key)
-            if isinstance(value, int):
-                total[key] = total.get(key, 0) + value
-        self.usage = total
+        """One round's usage as sent (details and vendor fields kept); over rounds, every count is summed."""
+        if isinstance(usage, dict):
+            self.usage = _summed(self.usage, usage) if self.usage is not None else copy.deepcopy(usage)
+
+
+def _summed(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    out = dict(total)
+    for key, value in usage.items():
+        if key not in out:
+            out[key] = copy.deepcopy(value)
+        elif _count(value) and _count(out[key]):
+            out[key] += value
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _summed(out[key], value)
+    return out
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Final | None:
@@ -215,13 +232,13 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     number = record.number
     if plan.book is None or state.text_only:
         record.outcome = "accepted"
-        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer.meta, number)
+        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer, number)
     from .correct import correction, rejected_answer_text  # the tiers load with the first offered spell
     from .mend import assess
 
     if _refusal(answer.message):  # a refusal is an answer: passed through as it came, in one round
         record.outcome = "accepted"
-        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer.meta, number)
+        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer, number)
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     asked = plan.prompt_format if state.mode == "prompted" and not record.constrained else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
@@ -245,7 +262,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
         state.omens += [om.repaired(number, r) for r in assessment.repairs]
         state.omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
         return _final(plan, state, _client_message(assessment, answer.message), _finish(assessment, answer),
-                      answer.meta, number)
+                      answer, number)
     record.outcome = "rejected"
     raw = rejected_answer_text(answer.message)
     repeated = bool(state.rejected) and raw == state.rejected[-1]
@@ -307,7 +324,7 @@ def _surrender(plan: Plan, state: _State, answer: Answer, number: int, repeated:
         raise SpellCallParseError(message, rounds=len(plan.records), rejected=list(state.rejected))
     state.omens.append(om.surrendered(number, message, state.rejected))
     content = state.rejected[-1] or None
-    final = _final(plan, state, {"role": "assistant", "content": content}, "stop", answer.meta, number)
+    final = _final(plan, state, {"role": "assistant", "content": content}, "stop", answer, number)
     final.outcome = "surrendered"
     return final
 
@@ -476,9 +493,10 @@ def _finish(assessment: Assessment, answer: Answer) -> str:
     return "stop" if reason == "tool_calls" else reason
 
 
-def _final(plan: Plan, state: _State, message: dict[str, Any], finish: str, meta: dict[str, Any],
+def _final(plan: Plan, state: _State, message: dict[str, Any], finish: str, answer: Answer,
            number: int) -> Final:
     kinds = {o.type for o in state.omens}
     outcome = ("fallback" if state.fell_back else "rejected" if "SpellCallRejected" in kinds
                else "repaired" if "SpellCallRepaired" in kinds else "clean")
-    return Final(message, finish, state.usage, state.mode, len(plan.records), state.omens, meta, outcome)
+    return Final(message, finish, state.usage, state.mode, len(plan.records), state.omens, answer.meta, outcome,
+                 answer.extra, answer.choice_extra)

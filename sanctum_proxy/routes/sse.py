@@ -208,7 +208,7 @@ class SseWriter:
             for index, call in enumerate(calls):
                 out += [self.data(chunk(self.meta, delta)) for delta in call_deltas(index, call)]
         sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, self.trace_id)
-        if self.include_usage:
+        if self.include_usage and final.usage is not None:  # no usage chunk of null: the upstream sent none
             out.append(self.data(chunk(self.meta, {}, finish_reason)))
             usage = {**chunk(self.meta, {}), "choices": [], "usage": final.usage, "sanctum": sanctum}
             out.append(self.data(usage))
