@@ -237,8 +237,9 @@ def unseen(shown: str, final: str | None) -> str:
 
 def chunk(meta: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,
           **extra: Any) -> dict[str, Any]:
+    fingerprint = {"system_fingerprint": meta["system_fingerprint"]} if meta.get("system_fingerprint") else {}
     return {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"],
-            "model": meta["model"],
+            "model": meta["model"], **fingerprint,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
 
 

@@ -114,3 +114,24 @@ def test_an_in_band_stream_error_says_the_real_upstream_status(make_proxy, fake)
         got = read_stream(r.read())
     assert got.error is not None and got.error["upstream_status"] == 400
     assert got.error["upstream_type"] == "exceed_context_size_error"
+
+
+def test_a_stream_carries_the_upstreams_id_created_model_and_fingerprint(proxy, fake):
+    chunks = content_chunks("Hello there.")
+    for c in chunks:
+        c.update(id="chatcmpl-upstream-7", created=1712345678, model="qwen3-8b-q4", system_fingerprint="b6000-abc")
+    fake[0].push(Step(chunks=chunks))
+    with httpx.stream("POST", proxy + "/v1/chat/completions", json={**ASK, "stream": True}, timeout=20) as r:
+        got = read_stream(r.read())
+    assert got.content == "Hello there." and got.chunks
+    assert {(c["id"], c["created"], c["model"], c.get("system_fingerprint")) for c in got.chunks} == {
+        ("chatcmpl-upstream-7", 1712345678, "qwen3-8b-q4", "b6000-abc")}
+
+
+def test_streamed_and_unstreamed_report_the_same_model(client, proxy, fake):
+    fake[0].push(Step(body=completion("Hi.", model="upstream-name")),
+                 Step(chunks=[{**c, "model": "upstream-name"} for c in content_chunks("Hi.")]))
+    plain = client.post("/v1/chat/completions", json=ASK).json()["model"]
+    with httpx.stream("POST", proxy + "/v1/chat/completions", json={**ASK, "stream": True}, timeout=20) as r:
+        streamed = read_stream(r.read()).chunks[0]["model"]
+    assert plain == streamed == "upstream-name"

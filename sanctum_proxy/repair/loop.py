@@ -35,6 +35,7 @@ Mode = Literal["native", "prompted"]
 @dataclass(frozen=True)
 class ContentDelta:
     text: str
+    meta: dict[str, Any] | None = None  # the live round's id, model, created, system_fingerprint, once known
 
 
 @dataclass(frozen=True)

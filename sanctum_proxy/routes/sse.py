@@ -51,7 +51,10 @@ def stream_sender(upstream: Any, auth: str | None) -> Sender:
         async with upstream.chat_stream(body, auth) as chunks:
             yield ContentDelta("")
             async for piece in chunks:
+                told = bool(assembler.meta)
                 text = assembler.feed(piece)
+                if live and not told and assembler.meta:
+                    yield ContentDelta("", dict(assembler.meta))
                 for name, thought in assembler.take_passed().items():
                     if live:
                         yield FieldDelta(thought, name)
@@ -148,19 +151,40 @@ class SseWriter:
         self.shown = ""
         self.shown_reasoning: dict[str, str] = {}
         self.ended = False
+        self.opened = False  # the role chunk goes out with the first data, under the upstream's id and model
+        self._heads()
+
+    def _heads(self) -> None:
         # Content chunks are the hot path: everything around the text is serialised once.
-        head = orjson.dumps(chunk(meta, {"content": ""})).split(b'"content":""', 1)
+        head = orjson.dumps(chunk(self.meta, {"content": ""})).split(b'"content":""', 1)
         self._content_head, self._content_tail = b'data: ' + head[0] + b'"content":', head[1] + b"\n\n"
 
-    def data(self, payload: dict[str, Any]) -> bytes:
-        return b"data: " + orjson.dumps(payload) + b"\n\n"
+    def adopt(self, upstream: dict[str, Any]) -> None:
+        """The live round's own id, created, model and system_fingerprint, for every chunk (before any is sent)."""
+        if self.opened:
+            return
+        for key in ("id", "created", "model"):
+            if upstream.get(key):
+                self.meta[key] = upstream[key]
+        if upstream.get("system_fingerprint"):
+            self.meta["system_fingerprint"] = upstream["system_fingerprint"]
+        self._heads()
 
-    def opening(self) -> bytes:
+    def data(self, payload: dict[str, Any]) -> bytes:
+        out = b"data: " + orjson.dumps(payload) + b"\n\n"
+        return out if self.opened else self.opening(now=True) + out
+
+    def opening(self, *, now: bool = False) -> bytes:
+        """The role chunk: held (b"") until the first data, so it can carry the upstream's id and model."""
+        if self.opened or not now:
+            return b""
+        self.opened = True
         return self.data(chunk(self.meta, {"role": "assistant", "content": ""}))
 
     def content(self, text: str) -> bytes:
         self.shown += text
-        return self._content_head + orjson.dumps(text) + self._content_tail
+        opening = b"" if self.opened else self.opening(now=True)
+        return opening + self._content_head + orjson.dumps(text) + self._content_tail
 
     def reasoning(self, name: str, text: str) -> bytes:
         self.shown_reasoning[name] = self.shown_reasoning.get(name, "") + text
@@ -177,6 +201,8 @@ class SseWriter:
         if event is None:  # the producer ended without an answer or an error: a bug, said in the stream
             event = ProxyError("internal error: the round loop ended without an answer")
         if isinstance(event, ContentDelta):
+            if event.meta:
+                self.adopt(event.meta)
             return self.new_omens() + ([self.content(event.text)] if event.text else [])
         if isinstance(event, FieldDelta):
             return self.new_omens() + [self.reasoning(event.field, event.text)]
