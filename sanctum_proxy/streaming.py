@@ -70,7 +70,8 @@ class Assembler:
     _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
     _closer: str = ""  # inside reasoning markup in content: the closer that ends it (reasoning.py)
     _reasoned: bool = False  # reasoning markup was seen: a closer alone no longer ends anything
-    _checked: int = 0  # how much held content was looked at for such a closer
+    _unhold: bool = False  # held content turned out to be reasoning begun in the prompt (a lone closer came)
+    _tail: str = ""  # the last few characters of content, to find a closer split across deltas
     _passed: dict[str, list[str]] = field(default_factory=dict)  # PASSED fields' deltas, by field
     _live_passed: dict[str, list[str]] = field(default_factory=dict)  # ... not yet taken (take_passed)
 
@@ -94,6 +95,10 @@ class Assembler:
                 self._parts.append(delta["content"])
                 if not self.holding:
                     self._pending += delta["content"]
+                elif not self._reasoned:  # a lone closer may show the held text was reasoning
+                    window = self._tail + delta["content"]
+                    self._unhold = self._unhold or reasoning.first_orphan_closer(window) is not None
+                self._tail = (self._tail + delta["content"])[-reasoning.LONGEST:]
             for name in PASSED:
                 if isinstance(delta.get(name), str) and delta[name]:
                     self._passed.setdefault(name, []).append(delta[name])
@@ -169,14 +174,9 @@ class Assembler:
 
     def _unheld(self) -> bool:
         """Held call markup that a closer alone then shows was reasoning begun in the prompt: let it go."""
-        if self._reasoned:
+        if not self._unhold:
             return False
-        content = self.content
-        window = content[max(self.released, self._checked - reasoning.LONGEST):]
-        self._checked = len(content)
-        if reasoning.first_orphan_closer(window) is None:
-            return False
-        self.holding, self._pending = False, content[self.released:]
+        self._unhold, self.holding, self._pending = False, False, self.content[self.released:]
         return True
 
     def _call_start(self, text: str) -> int | None:

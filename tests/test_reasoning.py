@@ -144,9 +144,16 @@ def test_every_marker_flows_and_a_call_after_it_is_held(opener, closer):
     assert a.content == thought + "Sure. " + HERMES
 
 
-def test_held_markup_is_let_go_when_a_closer_alone_shows_it_was_reasoning():
-    a, shown = feed(["I could use ", HERMES[:20], HERMES[20:], "</think>", "\n\nIt is 42."])
+@pytest.mark.parametrize("closer", [["</think>"], ["</th", "ink>"], ["</", "think", ">"]])
+def test_held_markup_is_let_go_when_a_closer_alone_shows_it_was_reasoning(closer):
+    a, shown = feed(["I could use ", HERMES[:20], HERMES[20:], *closer, "\n\nIt is 42."])
     assert "".join(shown) == "I could use " + HERMES + "</think>\n\nIt is 42." and not a.holding
+    assert shown[-1] == "\n\nIt is 42.", "released as it came once the closer was seen"
+
+
+def test_a_held_call_with_no_closer_stays_held_to_the_end():
+    a, shown = feed(["Sure. ", HERMES[:20], HERMES[20:], " done"])
+    assert "".join(shown) == "Sure. " and a.holding
 
 
 def test_reasoning_fields_are_taken_live_and_kept_in_the_message():
