@@ -266,3 +266,20 @@ def test_a_call_after_reasoning_in_a_prompted_round(make_proxy, fake):
         message = c.post("/v1/chat/completions", json=ASK).json()["choices"][0]["message"]
     assert [orjson.loads(call["function"]["arguments"]) for call in message["tool_calls"]] == [{"query": "weather"}]
     assert message["content"] == thought.strip()
+
+
+def test_reasoning_alone_to_a_tools_request_is_an_empty_answer_asked_again_prompted(client, fake):
+    # Ollama cuts everything after a <tool_call> it could not parse: what is left is the reasoning alone.
+    fake[0].push(Step(body=completion("<think>I need the weather, so I will call search_web.</think>\n\n")),
+                 Step(body=completion(HERMES)))
+    r = client.post("/v1/chat/completions", json=ASK)
+    assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "search_web"
+    assert r.json()["sanctum"]["omens"][0]["reason"] == "upstream_parse_failure"
+    assert "tools" not in fake[0].requests[1]
+
+
+def test_reasoning_cut_by_max_tokens_is_the_answer_not_a_parse_failure(client, fake):
+    fake[0].push(Step(body=completion("<think>Let me think about whether to call", finish_reason="length")))
+    r = client.post("/v1/chat/completions", json=ASK)
+    assert r.json()["choices"][0]["message"]["content"] == "<think>Let me think about whether to call"
+    assert r.json()["choices"][0]["finish_reason"] == "length" and len(fake[0].requests) == 1

@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 
 from .. import constrain as cn
 from .. import omens as om
-from .. import prompted
+from .. import prompted, reasoning
 from ..calls import Assessment, Problem
 from ..errors import ProxyError, SpellCallParseError, UpstreamError
 from ..modes import ModeBook, classify
@@ -357,9 +357,12 @@ def _empty_tools_answer(plan: Plan, state: _State, answer: Answer) -> bool:
     if state.mode != "native" or plan.book is None:
         return False
     message = answer.message
-    if _refusal(message):
+    if _refusal(message) or message.get("tool_calls"):
         return False
-    return not message.get("tool_calls") and not prompted.text_of(message.get("content")).strip()
+    text = prompted.text_of(message.get("content"))  # reasoning alone (Ollama cut the call after it) is empty,
+    if text.strip() and answer.finish_reason == "length":  # unless max_tokens cut the reasoning itself
+        return False
+    return not any(text[start:end].strip() for start, end in reasoning.outside(text))
 
 
 @dataclass(frozen=True)
