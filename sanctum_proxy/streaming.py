@@ -72,6 +72,7 @@ class Assembler:
     _reasoned: bool = False  # reasoning markup was seen: a closer alone no longer ends anything
     _unhold: bool = False  # held content turned out to be reasoning begun in the prompt (a lone closer came)
     _tail: str = ""  # the last few characters of content, to find a closer split across deltas
+    _logprobs: list[Any] = field(default_factory=list)  # logprobs.content entries of content not yet released
     _passed: dict[str, list[str]] = field(default_factory=dict)  # PASSED fields' deltas, by field
     _live_passed: dict[str, list[str]] = field(default_factory=dict)  # ... not yet taken (take_passed)
 
@@ -91,6 +92,9 @@ class Assembler:
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
             delta = choice.get("delta") or {}
+            logprobs = choice.get("logprobs")
+            if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+                self._logprobs += logprobs["content"]
             if isinstance(delta.get("content"), str) and delta["content"]:
                 self._parts.append(delta["content"])
                 if not self.holding:
@@ -106,6 +110,14 @@ class Assembler:
             for call in delta.get("tool_calls") or []:
                 self._add_call(call)
         return self._release()
+
+    def take_logprobs(self) -> dict[str, Any] | None:
+        """The logprobs of the tokens fed since the last release (they go with the text released now; those of
+        text never shown live, a call taken out of content, are not sent)."""
+        if not self._logprobs:
+            return None
+        out, self._logprobs = {"content": self._logprobs, "refusal": None}, []
+        return out
 
     def take_passed(self) -> dict[str, str]:
         """The text of the PASSED fields fed since the last call, by field (it is never held back)."""

@@ -135,3 +135,20 @@ def test_streamed_and_unstreamed_report_the_same_model(client, proxy, fake):
     with httpx.stream("POST", proxy + "/v1/chat/completions", json={**ASK, "stream": True}, timeout=20) as r:
         streamed = read_stream(r.read()).chunks[0]["model"]
     assert plain == streamed == "upstream-name"
+
+
+def test_streamed_logprobs_go_with_the_content_they_came_with(proxy, fake):
+    chunks = content_chunks("Hello world. <to", size=6) [:-1] + content_chunks("day", size=6)[1:]
+    for n, c in enumerate(chunks):
+        delta = c["choices"][0]["delta"]
+        if delta.get("content"):
+            c["choices"][0]["logprobs"] = {"content": [{"token": delta["content"], "logprob": -float(n),
+                                                        "bytes": list(delta["content"].encode()),
+                                                        "top_logprobs": []}]}
+    fake[0].push(Step(chunks=chunks))
+    with httpx.stream("POST", proxy + "/v1/chat/completions", json={**ASK, "stream": True}, timeout=20) as r:
+        got = read_stream(r.read())
+    assert got.content == "Hello world. <today"
+    shown = [(c["choices"][0]["delta"]["content"], [t["token"] for t in c["choices"][0]["logprobs"]["content"]])
+             for c in got.chunks if c["choices"] and c["choices"][0].get("logprobs")]
+    assert shown == [("Hello ", ["Hello "]), ("world.", ["world."]), (" ", [" <to"]), ("<today", ["day"])]

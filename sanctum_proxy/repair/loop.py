@@ -36,6 +36,7 @@ Mode = Literal["native", "prompted"]
 class ContentDelta:
     text: str
     meta: dict[str, Any] | None = None  # the live round's id, model, created, system_fingerprint, once known
+    logprobs: dict[str, Any] | None = None  # the upstream's logprobs of the tokens this text came from
 
 
 @dataclass(frozen=True)

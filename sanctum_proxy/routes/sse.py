@@ -59,7 +59,7 @@ def stream_sender(upstream: Any, auth: str | None) -> Sender:
                     if live:
                         yield FieldDelta(thought, name)
                 if text and live:
-                    yield ContentDelta(text)
+                    yield ContentDelta(text, logprobs=assembler.take_logprobs())
         if assembler.finish_reason is None:
             raise UpstreamUnreachable("upstream stream ended before a finish_reason (cut off mid-answer)")
         yield Answer(assembler.message(), assembler.finish_reason, assembler.usage, assembler.meta)
@@ -186,6 +186,13 @@ class SseWriter:
         opening = b"" if self.opened else self.opening(now=True)
         return opening + self._content_head + orjson.dumps(text) + self._content_tail
 
+    def content_with(self, text: str, logprobs: dict[str, Any]) -> bytes:
+        """A content chunk carrying the upstream's logprobs of its tokens."""
+        self.shown += text
+        payload = chunk(self.meta, {"content": text})
+        payload["choices"][0]["logprobs"] = logprobs
+        return self.data(payload)
+
     def reasoning(self, name: str, text: str) -> bytes:
         self.shown_reasoning[name] = self.shown_reasoning.get(name, "") + text
         return self.data(chunk(self.meta, {name: text}))
@@ -203,6 +210,8 @@ class SseWriter:
         if isinstance(event, ContentDelta):
             if event.meta:
                 self.adopt(event.meta)
+            if event.text and event.logprobs:
+                return self.new_omens() + [self.content_with(event.text, event.logprobs)]
             return self.new_omens() + ([self.content(event.text)] if event.text else [])
         if isinstance(event, FieldDelta):
             return self.new_omens() + [self.reasoning(event.field, event.text)]
