@@ -20,6 +20,7 @@ from .codecs.registry import all_starts
 # calls in. The codecs' generic openers (`{`, `[`, a bare fence) are held only in the shapes a call takes
 # (_OPENER), so braces and brackets in prose flow on.
 _GENERIC = ("{", "[", "```")
+_CHUNK_OWN = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage", "sanctum"})
 # Text fields of a delta that are never read for calls: passed to the client live, as they came.
 PASSED = (*reasoning.FIELDS, "refusal")
 STARTS = tuple(dict.fromkeys((*(s for s in all_starts() if s not in _GENERIC), "<tools>", "```json",
@@ -61,6 +62,7 @@ class Assembler:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # the chunks' other top-level fields
     _firsts: frozenset[str] = frozenset()
     _longest: int = 0
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
@@ -86,6 +88,9 @@ class Assembler:
             self.meta = {k: chunk[k] for k in ("id", "model", "created", "system_fingerprint") if k in chunk}
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+        for key, value in chunk.items():
+            if key not in _CHUNK_OWN:  # llama.cpp's `timings`, `service_tier`, vendor fields: the latest value
+                self.extra[key] = value
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue

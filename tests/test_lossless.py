@@ -152,3 +152,20 @@ def test_streamed_logprobs_go_with_the_content_they_came_with(proxy, fake):
     shown = [(c["choices"][0]["delta"]["content"], [t["token"] for t in c["choices"][0]["logprobs"]["content"]])
              for c in got.chunks if c["choices"] and c["choices"][0].get("logprobs")]
     assert shown == [("Hello ", ["Hello "]), ("world.", ["world."]), (" ", [" <to"]), ("<today", ["day"])]
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_a_streams_own_top_level_fields_reach_the_client(proxy, fake, include_usage):
+    chunks = content_chunks("Hello.")
+    for c in chunks:
+        c["service_tier"] = "default"
+    chunks[-1]["timings"] = TIMINGS
+    chunks.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model",
+                   "choices": [], "usage": USAGE, "timings": TIMINGS, "delta": "hostile", "meta": 1})
+    fake[0].push(Step(chunks=chunks))
+    body = {**ASK, "stream": True, "stream_options": {"include_usage": include_usage}}
+    with httpx.stream("POST", proxy + "/v1/chat/completions", json=body, timeout=20) as r:
+        got = read_stream(r.read())
+    last = got.chunks[-1]
+    assert last["timings"] == TIMINGS and last["service_tier"] == "default" and last["meta"] == 1
+    assert (got.usage == USAGE) is include_usage

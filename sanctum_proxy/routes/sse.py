@@ -62,7 +62,7 @@ def stream_sender(upstream: Any, auth: str | None) -> Sender:
                     yield ContentDelta(text, logprobs=assembler.take_logprobs())
         if assembler.finish_reason is None:
             raise UpstreamUnreachable("upstream stream ended before a finish_reason (cut off mid-answer)")
-        yield Answer(assembler.message(), assembler.finish_reason, assembler.usage, assembler.meta)
+        yield Answer(assembler.message(), assembler.finish_reason, assembler.usage, assembler.meta, assembler.extra)
 
     return send_stream
 
@@ -243,11 +243,13 @@ class SseWriter:
             for index, call in enumerate(calls):
                 out += [self.data(chunk(self.meta, delta)) for delta in call_deltas(index, call)]
         sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, self.trace_id)
+        extra = {k: v for k, v in final.extra.items() if k != "sanctum"}  # the answering round's own fields
         if self.include_usage and final.usage is not None:  # no usage chunk of null: the upstream sent none
             out.append(self.data(chunk(self.meta, {}, finish_reason)))
-            usage = {**chunk(self.meta, {}), "choices": [], "usage": final.usage, "sanctum": sanctum}
+            usage = {**chunk(self.meta, {}), "choices": [], "usage": final.usage, **extra, "sanctum": sanctum}
             out.append(self.data(usage))
         else:
-            out.append(self.data(chunk(self.meta, {}, finish_reason, sanctum=sanctum)))
+            last = {**chunk(self.meta, {}, finish_reason), **extra, "sanctum": sanctum}
+            out.append(self.data(last))
         out.append(DONE)
         return out
