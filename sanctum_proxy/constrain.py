@@ -84,6 +84,13 @@ def is_constrained(body: dict[str, Any]) -> bool:
     return isinstance(fmt, dict) and (fmt.get("json_schema") or {}).get("name") == SCHEMA_NAME
 
 
+def asks_json(body: dict[str, Any]) -> bool:
+    """Whether the client asked for a JSON answer of its own (response_format json_object / json_schema, not
+    one of our constrained rounds): its content is that JSON, never read for calls."""
+    fmt = body.get("response_format")
+    return isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and not is_constrained(body)
+
+
 def format_section(book: SpellBook, *, text: bool, parallel: bool) -> str:
     """The call-format paragraph of the system prompt for a constrained round."""
     first = next(iter(book.spells.values()))

@@ -93,7 +93,9 @@ class UpstreamTimeout(ProxyError):
 
 
 class UpstreamError(ProxyError):
-    """The upstream answered with an error; its status and message are kept."""
+    """The upstream answered with an error; its status, message, code and param are kept. `type` stays the
+    contract's `upstream_error`; the upstream's own type goes in `upstream_type`, and its other fields
+    (llama.cpp's `n_prompt_tokens`, `n_ctx`) come along."""
 
     type = "upstream_error"
     code = "upstream_error"
@@ -103,9 +105,33 @@ class UpstreamError(ProxyError):
         self.status = status if 400 <= status <= 599 else 502
         self.upstream_status = status
         self.raw = raw
+        fields = upstream_fields(raw)
+        if isinstance(fields.get("code"), str) and fields["code"]:
+            self.code = fields["code"]
+        if isinstance(fields.get("param"), str):
+            self.param = fields["param"]
+        self._kept = {k: v for k, v in fields.items() if k not in _OWN}
+        if isinstance(fields.get("type"), str):
+            self._kept["upstream_type"] = fields["type"]
 
     def extra(self) -> dict[str, Any]:
-        return {"upstream_status": self.upstream_status}
+        return {**self._kept, "upstream_status": self.upstream_status}
+
+
+_OWN = frozenset({"message", "type", "param", "code", "upstream_status", "upstream_type", "rounds", "rejected"})
+
+
+def upstream_fields(raw: Any) -> dict[str, Any]:
+    """The upstream's error object (`{"error": {...}}` of OpenAI, llama.cpp and vLLM), or {}."""
+    error = raw.get("error") if isinstance(raw, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+def inband_status(raw: Any) -> int:
+    """The real status of an error sent inside a stream: llama.cpp and vLLM put it in the error's `code`
+    (500 when it says none)."""
+    code = upstream_fields(raw).get("code")
+    return code if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599 else 500
 
 
 class SpellCallParseError(ProxyError):

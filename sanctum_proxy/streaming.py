@@ -13,13 +13,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import constrain
+from . import constrain, reasoning
 from .codecs.registry import all_starts
 
 # Delimiters that open a call in content: the codecs' own tags, and fences of the languages models write
 # calls in. The codecs' generic openers (`{`, `[`, a bare fence) are held only in the shapes a call takes
 # (_OPENER), so braces and brackets in prose flow on.
 _GENERIC = ("{", "[", "```")
+_CHUNK_OWN = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage", "sanctum"})
+# Text fields of a delta that are never read for calls: passed to the client live, as they came.
+PASSED = (*reasoning.FIELDS, "refusal")
 STARTS = tuple(dict.fromkeys((*(s for s in all_starts() if s not in _GENERIC), "<tools>", "```json",
                               "```tool_call", "```tool_code", "```python")))
 _OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*\(|\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]")
@@ -65,6 +68,7 @@ class Assembler:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # the chunks' other top-level fields
     _firsts: frozenset[str] = frozenset()
     _longest: int = 0
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
@@ -72,9 +76,16 @@ class Assembler:
     _fresh: str = ""  # content of the last chunk (the text branch reads each piece once)
     lead: bool = False  # the answer may open with a call name and no delimiter (Functionary v3.2)
     _led: bool = False
+    read_content: bool = True  # False: content is the client's own JSON answer (response_format): all flows
     _parts: list[str] = field(default_factory=list)
     _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
-    _reasoning: list[str] = field(default_factory=list)  # reasoning_content deltas (llama.cpp, vLLM)
+    _closer: str = ""  # inside reasoning markup in content: the closer that ends it (reasoning.py)
+    _reasoned: bool = False  # reasoning markup was seen: a closer alone no longer ends anything
+    _unhold: bool = False  # held content turned out to be reasoning begun in the prompt (a lone closer came)
+    _tail: str = ""  # the last few characters of content, to find a closer split across deltas
+    _logprobs: list[Any] = field(default_factory=list)  # logprobs.content entries of content not yet released
+    _passed: dict[str, list[str]] = field(default_factory=dict)  # PASSED fields' deltas, by field
+    _live_passed: dict[str, list[str]] = field(default_factory=dict)  # ... not yet taken (take_passed)
 
     @property
     def content(self) -> str:
@@ -86,23 +97,49 @@ class Assembler:
             self.meta = {k: chunk[k] for k in ("id", "model", "created", "system_fingerprint") if k in chunk}
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+        for key, value in chunk.items():
+            if key not in _CHUNK_OWN:  # llama.cpp's `timings`, `service_tier`, vendor fields: the latest value
+                self.extra[key] = value
         for choice in chunk.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
             delta = choice.get("delta") or {}
+            logprobs = choice.get("logprobs")
+            if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+                self._logprobs += logprobs["content"]
             if isinstance(delta.get("content"), str) and delta["content"]:
                 self._parts.append(delta["content"])
                 if self.text_branch:
                     self._fresh += delta["content"]
                 elif not self.holding:
                     self._pending += delta["content"]
-            if isinstance(delta.get("reasoning_content"), str):
-                self._reasoning.append(delta["reasoning_content"])
+                elif not self._reasoned:  # a lone closer may show the held text was reasoning
+                    window = self._tail + delta["content"]
+                    self._unhold = self._unhold or reasoning.first_orphan_closer(window) is not None
+                self._tail = (self._tail + delta["content"])[-reasoning.LONGEST:]
+            for name in PASSED:
+                if isinstance(delta.get(name), str) and delta[name]:
+                    self._passed.setdefault(name, []).append(delta[name])
+                    self._live_passed.setdefault(name, []).append(delta[name])
             for call in delta.get("tool_calls") or []:
                 self._add_call(call)
         return self._release()
+
+    def take_logprobs(self) -> dict[str, Any] | None:
+        """The logprobs of the tokens fed since the last release (they go with the text released now; those of
+        text never shown live, a call taken out of content, are not sent)."""
+        if not self._logprobs:
+            return None
+        out, self._logprobs = {"content": self._logprobs, "refusal": None}, []
+        return out
+
+    def take_passed(self) -> dict[str, str]:
+        """The text of the PASSED fields fed since the last call, by field (it is never held back)."""
+        out = {name: "".join(parts) for name, parts in self._live_passed.items()}
+        self._live_passed.clear()
+        return out
 
     def _add_call(self, delta: dict[str, Any]) -> None:
         index = delta.get("index", len(self.calls))
@@ -124,22 +161,66 @@ class Assembler:
         if self.text_branch:
             fresh, self._fresh = self._fresh, ""
             return self._branch.feed(fresh)
-        if self.holding or (self.lead and not self._led and not self._lead()):
+        if not self.read_content:
+            out, self._pending, self.released = self._pending, "", self.released + len(self._pending)
+            return out
+        if self.holding and not self._unheld():
+            return ""
+        if self.lead and not self._led and not self._lead():
+            return ""
             return ""
         text = self._pending  # positions below are relative to `released`
+        pos = 0
+        while True:
+            if self._closer:  # inside reasoning: it flows on, never held as call markup
+                at = text.find(self._closer, pos)
+                if at >= 0:
+                    pos, self._closer = at + len(self._closer), ""
+                    continue
+                pos += reasoning.partial_marker(text[pos:], (self._closer,))
+                break
+            rest = text[pos:]
+            opener = reasoning.OPENER.search(rest)
+            limit = opener.start() if opener else len(rest)
+            orphan = None if self._reasoned else reasoning.first_orphan_closer(rest[:limit])
+            if orphan is not None:  # reasoning begun in the prompt ends here
+                pos, self._reasoned = pos + orphan, True
+                continue
+            call = self._call_start(rest)
+            if call is not None and (opener is None or call < opener.start()) and _may_open_reasoning(rest[call:]):
+                pos += call  # `<|channel|>` opens harmony's calls and its analysis channel alike: wait and see
+                break
+            if opener and (call is None or opener.start() <= call):
+                pos, self._closer, self._reasoned = pos + opener.end(), reasoning.CLOSER_OF[opener.group()], True
+                continue
+            if call is not None:
+                pos, self.holding = pos + call, True
+                break
+            markers = reasoning.OPENERS if self._reasoned else reasoning.OPENERS + reasoning.ORPHAN_CLOSERS
+            pos += min(self._partial_start(rest), reasoning.partial_marker(rest, markers))
+            break
+        out, self.released = text[:pos], self.released + pos
+        self._pending = "" if self.holding else text[pos:]
+        return out
+
+    def _unheld(self) -> bool:
+        """Held call markup that a closer alone then shows was reasoning begun in the prompt: let it go."""
+        if not self._unhold:
+            return False
+        self._unhold, self.holding, self._pending = False, False, self.content[self.released:]
+        return True
+
+    def _call_start(self, text: str) -> int | None:
+        """Where the first call delimiter (or a call-shaped generic opener) in `text` begins."""
         cut = len(text)
         for start in self.starts:
             at = text.find(start)
-            if at >= 0 and at < cut:
-                cut, self.holding = at, True
+            if 0 <= at < cut:
+                cut = at
         match = _OPENER.search(text)
         if match and match.start() < cut:
-            cut, self.holding = match.start(), True
-        if not self.holding:
-            cut = min(cut, self._partial_start(text))
-        out, self.released = text[:cut], self.released + cut
-        self._pending = "" if self.holding else text[cut:]
-        return out
+            cut = match.start()
+        return cut if cut < len(text) else None
 
     def _lead(self) -> bool:
         """With `lead`: False while the first line may still open a call (nothing is shown yet). Then a
@@ -175,8 +256,8 @@ class Assembler:
     def message(self) -> dict[str, Any]:
         """The whole answer, shaped like a non-streaming message."""
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self._reasoning:
-            message["reasoning_content"] = _joined(self._reasoning)
+        for name, parts in self._passed.items():
+            message[name] = _joined(parts)
         if self.calls:
             message["tool_calls"] = [
                 {"id": c.id or "", "type": "function",
@@ -202,8 +283,9 @@ def unseen(shown: str, final: str | None) -> str:
 
 def chunk(meta: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,
           **extra: Any) -> dict[str, Any]:
+    fingerprint = {"system_fingerprint": meta["system_fingerprint"]} if meta.get("system_fingerprint") else {}
     return {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"],
-            "model": meta["model"],
+            "model": meta["model"], **fingerprint,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
 
 
@@ -213,3 +295,8 @@ def call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"tool_calls": [{"index": index, "id": call["id"], "type": "function",
                              "function": {"name": function["name"], "arguments": ""}}]},
             {"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]}]
+
+
+def _may_open_reasoning(text: str) -> bool:
+    """`text` is still a proper prefix of a reasoning opener (so a call opener at its start may be reasoning)."""
+    return any(o.startswith(text) and len(text) < len(o) for o in reasoning.OPENERS)

@@ -34,7 +34,7 @@ import aiohttp
 import orjson
 
 from .config import Settings, UpstreamConfig, redacted_url
-from .errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from .errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable, inband_status
 
 # Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
 HOP_BY_HOP = frozenset({
@@ -317,7 +317,7 @@ class Upstream:
                 if not isinstance(chunk, dict):
                     raise UpstreamError(502, f"upstream sent a stream event that is not an object: {data[:200]!r}")
                 if chunk.get("error"):
-                    raise self._error(500, data)
+                    raise self._error(inband_status(chunk), data)
                 seen += 1
                 finished = finished or any(isinstance(c, dict) and c.get("finish_reason")
                                            for c in chunk.get("choices") or ())

@@ -12,7 +12,6 @@ import orjson
 @dataclass
 class Streamed:
     content: str = ""
-    reasoning: str = ""  # reasoning_content deltas
     calls: list[dict[str, Any]] = field(default_factory=list)  # {"id", "type", "name", "arguments"}
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
@@ -22,6 +21,7 @@ class Streamed:
     comments: list[str] = field(default_factory=list)
     chunks: list[dict[str, Any]] = field(default_factory=list)
     function_call: dict[str, str] | None = None  # legacy `functions` streams
+    reasoning: dict[str, str] = field(default_factory=dict)  # reasoning_content / reasoning deltas, by field
 
     def parsed_calls(self) -> list[dict[str, Any]]:
         """Names and parsed arguments, the way the corpus states them."""
@@ -108,7 +108,9 @@ def _take_chunk(got: Streamed, chunk: dict[str, Any], started: dict[int, dict[st
         assert ("role" in delta) == first, "role in the first chunk, and only there"
         assert got.finish_reason is None, "nothing follows the finish_reason but the usage chunk"
         got.content += delta.get("content") or ""
-        got.reasoning += delta.get("reasoning_content") or ""
+        for name in ("reasoning_content", "reasoning"):
+            if isinstance(delta.get(name), str):
+                got.reasoning[name] = got.reasoning.get(name, "") + delta[name]
         for call in delta.get("tool_calls") or []:
             _take_call(call, started)
         if "function_call" in delta:

@@ -198,6 +198,18 @@ def test_reasoning_comes_back_as_a_thinking_block(proxy, fake):
     assert message.content[0].thinking == "The user wants the weather."  # type: ignore[union-attr]
 
 
+def test_ollama_reasoning_with_tools_comes_back_as_a_thinking_block(proxy, fake):
+    body = completion("Paris is sunny.")
+    body["choices"][0]["message"]["reasoning"] = "Ollama's thinking."
+    fake[0].push(Step(body=body))
+    tool = {"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}
+    with sdk(proxy) as client:
+        message = client.messages.create(model="m", max_tokens=50, tools=[tool],  # type: ignore[list-item]
+                                         messages=[{"role": "user", "content": "Hi"}])
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    assert message.content[0].thinking == "Ollama's thinking."  # type: ignore[union-attr]
+
+
 def test_x_api_key_is_a_client_key_and_a_wrong_one_is_an_authentication_error(make_proxy, fake):
     proxy = make_proxy(api_keys=["sekret"])
     with sdk(proxy, api_key="sekret") as client:

@@ -30,7 +30,8 @@ class Reply:
     def of(cls, message: dict[str, Any], finish_reason: str, usage: dict[str, Any] | None,
            accepted: dict[str, Any] | None = None) -> Reply:
         """`accepted`: the accepted round's raw answer, whose reasoning the repaired message drops."""
-        reasoning = message.get("reasoning_content") or (accepted or {}).get("reasoning_content")
+        reasoning = next((m.get(f) for m in (message, accepted or {}) for f in ("reasoning_content", "reasoning")
+                          if isinstance(m.get(f), str) and m.get(f)), None)
         calls = tuple(_call(c, i) for i, c in enumerate(message.get("tool_calls") or []) if isinstance(c, dict))
         usage = usage or {}
         return cls(text_of(message.get("content")), calls, reasoning if isinstance(reasoning, str) else "",

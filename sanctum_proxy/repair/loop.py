@@ -17,6 +17,7 @@ Surrender raises SpellCallParseError (422) unless on_surrender is "content".
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from .. import constrain as cn
-from .. import families, prompted
+from .. import families, prompted, reasoning
 from .. import omens as om
 from ..calls import Assessment, Problem
 from ..errors import ProxyError, SpellCallParseError, UpstreamError
@@ -42,6 +43,17 @@ Mode = Literal["native", "prompted"]
 @dataclass(frozen=True)
 class ContentDelta:
     text: str
+    meta: dict[str, Any] | None = None  # the live round's id, model, created, system_fingerprint, once known
+    logprobs: dict[str, Any] | None = None  # the upstream's logprobs of the tokens this text came from
+
+
+@dataclass(frozen=True)
+class FieldDelta:
+    """Text of a message field other than content that the client may see now, in the field it came in
+    (`reasoning_content`, `reasoning`, `refusal`): never read for calls, never held back; live like ContentDelta."""
+
+    text: str
+    field: str = "reasoning_content"
 
 
 @dataclass(frozen=True)
@@ -52,10 +64,12 @@ class Answer:
     finish_reason: str | None
     usage: dict[str, Any] | None
     meta: dict[str, Any]  # id, model, created, system_fingerprint of the upstream response
+    extra: dict[str, Any] = field(default_factory=dict)  # the response's other top-level fields, as sent
+    choice_extra: dict[str, Any] = field(default_factory=dict)  # the choice's fields but index/message/finish
 
 
 class Sender(Protocol):
-    def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]: ...
+    def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]: ...
 
 
 @dataclass
@@ -83,6 +97,8 @@ class Final:
     omens: list[om.Omen]
     meta: dict[str, Any]
     outcome: str  # clean | repaired | rejected | fallback | surrendered (the most telling one)
+    extra: dict[str, Any] = field(default_factory=dict)  # the answering round's Answer.extra
+    choice_extra: dict[str, Any] = field(default_factory=dict)  # ... and Answer.choice_extra
 
 
 @dataclass
@@ -126,7 +142,7 @@ class Plan:
         return None
 
 
-async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
+async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | FieldDelta | Final]:
     state = _State(plan.mode, omens=list(plan.opening_omens), fell_back=bool(plan.opening_omens))
     plan.omens = state.omens
     while True:
@@ -145,11 +161,11 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
         start = time.perf_counter()
         try:
             async for event in send(body, live=not state.extra and not state.shown):
-                if isinstance(event, ContentDelta):
+                if isinstance(event, Answer):
+                    answer = event
+                else:
                     state.shown = state.shown or bool(event.text)
                     yield event
-                else:
-                    answer = event
         except ProxyError as error:  # unreachable, timed out or an error answer: this round's own record says so
             record.latency_ms = (time.perf_counter() - start) * 1000
             record.error, record.outcome = {**error.body()["error"], "status": error.status}, "error"
@@ -168,7 +184,8 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | Final]:
         assert answer is not None, "a sender ends every round with an Answer"
         if constraint is not None:
             decoded = cn.decode(answer.message, plan.new_id)
-            answer = Answer(decoded, answer.finish_reason, answer.usage, answer.meta)
+            answer = Answer(decoded, answer.finish_reason, answer.usage, answer.meta, answer.extra,
+                            answer.choice_extra)
         record.answer, record.finish_reason, record.usage = answer.message, answer.finish_reason, answer.usage
         state.add_usage(answer.usage)
         if constraint is None and _empty_tools_answer(plan, state, answer) and _fall_back(
@@ -201,14 +218,25 @@ class _State:
         return len(self.extra) // 2
 
     def add_usage(self, usage: dict[str, Any] | None) -> None:
-        if not isinstance(usage, dict):
-            return
-        total = self.usage or {}
-        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            value = usage.get(key)
-            if isinstance(value, int):
-                total[key] = total.get(key, 0) + value
-        self.usage = total
+        """One round's usage as sent (details and vendor fields kept); over rounds, every count is summed."""
+        if isinstance(usage, dict):
+            self.usage = _summed(self.usage, usage) if self.usage is not None else copy.deepcopy(usage)
+
+
+def _summed(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    out = dict(total)
+    for key, value in usage.items():
+        if key not in out:
+            out[key] = copy.deepcopy(value)
+        elif _count(value) and _count(out[key]):
+            out[key] += value
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = _summed(out[key], value)
+    return out
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Final | None:
@@ -216,12 +244,15 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     number = record.number
     if plan.book is None or state.text_only:
         record.outcome = "accepted"
-        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer.meta, number)
+        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer, number)
+    if _refusal(answer.message):  # a refusal is an answer: passed through as it came, in one round
+        record.outcome = "accepted"
+        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer, number)
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not record.constrained else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
                         parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
-                        asked_format=asked, **kwargs)
+                        asked_format=asked, read_content=not cn.asks_json(plan.body), **kwargs)
     broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
     problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
     # The grammar made the model choose between text and a call, and it began a call it could not finish
@@ -248,7 +279,8 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
         record.outcome = "accepted"
         state.omens += [om.repaired(number, r) for r in assessment.repairs]
         state.omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
-        return _final(plan, state, _client_message(assessment), _finish(assessment, answer), answer.meta, number)
+        return _final(plan, state, _client_message(assessment, answer.message), _finish(assessment, answer),
+                      answer, number)
     record.outcome = "rejected"
     raw = rejected_answer_text(answer.message, plan.prompt_format)
     repeated = bool(state.rejected) and raw == state.rejected[-1]
@@ -319,7 +351,7 @@ def _surrender(plan: Plan, state: _State, answer: Answer, number: int, repeated:
         raise SpellCallParseError(message, rounds=len(plan.records), rejected=list(state.rejected))
     state.omens.append(om.surrendered(number, message, state.rejected))
     content = state.rejected[-1] or None
-    final = _final(plan, state, {"role": "assistant", "content": content}, "stop", answer.meta, number)
+    final = _final(plan, state, {"role": "assistant", "content": content}, "stop", answer, number)
     final.outcome = "surrendered"
     return final
 
@@ -339,12 +371,24 @@ def _fall_back(plan: Plan, state: _State, verdict: str | None, status: int | Non
     return True
 
 
+def _refusal(message: dict[str, Any]) -> bool:
+    """The model declined (OpenAI's `refusal`) and made no call."""
+    refusal = message.get("refusal")
+    return isinstance(refusal, str) and bool(refusal) and not message.get("tool_calls")
+
+
 def _empty_tools_answer(plan: Plan, state: _State, answer: Answer) -> bool:
-    """Ollama drops everything after a <tool_call> tag when no call completes: an empty message."""
+    """Ollama drops everything after a <tool_call> tag when no call completes: an empty message. (A refusal
+    is not empty: it is an answer.)"""
     if state.mode != "native" or plan.book is None:
         return False
     message = answer.message
-    return not message.get("tool_calls") and not prompted.text_of(message.get("content")).strip()
+    if _refusal(message) or message.get("tool_calls"):
+        return False
+    text = prompted.text_of(message.get("content"))  # reasoning alone (Ollama cut the call after it) is empty,
+    if text.strip() and answer.finish_reason == "length":  # unless max_tokens cut the reasoning itself
+        return False
+    return not any(text[start:end].strip() for start, end in reasoning.outside(text))
 
 
 @dataclass(frozen=True)
@@ -457,10 +501,16 @@ def _loads(arguments: str) -> Any:
         return None
 
 
-def _client_message(assessment: Assessment) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": assessment.content}
-    if assessment.reasoning:  # a harmony analysis channel or thinking block taken out of the content
-        message["reasoning_content"] = assessment.reasoning
+def _client_message(assessment: Assessment, sent: dict[str, Any]) -> dict[str, Any]:
+    """The upstream's message with only what tier 1 changed replaced (content, calls): its reasoning fields,
+    refusal and every other field go to the client as they came. Reasoning a call format holds in content
+    (harmony analysis, Command-R thinking, <seed:think>) is moved out with the calls, into reasoning_content."""
+    message: dict[str, Any] = {"role": "assistant"}
+    message.update((k, v) for k, v in sent.items() if k not in ("role", "content", "tool_calls"))
+    message["content"] = assessment.content
+    if assessment.reasoning:
+        before = message.get("reasoning_content")
+        message["reasoning_content"] = f"{before}\n{assessment.reasoning}" if before else assessment.reasoning
     if assessment.calls:
         message["tool_calls"] = [c.to_openai() for c in assessment.calls]
     return message
@@ -473,9 +523,10 @@ def _finish(assessment: Assessment, answer: Answer) -> str:
     return "stop" if reason == "tool_calls" else reason
 
 
-def _final(plan: Plan, state: _State, message: dict[str, Any], finish: str, meta: dict[str, Any],
+def _final(plan: Plan, state: _State, message: dict[str, Any], finish: str, answer: Answer,
            number: int) -> Final:
     kinds = {o.type for o in state.omens}
     outcome = ("fallback" if state.fell_back else "rejected" if "SpellCallRejected" in kinds
                else "repaired" if "SpellCallRepaired" in kinds else "clean")
-    return Final(message, finish, state.usage, state.mode, len(plan.records), state.omens, meta, outcome)
+    return Final(message, finish, state.usage, state.mode, len(plan.records), state.omens, answer.meta, outcome,
+                 answer.extra, answer.choice_extra)

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy import reasoning
 from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall
 from sanctum_proxy.codecs.registry import MAX_CANDIDATES, find_calls
 from sanctum_proxy.repair.extract import MAX_REPAIR_CHARS, Decoded, decode, strict
@@ -41,13 +42,15 @@ def assess(
     new_id: Callable[[], str] = new_call_id,
     max_repair_chars: int = MAX_REPAIR_CHARS,
     asked_format: str | None = None,
+    read_content: bool = True,
 ) -> Assessment:
     """Every call in the answer, judged. `asked_format`: the call format a prompted round asked for; a call
-    written in it is the model doing as told, not a mend (no `<format>_in_content` repair)."""
+    written in it is the model doing as told, not a mend (no `<format>_in_content` repair). `read_content`
+    False: the content is the client's own JSON answer (response_format), never read for calls."""
     msg = message if isinstance(message, dict) else {}
     native = native_candidates(msg.get("tool_calls"))
     text = content_text(msg.get("content"))
-    found = find_calls(text, book.name_set) if text else []
+    found = calls_outside_reasoning(text, book.name_set) if text and read_content else []
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
     judge = _Judge(book, finish_reason == "length", new_id, max_repair_chars, asked_format)
@@ -66,6 +69,19 @@ def assess(
     keep = calls if parallel_tool_calls else calls[:1]
     reasoning = "\n\n".join(f.reasoning for f in found if f.reasoning) or None
     return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]), reasoning)
+
+
+def calls_outside_reasoning(text: str, spell_names: frozenset[str]) -> list[Found]:
+    """The call markup in `text` outside its reasoning spans (reasoning.py): a model thinking about a call
+    made none. Each piece between reasoning spans is read on its own, so no call is pieced across one."""
+    pieces = reasoning.outside(text)
+    if pieces == [(0, len(text))]:
+        return find_calls(text, spell_names)
+    found: list[Found] = []
+    for start, end in pieces:
+        found += [replace(f, start=f.start + start, end=f.end + start)
+                  for f in find_calls(text[start:end], spell_names)]
+    return found
 
 
 def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:

@@ -162,13 +162,22 @@ def sender(request: Request, auth: str | None, *, streaming: bool) -> Any:
     async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)
         choice = reply.body["choices"][0]
-        meta = {k: reply.body[k] for k in ("id", "model", "created", "system_fingerprint") if k in reply.body}
-        yield Answer(choice.get("message") or {}, choice.get("finish_reason"), reply.body.get("usage"), meta)
+        meta = {k: reply.body[k] for k in META if k in reply.body}
+        extra = {k: v for k, v in reply.body.items() if k not in META and k not in _BUILT}
+        choice_extra = {k: v for k, v in choice.items() if k not in ("index", "message", "finish_reason")}
+        yield Answer(choice.get("message") or {}, choice.get("finish_reason"), reply.body.get("usage"), meta,
+                     extra, choice_extra)
 
     return stream_sender(upstream, auth) if streaming else send_plain
 
 
+META = ("id", "model", "created", "system_fingerprint")
+_BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
+
+
 def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) -> dict[str, Any]:
+    """The chat.completion: the answering round's own fields (logprobs, service_tier, llama.cpp's timings,
+    vendor fields) as the upstream sent them, with the message and finish_reason the loop settled."""
     message, finish = final.message, final.finish_reason
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
@@ -176,12 +185,14 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) 
     body: dict[str, Any] = {
         "id": meta.get("id") or f"chatcmpl-{trace_id}", "object": "chat.completion",
         "created": meta.get("created") or int(time.time()), "model": meta.get("model") or chat.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "choices": [{"index": 0, "message": message, "logprobs": None, **final.choice_extra,
+                     "finish_reason": finish}],
     }
     if final.usage is not None:
         body["usage"] = final.usage
     if meta.get("system_fingerprint"):
         body["system_fingerprint"] = meta["system_fingerprint"]
+    body.update((k, v) for k, v in final.extra.items() if k not in body)
     body["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
     return body
 

@@ -31,9 +31,9 @@ from .. import omens as om
 from ..config import Settings
 from ..errors import ProxyError, UpstreamUnreachable
 from ..protocol import ChatRequest
-from ..repair.loop import Answer, ContentDelta, Final, Plan, Sender, run
+from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run
 from ..responses import JsonResponse as ORJSONResponse
-from ..streaming import Assembler, call_deltas, chunk, unseen
+from ..streaming import PASSED, Assembler, call_deltas, chunk, unseen
 from .disconnect import ClientGone, gone_response, unless_disconnected
 
 KEEPALIVE = b": keep-alive\n\n"
@@ -46,18 +46,25 @@ def stream_sender(upstream: Any, auth: str | None, *, lead: bool = False) -> Sen
     round is live, then the whole Answer. `lead`: the model's answers may open with a bare call name
     (`families.opens_bare`)."""
 
-    async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
+    async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        assembler = Assembler(text_branch=constrain.is_constrained(body), lead=lead)
+        assembler = Assembler(text_branch=constrain.is_constrained(body), lead=lead,
+                              read_content=not constrain.asks_json(body))
         async with upstream.chat_stream(body, auth) as chunks:
             yield ContentDelta("")
             async for piece in chunks:
+                told = bool(assembler.meta)
                 text = assembler.feed(piece)
+                if live and not told and assembler.meta:
+                    yield ContentDelta("", dict(assembler.meta))
+                for name, thought in assembler.take_passed().items():
+                    if live:
+                        yield FieldDelta(thought, name)
                 if text and live:
-                    yield ContentDelta(text)
+                    yield ContentDelta(text, logprobs=assembler.take_logprobs())
         if assembler.finish_reason is None:
             raise UpstreamUnreachable("upstream stream ended before a finish_reason (cut off mid-answer)")
-        yield Answer(assembler.message(), assembler.finish_reason, assembler.usage, assembler.meta)
+        yield Answer(assembler.message(), assembler.finish_reason, assembler.usage, assembler.meta, assembler.extra)
 
     return send_stream
 
@@ -145,20 +152,53 @@ class SseWriter:
         self.omens = omens if omens is not None else []  # the loop's running list (Plan.omens): it grows
         self.omens_sent = 0
         self.shown = ""
+        self.shown_reasoning: dict[str, str] = {}
         self.ended = False
+        self.opened = False  # the role chunk goes out with the first data, under the upstream's id and model
+        self._heads()
+
+    def _heads(self) -> None:
         # Content chunks are the hot path: everything around the text is serialised once.
-        head = orjson.dumps(chunk(meta, {"content": ""})).split(b'"content":""', 1)
+        head = orjson.dumps(chunk(self.meta, {"content": ""})).split(b'"content":""', 1)
         self._content_head, self._content_tail = b'data: ' + head[0] + b'"content":', head[1] + b"\n\n"
 
-    def data(self, payload: dict[str, Any]) -> bytes:
-        return b"data: " + orjson.dumps(payload) + b"\n\n"
+    def adopt(self, upstream: dict[str, Any]) -> None:
+        """The live round's own id, created, model and system_fingerprint, for every chunk (before any is sent)."""
+        if self.opened:
+            return
+        for key in ("id", "created", "model"):
+            if upstream.get(key):
+                self.meta[key] = upstream[key]
+        if upstream.get("system_fingerprint"):
+            self.meta["system_fingerprint"] = upstream["system_fingerprint"]
+        self._heads()
 
-    def opening(self) -> bytes:
+    def data(self, payload: dict[str, Any]) -> bytes:
+        out = b"data: " + orjson.dumps(payload) + b"\n\n"
+        return out if self.opened else self.opening(now=True) + out
+
+    def opening(self, *, now: bool = False) -> bytes:
+        """The role chunk: held (b"") until the first data, so it can carry the upstream's id and model."""
+        if self.opened or not now:
+            return b""
+        self.opened = True
         return self.data(chunk(self.meta, {"role": "assistant", "content": ""}))
 
     def content(self, text: str) -> bytes:
         self.shown += text
-        return self._content_head + orjson.dumps(text) + self._content_tail
+        opening = b"" if self.opened else self.opening(now=True)
+        return opening + self._content_head + orjson.dumps(text) + self._content_tail
+
+    def content_with(self, text: str, logprobs: dict[str, Any]) -> bytes:
+        """A content chunk carrying the upstream's logprobs of its tokens."""
+        self.shown += text
+        payload = chunk(self.meta, {"content": text})
+        payload["choices"][0]["logprobs"] = logprobs
+        return self.data(payload)
+
+    def reasoning(self, name: str, text: str) -> bytes:
+        self.shown_reasoning[name] = self.shown_reasoning.get(name, "") + text
+        return self.data(chunk(self.meta, {name: text}))
 
     def new_omens(self, omens: list[om.Omen] | None = None) -> list[bytes]:
         """The omens that happened since the last call, each sent once."""
@@ -171,7 +211,13 @@ class SseWriter:
         if event is None:  # the producer ended without an answer or an error: a bug, said in the stream
             event = ProxyError("internal error: the round loop ended without an answer")
         if isinstance(event, ContentDelta):
+            if event.meta:
+                self.adopt(event.meta)
+            if event.text and event.logprobs:
+                return self.new_omens() + [self.content_with(event.text, event.logprobs)]
             return self.new_omens() + ([self.content(event.text)] if event.text else [])
+        if isinstance(event, FieldDelta):
+            return self.new_omens() + [self.reasoning(event.field, event.text)]
         if isinstance(event, ProxyError):
             self.ended = True
             return self.new_omens() + [self.data(event.body())]
@@ -182,8 +228,10 @@ class SseWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         out = self.new_omens(final.omens)
-        if final.message.get("reasoning_content"):
-            out.append(self.data(chunk(self.meta, {"reasoning_content": final.message["reasoning_content"]})))
+        for name in PASSED:  # the accepted round's reasoning and refusal, unless a round's was shown live
+            thought, seen = final.message.get(name), self.shown_reasoning.get(name, "")
+            if isinstance(thought, str) and thought.startswith(seen) and len(thought) > len(seen):
+                out.append(self.reasoning(name, thought[len(seen):]))
         rest = unseen(self.shown, final.message.get("content"))
         if rest:
             out.append(self.content(rest))
@@ -198,11 +246,13 @@ class SseWriter:
             for index, call in enumerate(calls):
                 out += [self.data(chunk(self.meta, delta)) for delta in call_deltas(index, call)]
         sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, self.trace_id)
-        if self.include_usage:
+        extra = {k: v for k, v in final.extra.items() if k != "sanctum"}  # the answering round's own fields
+        if self.include_usage and final.usage is not None:  # no usage chunk of null: the upstream sent none
             out.append(self.data(chunk(self.meta, {}, finish_reason)))
-            usage = {**chunk(self.meta, {}), "choices": [], "usage": final.usage, "sanctum": sanctum}
+            usage = {**chunk(self.meta, {}), "choices": [], "usage": final.usage, **extra, "sanctum": sanctum}
             out.append(self.data(usage))
         else:
-            out.append(self.data(chunk(self.meta, {}, finish_reason, sanctum=sanctum)))
+            last = {**chunk(self.meta, {}, finish_reason), **extra, "sanctum": sanctum}
+            out.append(self.data(last))
         out.append(DONE)
         return out
