@@ -187,9 +187,6 @@ class Assembler:
                 pos, self._reasoned = pos + orphan, True
                 continue
             call = self._call_start(rest)
-            if call is not None and (opener is None or call < opener.start()) and _may_open_reasoning(rest[call:]):
-                pos += call  # `<|channel|>` opens harmony's calls and its analysis channel alike: wait and see
-                break
             if opener and (call is None or opener.start() <= call):
                 pos, self._closer, self._reasoned = pos + opener.end(), reasoning.CLOSER_OF[opener.group()], True
                 continue
@@ -295,8 +292,3 @@ def call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"tool_calls": [{"index": index, "id": call["id"], "type": "function",
                              "function": {"name": function["name"], "arguments": ""}}]},
             {"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]}]
-
-
-def _may_open_reasoning(text: str) -> bool:
-    """`text` is still a proper prefix of a reasoning opener (so a call opener at its start may be reasoning)."""
-    return any(o.startswith(text) and len(text) < len(o) for o in reasoning.OPENERS)
