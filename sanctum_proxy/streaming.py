@@ -76,7 +76,8 @@ class Assembler:
     _fresh: str = ""  # content of the last chunk (the text branch reads each piece once)
     lead: bool = False  # the answer may open with a call name and no delimiter (Functionary v3.2)
     _led: bool = False
-    read_content: bool = True  # False: content is the client's own JSON answer (response_format): all flows
+    client_json: bool = False  # the client asked for JSON (response_format): a JSON answer flows, never held
+    _json_answer: bool | None = None  # decided by the first non-space character of content
     _parts: list[str] = field(default_factory=list)
     _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
     _closer: str = ""  # inside reasoning markup in content: the closer that ends it (reasoning.py)
@@ -161,7 +162,9 @@ class Assembler:
         if self.text_branch:
             fresh, self._fresh = self._fresh, ""
             return self._branch.feed(fresh)
-        if not self.read_content:
+        if self.client_json and self._json_answer is None and self._pending.strip():
+            self._json_answer = self._pending.lstrip()[:1] in ("{", "[")
+        if self._json_answer:
             out, self._pending, self.released = self._pending, "", self.released + len(self._pending)
             return out
         if self.holding and not self._unheld():

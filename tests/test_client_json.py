@@ -33,14 +33,26 @@ def ask(fmt: str, **extra: Any) -> dict[str, Any]:
 
 def test_assess_leaves_content_alone_when_told_and_reads_native_calls():
     book = SpellBook.from_tools([SEARCH])
-    got = assess({"role": "assistant", "content": ANSWER}, book, read_content=False)
+    got = assess({"role": "assistant", "content": ANSWER}, book, client_json=True)
     assert got.calls == () and got.problems == () and got.content == ANSWER
     native = {"role": "assistant", "content": ANSWER, "tool_calls": [native_call("search_web", '{"query": "q"}')]}
-    assert [c.arguments for c in assess(native, book, read_content=False).calls] == ['{"query": "q"}']
+    assert [c.arguments for c in assess(native, book, client_json=True).calls] == ['{"query": "q"}']
+
+
+def test_call_markup_beside_a_client_schema_is_still_a_call():
+    """An agent SDK with a structured output sends response_format beside its tools (openai-agents
+    `output_type`): a `<tool_call>` the model writes in content is a call, not the JSON answer."""
+    book = SpellBook.from_tools([SEARCH])
+    text = "<tool_call>{'name': 'search_web', 'arguments': {'query': 'q',}}</tool_call>"
+    got = assess({"role": "assistant", "content": text}, book, client_json=True)
+    assert [c.name for c in got.calls] == ["search_web"] and not got.content
+    a = Assembler(client_json=True)
+    shown = [a.feed({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in (text[:5], text[5:])]
+    assert "".join(shown) == ""  # held as call markup, as without response_format
 
 
 def test_the_assembler_holds_nothing_of_a_json_answer():
-    a = Assembler(read_content=False)
+    a = Assembler(client_json=True)
     shown = [a.feed({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in (ANSWER[:3], ANSWER[3:])]
     assert shown == [ANSWER[:3], ANSWER[3:]]
 

@@ -252,7 +252,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not record.constrained else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
                         parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
-                        asked_format=asked, read_content=not cn.asks_json(plan.body), **kwargs)
+                        asked_format=asked, client_json=cn.asks_json(plan.body), **kwargs)
     broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
     problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
     # The grammar made the model choose between text and a call, and it began a call it could not finish

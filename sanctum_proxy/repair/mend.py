@@ -42,15 +42,18 @@ def assess(
     new_id: Callable[[], str] = new_call_id,
     max_repair_chars: int = MAX_REPAIR_CHARS,
     asked_format: str | None = None,
-    read_content: bool = True,
+    client_json: bool = False,
 ) -> Assessment:
     """Every call in the answer, judged. `asked_format`: the call format a prompted round asked for; a call
-    written in it is the model doing as told, not a mend (no `<format>_in_content` repair). `read_content`
-    False: the content is the client's own JSON answer (response_format), never read for calls."""
+    written in it is the model doing as told, not a mend (no `<format>_in_content` repair). `client_json`: the
+    client asked for a JSON answer (response_format); content that is JSON (opens with `{` or `[`) is that
+    answer and never read for calls, while call markup in content is still read (an agent SDK sends
+    response_format beside its tools)."""
     msg = message if isinstance(message, dict) else {}
     native = native_candidates(msg.get("tool_calls"))
     text = content_text(msg.get("content"))
-    found = calls_outside_reasoning(text, book.name_set) if text and read_content else []
+    json_answer = client_json and text.lstrip()[:1] in ("{", "[")
+    found = calls_outside_reasoning(text, book.name_set) if text and not json_answer else []
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
     judge = _Judge(book, finish_reason == "length", new_id, max_repair_chars, asked_format)

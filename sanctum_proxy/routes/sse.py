@@ -49,7 +49,7 @@ def stream_sender(upstream: Any, auth: str | None, *, lead: bool = False) -> Sen
     async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         assembler = Assembler(text_branch=constrain.is_constrained(body), lead=lead,
-                              read_content=not constrain.asks_json(body))
+                              client_json=constrain.asks_json(body))
         async with upstream.chat_stream(body, auth) as chunks:
             yield ContentDelta("")
             async for piece in chunks:
