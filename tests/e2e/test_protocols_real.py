@@ -45,11 +45,12 @@ def test_messages_api_gets_a_tool_use_block(proxy):
     client = anthropic.Anthropic(base_url=proxy, api_key="unused", max_retries=0)
     tools: Any = [{"name": "get_weather", "description": "Current weather for a city.", "input_schema": PARAMETERS}]
     messages: Any = [{"role": "user", "content": QUESTION}]
-    message = client.messages.create(model="smollm2", max_tokens=64, tools=tools, messages=messages, temperature=0)
+    message = client.messages.create(model="smollm2", max_tokens=64, tools=tools, messages=messages,
+                                     extra_body={"temperature": 0})
     (block,) = [b for b in message.content if b.type == "tool_use"]
     assert block.name == "get_weather" and block.input == {"city": "Paris"} and message.stop_reason == "tool_use"
     with client.messages.stream(model="smollm2", max_tokens=64, tools=tools, messages=messages,
-                                temperature=0) as stream:
+                                extra_body={"temperature": 0}) as stream:
         final = stream.get_final_message()
     (block,) = [b for b in final.content if b.type == "tool_use"]
     assert block.name == "get_weather" and block.input == {"city": "Paris"}
