@@ -212,8 +212,9 @@ class Upstream:
         raise failure
 
     async def _request(self, method: str, url: str, own: bool, **kwargs: Any) -> aiohttp.ClientResponse:
-        """One request on a pooled connection, sent once more on a fresh one if the pooled connection turns
-        out to be closed before any answer byte (a connect error is the caller's: that backend is down)."""
+        """One request (on a pooled connection, or with `own` on one of its own), sent once more on a fresh
+        connection if its connection closes before any answer byte (a connect error is the caller's: that
+        backend is down)."""
         try:
             response = await (self.fresh_client if own else self.client).request(method, url, **kwargs)
         except CONNECT_ERRORS:
