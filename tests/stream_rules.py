@@ -134,3 +134,19 @@ def _take_call(call: dict[str, Any], started: dict[int, dict[str, Any]]) -> None
         assert not ({"id", "type"} & set(call)) and "name" not in function, f"id/type/name sent twice: {call}"
         assert index == len(started) - 1, "a call's fragments follow its head, calls one after another"
     started[index]["arguments"] += function.get("arguments") or ""
+
+
+def named_events(raw: bytes) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A Responses or Messages API stream: its events (each `event:` line names its data's `type`, asserted) and
+    the omens of its `: omen {json}` comments."""
+    events: list[dict[str, Any]] = []
+    omens: list[dict[str, Any]] = []
+    for block in raw.decode().split("\n\n"):
+        if block.startswith(": omen "):
+            omens.append(orjson.loads(block[len(": omen "):]))
+        elif block.startswith("event: "):
+            name, data = block.split("\n", 1)
+            event = orjson.loads(data.removeprefix("data: "))
+            assert event["type"] == name.removeprefix("event: ")
+            events.append(event)
+    return events, omens

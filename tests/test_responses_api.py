@@ -15,6 +15,7 @@ import pytest
 from openai.types.responses import Response
 
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks, llama_tool_chunks, native_call
+from tests.stream_rules import named_events
 
 TOOL = {"type": "function", "name": "get_weather", "description": "Weather for a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -43,15 +44,7 @@ def raw_stream(proxy: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], 
     with httpx.stream("POST", proxy + "/v1/responses", json={**body, "stream": True}, timeout=20) as r:
         raw = r.read()
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), raw[:300]
-    events, omens = [], []
-    for block in raw.decode().split("\n\n"):
-        if block.startswith(": omen "):
-            omens.append(orjson.loads(block[len(": omen "):]))
-        elif block.startswith("event: "):
-            name, data = block.split("\n", 1)
-            event = orjson.loads(data.removeprefix("data: "))
-            assert event["type"] == name.removeprefix("event: ")
-            events.append(event)
+    events, omens = named_events(raw)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     return events, omens, raw
 
