@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sanctum_proxy.app import create_app
+from sanctum_proxy.config import load_settings
 from sanctum_proxy.embedded import EmbeddedUnavailable, LlamaServer, LlamaServerError
+from tests.conftest import ServerThread
 
 HERE = Path(__file__).parent
 
@@ -54,3 +58,25 @@ def llama_jinja() -> Iterator[LlamaServer]:
 def llama_nojinja() -> Iterator[LlamaServer]:
     """llama-server with --no-jinja (legacy templating; any `tools` is a 500)."""
     yield from _serve(jinja=False)
+
+
+@pytest.fixture
+def proxy_to() -> Iterator[Any]:
+    """Start proxies in front of a real llama-server: `proxy_to(server, **settings)` gives the proxy's URL."""
+    servers: list[ServerThread] = []
+
+    def start(server: LlamaServer, **flags: Any) -> str:
+        flags.setdefault("traces_path", ":memory:")
+        proxy = ServerThread(create_app(load_settings({"upstream": server.base_url, **flags}))).__enter__()
+        servers.append(proxy)
+        return proxy.url
+
+    yield start
+    for proxy in servers:
+        proxy.__exit__()
+
+
+@pytest.fixture
+def constrained_proxy(llama_nojinja: LlamaServer, proxy_to: Any) -> str:
+    """The embedded default: --no-jinja SmolLM2 behind a proxy with constrain = "always"."""
+    return str(proxy_to(llama_nojinja, constrain="always"))

@@ -10,15 +10,11 @@ temperature 0 its text often echoes the prompted history's `<tool_response ...>`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from sanctum_proxy.app import create_app
-from sanctum_proxy.config import load_settings
 from tests.clients.scenarios import CITY
-from tests.conftest import ServerThread
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")]
@@ -26,10 +22,8 @@ STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"
 
 
 @pytest.fixture
-def proxy(llama_nojinja: Any) -> Iterator[str]:
-    settings = load_settings({"upstream": llama_nojinja.base_url, "constrain": "always", "traces_path": ":memory:"})
-    with ServerThread(create_app(settings)) as server:
-        yield server.url + "/v1"
+def proxy(constrained_proxy: str) -> str:
+    return constrained_proxy + "/v1"
 
 
 def ended_with_the_result(final: Any, calls: list[str]) -> None:

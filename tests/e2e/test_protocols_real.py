@@ -4,7 +4,6 @@ constrain = "always"): the proxy speaks chat completions upstream (llama-server'
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -12,20 +11,14 @@ import openai
 import orjson
 import pytest
 
-from sanctum_proxy.app import create_app
-from sanctum_proxy.config import load_settings
-from tests.conftest import ServerThread
-
 pytestmark = pytest.mark.e2e
 QUESTION = "What's the weather in Paris?"
 PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
 @pytest.fixture
-def proxy(llama_nojinja: Any) -> Iterator[str]:
-    settings = load_settings({"upstream": llama_nojinja.base_url, "constrain": "always", "traces_path": ":memory:"})
-    with ServerThread(create_app(settings)) as server:
-        yield server.url
+def proxy(constrained_proxy: str) -> str:
+    return constrained_proxy
 
 
 def test_responses_api_gets_a_function_call_item(proxy):

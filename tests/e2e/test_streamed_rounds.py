@@ -6,17 +6,12 @@ This is the tier that would have caught the streamed second round dying on llama
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 
-from sanctum_proxy.app import create_app
-from sanctum_proxy.config import load_settings
-from sanctum_proxy.embedded import LlamaServer
-from tests.conftest import ServerThread
 from tests.e2e.test_llama_server_raw import ASK, WEATHER
 from tests.stream_rules import Streamed, read_stream
 
@@ -26,19 +21,6 @@ DETERMINISTIC = {"temperature": 0, "seed": 42, "max_tokens": 48}
 BOTH = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 
 
-@pytest.fixture
-def proxy_to() -> Iterator[Any]:
-    servers: list[ServerThread] = []
-
-    def start(server: LlamaServer, **flags: Any) -> str:
-        proxy = ServerThread(create_app(load_settings({"upstream": server.base_url, "traces_path": ":memory:",
-                                                       **flags}))).__enter__()
-        servers.append(proxy)
-        return proxy.url
-
-    yield start
-    for proxy in servers:
-        proxy.__exit__()
 
 
 def ask(proxy: str, stream: bool, **body: Any) -> tuple[int, Streamed]:

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,6 @@ import openai
 import orjson
 import pytest
 
-from sanctum_proxy.app import create_app
-from sanctum_proxy.config import load_settings
-from sanctum_proxy.embedded import LlamaServer
-from tests.conftest import ServerThread
 from tests.e2e.test_llama_server_raw import ASK, WEATHER  # the same question the raw tier pins
 
 pytestmark = pytest.mark.e2e
@@ -32,18 +27,6 @@ pytestmark = pytest.mark.e2e
 DETERMINISTIC = {"temperature": 0, "seed": 42, "max_tokens": 48}
 
 
-@pytest.fixture
-def proxy_to() -> Iterator[Any]:
-    servers: list[ServerThread] = []
-
-    def start(server: LlamaServer, **flags: Any) -> str:
-        proxy = ServerThread(create_app(load_settings({"upstream": server.base_url, **flags}))).__enter__()
-        servers.append(proxy)
-        return proxy.url
-
-    yield start
-    for proxy in servers:
-        proxy.__exit__()
 
 
 def chat(proxy: str, **body: Any) -> httpx.Response:
