@@ -3,19 +3,24 @@ reached directly with native tools (the baseline) against sanctum-proxy in front
 auto, and constrained (prompted with `sanctum.constrain: always`, when the proxy has that setting).
 
     python bench/bench_bfcl.py [--quick] [--limit N] [--categories simple,multiple,parallel,irrelevance]
-                               [--constrain-modes]
+                               [--constrain-modes] [--columns NAME,NAME] [--model GGUF]
+                               [--raw results/bfcl_raw.jsonl] [--results NAME|-]
                                [--data ../shared/benchmarks/bfcl]
 
 Entries are interleaved: each one goes to every column before the next, so machine noise hits all alike.
 Valid-call rate: answers whose calls all decode to JSON objects naming an offered tool (irrelevance excluded).
 AST accuracy: BFCL's rules (bench/bfcl_ast.py; irrelevance passes when no call is made). A proxy error
 (e.g. 422 when it surrenders) counts as no call. Writes bench/results/bfcl.{md,png}.
+
+`--raw FILE` appends every answer (model, column, entry id, the message as returned, error, seconds) as JSON
+Lines, for the official evaluator: `bench/bfcl_official.py` scores the same answers with bfcl-eval's checker.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import platform
 import statistics
 import sys
@@ -68,7 +73,7 @@ class Tally:
 
 def ask(client: httpx.Client, url: str, entry: bfcl_ast.Entry, controls: dict[str, Any] | None,
         max_tokens: int) -> tuple[dict[str, Any] | None, float, str]:
-    body: dict[str, Any] = {"model": "smollm2", "messages": entry.messages, "temperature": 0,
+    body: dict[str, Any] = {"model": "bench", "messages": entry.messages, "temperature": 0,
                             "max_tokens": max_tokens}
     if entry.functions:
         body["tools"] = entry.tools
@@ -109,6 +114,21 @@ def score(tally: Tally, entry: bfcl_ast.Entry, message: dict[str, Any] | None, e
     return "" if ok else error or why
 
 
+def template_note(client: httpx.Client, root_url: str) -> dict[str, Any]:
+    """What llama-server's /props says of the model's chat template: its tool capabilities (when this build
+    reports them) and the call family sanctum-proxy's `families.detect` reads from it."""
+    from sanctum_proxy import families
+
+    try:
+        props = client.get(f"{root_url}/props").json()
+    except (httpx.HTTPError, ValueError):
+        return {"props": "unavailable"}
+    template = props.get("chat_template")
+    caps = props.get("chat_template_caps")
+    return {"family": families.detect(template), "caps": caps,
+            "mentions_tools": isinstance(template, str) and "tools" in template}
+
+
 def run(args: argparse.Namespace,
         columns: dict[str, dict[str, Any] | None]) -> tuple[dict[str, Tally], float]:
     from sanctum_proxy.embedded import LlamaServer
@@ -118,9 +138,12 @@ def run(args: argparse.Namespace,
     entries = [e for row in itertools.zip_longest(*per_category) for e in row if e is not None]
     tallies = {name: Tally() for name in columns}
     began = time.perf_counter()
-    llama_server = LlamaServer(jinja=True, ctx_size=4096, threads=args.threads)
+    llama_server = LlamaServer(jinja=True, ctx_size=4096, threads=args.threads, model=args.model)
+    raw = args.raw.open("a", encoding="utf-8") if args.raw else None
     with llama_server as llama, servers.sanctum(llama.base_url) as proxy, \
             httpx.Client(timeout=args.timeout) as client:
+        args.template = template_note(client, llama.root_url)
+        print(f"model {model_label(args)}: chat template {args.template}", flush=True)
         for number, entry in enumerate(entries, 1):
             if time.perf_counter() - began > args.minutes * 60:
                 print(f"time budget of {args.minutes:g} min spent after {number - 1} entries", flush=True)
@@ -130,11 +153,24 @@ def run(args: argparse.Namespace,
                 message, took, error = ask(client, url, entry, controls, args.max_tokens)
                 tallies[name].seconds.append(took)
                 verdict = score(tallies[name], entry, message, error)
+                if raw is not None:
+                    raw.write(json.dumps({"model": model_label(args), "column": name, "id": entry.id,
+                                          "category": entry.category, "message": message, "error": error,
+                                          "seconds": round(took, 3)}) + "\n")
+                    raw.flush()
                 if args.verbose:
                     print(f"{entry.id} {name}: {took:.1f}s {verdict or 'pass'}", flush=True)
             if number % 10 == 0:
                 print(f"{number}/{len(entries)} entries, {time.perf_counter() - began:.0f}s", flush=True)
+    if raw is not None:
+        raw.close()
     return tallies, time.perf_counter() - began
+
+
+def model_label(args: argparse.Namespace) -> str:
+    from sanctum_proxy.embedded import MODEL_FILE
+
+    return Path(args.model).name.removesuffix(".gguf") if args.model else MODEL_FILE.removesuffix(".gguf")
 
 
 def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, notes: list[str]) -> str:
@@ -151,7 +187,8 @@ def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, not
         "",
         f"`python bench/bench_bfcl.py{' --quick' if args.quick else ''}"
         f"{' --constrain-modes' if args.constrain_modes else ''} --limit {args.limit} --categories "
-        f"{','.join(cats)}` — SmolLM2-135M-Instruct Q4_1 on llama-server (--jinja, {args.threads} threads), "
+        f"{','.join(cats)}{' --model ' + str(args.model) if args.model else ''}` — {model_label(args)} on "
+        f"llama-server (--jinja, {args.threads} threads; chat template: {args.template}), "
         f"temperature 0, "
         f"max_tokens {args.max_tokens}; up to {args.limit} entries per category, taken in turn within a "
         f"{args.minutes:g} min budget (entries scored: "
@@ -178,7 +215,7 @@ def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, not
     return "\n".join(lines) + "\n"
 
 
-def plot(tallies: dict[str, Tally], categories: list[str], path: Path) -> None:
+def plot(tallies: dict[str, Tally], categories: list[str], path: Path, title: str) -> None:
     plt = servers.pyplot()
     if plt is None:
         return
@@ -192,7 +229,7 @@ def plot(tallies: dict[str, Tally], categories: list[str], path: Path) -> None:
     ax.set_ylabel("BFCL AST accuracy")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
-    fig.suptitle("SmolLM2-135M on BFCL: llama-server direct vs through sanctum-proxy")
+    fig.suptitle(f"{title} on BFCL: llama-server direct vs through sanctum-proxy")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -215,17 +252,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     notes = []
     columns = dict(CONSTRAIN_COLUMNS if args.constrain_modes else COLUMNS)
-    if "constrain" not in Settings.model_fields and not args.constrain_modes:
+    if args.columns:
+        unknown = set(args.columns) - set(columns)
+        if unknown:
+            print(f"bench_bfcl: unknown columns {sorted(unknown)}; known: {', '.join(columns)}")
+            return 2
+        # direct native stays: it is every report's baseline
+        columns = {k: v for k, v in columns.items() if k in args.columns or k == "direct native"}
+    if "constrain" not in Settings.model_fields and "proxy constrained" in columns:
         del columns["proxy constrained"]
         notes.append("proxy constrained: skipped, this sanctum-proxy has no `constrain` setting")
     tallies, took = run(args, columns)
     text = report(tallies, args, took, notes)
     print(text)
-    if not args.quick:
-        name = "bfcl_constrain" if args.constrain_modes else "bfcl"
+    name = args.results or ("bfcl_constrain" if args.constrain_modes else "bfcl")
+    if not args.quick and name != "-":
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"{name}.md").write_text(text, encoding="utf-8")
-        plot(tallies, list(args.categories), RESULTS / f"{name}.png")
+        plot(tallies, list(args.categories), RESULTS / f"{name}.png", model_label(args))
     return 0
 
 
@@ -246,8 +290,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--constrain-modes", action="store_true",
                    help="columns: constrain off/repair/always, and off/repair with tool_choice required "
                         "(writes results/bfcl_constrain.md)")
+    p.add_argument("--columns", type=lambda s: s.split(","),
+                   help="comma-separated column names to run (direct native always runs: the baseline)")
+    p.add_argument("--model", type=Path,
+                   help="a GGUF file for llama-server (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--raw", type=Path,
+                   help="append every answer to this JSON Lines file (for bench/bfcl_official.py)")
+    p.add_argument("--results", help="name of the results/NAME.md written (default bfcl or bfcl_constrain; "
+                                     "'-' writes none)")
     args = p.parse_args(argv)
     args.limit = args.limit or (1 if args.quick else 10)
+    args.template = None
     unknown = set(args.categories) - set(bfcl_ast.FILES)
     if unknown:
         p.error(f"unknown categories {sorted(unknown)}")

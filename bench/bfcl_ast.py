@@ -228,3 +228,28 @@ def _dict_ok(value: dict[str, Any], expected: dict[str, Any]) -> bool:
             return False
     return all(key in value or "" in (opts if isinstance(opts, list) else [opts])
                for key, opts in expected.items())
+
+
+# --- glue to the official evaluator (bench/bfcl_official.py) ---------------------------------------------
+
+BFCL_CATEGORIES = {"simple": "simple_python", "multiple": "multiple", "parallel": "parallel",
+                   "parallel_multiple": "parallel_multiple", "irrelevance": "irrelevance"}
+"""Our category names -> bfcl-eval's test category names (the data files' `BFCL_v4_<name>.json`)."""
+
+
+def bfcl_result(message: dict[str, Any] | None, error: str) -> Any:
+    """An answer as bfcl-eval's OpenAI function-calling handler records it in its result files (the `result`
+    field its checker decodes): one `{name: arguments text}` per tool call; the message's content when
+    `tool_calls` is absent or null; BFCL's "Error during inference: ..." text when the request failed."""
+    if message is None:
+        return f"Error during inference: {error or 'no answer'}"
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return message.get("content")
+    out = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):  # the SDK's attribute access would have raised: content then
+            return message.get("content")
+        out.append({function.get("name"): function.get("arguments")})
+    return out
