@@ -136,6 +136,10 @@ def run(args: argparse.Namespace,
     per_category = [bfcl_ast.load(args.data, c, args.limit) for c in args.categories]
     # Round-robin over categories, so that a time budget cut leaves every category about equally covered.
     entries = [e for row in itertools.zip_longest(*per_category) for e in row if e is not None]
+    if args.resume and args.raw and args.raw.is_file():
+        done = answered(args.raw, model_label(args))
+        entries = [e for e in entries if not all((name, e.id) in done for name in columns)]
+        print(f"--resume: {len(entries)} entries left to ask", flush=True)
     tallies = {name: Tally() for name in columns}
     began = time.perf_counter()
     llama_server = LlamaServer(jinja=True, ctx_size=4096, threads=args.threads, model=args.model)
@@ -165,6 +169,13 @@ def run(args: argparse.Namespace,
     if raw is not None:
         raw.close()
     return tallies, time.perf_counter() - began
+
+
+def answered(raw: Path, model: str) -> set[tuple[str, str]]:
+    """(column, entry id) pairs the raw file already holds for this model."""
+    with raw.open(encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    return {(r["column"], r["id"]) for r in records if r["model"] == model}
 
 
 def model_label(args: argparse.Namespace) -> str:
@@ -296,6 +307,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="a GGUF file for llama-server (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--raw", type=Path,
                    help="append every answer to this JSON Lines file (for bench/bfcl_official.py)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --raw: skip entries the raw file already answers in every column (a run cut "
+                        "into several shorter ones); the tables then cover only this run's entries")
     p.add_argument("--results", help="name of the results/NAME.md written (default bfcl or bfcl_constrain; "
                                      "'-' writes none)")
     args = p.parse_args(argv)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
-from bench.bfcl_ast import Entry, check, decode_calls, to_tool
+import pytest
+
+from bench.bfcl_ast import Entry, bfcl_result, check, decode_calls, to_tool
 
 DOC = {"name": "math.hypot", "description": "length", "parameters": {
     "type": "dict", "required": ["x"], "optional": ["z"],
@@ -59,3 +64,57 @@ def test_irrelevance_passes_only_without_a_decodable_call() -> None:
     assert check(entry("irrelevance", None), decode_calls(text))[0]
     assert check(entry("irrelevance", None), decode_calls(broken))[0]
     assert not check(entry("irrelevance", None), decode_calls(made))[0]
+
+
+# --- glue to the official evaluator (bench/bfcl_official.py) ---
+
+ANSWERED = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "math_hypot", "arguments": '{"x": 4, "y": 5}'}},
+    {"id": "c2", "type": "function", "function": {"name": "math_hypot", "arguments": "{x"}}]}
+
+
+def test_the_official_result_is_one_name_to_arguments_text_per_call_as_the_sdk_handler_records_it() -> None:
+    # bfcl-eval's OpenAI FC handler keeps the arguments as the text the server sent: its decode_ast
+    # json.loads them, so broken text must reach it unparsed
+    assert bfcl_result(ANSWERED, "") == [{"math_hypot": '{"x": 4, "y": 5}'}, {"math_hypot": "{x"}]
+
+
+def test_without_tool_calls_the_official_result_is_the_content_and_a_failed_request_is_bfcls_error_text() -> None:
+    assert bfcl_result({"role": "assistant", "content": "No tool fits."}, "") == "No tool fits."
+    assert bfcl_result({"role": "assistant", "content": "hi", "tool_calls": None}, "") == "hi"
+    assert bfcl_result({"role": "assistant", "content": "", "tool_calls": []}, "") == []
+    assert bfcl_result(None, "HTTP 422") == "Error during inference: HTTP 422"
+
+
+BFCL_VENV_PYTHON = Path(__file__).resolve().parent.parent / "bench" / ".venv-bfcl" / "bin" / "python"
+DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "bfcl"
+
+
+@pytest.mark.skipif(not BFCL_VENV_PYTHON.is_file() or not DATA.is_dir(),
+                    reason="opt-in: needs bench/.venv-bfcl (bfcl-eval, see bench/README.md) and the BFCL data")
+def test_the_official_checker_scores_our_saved_answers(tmp_path: Path) -> None:
+    """bench/bfcl_official.py end to end on hand-made answers: bfcl-eval's checker (in its own venv) decodes
+    our result shape (a pass, a type error, text, a failed request; a call and text for irrelevance)."""
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "math_factorial", "arguments": '{"number": 5}'}}]}
+    wrong = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "math_factorial", "arguments": '{"number": "5"}'}}]}  # a string for an integer
+    text = {"role": "assistant", "content": "The factorial of 5 is 120."}
+    rows = [("simple_python_1", "simple", "call", call, ""), ("simple_python_1", "simple", "wrong", wrong, ""),
+            ("simple_python_1", "simple", "text", text, ""), ("simple_python_1", "simple", "error", None, "HTTP 422"),
+            ("irrelevance_0", "irrelevance", "call", call, ""), ("irrelevance_0", "irrelevance", "text", text, "")]
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps({"model": "m", "column": column, "id": entry_id, "category": category,
+                                       "message": message, "error": error, "seconds": 1.0}) + "\n"
+                           for entry_id, category, column, message, error in rows))
+    verdicts = tmp_path / "verdicts.jsonl"
+    done = subprocess.run([str(BFCL_VENV_PYTHON), "bench/bfcl_official.py", "--raw", str(raw), "--data", str(DATA),
+                           "--out", str(tmp_path / "report.md"), "--json", str(verdicts)],
+                          cwd=BFCL_VENV_PYTHON.parents[3], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = verdicts.read_text().splitlines()
+    got = {(v["id"], v["column"]): (v["official"], v["ours"]) for v in map(json.loads, lines)}
+    assert got == {("simple_python_1", "call"): (True, True), ("simple_python_1", "wrong"): (False, False),
+                   ("simple_python_1", "text"): (False, False), ("simple_python_1", "error"): (False, False),
+                   ("irrelevance_0", "call"): (False, False), ("irrelevance_0", "text"): (True, True)}
+    assert "Nowhere: every answer got the same verdict" in (tmp_path / "report.md").read_text()
