@@ -175,12 +175,20 @@ def check_value(doc: dict[str, Any], value: Any, acceptable: list[Any]) -> tuple
         value = float(value)
     if not _type_ok(kind, value, acceptable):
         return False, f"type {type(value).__name__} for {kind}"
-    if kind in ("array", "tuple") and isinstance(doc.get("items"), dict):
+    if kind in ("array", "tuple") and isinstance(value, list) and isinstance(doc.get("items"), dict):
+        # BFCL checks the items against each acceptable list in turn (an item may be a "variable" of that
+        # list's own item type), and skips the check when an acceptable value is not a list (e.g. "")
         item_kind = doc["items"].get("type", "string")
-        if item_kind in PY_TYPES and not all(_type_ok(item_kind, v, []) for v in value):
+        lists = [a for a in acceptable if isinstance(a, list)]
+        if item_kind in PY_TYPES and len(lists) == len(acceptable) and not any(
+                all(_type_ok(item_kind, v, option) for v in value) for option in lists or [[]]):
             return False, f"an item is not {item_kind}"
     candidates = [a for a in acceptable if a != ""]
-    if isinstance(value, str):
+    wanted = PY_TYPES.get(kind)
+    if wanted is not None and candidates and type(candidates[0]) is not wanted:
+        # BFCL's "variable" case (the answers are not of the doc's type): compared as they are, not normalised
+        ok = value in candidates
+    elif isinstance(value, str):
         ok = normal(value) in [normal(a) for a in candidates if isinstance(a, str)]
     elif isinstance(value, list):
         ok = any(isinstance(a, list) and _list_equal(value, a) for a in candidates)

@@ -80,13 +80,16 @@ class Official:
     def check(self, category: str, entry_id: str, result: Any) -> tuple[bool, str]:
         theirs = bfcl_ast.BFCL_CATEGORIES[category]
         prompt = self.prompts[entry_id]
-        if category == "irrelevance":
-            out = self.runner._evaluate_single_relevance_entry(self.handler, entry_id, result, prompt,
-                                                               self.model_name, theirs)
-        else:
-            out = self.runner._evaluate_single_ast_entry(self.handler, entry_id, result, self.answers[entry_id],
-                                                         prompt, self.model_name, theirs, self.language,
-                                                         self.format)
+        try:
+            if category == "irrelevance":
+                out = self.runner._evaluate_single_relevance_entry(self.handler, entry_id, result, prompt,
+                                                                   self.model_name, theirs)
+            else:
+                out = self.runner._evaluate_single_ast_entry(self.handler, entry_id, result,
+                                                             self.answers[entry_id], prompt, self.model_name,
+                                                             theirs, self.language, self.format)
+        except Exception as exc:  # noqa: BLE001 - `bfcl evaluate` would stop here; we count a fail and say why
+            return False, f"checker raised {type(exc).__name__}: {exc}"[:160]
         if out["valid"]:
             return True, ""
         return False, f"{out.get('error_type', '')}: {' '.join(map(str, out.get('error', [])))}"[:160]

@@ -118,3 +118,17 @@ def test_the_official_checker_scores_our_saved_answers(tmp_path: Path) -> None:
                    ("simple_python_1", "text"): (False, False), ("simple_python_1", "error"): (False, False),
                    ("irrelevance_0", "call"): (False, False), ("irrelevance_0", "text"): (True, True)}
     assert "Nowhere: every answer got the same verdict" in (tmp_path / "report.md").read_text()
+
+
+def test_bfcls_variable_case_compares_as_is_and_checks_items_against_each_answer_list() -> None:
+    # found by comparing with bfcl-eval's checker (parallel_multiple_21 and _94): answers of another type
+    # than the doc's are "variables", compared without normalising; array items may be variables too
+    doc = {"name": "fit", "parameters": {"type": "dict", "properties": {
+        "x": {"type": "array", "items": {"type": "float"}}, "e": {"type": "array", "items": {"type": "integer"}}}}}
+    e = Entry("e2", "simple", [], [doc], [{"fit": {"x": ["data['sales']"], "e": [["apple"], ""]}}])
+    assert check(e, [{"fit": {"x": "data['sales']"}}]) == (True, "")
+    assert not check(e, [{"fit": {"x": "DATA['sales']"}}])[0]
+    assert check(e, [{"fit": {"x": "data['sales']", "e": ["apple"]}}]) == (True, "")
+    strict = Entry("e3", "simple", [], [doc], [{"fit": {"x": [[1.0]]}}])
+    assert check(strict, [{"fit": {"x": [1.0]}}]) == (True, "")
+    assert check(strict, [{"fit": {"x": ["1.0"]}}])[1] == "x: an item is not float"
