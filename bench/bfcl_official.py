@@ -194,6 +194,59 @@ def report(verdicts: list[Verdict], args: argparse.Namespace, mismatched: list[s
     return "\n".join(lines) + "\n"
 
 
+PERTURBATIONS = ("as given", "int as float", "float as int", "bool as int", "string upper-cased", "number as string",
+                 "list ints as floats", "list strings upper-cased", "dict ints as floats", "optional sent as null")
+
+
+def perturbed(call: dict[str, dict[str, list[Any]]], how: str) -> dict[str, str]:
+    """One possible answer as a model's call (each argument its first acceptable value, optional ones left out),
+    changed one way; in bfcl-eval's result shape."""
+    (name, params), = call.items()
+    args: dict[str, Any] = {}
+    for key, acceptable in params.items():
+        value = next((a for a in acceptable if a != ""), "")
+        if value == "":
+            if how == "optional sent as null":
+                args[key] = None
+            continue
+        if how == "int as float" and type(value) is int:
+            value = float(value)
+        elif how == "float as int" and type(value) is float and value.is_integer():
+            value = int(value)
+        elif how == "bool as int" and type(value) is bool:
+            value = int(value)
+        elif how == "string upper-cased" and isinstance(value, str):
+            value = value.upper() + "."
+        elif how == "number as string" and type(value) in (int, float):
+            value = str(value)
+        elif how == "list ints as floats" and isinstance(value, list):
+            value = [float(v) if type(v) is int else v for v in value]
+        elif how == "list strings upper-cased" and isinstance(value, list):
+            value = [v.upper() if isinstance(v, str) else v for v in value]
+        elif how == "dict ints as floats" and isinstance(value, dict):
+            value = {k: float(v[0]) if isinstance(v, list) and v and type(v[0]) is int else v for k, v in value.items()}
+        args[key] = value
+    return {bfcl_ast.openai_name(name): json.dumps(args)}
+
+
+def probe(official: Official, data: Path) -> str:
+    """Both checkers on synthetic answers made from every possible answer of the AST categories: where their
+    rules differ, whatever a model happens to write."""
+    lines, total = [], 0
+    for category in ("simple", "multiple", "parallel", "parallel_multiple"):
+        for entry in bfcl_ast.load(data, category):
+            assert entry.answers is not None
+            for how in PERTURBATIONS:
+                result = [perturbed(call, how) for call in entry.answers]
+                calls = [{name: json.loads(args)} for r in result for name, args in r.items()]
+                ours = bfcl_ast.check(entry, calls)
+                theirs = official.check(category, entry.id, result)
+                total += 1
+                if ours[0] != theirs[0]:
+                    lines.append(f"{entry.id} ({how}): official {theirs}, ours {ours}")
+    return f"{total} synthetic answers, {len(lines)} verdicts differ\n" + "\n".join(lines)
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
@@ -206,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                   " '-' prints only)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="our BFCL copy (../shared/benchmarks/bfcl)")
     p.add_argument("--json", type=Path, help="also write every verdict of both checkers here (JSON Lines)")
+    p.add_argument("--probe", action="store_true",
+                   help="no answers: both checkers on every possible answer of the AST categories, changed in "
+                        f"{len(PERTURBATIONS)} ways (ints as floats, strings upper-cased...); prints where they differ")
     args = p.parse_args(argv)
     try:
         official = Official()
@@ -213,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bfcl_official: bfcl-eval not importable ({exc}); run me with bench/.venv-bfcl/bin/python "
               "(install: see this file's docstring)")
         return 2
+    if args.probe:
+        print(probe(official, args.data))
+        return 0
     records = read_raw(args.raw)
     if not records:
         print("bfcl_official: no answers in", ", ".join(map(str, args.raw)))
