@@ -185,7 +185,8 @@ def model_label(args: argparse.Namespace) -> str:
 
 
 def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, notes: list[str]) -> str:
-    base = tallies["direct native"]
+    base_name = "direct native" if "direct native" in tallies else next(iter(tallies))
+    base = tallies[base_name]
     cats = list(args.categories)
 
     def cell(t: Tally, value: float, baseline: float) -> str:
@@ -204,7 +205,7 @@ def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, not
         f"max_tokens {args.max_tokens}; up to {args.limit} entries per category, taken in turn within a "
         f"{args.minutes:g} min budget (entries scored: "
         f"{', '.join(f'{c} {base.seen[c]}' for c in cats)}); {took / 60:.1f} min on "
-        f"{platform.machine()}. Figures in brackets: percentage points against direct native in the same "
+        f"{platform.machine()}. Figures in brackets: percentage points against {base_name} in the same "
         "run.",
         "",
         "| column | valid-call rate | " + " | ".join(f"{c} AST" for c in cats) + " | mean of categories | "
@@ -268,8 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             print(f"bench_bfcl: unknown columns {sorted(unknown)}; known: {', '.join(columns)}")
             return 2
-        # direct native stays: it is every report's baseline
-        columns = {k: v for k, v in columns.items() if k in args.columns or k == "direct native"}
+        columns = {k: v for k, v in columns.items() if k in args.columns}
     if "constrain" not in Settings.model_fields and "proxy constrained" in columns:
         del columns["proxy constrained"]
         notes.append("proxy constrained: skipped, this sanctum-proxy has no `constrain` setting")
@@ -302,7 +302,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="columns: constrain off/repair/always, and off/repair with tool_choice required "
                         "(writes results/bfcl_constrain.md)")
     p.add_argument("--columns", type=lambda s: s.split(","),
-                   help="comma-separated column names to run (direct native always runs: the baseline)")
+                   help="comma-separated column names to run (the first is the baseline when direct native "
+                        "is not among them)")
     p.add_argument("--model", type=Path,
                    help="a GGUF file for llama-server (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--raw", type=Path,
