@@ -158,10 +158,10 @@ def report(verdicts: list[Verdict], args: argparse.Namespace, mismatched: list[s
         columns = list(dict.fromkeys(v.column for v in mine))
         seen = {c: len({v.id for v in mine if v.category == c}) for c in cats}
         lines += [f"## {model}", "",
-                  "entries: " + ", ".join(f"{c} {seen[c]}" for c in cats), "",
-                  "| column | " + " | ".join(f"{c}" for c in cats) + " | mean of categories | "
+                  "entries (any column): " + ", ".join(f"{c} {seen[c]}" for c in cats), "",
+                  "| column | " + " | ".join(f"{c}" for c in cats) + " | mean of categories | answers | "
                   "mean s/request | disagreements |",
-                  "|---|" + "---:|" * len(cats) + "---:|---:|---:|"]
+                  "|---|" + "---:|" * len(cats) + "---:|---:|---:|---:|"]
         for column in columns:
             rows = [v for v in mine if v.column == column]
             cells, official_means, our_means = [], [], []
@@ -176,7 +176,7 @@ def report(verdicts: list[Verdict], args: argparse.Namespace, mismatched: list[s
             mean = (f"**{statistics.mean(official_means):.0%}** / {statistics.mean(our_means):.0%}"
                     if official_means else "–")
             disagree = sum(v.ours != v.official for v in rows)
-            lines.append(f"| {column} | " + " | ".join(cells) + f" | {mean} | "
+            lines.append(f"| {column} | " + " | ".join(cells) + f" | {mean} | {len(rows)} | "
                          f"{statistics.mean(v.seconds for v in rows):.2f} | {disagree} |")
         lines.append("")
     split = [v for v in verdicts if v.ours != v.official]
