@@ -200,8 +200,10 @@ def check_value(doc: dict[str, Any], value: Any, acceptable: list[Any]) -> tuple
 
 
 def _type_ok(kind: str, value: Any, acceptable: list[Any]) -> bool:
+    """Strict: an int for a float passes only at the top level, where check_value has made it a float
+    (bfcl-eval does not coerce array items: [1, 3] for an array of float fails, simple_python_13)."""
     wanted = PY_TYPES.get(kind)
-    if wanted is None or type(value) is wanted or (kind == "float" and type(value) is int):
+    if wanted is None or type(value) is wanted:
         return True
     first = next((a for a in acceptable if a != ""), "")
     return first != "" and type(value) is type(first)  # BFCL's "variable" case (e.g. None listed)

@@ -195,7 +195,8 @@ def report(verdicts: list[Verdict], args: argparse.Namespace, mismatched: list[s
 
 
 PERTURBATIONS = ("as given", "int as float", "float as int", "bool as int", "string upper-cased", "number as string",
-                 "list ints as floats", "list strings upper-cased", "dict ints as floats", "optional sent as null")
+                 "list ints as floats", "list floats as ints", "list strings upper-cased", "dict ints as floats",
+                 "optional sent as null")
 
 
 def perturbed(call: dict[str, dict[str, list[Any]]], how: str) -> dict[str, str]:
@@ -221,6 +222,8 @@ def perturbed(call: dict[str, dict[str, list[Any]]], how: str) -> dict[str, str]
             value = str(value)
         elif how == "list ints as floats" and isinstance(value, list):
             value = [float(v) if type(v) is int else v for v in value]
+        elif how == "list floats as ints" and isinstance(value, list):
+            value = [int(v) if type(v) is float and v.is_integer() else v for v in value]
         elif how == "list strings upper-cased" and isinstance(value, list):
             value = [v.upper() if isinstance(v, str) else v for v in value]
         elif how == "dict ints as floats" and isinstance(value, dict):

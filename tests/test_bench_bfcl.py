@@ -132,3 +132,12 @@ def test_bfcls_variable_case_compares_as_is_and_checks_items_against_each_answer
     strict = Entry("e3", "simple", [], [doc], [{"fit": {"x": [[1.0]]}}])
     assert check(strict, [{"fit": {"x": [1.0]}}]) == (True, "")
     assert check(strict, [{"fit": {"x": ["1.0"]}}])[1] == "x: an item is not float"
+
+
+def test_an_int_for_a_float_passes_alone_but_not_as_an_array_item() -> None:
+    # simple_python_13, SmolLM2 constrained: "interval": [1, 3] for an array of float; bfcl-eval fails it
+    doc = {"name": "area", "parameters": {"type": "dict", "properties": {
+        "interval": {"type": "array", "items": {"type": "float"}}, "step": {"type": "float"}}}}
+    e = Entry("e4", "simple", [], [doc], [{"area": {"interval": [[1.0, 3.0]], "step": [1.0, ""]}}])
+    assert check(e, [{"area": {"interval": [1.0, 3.0], "step": 1}}]) == (True, "")
+    assert check(e, [{"area": {"interval": [1, 3]}}]) == (False, "interval: an item is not float")
