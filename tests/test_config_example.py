@@ -7,7 +7,9 @@ import re
 import tomllib
 from pathlib import Path
 
-from sanctum_proxy.config import Settings, load_settings
+import pytest
+
+from sanctum_proxy.config import Settings, SettingsError, load_settings
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.toml"
 
@@ -48,3 +50,18 @@ def test_nothing_else_is_listed() -> None:
 def test_the_example_loads_as_it_is_and_uncommented() -> None:
     load_settings(config_file=EXAMPLE)
     tomllib.loads(EXAMPLE.read_text())  # and as plain TOML
+
+
+def test_an_invalid_setting_is_named_without_showing_a_secret(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    for text, shown, hidden in (
+            ('upstream = "ftp://user:hunter2@host/v1"', "ftp://***@host/v1", "hunter2"),
+            ("upstream_api_key = 12345678901", "not shown", "12345678901"),
+            ('api_keys = "sk-secret-one"', "not shown", "sk-secret-one"),
+            ("port = 99999999", "99999999", None)):
+        bad.write_text(text + "\n")
+        with pytest.raises(SettingsError) as caught:
+            load_settings(config_file=bad)
+        message = str(caught.value)
+        assert text.split(" = ")[0] in message and shown in message and "\n" not in message
+        assert hidden is None or hidden not in message
