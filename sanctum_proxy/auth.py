@@ -17,17 +17,18 @@ from pathlib import Path
 
 from fastapi import Request
 
-from .config import Settings
 from .errors import Unauthorized
 
 
 class KeyRing:
-    def __init__(self, settings: Settings) -> None:
-        self._listed = tuple(k.encode() for k in settings.api_keys if k)
-        self._file = Path(settings.api_keys_file) if settings.api_keys_file else None
+    """The client keys (`api_keys`, and `api_keys_file` re-read when it changes) and the `admin_key`."""
+
+    def __init__(self, listed: list[str], file: str | None = None, admin: str | None = None) -> None:
+        self._listed = tuple(k.encode() for k in listed if k)
+        self._file = Path(file) if file else None
         self._stamp: tuple[int, int] | None = None
         self._from_file: tuple[bytes, ...] = ()
-        self.admin = settings.admin_key.encode() if settings.admin_key else None
+        self.admin = admin.encode() if admin else None
 
     def client_keys(self) -> tuple[bytes, ...]:
         return self._listed + self._read_file()
