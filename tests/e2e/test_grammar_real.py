@@ -3,11 +3,11 @@ format that has one, and a constrained prompted round comes back as a valid call
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from sanctum_proxy import prompted
@@ -16,18 +16,11 @@ from sanctum_proxy.grammar import GRAMMAR_FORMATS, gbnf
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.spellbook import SpellBook
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-import bfcl_ast  # noqa: E402
-
-BFCL = ROOT.parent / "shared" / "benchmarks" / "bfcl"
+TOOLS = Path(__file__).resolve().parents[1] / "data" / "bfcl_tools.json"  # a BFCL sample: its SOURCE.md says
 
 
-def tool_sets(every: int = 40) -> list[list[dict[str, Any]]]:
-    if not BFCL.is_dir():
-        pytest.skip(f"BFCL data not found at {BFCL}")
-    sets = [entry.tools for category in bfcl_ast.FILES for entry in bfcl_ast.load(BFCL, category)]
-    return sets[::every]
+def tool_sets() -> list[list[dict[str, Any]]]:
+    return [entry["tools"] for entry in orjson.loads(TOOLS.read_bytes())]
 
 
 def post(server: LlamaServer, body: dict[str, Any]) -> httpx.Response:
