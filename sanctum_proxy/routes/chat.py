@@ -21,6 +21,7 @@ from ..protocol import ChatRequest, parse_chat_request
 from ..repair.loop import Answer, ContentDelta, Final, Plan, run
 from ..repair.spellbook import SpellBook
 from ..responses import JsonResponse as ORJSONResponse
+from . import choices
 from .disconnect import ClientGone, gone_response, unless_disconnected
 from .sse import stream_answer, stream_sender
 
@@ -87,12 +88,40 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
 
 
 async def final_answer(request: Request, rounds: Rounds) -> Final:
-    """The round loop's Final, non-streaming; ClientGone if the client leaves first."""
+    """The round loop's Final, non-streaming; ClientGone if the client leaves first. For n > 1 choices a
+    Finals (routes/choices.py)."""
     recorder = request.app.state.recorder
-    final = await unless_disconnected(request, last_event(
-        recorder.watch(request, run(rounds.plan, sender(request, rounds.auth, streaming=False)))))
+    later = sender(request, rounds.auth, streaming=False)
+    events: AsyncIterator[Any]
+    if choices.count(rounds.chat.body) > 1:
+        many = choices.Choices(rounds.plan, later)
+        events = finals_only(many.events(many.lead_sender(first_of_several(request, rounds.auth, many))))
+    else:
+        events = run(rounds.plan, later)
+    final = await unless_disconnected(request, last_event(recorder.watch(request, events)))
     assert isinstance(final, Final)
     return final
+
+
+async def finals_only(events: AsyncIterator[tuple[int, Any]]) -> AsyncIterator[Final]:
+    async for _, event in events:
+        if isinstance(event, choices.Finals):
+            yield event
+
+
+def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Any:
+    """The first round of n > 1 choices: sent once with `n`; choice 0's Answer for its own loop, a loop
+    started for each other choice."""
+    upstream = request.state.route.upstream
+
+    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[Answer]:
+        reply = await upstream.chat({**body, "stream": False}, auth)
+        answers = choices.answers_of(reply.body)
+        for index, answer in enumerate(answers[1:], 1):
+            many.spawn(index, choices.one_answer(answer))
+        yield answers[0] if answers else Answer({}, None, reply.body.get("usage"), {}, {})
+
+    return first
 
 
 async def last_event(events: AsyncIterator[Any]) -> Any:
@@ -188,6 +217,12 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) 
         "choices": [{"index": 0, "message": message, "logprobs": None, **final.choice_extra,
                      "finish_reason": finish}],
     }
+    if isinstance(final, choices.Finals):  # n > 1: each choice in its place, as its own loop settled it
+        each = [(f.message, f.finish_reason) for f in final.each]
+        if is_legacy:
+            each = [legacy.to_function_call(m, r) for m, r in each]
+        body["choices"] = [{"index": i, "message": m, "logprobs": None, **f.choice_extra, "finish_reason": r}
+                           for i, ((m, r), f) in enumerate(zip(each, final.each, strict=True))]
     if final.usage is not None:
         body["usage"] = final.usage
     if meta.get("system_fingerprint"):
