@@ -131,7 +131,7 @@ async def test_streamed_corpus_case_equals_non_streamed(tools: list[dict[str, An
     final = plain.message.get("content") or ""
     if plain.rounds == 1:
         assert got.parsed_calls() == case["expect"]["calls"], case["note"]
-        assert got.content.strip() == final.strip(), "streamed content differs from non-streamed"
+        assert got.content == final, "streamed content differs from non-streamed"
         return
     # The answer was corrected: round 1 showed at most its prose, never its call text; the accepted
     # answer's content follows it.

@@ -268,6 +268,12 @@ async def pump(writer: Any, first: Any, queue: asyncio.Queue[Any], task: asyncio
         task.cancel()
 
 
+def _joined_logprobs(first: dict[str, Any] | None, then: dict[str, Any] | None) -> dict[str, Any] | None:
+    if first is None or then is None:
+        return then if first is None else first
+    return {**then, "content": [*(first.get("content") or []), *(then.get("content") or [])]}
+
+
 class SseWriter:
     """The loop's events as SSE bytes. Pure but for the running record of what the client has seen."""
 
@@ -283,6 +289,8 @@ class SseWriter:
         self.omens = omens if omens is not None else []  # the loop's running list (Plan.omens): it grows
         self.omens_sent = 0
         self.shown = ""
+        self.held = ""  # live whitespace not sent yet: it goes out with the next text, or with the final content
+        self.held_logprobs: dict[str, Any] | None = None
         self.shown_reasoning: dict[str, str] = {}
         self.ended = False
         self.opened = False  # the role chunk goes out with the first data, under the upstream's id and model
@@ -350,9 +358,13 @@ class SseWriter:
         if isinstance(event, ContentDelta):
             if event.meta:
                 self.adopt(event.meta)
-            if event.text and event.logprobs:
-                return self.new_omens() + [self.content_with(event.text, event.logprobs)]
-            return self.new_omens() + ([self.content(event.text)] if event.text else [])
+            text, logprobs = self.held + event.text, _joined_logprobs(self.held_logprobs, event.logprobs)
+            cut = len(text.rstrip())  # trailing whitespace waits for the text after it: a call may follow,
+            self.held, text = text[cut:], text[:cut]  # and the answer's content ends before it (equal streamed)
+            self.held_logprobs = None if text else logprobs
+            if text and logprobs:
+                return self.new_omens() + [self.content_with(text, logprobs)]
+            return self.new_omens() + ([self.content(text)] if text else [])
         if isinstance(event, FieldDelta):
             return self.new_omens() + [self.reasoning(event.field, event.text)]
         if isinstance(event, ProxyError):
@@ -385,7 +397,12 @@ class SseWriter:
             thought, seen = final.message.get(name), self.shown_reasoning.get(name, "")
             if isinstance(thought, str) and thought.startswith(seen) and len(thought) > len(seen):
                 out.append(self.reasoning(name, thought[len(seen):]))
-        rest = unseen(self.shown, final.message.get("content"))
+        content = final.message.get("content") or ""
+        if content.startswith(self.shown):  # the same round: exactly the content not sent yet
+            rest = content[len(self.shown):]
+        else:  # a hidden round's answer: the held whitespace separates it from what was shown
+            rest = unseen(self.shown + self.held, content)
+            rest = self.held + rest if rest else ""
         if rest:
             out.append(self.content(rest))
         finish_reason = final.finish_reason
