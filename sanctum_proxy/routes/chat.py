@@ -3,6 +3,7 @@ as a chat.completion or as an SSE stream of chunks."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .. import capabilities, legacy
+from .. import capabilities, legacy, reasoning
 from .. import omens as om
 from ..auth import check_client_key, forwarded_key
 from ..config import Settings
@@ -62,7 +63,8 @@ async def chat_completions(request: Request) -> Response:
         final = await final_answer(request, rounds)
     except ClientGone:
         return gone_response()
-    body = completion(final, rounds.chat, rounds.trace_id, is_legacy)
+    body = completion(final, rounds.chat, rounds.trace_id, is_legacy,
+                      split_reasoning=settings.reasoning_format == "split")
     return ORJSONResponse(body, headers=answer_headers(final, rounds.trace_id))
 
 
@@ -204,9 +206,15 @@ META = ("id", "model", "created", "system_fingerprint")
 _BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
 
 
-def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) -> dict[str, Any]:
+def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, *,
+               split_reasoning: bool = False) -> dict[str, Any]:
     """The chat.completion: the answering round's own fields (logprobs, service_tier, llama.cpp's timings,
-    vendor fields) as the upstream sent them, with the message and finish_reason the loop settled."""
+    vendor fields) as the upstream sent them, with the message and finish_reason the loop settled (with
+    `split_reasoning`, reasoning markup in content moved into reasoning_content)."""
+    if split_reasoning:
+        final = dataclasses.replace(final, message=split_message(final.message))
+        if isinstance(final, choices.Finals):
+            final.each = [dataclasses.replace(f, message=split_message(f.message)) for f in final.each]
     message, finish = final.message, final.finish_reason
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
@@ -230,6 +238,21 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) 
     body.update((k, v) for k, v in final.extra.items() if k not in body)
     body["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
     return body
+
+
+def split_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The setting reasoning_format = "split": reasoning markup in content moved into reasoning_content."""
+    content = message.get("content")
+    if not isinstance(content, str):
+        return message
+    text, thought = reasoning.split(content)
+    if text == content and not thought:
+        return message
+    out = {**message, "content": text or (None if message.get("tool_calls") else "")}
+    if thought:
+        before = message.get("reasoning_content")
+        out["reasoning_content"] = f"{before}{thought}" if isinstance(before, str) else thought
+    return out
 
 
 def answer_headers(final: Final, trace_id: str) -> dict[str, str]:

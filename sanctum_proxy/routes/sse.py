@@ -26,7 +26,7 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from .. import constrain, families
+from .. import constrain, families, reasoning
 from .. import omens as om
 from ..config import Settings
 from ..errors import ProxyError, UpstreamUnreachable
@@ -112,13 +112,14 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
         return refuse(first) if refuse else ORJSONResponse(first.body(), status_code=first.status)
     if writer is None:
         include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
+        split_reasoning = settings.reasoning_format == "split"
         meta = {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
         if several:
             writer = ChoicesWriter(meta, trace_id, many, omen_style=chat.controls.omens,
-                                   include_usage=include_usage, legacy=is_legacy)
+                                   include_usage=include_usage, legacy=is_legacy, split_reasoning=split_reasoning)
         else:
             writer = SseWriter(meta, trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
-                               legacy=is_legacy, omens=plan.omens)
+                               legacy=is_legacy, omens=plan.omens, split_reasoning=split_reasoning)
     mode = plan.records[-1].mode if plan.records else plan.mode  # after a fallback: the mode answering
     headers = {"x-sanctum-spell-calling": mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
@@ -177,8 +178,9 @@ class ChoicesWriter:
     keepalive = KEEPALIVE
 
     def __init__(self, meta: dict[str, Any], trace_id: str, many: choices.Choices, *, omen_style: str,
-                 include_usage: bool, legacy: bool) -> None:
+                 include_usage: bool, legacy: bool, split_reasoning: bool = False) -> None:
         self.meta, self.trace_id, self.many = meta, trace_id, many
+        self.split_reasoning = split_reasoning
         self.omen_style, self.include_usage, self.legacy = omen_style, include_usage, legacy
         self.writers: dict[int, SseWriter] = {}
         self.pending: dict[str, Any] | None = None  # the last finish chunk, held for the request's own fields
@@ -187,7 +189,8 @@ class ChoicesWriter:
     def writer(self, index: int) -> SseWriter:
         if index not in self.writers:
             self.writers[index] = SseWriter(dict(self.meta), self.trace_id, omen_style=self.omen_style,
-                                            legacy=self.legacy, omens=self.many.plans[index].omens, index=index)
+                                            legacy=self.legacy, omens=self.many.plans[index].omens, index=index,
+                                            split_reasoning=self.split_reasoning)
         return self.writers[index]
 
     def opening(self) -> bytes:
@@ -281,8 +284,10 @@ class SseWriter:
 
     def __init__(self, meta: dict[str, Any], trace_id: str, *, omen_style: str = "comments",
                  include_usage: bool = False, legacy: bool = False, omens: list[om.Omen] | None = None,
-                 index: int = 0) -> None:
+                 index: int = 0, split_reasoning: bool = False) -> None:
         self.meta, self.trace_id = meta, trace_id
+        # reasoning_format = "split": reasoning markup in content goes out as reasoning_content deltas
+        self.splitter = reasoning.Splitter() if split_reasoning else None
         self.index = index  # the choice this writer's chunks are of (n > 1: routes/choices.py)
         self.omen = om.sse_event if omen_style == "events" else om.sse_comment
         self.include_usage, self.legacy = include_usage, legacy
@@ -331,15 +336,32 @@ class SseWriter:
 
     def content(self, text: str) -> bytes:
         self.shown += text
+        if self.splitter is not None:
+            return b"".join(self.split(self.splitter.feed(text)))
         opening = b"" if self.opened else self.opening(now=True)
         return opening + self._content_head + orjson.dumps(text) + self._content_tail
 
     def content_with(self, text: str, logprobs: dict[str, Any]) -> bytes:
         """A content chunk carrying the upstream's logprobs of its tokens."""
         self.shown += text
-        payload = self.chunk({"content": text})
+        pieces = self.splitter.feed(text) if self.splitter is not None else [("content", text)]
+        if not pieces:
+            return b""
+        (name, first), rest = pieces[0], pieces[1:]
+        payload = self.chunk({name: first})
         payload["choices"][0]["logprobs"] = logprobs
-        return self.data(payload)
+        return self.data(payload) + b"".join(self.split(rest))
+
+    def split(self, pieces: list[tuple[str, str]]) -> list[bytes]:
+        """Content split by reasoning.Splitter, each piece a chunk of its field (not counted as shown: `shown`
+        is the content as the loop gave it)."""
+        out = [self.opening(now=True)] if pieces and not self.opened else []
+        for name, text in pieces:
+            if name == "content":
+                out.append(self._content_head + orjson.dumps(text) + self._content_tail)
+            else:
+                out.append(self.data(self.chunk({name: text})))
+        return out
 
     def reasoning(self, name: str, text: str) -> bytes:
         self.shown_reasoning[name] = self.shown_reasoning.get(name, "") + text
@@ -405,6 +427,8 @@ class SseWriter:
             rest = self.held + rest if rest else ""
         if rest:
             out.append(self.content(rest))
+        if self.splitter is not None:
+            out += self.split(self.splitter.flush())
         finish_reason = final.finish_reason
         calls = final.message.get("tool_calls") or []
         if self.legacy and calls:
