@@ -48,7 +48,7 @@ def test_each_choice_is_judged_alone_and_a_bad_one_is_reasked_alone_in_its_place
 
 
 def test_clean_choices_come_back_as_the_upstream_sent_them(client, fake):
-    sent = several({"content": "A.", "refusal": None, "x_extra": 1}, {"content": "B."})
+    sent = several({"content": "A.", "refusal": None, "x_extra": 1}, {"content": "B.", "refusal": None})
     sent["choices"][1]["logprobs"] = {"content": [], "refusal": None}
     fake[0].push(Step(body=sent))
     got = client.post("/v1/chat/completions", json={**ASK, "n": 2, "tools": None}).json()

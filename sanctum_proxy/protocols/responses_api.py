@@ -258,7 +258,8 @@ def usage(reply: Reply) -> dict[str, Any]:
 
 def skeleton(request: dict[str, Any], ids: str, created: int, model: str) -> dict[str, Any]:
     """The response object before its output: what the request asked for, status in_progress."""
-    tools = [t for t in request.get("tools") or [] if isinstance(t, dict)]
+    tools = [{**t, "strict": t.get("strict"), "parameters": t.get("parameters")} if t.get("type") == "function"
+             else t for t in request.get("tools") or [] if isinstance(t, dict)]  # the spec requires both keys
     return {"id": f"resp_{ids}", "object": "response", "created_at": created, "status": "in_progress",
             "error": None, "incomplete_details": None, "instructions": request.get("instructions"),
             "max_output_tokens": request.get("max_output_tokens"), "model": model, "output": [],
@@ -267,7 +268,7 @@ def skeleton(request: dict[str, Any], ids: str, created: int, model: str) -> dic
             "temperature": request.get("temperature"), "text": request.get("text") or {"format": {"type": "text"}},
             "tool_choice": request.get("tool_choice") or "auto", "tools": tools,
             "top_p": request.get("top_p"), "truncation": request.get("truncation") or "disabled",
-            "usage": None, "metadata": request.get("metadata") or {}}
+            "metadata": request.get("metadata") or {}}  # no usage yet: the key is left out (the spec has no null)
 
 
 def finished(response: dict[str, Any], reply: Reply, output: list[dict[str, Any]]) -> dict[str, Any]:

@@ -215,7 +215,7 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
         final = dataclasses.replace(final, message=split_message(final.message))
         if isinstance(final, choices.Finals):
             final.each = [dataclasses.replace(f, message=split_message(f.message)) for f in final.each]
-    message, finish = final.message, final.finish_reason
+    message, finish = spec_message(final.message), final.finish_reason
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
     meta = final.meta
@@ -226,7 +226,7 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
                      "finish_reason": finish}],
     }
     if isinstance(final, choices.Finals):  # n > 1: each choice in its place, as its own loop settled it
-        each = [(f.message, f.finish_reason) for f in final.each]
+        each = [(spec_message(f.message), f.finish_reason) for f in final.each]
         if is_legacy:
             each = [legacy.to_function_call(m, r) for m, r in each]
         body["choices"] = [{"index": i, "message": m, "logprobs": None, **f.choice_extra, "finish_reason": r}
@@ -238,6 +238,14 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
     body.update((k, v) for k, v in final.extra.items() if k not in body)
     body["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
     return body
+
+
+def spec_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with the keys the OpenAPI spec requires of it (ChatCompletionResponseMessage: role, content,
+    refusal) present: null where the upstream left one out (llama.cpp, Ollama and vLLM send no `refusal`)."""
+    if "content" in message and "refusal" in message:
+        return message
+    return {"role": "assistant", "content": None, **message, "refusal": message.get("refusal")}
 
 
 def split_message(message: dict[str, Any]) -> dict[str, Any]:
