@@ -169,13 +169,14 @@ RESPONSES = {
     "reasoning": ([Step(body=full("The answer."))], [Step(chunks=delta_chunks("reasoning_content", "Thinking."))]),
     "refusal": ([Step(body=several({"content": None, "refusal": "No."}))],
                 [Step(chunks=delta_chunks("refusal", "No."))]),
+    "logprobs": ([Step(body=full("Hi there."))], [Step(chunks=with_logprobs(content_chunks("Hi there.")))]),
 }
 
 
 @pytest.mark.parametrize("name", list(RESPONSES))
 def test_responses_api_objects_and_events_are_valid(proxy, fake, name):
     plain, streamed = RESPONSES[name]
-    ask = {"model": "m", "input": "Weather in Paris?", "tools": [TOOL]}
+    ask = {"model": "m", "input": "Weather in Paris?", "tools": [TOOL], "include": ["message.output_text.logprobs"]}
     fake[0].push(*plain)
     got = httpx.post(proxy + "/v1/responses", json=ask, timeout=20)
     assert got.status_code == 200, got.text

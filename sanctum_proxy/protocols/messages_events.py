@@ -84,7 +84,7 @@ class MessagesWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         reply = self.reply_of(final)
-        rest = unseen(self.shown, reply.text)
+        rest = unseen(self.shown, api.answer_text(reply))
         out = self.text(rest) if rest or (not reply.calls and not self.text_open) else []
         if self.text_open:
             out.append(event("content_block_stop", index=self.blocks - 1))

@@ -25,17 +25,35 @@ class Reply:
     finish_reason: str  # the chat finish_reason: stop | tool_calls | length | content_filter | ...
     input_tokens: int
     output_tokens: int
+    refusal: str = ""  # the model declined (OpenAI's `refusal`)
+    logprobs: tuple[dict[str, Any], ...] = ()  # the content tokens' logprobs, as the chat answer carried them
+    cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens
+    reasoning_tokens: int = 0  # usage.completion_tokens_details.reasoning_tokens
+    model: str = ""  # the upstream's own model name ("" when it sent none)
 
     @classmethod
     def of(cls, message: dict[str, Any], finish_reason: str, usage: dict[str, Any] | None,
-           accepted: dict[str, Any] | None = None) -> Reply:
-        """`accepted`: the accepted round's raw answer, whose reasoning the repaired message drops."""
+           accepted: dict[str, Any] | None = None, *, logprobs: Any = None, model: Any = None) -> Reply:
+        """`accepted`: the accepted round's raw answer, whose reasoning the repaired message drops;
+        `logprobs`: the choice's chat logprobs object; `model`: the upstream's model."""
         reasoning = next((m.get(f) for m in (message, accepted or {}) for f in ("reasoning_content", "reasoning")
                           if isinstance(m.get(f), str) and m.get(f)), None)
         calls = tuple(_call(c, i) for i, c in enumerate(message.get("tool_calls") or []) if isinstance(c, dict))
         usage = usage or {}
+        refusal = message.get("refusal")
+        tokens = logprobs.get("content") if isinstance(logprobs, dict) else None
         return cls(text_of(message.get("content")), calls, reasoning if isinstance(reasoning, str) else "",
-                   finish_reason, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
+                   finish_reason, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")),
+                   refusal if isinstance(refusal, str) else "",
+                   tuple(t for t in tokens if isinstance(t, dict)) if isinstance(tokens, list) else (),
+                   _count(_detail(usage, "prompt_tokens_details", "cached_tokens")),
+                   _count(_detail(usage, "completion_tokens_details", "reasoning_tokens")),
+                   model if isinstance(model, str) else "")
+
+
+def _detail(usage: dict[str, Any], details: str, name: str) -> Any:
+    part = usage.get(details)
+    return part.get(name) if isinstance(part, dict) else None
 
 
 def _call(call: dict[str, Any], index: int) -> Call:

@@ -90,7 +90,8 @@ def refusal(dialect: Dialect, error: ProxyError) -> Response:
 def reply_of(rounds: Rounds, final: Final) -> Reply:
     records = rounds.plan.records
     accepted = records[-1].answer if records else None
-    return Reply.of(final.message, final.finish_reason, final.usage, accepted)
+    return Reply.of(final.message, final.finish_reason, final.usage, accepted,
+                    logprobs=final.choice_extra.get("logprobs"), model=final.meta.get("model"))
 
 
 def _model(rounds: Rounds) -> str:
@@ -101,13 +102,14 @@ def _model(rounds: Rounds) -> str:
 
 def _response(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -> dict[str, Any]:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
-    return responses_api.finished(base, reply, responses_api.output_items(reply, rounds.trace_id))
+    return responses_api.finished(base, reply, responses_api.output_items(
+        reply, rounds.trace_id, logprobs=responses_api.wants_logprobs(body)))
 
 
 def _responses_writer(body: dict[str, Any], rounds: Rounds) -> ResponsesWriter:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
     return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
-                           lambda final: reply_of(rounds, final))
+                           lambda final: reply_of(rounds, final), logprobs=responses_api.wants_logprobs(body))
 
 
 RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_writer, lambda e: e.body())
