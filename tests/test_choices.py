@@ -77,6 +77,9 @@ def test_streamed_choices_keep_their_index_and_each_is_repaired_alone(proxy, fak
     body = {**ASK, "stream": True, "stream_options": {"include_usage": True}}
     with httpx.stream("POST", proxy + "/v1/chat/completions", json=body, timeout=20) as r:
         got, chunks = read_choices(r.read())
+    trace = httpx.get(f"{proxy}/sanctum/traces/{r.headers['x-sanctum-trace-id']}", timeout=20).json()
+    assert trace["usage"]["completion_tokens"] == 15 and len(trace["rounds"]) == 4  # every choice's rounds
+    assert ("SpellCallRejected", 1) in [(o["type"], o.get("choice")) for o in trace["omens"]]
     first, again = fake[0].requests
     assert first["n"] == 3 and "n" not in again
     assert got[0].content == "It is sunny in Paris." and got[0].finish_reason == "stop"

@@ -105,8 +105,8 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     return final
 
 
-async def finals_only(events: AsyncIterator[tuple[int, Any]]) -> AsyncIterator[Final]:
-    async for _, event in events:
+async def finals_only(events: AsyncIterator[Any]) -> AsyncIterator[Final]:
+    async for event in events:
         if isinstance(event, choices.Finals):
             yield event
 

@@ -182,9 +182,9 @@ class Choices:
             await self._out.put((index, exc))
         await self._out.put((index, _END))
 
-    async def events(self, lead: Sender) -> AsyncIterator[tuple[int, Event]]:
-        """Every choice's events as they come, then a Finals; the first error of any choice ends them all
-        (raised)."""
+    async def events(self, lead: Sender) -> AsyncIterator[tuple[int, Event] | Finals]:
+        """Every choice's events as they come, as (index, event), then a Finals (bare: the recorder takes it
+        for the trace's final); the first error of any choice ends them all (raised)."""
         self._tasks[0] = asyncio.create_task(self._drive(0, self.plan, lead))
         finals: dict[int, Final] = {}
         ended: set[int] = set()
@@ -206,7 +206,7 @@ class Choices:
         for index, plan in self.plans.items():  # the trace shows every choice's rounds
             if index:
                 self.plan.records.extend(plan.records)
-        yield 0, Finals.of([finals[i] for i in sorted(finals)])
+        yield Finals.of([finals[i] for i in sorted(finals)])
 
 
 def one_answer(answer: Answer) -> Callable[[dict[str, Any], bool], AsyncIterator[Any]]:

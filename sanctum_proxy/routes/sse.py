@@ -3,7 +3,10 @@ one round at a time, and the SSE writer that turns the round loop's events into 
 
 What the client sees:
   - headers as soon as the first upstream round is accepted (an error before that is a plain HTTP error);
-  - the live content of the first round that shows any, as it arrives (the assembler holds call markup);
+  - the live content of the first round that shows any, as it arrives (the assembler holds call markup;
+    whitespace at the end of the live text waits for the text after it, so the content equals the
+    non-streamed content byte for byte); with reasoning_format "split", reasoning markup in it goes out as
+    reasoning_content deltas (reasoning.Splitter);
   - `: keep-alive` comments while nothing else is sent for `keepalive_seconds` (hidden correction rounds);
   - each omen as soon as the next event goes out after it happened (a rejected round's omen when the
     correction round starts), so a watcher sees a mend while the hidden round still runs;
@@ -11,6 +14,8 @@ What the client sees:
     calls as OpenAI tool-call deltas, the finish chunk (with `sanctum`), the usage chunk if asked, `[DONE]`;
   - or, on a surrender or an upstream failure after the headers, the omens not sent yet (every rejected
     round of a surrender), `data: {"error": {...}}` and the end.
+n > 1 (routes/choices.py): the first round's chunks are split by choice index as they come; each choice's
+loop and SseWriter write under its own index (ChoicesWriter), with one usage chunk and `sanctum` at the end.
 Prose of correction rounds is never live: rejected answers are not shown, and the accepted one's content is
 sent once the round is judged, minus what the client already saw.
 """
@@ -197,13 +202,13 @@ class ChoicesWriter:
         return b""
 
     def render(self, event: Any) -> list[bytes]:
+        if isinstance(event, choices.Finals):
+            self.ended = True
+            return self.finish(event)
         if not isinstance(event, tuple):  # an error (or a bug: None): the stream ends with it
             self.ended = True
             return self.flush() + self.writer(0).render(event)
         index, inner = event
-        if isinstance(inner, choices.Finals):
-            self.ended = True
-            return self.finish(inner)
         writer = self.writer(index)
         if not isinstance(inner, Final):
             return writer.render(inner)
