@@ -120,3 +120,30 @@ def test_messages_carry_thinking_cached_tokens_the_upstreams_model_and_a_refusal
     refused = client.messages.create(**ask)
     assert refused.stop_reason == "refusal"
     assert [(b.type, getattr(b, "text", None)) for b in refused.content] == [("text", REFUSAL)]
+
+
+HERMES = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+
+
+def test_responses_streamed_text_equals_the_unstreamed_text(proxy, fake):
+    text = "Let me check. " + HERMES
+    fake[0].push(Step(body=full(text)), Step(chunks=content_chunks(text, size=2)))
+    with sdk(proxy) as client:
+        plain = client.responses.create(model="m", input="Weather?", tools=[TOOL])  # type: ignore[list-item]
+        with client.responses.stream(model="m", input="Weather?", tools=[TOOL]) as stream:  # type: ignore[list-item]
+            final = stream.get_final_response()
+    assert final.output_text == plain.output_text == "Let me check."
+
+
+def test_messages_streamed_text_equals_the_unstreamed_text(proxy, fake):
+    text = "Let me check. " + HERMES
+    fake[0].push(Step(body=full(text)), Step(chunks=content_chunks(text, size=2)))
+    client = anthropic.Anthropic(base_url=proxy, api_key="none", max_retries=0)
+    tool = {"name": "get_weather", "input_schema": TOOL["parameters"]}
+    ask: dict[str, Any] = {"model": "m", "max_tokens": 100, "tools": [tool],
+                           "messages": [{"role": "user", "content": "Weather?"}]}
+    plain = client.messages.create(**ask)
+    with client.messages.stream(**ask) as stream:
+        final = stream.get_final_message()
+    texts = [[b.text for b in m.content if b.type == "text"] for m in (plain, final)]
+    assert texts[0] == texts[1] == ["Let me check."]

@@ -22,9 +22,8 @@ import orjson
 from .. import omens as om
 from ..errors import ProxyError
 from ..repair.loop import ContentDelta, Final, Plan
-from ..streaming import unseen
 from . import messages_api as api
-from .reply import Reply
+from .reply import Reply, held_back, rest_after
 
 
 def event(kind: str, **fields: Any) -> bytes:
@@ -45,6 +44,7 @@ class MessagesWriter:
         self.blocks = 0
         self.text_open = False
         self.shown = ""
+        self.held = ""  # live whitespace not sent yet (reply.held_back)
         self.ended = False
 
     def opening(self) -> bytes:
@@ -60,7 +60,8 @@ class MessagesWriter:
         if item is None:
             item = ProxyError("internal error: the round loop ended without an answer")
         if isinstance(item, ContentDelta):
-            return self.new_omens() + (self.text(item.text) if item.text else [])
+            text, self.held = held_back(self.held, item.text)
+            return self.new_omens() + (self.text(text) if text else [])
         if isinstance(item, ProxyError):
             self.ended = True
             return self.new_omens() + [event("error", error=api.error_body(item)["error"])]
@@ -84,7 +85,7 @@ class MessagesWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         reply = self.reply_of(final)
-        rest = unseen(self.shown, api.answer_text(reply))
+        rest = rest_after(self.shown, self.held, api.answer_text(reply))
         out = self.text(rest) if rest or (not reply.calls and not self.text_open) else []
         if self.text_open:
             out.append(event("content_block_stop", index=self.blocks - 1))

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from ..prompted import text_of
+from ..streaming import unseen
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,21 @@ def arguments_object(arguments: str) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def held_back(held: str, text: str) -> tuple[str, str]:
+    """(what to send now, what to hold) of live text after `held`: whitespace at the end waits for the text
+    after it, since a call taken out of content takes the whitespace before it (streamed equals unstreamed)."""
+    text = held + text
+    cut = len(text.rstrip())
+    return text[:cut], text[cut:]
+
+
+def rest_after(shown: str, held: str, final: str) -> str:
+    """What of the final text to send after `shown` was sent and `held` (whitespace) held back: exactly the
+    rest when the final text continues what was shown (the same round), else `streaming.unseen` (a hidden
+    round's answer), set off by the held whitespace."""
+    if final.startswith(shown):
+        return final[len(shown):]
+    rest = unseen(shown + held, final)
+    return held + rest if rest else ""

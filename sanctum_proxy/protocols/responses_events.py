@@ -22,9 +22,8 @@ import orjson
 from .. import omens as om
 from ..errors import ProxyError
 from ..repair.loop import ContentDelta, Final, Plan
-from ..streaming import unseen
 from . import responses_api as api
-from .reply import Reply
+from .reply import Reply, held_back, rest_after
 
 KEEPALIVE = b": keep-alive\n\n"
 
@@ -40,6 +39,8 @@ class ResponsesWriter:
         self.sequence = 0
         self.output: list[dict[str, Any]] = []
         self.shown = ""
+        self.held = ""  # live whitespace not sent yet (reply.held_back)
+        self.held_tokens: list[dict[str, Any]] = []
         self.message_open = False
         self.text_open = False
         self.logprobs = logprobs  # the request asked for the output text's logprobs (`include`)
@@ -65,8 +66,10 @@ class ResponsesWriter:
         if event is None:
             event = ProxyError("internal error: the round loop ended without an answer")
         if isinstance(event, ContentDelta):
-            tokens = (event.logprobs or {}).get("content") if self.logprobs else None
-            return self.new_omens() + (self.text(event.text, tokens) if event.text else [])
+            tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
+            text, self.held = held_back(self.held, event.text)
+            self.held_tokens = [] if text else tokens
+            return self.new_omens() + (self.text(text, tokens) if text else [])
         if isinstance(event, ProxyError):
             self.ended = True
             return self.new_omens() + self.fail(event)
@@ -101,7 +104,7 @@ class ResponsesWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         reply = self.reply_of(final)
-        rest = unseen(self.shown, reply.text)
+        rest = rest_after(self.shown, self.held, reply.text)
         bare = not (reply.calls or reply.refusal or self.message_open)
         out = self.text(rest) if rest or bare else []
         if self.message_open or reply.refusal:

@@ -36,9 +36,10 @@ from .. import omens as om
 from ..config import Settings
 from ..errors import ProxyError, UpstreamUnreachable
 from ..protocol import ChatRequest
+from ..protocols.reply import held_back, rest_after
 from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run
 from ..responses import JsonResponse as ORJSONResponse
-from ..streaming import PASSED, Assembler, call_deltas, chunk, unseen
+from ..streaming import PASSED, Assembler, call_deltas, chunk
 from . import choices
 from .choices import tagged
 from .disconnect import ClientGone, gone_response, unless_disconnected
@@ -385,9 +386,8 @@ class SseWriter:
         if isinstance(event, ContentDelta):
             if event.meta:
                 self.adopt(event.meta)
-            text, logprobs = self.held + event.text, _joined_logprobs(self.held_logprobs, event.logprobs)
-            cut = len(text.rstrip())  # trailing whitespace waits for the text after it: a call may follow,
-            self.held, text = text[cut:], text[:cut]  # and the answer's content ends before it (equal streamed)
+            logprobs = _joined_logprobs(self.held_logprobs, event.logprobs)
+            text, self.held = held_back(self.held, event.text)  # trailing whitespace waits for the text after it
             self.held_logprobs = None if text else logprobs
             if text and logprobs:
                 return self.new_omens() + [self.content_with(text, logprobs)]
@@ -425,11 +425,7 @@ class SseWriter:
             if isinstance(thought, str) and thought.startswith(seen) and len(thought) > len(seen):
                 out.append(self.reasoning(name, thought[len(seen):]))
         content = final.message.get("content") or ""
-        if content.startswith(self.shown):  # the same round: exactly the content not sent yet
-            rest = content[len(self.shown):]
-        else:  # a hidden round's answer: the held whitespace separates it from what was shown
-            rest = unseen(self.shown + self.held, content)
-            rest = self.held + rest if rest else ""
+        rest = rest_after(self.shown, self.held, content)
         if rest:
             out.append(self.content(rest))
         if self.splitter is not None:
