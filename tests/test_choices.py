@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.fakes.upstream import (
+    LLAMA_NO_JINJA,
     LLAMA_ONE_CHOICE,
     Step,
     completion,
@@ -100,3 +101,27 @@ def test_streamed_choices_without_tools_pass_through_under_their_index(proxy, fa
     assert got[0].finish_reason == got[1].finish_reason == "stop"
     assert got[0].usage is None and "usage" not in chunks[-1]  # not asked for
     assert len(fake[0].requests) == 1
+
+
+def test_a_first_round_that_falls_back_is_asked_again_with_n(client, fake):
+    fake[0].push(Step(*LLAMA_NO_JINJA), Step(body=several({"content": HERMES}, {"content": "Sunny."})))
+    got = client.post("/v1/chat/completions", json={**ASK, "n": 2})
+    assert got.status_code == 200, got.text
+    refused, prompted = fake[0].requests
+    assert refused["n"] == prompted["n"] == 2 and "tools" in refused and "tools" not in prompted
+    one, two = got.json()["choices"]
+    assert one["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert two["message"]["content"] == "Sunny." and got.headers["x-sanctum-spell-calling"] == "prompted"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_choice_that_surrenders_fails_the_request(client, fake, stream):
+    fake[0].push(Step(body=several({"content": "Fine."}, {"content": UNKNOWN})) if not stream else
+                 Step(chunks=several_chunks("Fine.", UNKNOWN)))
+    body = {**ASK, "n": 2, "stream": stream, "sanctum": {"max_repair_rounds": 0}}
+    got = client.post("/v1/chat/completions", json=body)
+    if not stream:
+        assert got.status_code == 422 and got.json()["error"]["type"] == "spell_call_parse_error"
+        return
+    error = [line for line in got.text.split("\n\n") if line.startswith("data: {\"error\"")]
+    assert len(error) == 1 and "spell_call_parse_error" in error[0] and not got.text.endswith("[DONE]\n\n")
