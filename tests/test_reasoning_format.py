@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 
+import anthropic
 import httpx
+import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,3 +84,30 @@ def test_the_splitter_gives_the_same_text_fed_in_pieces_or_whole(text: str, size
     thought = "".join(t for f, t in pieces if f == "reasoning_content")
     assert (content, thought) == split(text)
     assert all(t for _, t in pieces)
+
+
+@pytest.mark.parametrize("size", [1, 5])
+def test_split_in_the_responses_and_messages_apis_streamed_or_not(make_proxy, fake, size):
+    proxy = make_proxy(reasoning_format="split")
+    text = THOUGHT + "Sunny in Paris."
+    reasoning = 'A call would look like {"name": "get_weather"}. No tool is needed.'
+    fake[0].push(Step(body=completion(text)), Step(chunks=content_chunks(text, size=size)),
+                 Step(body=completion(text)), Step(chunks=content_chunks(text, size=size)))
+    tool = {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}
+    with openai.OpenAI(base_url=proxy + "/v1", api_key="x", max_retries=0) as client:
+        plain = client.responses.create(model="m", input="Weather?", tools=[tool])  # type: ignore[list-item]
+        with client.responses.stream(model="m", input="Weather?", tools=[tool]) as stream:  # type: ignore[list-item]
+            final = stream.get_final_response()
+    for response in (plain, final):
+        assert response.output_text == "Sunny in Paris."
+        item = next(i for i in response.output if i.type == "reasoning")
+        assert item.type == "reasoning" and item.content and item.content[0].text == reasoning
+    claude = anthropic.Anthropic(base_url=proxy, api_key="x", max_retries=0)
+    ask = {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "Weather?"}],
+           "tools": [{"name": "get_weather", "input_schema": tool["parameters"]}]}
+    message = claude.messages.create(**ask)  # type: ignore[arg-type]
+    with claude.messages.stream(**ask) as stream:  # type: ignore[arg-type]
+        streamed_message = stream.get_final_message()
+    for got in (message, streamed_message):
+        blocks = {b.type: b for b in got.content}
+        assert blocks["text"].text == "Sunny in Paris." and blocks["thinking"].thinking == reasoning  # type: ignore[union-attr]

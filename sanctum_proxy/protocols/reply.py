@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from .. import reasoning
 from ..prompted import text_of
 from ..streaming import unseen
 
@@ -84,6 +85,37 @@ def held_back(held: str, text: str) -> tuple[str, str]:
     text = held + text
     cut = len(text.rstrip())
     return text[:cut], text[cut:]
+
+
+class LiveText:
+    """The live text of a translated stream: whitespace held back (`held_back`) and, with reasoning_format
+    "split", reasoning markup taken out (its reasoning reaches the client with the answer's reasoning at the
+    end). `shown` is the text sent; `rest` what of the final text is left to send."""
+
+    def __init__(self, split_reasoning: bool = False) -> None:
+        self.splitter = reasoning.Splitter() if split_reasoning else None
+        self.shown = ""  # the text sent
+        self.raw = ""  # ... as the loop gave it (markup in)
+        self.held = ""
+
+    def feed(self, text: str) -> str:
+        """The text to send now of a live delta (may be "")."""
+        text, self.held = held_back(self.held, text)
+        self.raw += text
+        if self.splitter is not None:
+            text = "".join(t for f, t in self.splitter.feed(text) if f == "content")
+        self.shown += text
+        return text
+
+    def rest(self, final_content: Any, text: str) -> str:
+        """What of the answer's `text` is left to send; `final_content`: the answer's content as the loop gave it
+        (read when splitting: `text` is then the split content, or a refusal)."""
+        if self.splitter is None:
+            return rest_after(self.shown, self.held, text)
+        raw = text_of(final_content)
+        pieces = self.splitter.feed(rest_after(self.raw, self.held, raw)) + self.splitter.flush()
+        rest = "".join(t for f, t in pieces if f == "content")
+        return rest if raw.strip() or not text else rest_after(self.shown, "", text)
 
 
 def rest_after(shown: str, held: str, final: str) -> str:

@@ -23,7 +23,7 @@ from .. import omens as om
 from ..errors import ProxyError
 from ..repair.loop import ContentDelta, Final, Plan
 from . import responses_api as api
-from .reply import Reply, held_back, rest_after
+from .reply import LiveText, Reply
 
 KEEPALIVE = b": keep-alive\n\n"
 
@@ -32,14 +32,15 @@ class ResponsesWriter:
     keepalive = KEEPALIVE
 
     def __init__(self, response: dict[str, Any], ids: str, trace_id: str, plan: Plan,
-                 reply_of: Callable[[Final], Reply], *, logprobs: bool = False) -> None:
+                 reply_of: Callable[[Final], Reply], *, logprobs: bool = False,
+                 split_reasoning: bool = False) -> None:
         self.response, self.ids, self.trace_id = response, ids, trace_id
         self.plan, self.omens_sent = plan, 0  # plan.omens: the loop's running list
         self.reply_of = reply_of
         self.sequence = 0
         self.output: list[dict[str, Any]] = []
         self.shown = ""
-        self.held = ""  # live whitespace not sent yet (reply.held_back)
+        self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
         self.held_tokens: list[dict[str, Any]] = []
         self.message_open = False
         self.text_open = False
@@ -67,7 +68,7 @@ class ResponsesWriter:
             event = ProxyError("internal error: the round loop ended without an answer")
         if isinstance(event, ContentDelta):
             tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
-            text, self.held = held_back(self.held, event.text)
+            text = self.live.feed(event.text)
             self.held_tokens = [] if text else tokens
             return self.new_omens() + (self.text(text, tokens) if text else [])
         if isinstance(event, ProxyError):
@@ -104,7 +105,7 @@ class ResponsesWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         reply = self.reply_of(final)
-        rest = rest_after(self.shown, self.held, reply.text)
+        rest = self.live.rest(final.message.get("content"), reply.text)
         bare = not (reply.calls or reply.refusal or self.message_open)
         out = self.text(rest) if rest or bare else []
         if self.message_open or reply.refusal:

@@ -77,6 +77,7 @@ class Rounds:
     plan: Plan
     trace_id: str
     auth: str | None
+    split_reasoning: bool = False  # the setting reasoning_format = "split"
 
 
 async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:
@@ -86,7 +87,7 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     trace_id = uuid.uuid4().hex
     request.app.state.recorder.begin(request, trace_id, chat, plan)
     auth = forwarded_key(request) if settings.forward_client_key else None
-    return Rounds(chat, plan, trace_id, auth)
+    return Rounds(chat, plan, trace_id, auth, settings.reasoning_format == "split")
 
 
 async def final_answer(request: Request, rounds: Rounds) -> Final:
