@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     prompt_format: PromptFormat = "auto"  # auto: the family the upstream's chat template shows, else hermes
     prompt_formats: dict[str, PromptFormat] = Field(default_factory=dict)
     constrain: Literal["off", "repair", "always"] = "repair"
+    # keep: reasoning markup in content (<think>, [THINK]) stays there as sent; split: moved into
+    # reasoning_content like llama.cpp's --reasoning-format deepseek (reasoning.Splitter), streamed live
+    reasoning_format: Literal["keep", "split"] = "keep"
     upstream_api_key: str | None = None
     forward_client_key: bool = False
     api_keys: list[str] = Field(default_factory=list)

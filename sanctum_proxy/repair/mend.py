@@ -117,7 +117,7 @@ def strip_calls(text: str, found: list[Found]) -> str | None:
             pieces.append(gap)
         pos = f.end
     pieces.append(text[pos:])
-    rest = "".join(pieces).strip()
+    rest = "".join(pieces).rstrip()  # leading whitespace stays: the stream showed it (contract section 6)
     return rest or None
 
 

@@ -3,6 +3,7 @@ as a chat.completion or as an SSE stream of chunks."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .. import capabilities, legacy
+from .. import capabilities, legacy, reasoning
 from .. import omens as om
 from ..auth import check_client_key, forwarded_key
 from ..config import Settings
@@ -21,6 +22,7 @@ from ..protocol import ChatRequest, parse_chat_request
 from ..repair.loop import Answer, ContentDelta, Final, Plan, run
 from ..repair.spellbook import SpellBook
 from ..responses import JsonResponse as ORJSONResponse
+from . import choices
 from .disconnect import ClientGone, gone_response, unless_disconnected
 from .sse import stream_answer, stream_sender
 
@@ -61,7 +63,8 @@ async def chat_completions(request: Request) -> Response:
         final = await final_answer(request, rounds)
     except ClientGone:
         return gone_response()
-    body = completion(final, rounds.chat, rounds.trace_id, is_legacy)
+    body = completion(final, rounds.chat, rounds.trace_id, is_legacy,
+                      split_reasoning=settings.reasoning_format == "split")
     return ORJSONResponse(body, headers=answer_headers(final, rounds.trace_id))
 
 
@@ -74,6 +77,7 @@ class Rounds:
     plan: Plan
     trace_id: str
     auth: str | None
+    split_reasoning: bool = False  # the setting reasoning_format = "split"
 
 
 async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:
@@ -83,16 +87,44 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     trace_id = uuid.uuid4().hex
     request.app.state.recorder.begin(request, trace_id, chat, plan)
     auth = forwarded_key(request) if settings.forward_client_key else None
-    return Rounds(chat, plan, trace_id, auth)
+    return Rounds(chat, plan, trace_id, auth, settings.reasoning_format == "split")
 
 
 async def final_answer(request: Request, rounds: Rounds) -> Final:
-    """The round loop's Final, non-streaming; ClientGone if the client leaves first."""
+    """The round loop's Final, non-streaming; ClientGone if the client leaves first. For n > 1 choices a
+    Finals (routes/choices.py)."""
     recorder = request.app.state.recorder
-    final = await unless_disconnected(request, last_event(
-        recorder.watch(request, run(rounds.plan, sender(request, rounds.auth, streaming=False)))))
+    later = sender(request, rounds.auth, streaming=False)
+    events: AsyncIterator[Any]
+    if choices.count(rounds.chat.body) > 1:
+        many = choices.Choices(rounds.plan, later)
+        events = finals_only(many.events(many.lead_sender(first_of_several(request, rounds.auth, many))))
+    else:
+        events = run(rounds.plan, later)
+    final = await unless_disconnected(request, last_event(recorder.watch(request, events)))
     assert isinstance(final, Final)
     return final
+
+
+async def finals_only(events: AsyncIterator[Any]) -> AsyncIterator[Final]:
+    async for event in events:
+        if isinstance(event, choices.Finals):
+            yield event
+
+
+def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Any:
+    """The first round of n > 1 choices: sent once with `n`; choice 0's Answer for its own loop, a loop
+    started for each other choice."""
+    upstream = request.state.route.upstream
+
+    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[Answer]:
+        reply = await upstream.chat({**body, "stream": False}, auth)
+        answers = choices.answers_of(reply.body)
+        for index, answer in enumerate(answers[1:], 1):
+            many.spawn(index, choices.one_answer(answer))
+        yield answers[0] if answers else Answer({}, None, reply.body.get("usage"), {}, {})
+
+    return first
 
 
 async def last_event(events: AsyncIterator[Any]) -> Any:
@@ -175,10 +207,16 @@ META = ("id", "model", "created", "system_fingerprint")
 _BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
 
 
-def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) -> dict[str, Any]:
+def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, *,
+               split_reasoning: bool = False) -> dict[str, Any]:
     """The chat.completion: the answering round's own fields (logprobs, service_tier, llama.cpp's timings,
-    vendor fields) as the upstream sent them, with the message and finish_reason the loop settled."""
-    message, finish = final.message, final.finish_reason
+    vendor fields) as the upstream sent them, with the message and finish_reason the loop settled (with
+    `split_reasoning`, reasoning markup in content moved into reasoning_content)."""
+    if split_reasoning:
+        final = dataclasses.replace(final, message=split_message(final.message))
+        if isinstance(final, choices.Finals):
+            final.each = [dataclasses.replace(f, message=split_message(f.message)) for f in final.each]
+    message, finish = spec_message(final.message), final.finish_reason
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
     meta = final.meta
@@ -188,6 +226,12 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) 
         "choices": [{"index": 0, "message": message, "logprobs": None, **final.choice_extra,
                      "finish_reason": finish}],
     }
+    if isinstance(final, choices.Finals):  # n > 1: each choice in its place, as its own loop settled it
+        each = [(spec_message(f.message), f.finish_reason) for f in final.each]
+        if is_legacy:
+            each = [legacy.to_function_call(m, r) for m, r in each]
+        body["choices"] = [{"index": i, "message": m, "logprobs": None, **f.choice_extra, "finish_reason": r}
+                           for i, ((m, r), f) in enumerate(zip(each, final.each, strict=True))]
     if final.usage is not None:
         body["usage"] = final.usage
     if meta.get("system_fingerprint"):
@@ -195,6 +239,29 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) 
     body.update((k, v) for k, v in final.extra.items() if k not in body)
     body["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
     return body
+
+
+def spec_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with the keys the OpenAPI spec requires of it (ChatCompletionResponseMessage: role, content,
+    refusal) present: null where the upstream left one out (llama.cpp, Ollama and vLLM send no `refusal`)."""
+    if "content" in message and "refusal" in message:
+        return message
+    return {"role": "assistant", "content": None, **message, "refusal": message.get("refusal")}
+
+
+def split_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The setting reasoning_format = "split": reasoning markup in content moved into reasoning_content."""
+    content = message.get("content")
+    if not isinstance(content, str):
+        return message
+    text, thought = reasoning.split(content)
+    if text == content and not thought:
+        return message
+    out = {**message, "content": text or (None if message.get("tool_calls") else "")}
+    if thought:
+        before = message.get("reasoning_content")
+        out["reasoning_content"] = f"{before}{thought}" if isinstance(before, str) else thought
+    return out
 
 
 def answer_headers(final: Final, trace_id: str) -> dict[str, str]:
