@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
-from sanctum_proxy.repair.extract import Decoded, decode, value_end
-from sanctum_proxy.repair.spellbook import resolve_name
+from sanctum_proxy.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.spell_names import resolve_name
 
 NAME = "json"
 STARTS: tuple[str, ...] = ("```", "{", "[")

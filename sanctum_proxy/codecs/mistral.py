@@ -13,7 +13,7 @@ import re
 
 from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.repair.extract import value_end
+from sanctum_proxy.lenient_json import value_end
 
 NAME = "mistral"
 TAG = "[TOOL_CALLS]"

@@ -14,7 +14,7 @@ from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.repair.extract import value_end
+from sanctum_proxy.lenient_json import value_end
 
 NAME = "pythonic"
 OPEN = "<|tool_call_start|>"

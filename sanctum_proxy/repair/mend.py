@@ -21,7 +21,7 @@ import orjson
 from sanctum_proxy import reasoning
 from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall
 from sanctum_proxy.codecs.registry import MAX_CANDIDATES, find_calls
-from sanctum_proxy.repair.extract import MAX_REPAIR_CHARS, Decoded, decode, strict
+from sanctum_proxy.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, strict
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.validate import coerce
 
