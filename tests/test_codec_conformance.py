@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from sanctum_proxy.calls import content_text
 from sanctum_proxy.codecs.registry import CODECS, find_calls
 from sanctum_proxy.families import opens_bare
-from sanctum_proxy.repair.mend import assess, content_text
+from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.streaming import Assembler, unseen
 from tests.test_corpus import CASES
@@ -47,11 +48,11 @@ def _sources(tools: list[dict[str, Any]], case: dict[str, Any]) -> set[str]:
     return {c.source for f in find_calls(text, book.name_set) for c in f.candidates}
 
 
-@pytest.mark.parametrize("codec", CODECS, ids=[c.NAME for c in CODECS])
+@pytest.mark.parametrize("codec", CODECS, ids=[c.name for c in CODECS])
 def test_every_codec_reads_recorded_outputs(codec: Any) -> None:
-    wanted = SOURCES.get(codec.NAME, {codec.NAME})
+    wanted = SOURCES.get(codec.name, {codec.name})
     hits = [p.id for p in CASES if wanted & _sources(*p.values)]
-    assert hits, f"no corpus case is read by the {codec.NAME} codec"
+    assert hits, f"no corpus case is read by the {codec.name} codec"
 
 
 @pytest.mark.parametrize(("tools", "case"), TEXT_CASES)
@@ -76,7 +77,7 @@ def test_split_anywhere_shows_no_markup_and_ends_with_the_whole_content(tools: l
 
 def test_readme_lists_every_codec() -> None:
     readme = README.read_text(encoding="utf-8")
-    missing = [c.NAME for c in CODECS if f"`{c.NAME}`" not in readme]
+    missing = [c.name for c in CODECS if f"`{c.name}`" not in readme]
     assert not missing, f"README's format table lacks {missing}"
 
 

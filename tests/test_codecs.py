@@ -174,9 +174,9 @@ def test_all_starts_lists_every_delimiter_once() -> None:
 
 def test_hermes_render_round_trips() -> None:
     text = hermes.render_call("search", {"q": "ü"})
-    assert text == '<tool_call>\n{"name": "search", "arguments": {"q": "ü"}}\n</tool_call>'
+    assert text == '<tool_call>\n{"name":"search","arguments":{"q":"ü"}}\n</tool_call>'
     assert calls(text) == [("search", {"q": "ü"}, "hermes")]
-    assert json_blocks.render_call("search", {}) == '{"name": "search", "arguments": {}}'
+    assert json_blocks.render_fenced("search", {}) == '```json\n{"name":"search","arguments":{}}\n```'
 
 
 def test_candidate_count_is_capped() -> None:

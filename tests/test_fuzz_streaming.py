@@ -129,7 +129,7 @@ def test_prompted_rewrites_any_history_into_text_only(history: list[dict[str, An
 @given(st.sampled_from(sorted(SCHEMAS)), st.dictionaries(st.text(max_size=6), json_values, max_size=4),
        st.sampled_from(families.FAMILIES))
 def test_prompted_call_text_reads_back_as_the_same_call(name: str, args: dict[str, Any], fmt: str) -> None:
-    text = prompted.render_call(fmt, name, args)
+    text = families.render_call(fmt, name, args)
     out = assess({"content": text}, BOOK)
     if out.calls:  # accepted: exactly what was written (or its lossless coercion, then valid)
         assert [c.name for c in out.calls] == [name]

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from ..prompted import text_of
+from ..calls import content_text
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Reply:
                           if isinstance(m.get(f), str) and m.get(f)), None)
         calls = tuple(_call(c, i) for i, c in enumerate(message.get("tool_calls") or []) if isinstance(c, dict))
         usage = usage or {}
-        return cls(text_of(message.get("content")), calls, reasoning if isinstance(reasoning, str) else "",
+        return cls(content_text(message.get("content")), calls, reasoning if isinstance(reasoning, str) else "",
                    finish_reason, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,18 +18,15 @@ from typing import Any
 import orjson
 
 from sanctum_proxy import reasoning
-from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall
-from sanctum_proxy.codecs.registry import MAX_CANDIDATES, find_calls
+from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
+from sanctum_proxy.codecs.base import MAX_CANDIDATES
+from sanctum_proxy.codecs.registry import find_calls
 from sanctum_proxy.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, strict
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.validate import coerce
 
 MALFORMED = "__malformed_json__"
 _SEPARATOR = re.compile(r"[\s;,]*")
-
-
-def new_call_id() -> str:
-    return "call_" + secrets.token_hex(12)
 
 
 def assess(
@@ -96,15 +92,6 @@ def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> b
     return False
 
 
-def content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
-        return "".join(p for p in parts if isinstance(p, str))
-    return ""
-
-
 def strip_calls(text: str, found: list[Found]) -> str | None:
     """The text with call markup removed (prose stays); None when nothing but whitespace is left."""
     if not found:
@@ -139,7 +126,7 @@ def _native(item: Any) -> Candidate:
         name=name if isinstance(name, str) else "",
         arguments=args,
         source="native",
-        raw=_raw(item),
+        raw=native_call_text(item),
         id=ident if isinstance(ident, str) and ident else None,
     )
 
@@ -147,7 +134,8 @@ def _native(item: Any) -> Candidate:
 BIG_RAW_CHARS = 1024 * 1024
 
 
-def _raw(item: Any) -> str:
+def native_call_text(item: Any) -> str:
+    """A native call as the JSON it came in (its `raw`)."""
     fn = item.get("function") if isinstance(item, dict) else None
     args = fn.get("arguments") if isinstance(fn, dict) else None
     if isinstance(args, str) and len(args) > BIG_RAW_CHARS:  # orjson reserves ~13 bytes a character to write

@@ -18,8 +18,7 @@ from typing import Any
 
 import orjson
 
-from ..calls import Problem, ToolCall
-from .mend import content_text
+from ..calls import Problem, ToolCall, content_text
 
 MAX_RESULT_CHARS = 600  # of a tool result quoted back in the correction
 
