@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from .. import omens as om
-from ..errors import ProxyError
+from ..errors import ProxyError, no_answer
 from ..repair.loop import ContentDelta, Final, Plan
 from ..streaming import unseen
 from . import responses_api as api
@@ -60,7 +60,7 @@ class ResponsesWriter:
 
     def render(self, event: Any) -> list[bytes]:
         if event is None:
-            event = ProxyError("internal error: the round loop ended without an answer")
+            event = no_answer()
         if isinstance(event, ContentDelta):
             return self.new_omens() + (self.text(event.text) if event.text else [])
         if isinstance(event, ProxyError):

@@ -20,7 +20,7 @@ from ..errors import BodyTooLarge
 from ..protocol import ChatRequest, parse_chat_request
 from ..repair.loop import Answer, ContentDelta, Final, Plan, run
 from ..repair.spellbook import SpellBook
-from ..responses import JsonResponse as ORJSONResponse
+from ..responses import JsonResponse
 from .disconnect import ClientGone, gone_response, unless_disconnected
 from .sse import stream_answer, stream_sender
 
@@ -62,7 +62,7 @@ async def chat_completions(request: Request) -> Response:
     except ClientGone:
         return gone_response()
     body = completion(final, rounds.chat, rounds.trace_id, is_legacy)
-    return ORJSONResponse(body, headers=answer_headers(final, rounds.trace_id))
+    return JsonResponse(body, headers=answer_headers(final, rounds.trace_id))
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ from fastapi.responses import Response, StreamingResponse
 from .. import constrain, families
 from .. import omens as om
 from ..config import Settings
-from ..errors import ProxyError, UpstreamUnreachable
+from ..errors import ProxyError, UpstreamUnreachable, internal, no_answer
 from ..protocol import ChatRequest
 from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run
-from ..responses import JsonResponse as ORJSONResponse
+from ..responses import error_response
 from ..streaming import PASSED, Assembler, call_deltas, chunk, unseen
 from .disconnect import ClientGone, gone_response, unless_disconnected
 
@@ -88,7 +88,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
         return gone_response()
     if isinstance(first, ProxyError):
         task.cancel()
-        return refuse(first) if refuse else ORJSONResponse(first.body(), status_code=first.status)
+        return refuse(first) if refuse else error_response(first)
     if writer is None:
         include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
         meta = {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
@@ -108,7 +108,7 @@ async def _produce(events: AsyncIterator[ContentDelta | Final], queue: asyncio.Q
     except ProxyError as exc:
         await queue.put(exc)
     except Exception as exc:  # a bug must end the stream with an error, never a silent cut
-        await queue.put(ProxyError(f"internal error: {type(exc).__name__}: {exc}"))
+        await queue.put(internal(exc))
     await queue.put(None)
 
 
@@ -209,7 +209,7 @@ class SseWriter:
 
     def render(self, event: Any) -> list[bytes]:
         if event is None:  # the producer ended without an answer or an error: a bug, said in the stream
-            event = ProxyError("internal error: the round loop ended without an answer")
+            event = no_answer()
         if isinstance(event, ContentDelta):
             if event.meta:
                 self.adopt(event.meta)

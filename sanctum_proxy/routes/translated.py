@@ -26,7 +26,7 @@ from ..protocols.messages_events import MessagesWriter
 from ..protocols.reply import Reply
 from ..protocols.responses_events import ResponsesWriter
 from ..repair.loop import Final
-from ..responses import JsonResponse
+from ..responses import JsonResponse, error_response
 from .chat import Rounds, answer_headers, check_key, final_answer, read_body, start_rounds
 from .disconnect import ClientGone, gone_response
 from .passthrough import passthrough
@@ -83,8 +83,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
 
 
 def refusal(dialect: Dialect, error: ProxyError) -> Response:
-    headers = {"x-should-retry": "false"} if error.status in (400, 401, 413, 422) else None
-    return JsonResponse(dialect.error_body(error), status_code=error.status, headers=headers)
+    return error_response(error, dialect.error_body(error))
 
 
 def reply_of(rounds: Rounds, final: Final) -> Reply:
