@@ -49,10 +49,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_from(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> Settings:
-    return resolve(argv, env)[0]
-
-
 def resolve(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> tuple[Settings, bool]:
     """The settings, and whether the upstream is only the default (nothing named one): then, when nothing
     answers there at start-up, the embedded llama-server stands in for it where it is installed."""

@@ -48,10 +48,6 @@ def render_call(fmt: str, name: str, arguments: Any) -> str:
     return format_of(fmt).render_call(name, arguments)
 
 
-def all_starts() -> tuple[str, ...]:
-    return tuple(dict.fromkeys(s for codec in CODECS for s in codec.starts))
-
-
 def stream_starts() -> tuple[str, ...]:
     """The delimiters the streaming hold-back holds at: every codec's own, less the generic ones."""
     generic = {g for codec in CODECS for g in codec.generic}

@@ -77,11 +77,6 @@ class SpellBook:
         fns = [t.get("function") for t in items if isinstance(t, Mapping)]
         return cls([s for s in map(_spell_from, fns) if s is not None])
 
-    @classmethod
-    def from_functions(cls, functions: Any) -> SpellBook:
-        items = functions if isinstance(functions, list) else []
-        return cls([s for s in map(_spell_from, items) if s is not None])
-
     def __len__(self) -> int:
         return len(self.names)
 

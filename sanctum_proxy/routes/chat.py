@@ -22,7 +22,7 @@ from ..repair.loop import Answer, ContentDelta, Final, Plan, run
 from ..repair.spellbook import SpellBook
 from ..responses import JsonResponse
 from .disconnect import ClientGone, gone_response, unless_disconnected
-from .sse import stream_answer, stream_sender
+from .sse import stream_answer
 
 router = APIRouter()
 
@@ -40,15 +40,10 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def check_key(request: Request, settings: Settings) -> None:
-    """Client keys (`api_keys`, `api_keys_file`): the rule lives in auth.py."""
-    check_client_key(request)
-
-
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     settings: Settings = request.app.state.settings
-    check_key(request, settings)
+    check_client_key(request)
     chat = parse_chat_request(await read_body(request, settings.max_body_bytes), request.headers, settings)
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:
@@ -90,7 +85,7 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     """The round loop's Final, non-streaming; ClientGone if the client leaves first."""
     recorder = request.app.state.recorder
     final = await unless_disconnected(request, last_event(
-        recorder.watch(request, run(rounds.plan, sender(request, rounds.auth, streaming=False)))))
+        recorder.watch(request, run(rounds.plan, plain_sender(request, rounds.auth)))))
     assert isinstance(final, Final)
     return final
 
@@ -156,7 +151,7 @@ async def settle_by_probe(request: Request, settings: Settings, model: str) -> l
     return [om.fallback(0, "capability_probe", None, caps.source)]
 
 
-def sender(request: Request, auth: str | None, *, streaming: bool) -> Any:
+def plain_sender(request: Request, auth: str | None) -> Any:
     upstream = request.state.route.upstream
 
     async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
@@ -168,7 +163,7 @@ def sender(request: Request, auth: str | None, *, streaming: bool) -> Any:
         yield Answer(choice.get("message") or {}, choice.get("finish_reason"), reply.body.get("usage"), meta,
                      extra, choice_extra)
 
-    return stream_sender(upstream, auth) if streaming else send_plain
+    return send_plain
 
 
 META = ("id", "model", "created", "system_fingerprint")
