@@ -6,7 +6,7 @@ the streaming assembler all speak these types, so a call looks the same whicheve
     Spell        one offered tool: name, description, parameters (a JSON Schema object)
     Candidate    a call as found in an answer, before repair (name and arguments as written)
     Found        where a codec found call markup in text, and the candidates in it
-    ToolCall     a call that passed tier 1 and validation: ready for the client
+    SpellCall    a call that passed tier 1 and validation: ready for the client
     Repair       one tier-1 mend of one call (becomes a SpellCallRepaired omen)
     Problem      why a candidate cannot be sent (becomes a tier-2 correction and a SpellCallRejected omen)
     Assessment   what tier 1 made of one upstream answer
@@ -66,7 +66,7 @@ class Found:
 
 
 @dataclass(frozen=True)
-class ToolCall:
+class SpellCall:
     id: str
     name: str
     arguments: str  # the JSON text sent to the client (byte-identical to the model's when it was valid)
@@ -97,11 +97,11 @@ class Problem:
 
 @dataclass(frozen=True)
 class Assessment:
-    calls: tuple[ToolCall, ...]
+    calls: tuple[SpellCall, ...]
     content: str | None  # the answer's text with call markup removed (prose may stay); None if empty
     repairs: tuple[Repair, ...] = ()
     problems: tuple[Problem, ...] = ()
-    dropped: tuple[ToolCall, ...] = field(default=())  # valid calls cut by parallel_tool_calls=false
+    dropped: tuple[SpellCall, ...] = field(default=())  # valid calls cut by parallel_tool_calls=false
     reasoning: str | None = None  # reasoning blocks of call formats found in the text (never calls)
 
     @property

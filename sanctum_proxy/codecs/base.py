@@ -44,6 +44,18 @@ class Codec:
     sources: tuple[str, ...] = ()  # other `Candidate.source` values it reports (Phi's tags read by hermes)
 
 
+def blank(text: str, spans: list[Found]) -> str:
+    """The text with these spans replaced by spaces (positions stay), so the next reader passes them over."""
+    pieces: list[str] = []
+    pos = 0
+    for f in sorted(spans, key=lambda f: f.start):
+        pieces.append(text[pos : f.start])
+        pieces.append(" " * (f.end - f.start))
+        pos = f.end
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
 def tool_response(name: str, call_id: str, text: str) -> str:
     header = f'<tool_response name="{name}"' + (f' id="{call_id}"' if call_id else "") + ">"
     return f"{header}\n{text}\n</tool_response>"

@@ -18,7 +18,7 @@ from typing import Any
 
 from sanctum_proxy.calls import Found
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.base import Codec, Format, blank, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
 
 NAME = "command_r"
@@ -30,7 +30,7 @@ STARTS: tuple[str, ...] = (_ACTION, _THINK, _MARKERS[0])
 
 def find(text: str, spell_names: frozenset[str]) -> list[Found]:
     out = _thinking(text)
-    out += _actions(_blank(text, out), spell_names) if _ACTION in text else []
+    out += _actions(blank(text, out), spell_names) if _ACTION in text else []
     taken = [(f.start, f.end) for f in out]
     for marker in _MARKERS:
         pos = 0
@@ -72,11 +72,6 @@ def _actions(text: str, names: frozenset[str]) -> list[Found]:
         pos = max(end, body)
     return out
 
-
-def _blank(text: str, spans: list[Found]) -> str:
-    for f in spans:
-        text = text[: f.start] + " " * (f.end - f.start) + text[f.end :]
-    return text
 
 
 def render_call(name: str, arguments: Any) -> str:

@@ -27,7 +27,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     qwen_xml,
     seed,
 )
-from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, codecs, formats
+from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, blank, codecs, formats
 
 # Codecs that claim reasoning blocks (harmony's analysis, Command-R's thinking, Seed's think) read first, so
 # no later codec reads calls written inside reasoning; GLM before Hermes (both open with <tool_call>).
@@ -72,24 +72,13 @@ def find_calls(text: str, spell_names: frozenset[str]) -> list[Found]:
         new = [f for f in codec.find(text, spell_names) if not _overlaps(f, accepted)]
         if new:
             accepted.extend(new)
-            text = _blank(text, new)
+            text = blank(text, new)
     accepted.sort(key=lambda f: f.start)
     return _capped(accepted)
 
 
 def _overlaps(found: Found, accepted: list[Found]) -> bool:
     return any(found.start < a.end and a.start < found.end for a in accepted)
-
-
-def _blank(text: str, spans: list[Found]) -> str:
-    pieces: list[str] = []
-    pos = 0
-    for f in sorted(spans, key=lambda f: f.start):
-        pieces.append(text[pos : f.start])
-        pieces.append(" " * (f.end - f.start))
-        pos = f.end
-    pieces.append(text[pos:])
-    return "".join(pieces)
 
 
 def _capped(found: list[Found]) -> list[Found]:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy import reasoning
-from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
+from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, SpellCall, content_text, new_call_id
 from sanctum_proxy.codecs.base import MAX_CANDIDATES
 from sanctum_proxy.codecs.registry import find_calls
 from sanctum_proxy.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, strict
@@ -53,7 +53,7 @@ def assess(
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
     judge = _Judge(book, finish_reason == "length", new_id, max_repair_chars, asked_format)
-    calls: list[ToolCall] = []
+    calls: list[SpellCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
@@ -83,7 +83,7 @@ def calls_outside_reasoning(text: str, spell_names: frozenset[str]) -> list[Foun
     return found
 
 
-def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
+def _duplicate(call: SpellCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
     """A call in content that repeats a native one (some servers echo the markup) is the same call."""
     key = (call.name, call.arguments)
     if cand.source != "native" and key in seen:
@@ -157,7 +157,7 @@ def _dumps(value: Any, *, pretty: bool = False) -> str:
 
 @dataclass(frozen=True)
 class _Verdict:
-    call: ToolCall | None = None
+    call: SpellCall | None = None
     repair: Repair | None = None
     problems: tuple[Problem, ...] = ()
 
@@ -210,7 +210,7 @@ class _Judge:
             if not text:
                 why = "the arguments cannot be written as JSON"
                 return _Verdict(problems=(self._malformed(cand, name, why),))
-        call = ToolCall(cand.id or self.new_id(), name, text)
+        call = SpellCall(cand.id or self.new_id(), name, text)
         repair = Repair(name, call.id, tuple(dict.fromkeys(repairs)), cand.raw) if repairs else None
         return _Verdict(call=call, repair=repair)
 
