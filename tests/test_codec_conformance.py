@@ -76,6 +76,13 @@ def test_split_anywhere_shows_no_markup_and_ends_with_the_whole_content(tools: l
     assert [p.reason for p in again.problems] == [p.reason for p in whole.problems]
 
 
+def test_readme_and_the_example_config_list_every_format() -> None:
+    readme = README.read_text(encoding="utf-8")
+    example = (README.parent / "config.example.toml").read_text(encoding="utf-8")
+    assert not [f for f in FORMAT_NAMES if f"`{f}`" not in readme], "README's format table lacks a format"
+    assert not [f for f in FORMAT_NAMES if f'"{f}"' not in example], "config.example.toml lacks a format"
+
+
 def test_readme_lists_every_codec() -> None:
     readme = README.read_text(encoding="utf-8")
     missing = [c.name for c in CODECS if f"`{c.name}`" not in readme]
