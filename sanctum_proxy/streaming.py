@@ -9,12 +9,11 @@ So streamed and non-streamed answers give identical calls by construction.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import constrain, reasoning
-from .codecs.registry import stream_shapes, stream_starts
+from .codecs.registry import stream_lead, stream_shapes, stream_starts
 
 _CHUNK_OWN = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage", "sanctum"})
 # Text fields of a delta that are never read for calls: passed to the client live, as they came.
@@ -27,9 +26,7 @@ _OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
 # A family whose generation prompt already holds the first call marker (Functionary v3.2 ends it with `>>>`)
 # answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
 # is held until it shows which (a bare word waits for the next chunk).
-_LEAD_PARTIAL = re.compile(r"\s*(?:[A-Za-z_][\w.\-]{0,255}\n?\s*)?")
-_LEAD_TEXT = re.compile(r"\s*all\n")
-_LEAD_CALL = re.compile(r"\s*[A-Za-z_][\w.\-]{0,255}\n\s*[\[{]")
+_LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
 
 
 def _joined(parts: list[str]) -> str:

@@ -42,6 +42,10 @@ class Codec:
     partial_shape: str = ""  # regex: the end of streamed text that may still grow into `shape`
     holds: tuple[str, ...] = ()  # more delimiters the stream holds at (fences of the languages calls come in)
     sources: tuple[str, ...] = ()  # other `Candidate.source` values it reports (Phi's tags read by hermes)
+    # A codec whose format's generation prompt already holds the first call marker (Format.opens_bare): regexes
+    # for the start of a streamed answer that may still open a bare call, a bare opening of text (markup to
+    # pass over) and a bare call opening (held like a delimiter).
+    lead: tuple[str, str, str] | None = None
 
 
 def blank(text: str, spans: list[Found]) -> str:

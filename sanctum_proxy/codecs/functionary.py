@@ -82,7 +82,9 @@ def render_call_v31(name: str, arguments: Any) -> str:
     return f"<function={name}>{arguments_text(arguments)}</function>"
 
 
-CODEC = register(Codec(NAME, find, STARTS, rank=110, opens=opens))
+# Streamed, the first line is held until it shows which: `all\n` (passed over) or `NAME\n{` (a call).
+_LEAD = (r"\s*(?:[A-Za-z_][\w.\-]{0,255}\n?\s*)?", r"\s*all\n", r"\s*[A-Za-z_][\w.\-]{0,255}\n\s*[\[{]")
+CODEC = register(Codec(NAME, find, STARTS, rank=110, opens=opens, lead=_LEAD))
 register_format(Format(NAME, NAME, render_call, detect=template_has(">>>"), detect_rank=70, opens_bare=True))
 # Its template also has python_tag: `<function=` is matched before Llama's markers.
 register_format(Format("functionary_v31", "qwen_xml", render_call_v31, detect=template_has("<function="),

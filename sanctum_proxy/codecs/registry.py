@@ -55,6 +55,13 @@ def stream_starts() -> tuple[str, ...]:
         [s for codec in CODECS for s in codec.starts if s not in generic] + [h for c in CODECS for h in c.holds]))
 
 
+def stream_lead() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """The lead patterns (Codec.lead) of the format that opens bare (Functionary v3.2), for `Assembler(lead=True)`."""
+    (lead,) = [c.lead for c in CODECS if c.lead is not None]
+    partial, text, call = (re.compile(p) for p in lead)
+    return partial, text, call
+
+
 def stream_shapes() -> tuple[re.Pattern[str], re.Pattern[str], frozenset[str]]:
     """The generic openers in call shape (held while streaming), the ends of text that may grow into one, and
     the generic openers' first characters."""
