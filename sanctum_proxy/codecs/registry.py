@@ -34,8 +34,9 @@ from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, blank, code
 CODECS: tuple[Codec, ...] = codecs()
 FORMATS: dict[str, Format] = formats()
 # The values `prompt_format` may take besides "auto", and the format used when none is known.
-FORMAT_NAMES: tuple[str, ...] = tuple(name for name, f in FORMATS.items() if f.selectable)
 FALLBACK = hermes.NAME
+FORMAT_NAMES: tuple[str, ...] = tuple(sorted((name for name, f in FORMATS.items() if f.selectable),
+                                             key=lambda name: (name != FALLBACK, name)))
 
 
 def format_of(fmt: str) -> Format:
