@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 else:  # the values of `prompt_format` / `[prompt_formats]`: "auto" (picked by `detect`, else Hermes) or a format
     PromptFormat = Literal[("auto", *FORMAT_NAMES)]
 
-FAMILIES: tuple[str, ...] = FORMAT_NAMES
-__all__ = ["FALLBACK", "FAMILIES", "PromptFormat", "codec_of", "detect", "opens_bare", "render_call",
+__all__ = ["FALLBACK", "FORMAT_NAMES", "PromptFormat", "codec_of", "detect", "opens_bare", "render_call",
            "render_result"]
 
 _BY_TEMPLATE = sorted((f for f in FORMATS.values() if f.detect is not None), key=lambda f: f.detect_rank)

@@ -118,7 +118,7 @@ def rejected_answer_text(message: Any, fmt: str = families.FALLBACK) -> str:
     """The answer as the correction turn quotes it back to the model: its content, then each native call
     written in the prompt format `fmt` (Hermes for unknown formats; arguments verbatim, even broken JSON)."""
     msg = message if isinstance(message, Mapping) else {}
-    fmt = fmt if fmt in families.FAMILIES else families.FALLBACK
+    fmt = fmt if fmt in families.FORMAT_NAMES else families.FALLBACK
     parts = [content_text(msg.get("content"))]
     calls = msg.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
