@@ -17,7 +17,7 @@ from .limits import ConcurrencyLimit
 from .modes import ModeBook
 from .recorder import Recorder, Retention
 from .request_id import EchoRequestId
-from .responses import JsonResponse as ORJSONResponse
+from .responses import JsonResponse, error_response
 from .routes import chat, health, metrics, passthrough, sanctum, translated
 from .routing import Router
 from .shared import SharedState
@@ -56,7 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
                            allow_headers=["*"], expose_headers=["*"])
 
     @app.exception_handler(ProxyError)
-    async def proxy_error(request: Request, exc: ProxyError) -> ORJSONResponse:
+    async def proxy_error(request: Request, exc: ProxyError) -> JsonResponse:
         app.state.recorder.refused(request, exc)
         return error_response(exc)
 
@@ -83,7 +83,3 @@ def router(settings: Settings) -> Router:
         pools = [Upstream([settings.upstream], settings.upstream_api_key, limits)]
     return Router(pools, settings.upstreams, health_check_seconds=settings.health_check_seconds)
 
-
-def error_response(exc: ProxyError) -> ORJSONResponse:
-    headers = {"x-should-retry": "false"} if exc.status in (400, 401, 413, 422) else None
-    return ORJSONResponse(exc.body(), status_code=exc.status, headers=headers)

@@ -5,8 +5,7 @@ file changes, so a rotated Kubernetes Secret needs no restart). `/sanctum/*` tak
 is set, else the client keys, else it is open like the rest. `/metrics` takes `admin_key` when one is set
 and is open otherwise (a Prometheus scraper holds no client key; `check_metrics_key`). Keys are compared in
 constant time, each against every key, so neither the answer nor its timing tells which key came close.
-`check_client_key` / `check_admin_key` raise Unauthorized (401 invalid_api_key); `require_client_key` /
-`require_admin_key` are the same as FastAPI dependencies.
+`check_client_key` / `check_admin_key` raise Unauthorized (401 invalid_api_key).
 """
 
 from __future__ import annotations
@@ -97,13 +96,3 @@ def check_metrics_key(request: Request) -> None:
     ring: KeyRing = request.app.state.keys
     if ring.admin and not matches(presented_key(request), (ring.admin,)):
         raise Unauthorized("Missing or incorrect admin key: send 'Authorization: Bearer <admin key>'")
-
-
-async def require_client_key(request: Request) -> None:
-    """FastAPI dependency form of `check_client_key` (async: no thread pool hop)."""
-    check_client_key(request)
-
-
-async def require_admin_key(request: Request) -> None:
-    """FastAPI dependency form of `check_admin_key`."""
-    check_admin_key(request)

@@ -22,7 +22,6 @@ from pydantic_settings import (
 from sanctum_proxy.families import PromptFormat
 
 SpellCalling = Literal["native", "prompted", "auto"]
-OmenStyle = Literal["comments", "events"]
 
 
 class UpstreamConfig(BaseModel):
@@ -152,11 +151,6 @@ class Settings(BaseSettings):
         `prompt_format`."""
         matching = (fmt for pattern, fmt in self.prompt_formats.items() if fnmatch.fnmatchcase(model, pattern))
         return next(matching, self.prompt_format)
-
-    @property
-    def upstream_root(self) -> str:
-        """The server root (the upstream URL without its trailing /v1), for /props, /api/show."""
-        return self.upstream[:-3] if self.upstream.endswith("/v1") else self.upstream
 
 
 def redacted_url(url: str) -> str:

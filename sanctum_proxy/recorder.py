@@ -28,7 +28,7 @@ from typing import TypeVar
 from fastapi import Request
 
 from . import access_log
-from .errors import ProxyError
+from .errors import ProxyError, internal
 from .metrics import Metrics
 from .protocol import ChatRequest
 from .repair.loop import Final, Plan
@@ -120,7 +120,7 @@ class Recorder:
             self._end(trace, gone=True)
             raise
         except Exception as exc:
-            self._end(trace, error=ProxyError(f"internal error: {type(exc).__name__}: {exc}"), status=500)
+            self._end(trace, error=internal(exc), status=500)
             raise
         self._end(trace)
 

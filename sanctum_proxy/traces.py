@@ -20,13 +20,13 @@ from typing import Any
 
 import orjson
 
-from .errors import ProxyError, SpellCallParseError
+from .errors import CLIENT_GONE, ProxyError, SpellCallParseError
+from .omens import Outcome
 from .repair.loop import Final, Plan, RoundRecord
 
 OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
 # Omen fields that describe what happened without quoting the conversation (kept by metadata_only).
 _OMEN_METADATA = ("type", "round", "spell", "call_id", "repairs", "reason", "from", "to", "upstream_status")
-CLIENT_GONE = 499  # nginx's "client closed request": the client left before the answer was complete
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Trace:
     final: Final | None = None
     error: dict[str, Any] | None = None  # the OpenAI error object the client got ({"message", "type", ...})
     status: int = 0  # the HTTP status the client got (200 for an error sent inside a stream)
-    outcome: str = "error"
+    outcome: str = Outcome.ERROR
     latency_ms: float = 0.0
     done: bool = field(default=False, repr=False)
 
@@ -57,13 +57,13 @@ class Trace:
 
     def failed(self, error: ProxyError, status: int) -> None:
         self.error, self.status = error.body()["error"], status
-        self.outcome = "surrendered" if isinstance(error, SpellCallParseError) else "error"
+        self.outcome = Outcome.SURRENDERED if isinstance(error, SpellCallParseError) else Outcome.ERROR
         self._end()
 
     def client_gone(self) -> None:
         self.error = {"message": "the client disconnected before the answer was complete",
                       "type": "client_disconnected", "param": None, "code": "client_disconnected"}
-        self.status, self.outcome = CLIENT_GONE, "error"
+        self.status, self.outcome = CLIENT_GONE, Outcome.ERROR
         self._end()
 
     def _end(self) -> None:

@@ -174,11 +174,6 @@ class Upstream:
             self._fresh_session = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True))
         return self._fresh_session
 
-    def busy_connections(self) -> int:
-        """Upstream connections lent out right now (the fault tests check that nothing is left behind)."""
-        return sum(len(s.connector._acquired)  # aiohttp keeps no public count
-                   for s in (self._session, self._fresh_session) if s is not None and s.connector is not None)
-
     async def aclose(self) -> None:
         for session in (self._session, self._fresh_session):
             if session is not None:

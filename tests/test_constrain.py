@@ -13,6 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sanctum_proxy import constrain as cn
+from sanctum_proxy.cli import resolve
+from sanctum_proxy.config import Settings
 from sanctum_proxy.repair.spellbook import SpellBook
 from tests.fakes.upstream import Step, completion, content_chunks, native_call
 
@@ -256,7 +258,8 @@ def test_streamed_call_branch_becomes_tool_call_deltas(client, fake):
 
 
 def test_embedded_demo_constrains_always_unless_told_otherwise(tmp_path):
-    from sanctum_proxy.cli import settings_from
+    def settings_from(argv: list[str], env: dict[str, str]) -> Settings:
+        return resolve(argv, env)[0]
 
     assert settings_from(["--embedded"], env={}).constrain == "always"
     assert settings_from([], env={}).constrain == "repair"

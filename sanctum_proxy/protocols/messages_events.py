@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from .. import omens as om
-from ..errors import ProxyError
+from ..errors import ProxyError, no_answer
 from ..repair.loop import ContentDelta, Final, Plan
 from . import messages_api as api
 from .reply import LiveText, Reply
@@ -58,7 +58,7 @@ class MessagesWriter:
 
     def render(self, item: Any) -> list[bytes]:
         if item is None:
-            item = ProxyError("internal error: the round loop ended without an answer")
+            item = no_answer()
         if isinstance(item, ContentDelta):
             text = self.live.feed(item.text)
             return self.new_omens() + (self.text(text) if text else [])

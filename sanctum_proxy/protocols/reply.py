@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from .. import reasoning
-from ..prompted import text_of
+from ..calls import content_text
 from ..streaming import unseen
 
 
@@ -44,7 +44,7 @@ class Reply:
         usage = usage or {}
         refusal = message.get("refusal")
         tokens = logprobs.get("content") if isinstance(logprobs, dict) else None
-        return cls(text_of(message.get("content")), calls, reasoning if isinstance(reasoning, str) else "",
+        return cls(content_text(message.get("content")), calls, reasoning if isinstance(reasoning, str) else "",
                    finish_reason, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")),
                    refusal if isinstance(refusal, str) else "",
                    tuple(t for t in tokens if isinstance(t, dict)) if isinstance(tokens, list) else (),
@@ -112,7 +112,7 @@ class LiveText:
         (read when splitting: `text` is then the split content, or a refusal)."""
         if self.splitter is None:
             return rest_after(self.shown, self.held, text)
-        raw = text_of(final_content)
+        raw = content_text(final_content)
         pieces = self.splitter.feed(rest_after(self.raw, self.held, raw)) + self.splitter.flush()
         rest = "".join(t for f, t in pieces if f == "content")
         return rest if raw.strip() or not text else rest_after(self.shown, "", text)

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from .. import omens as om
-from ..errors import ProxyError
+from ..errors import ProxyError, no_answer
 from ..repair.loop import ContentDelta, Final, Plan
 from . import responses_api as api
 from .reply import LiveText, Reply
@@ -65,7 +65,7 @@ class ResponsesWriter:
 
     def render(self, event: Any) -> list[bytes]:
         if event is None:
-            event = ProxyError("internal error: the round loop ended without an answer")
+            event = no_answer()
         if isinstance(event, ContentDelta):
             tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
             text = self.live.feed(event.text)

@@ -28,10 +28,10 @@ import orjson
 from .. import constrain as cn
 from .. import families, prompted, reasoning
 from .. import omens as om
-from ..calls import Assessment, Problem
+from ..calls import Assessment, Problem, content_text
 from ..errors import ProxyError, SpellCallParseError, UpstreamError
 from ..modes import ModeBook, classify
-from .correct import correction, rejected_answer_text
+from .correct import correction, rejected_answer_text, sent_answer_text
 from .grounding import Evidence, ungrounded
 from .mend import assess
 from .repeats import repeated_call
@@ -262,7 +262,7 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
     unmeant = (broken or (None if problems else _made_up(plan, assessment))) if record.free_choice else None
     if unmeant is not None:
         record.outcome = "rejected"
-        state.rejected.append(rejected_answer_text(answer.message, plan.prompt_format))
+        state.rejected.append(sent_answer_text(answer.message))
         state.omens.append(om.rejected(number, unmeant, ANSWERED_IN_TEXT))
         state.text_only = True
         return None
@@ -282,9 +282,10 @@ def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Fi
         return _final(plan, state, _client_message(assessment, answer.message), _finish(assessment, answer),
                       answer, number)
     record.outcome = "rejected"
-    raw = rejected_answer_text(answer.message, plan.prompt_format)
-    repeated = bool(state.rejected) and raw == state.rejected[-1]
-    state.rejected.append(raw)
+    raw = rejected_answer_text(answer.message, plan.prompt_format)  # quoted back in the prompt format
+    sent = sent_answer_text(answer.message)  # what the model sent: a surrender's `rejected` (issue 20)
+    repeated = bool(state.rejected) and sent == state.rejected[-1]
+    state.rejected.append(sent)
     if repeated or state.repair_rounds >= plan.max_rounds:
         return _surrender(plan, state, answer, number, repeated)
     text = correction(problems, plan.book)
@@ -328,7 +329,7 @@ def _repeat(plan: Plan, assessment: Assessment, answer: Answer) -> Problem | Non
     client requires a call (tool_choice), nor when it allowed no repair round."""
     if plan.required is not None or plan.max_rounds < 1:
         return None
-    return repeated_call(assessment.calls, plan.body.get("messages"), rejected_answer_text(answer.message))
+    return repeated_call(assessment.calls, plan.body.get("messages"), sent_answer_text(answer.message))
 
 
 def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Problem]:
@@ -385,7 +386,7 @@ def _empty_tools_answer(plan: Plan, state: _State, answer: Answer) -> bool:
     message = answer.message
     if _refusal(message) or message.get("tool_calls"):
         return False
-    text = prompted.text_of(message.get("content"))  # reasoning alone (Ollama cut the call after it) is empty,
+    text = content_text(message.get("content"))  # reasoning alone (Ollama cut the call after it) is empty,
     if text.strip() and answer.finish_reason == "length":  # unless max_tokens cut the reasoning itself
         return False
     return not any(text[start:end].strip() for start, end in reasoning.outside(text))

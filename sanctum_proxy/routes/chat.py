@@ -21,10 +21,10 @@ from ..errors import BodyTooLarge
 from ..protocol import ChatRequest, parse_chat_request
 from ..repair.loop import Answer, ContentDelta, Final, Plan, run
 from ..repair.spellbook import SpellBook
-from ..responses import JsonResponse as ORJSONResponse
+from ..responses import JsonResponse
 from . import choices
 from .disconnect import ClientGone, gone_response, unless_disconnected
-from .sse import stream_answer, stream_sender
+from .sse import stream_answer
 
 router = APIRouter()
 
@@ -42,15 +42,10 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def check_key(request: Request, settings: Settings) -> None:
-    """Client keys (`api_keys`, `api_keys_file`): the rule lives in auth.py."""
-    check_client_key(request)
-
-
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     settings: Settings = request.app.state.settings
-    check_key(request, settings)
+    check_client_key(request)
     chat = parse_chat_request(await read_body(request, settings.max_body_bytes), request.headers, settings)
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:
@@ -65,7 +60,7 @@ async def chat_completions(request: Request) -> Response:
         return gone_response()
     body = completion(final, rounds.chat, rounds.trace_id, is_legacy,
                       split_reasoning=settings.reasoning_format == "split")
-    return ORJSONResponse(body, headers=answer_headers(final, rounds.trace_id))
+    return JsonResponse(body, headers=answer_headers(final, rounds.trace_id))
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,7 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     """The round loop's Final, non-streaming; ClientGone if the client leaves first. For n > 1 choices a
     Finals (routes/choices.py)."""
     recorder = request.app.state.recorder
-    later = sender(request, rounds.auth, streaming=False)
+    later = plain_sender(request, rounds.auth)
     events: AsyncIterator[Any]
     if choices.count(rounds.chat.body) > 1:
         many = choices.Choices(rounds.plan, later)
@@ -188,7 +183,7 @@ async def settle_by_probe(request: Request, settings: Settings, model: str) -> l
     return [om.fallback(0, "capability_probe", None, caps.source)]
 
 
-def sender(request: Request, auth: str | None, *, streaming: bool) -> Any:
+def plain_sender(request: Request, auth: str | None) -> Any:
     upstream = request.state.route.upstream
 
     async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
@@ -200,7 +195,7 @@ def sender(request: Request, auth: str | None, *, streaming: bool) -> Any:
         yield Answer(choice.get("message") or {}, choice.get("finish_reason"), reply.body.get("usage"), meta,
                      extra, choice_extra)
 
-    return stream_sender(upstream, auth) if streaming else send_plain
+    return send_plain
 
 
 META = ("id", "model", "created", "system_fingerprint")

@@ -34,11 +34,11 @@ from fastapi.responses import Response, StreamingResponse
 from .. import constrain, families, reasoning
 from .. import omens as om
 from ..config import Settings
-from ..errors import ProxyError, UpstreamUnreachable
+from ..errors import ProxyError, UpstreamUnreachable, internal, no_answer
 from ..protocol import ChatRequest
 from ..protocols.reply import held_back, rest_after
 from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run
-from ..responses import JsonResponse as ORJSONResponse
+from ..responses import error_response
 from ..streaming import PASSED, Assembler, call_deltas, chunk
 from . import choices
 from .choices import tagged
@@ -115,7 +115,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
         return gone_response()
     if isinstance(first, ProxyError):
         task.cancel()
-        return refuse(first) if refuse else ORJSONResponse(first.body(), status_code=first.status)
+        return refuse(first) if refuse else error_response(first)
     if writer is None:
         include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
         split_reasoning = settings.reasoning_format == "split"
@@ -246,7 +246,7 @@ async def _produce(events: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> Non
     except ProxyError as exc:
         await queue.put(exc)
     except Exception as exc:  # a bug must end the stream with an error, never a silent cut
-        await queue.put(ProxyError(f"internal error: {type(exc).__name__}: {exc}"))
+        await queue.put(internal(exc))
     await queue.put(None)
 
 
@@ -382,7 +382,7 @@ class SseWriter:
 
     def render(self, event: Any) -> list[bytes]:
         if event is None:  # the producer ended without an answer or an error: a bug, said in the stream
-            event = ProxyError("internal error: the round loop ended without an answer")
+            event = no_answer()
         if isinstance(event, ContentDelta):
             if event.meta:
                 self.adopt(event.meta)

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from .. import omens as om
+from ..auth import check_client_key
 from ..errors import ProxyError
 from ..protocol import chat_request, json_object
 from ..protocols import messages_api, responses_api
@@ -26,8 +27,8 @@ from ..protocols.messages_events import MessagesWriter
 from ..protocols.reply import Reply
 from ..protocols.responses_events import ResponsesWriter
 from ..repair.loop import Final
-from ..responses import JsonResponse
-from .chat import Rounds, answer_headers, check_key, final_answer, read_body, split_message, start_rounds
+from ..responses import JsonResponse, error_response
+from .chat import Rounds, answer_headers, final_answer, read_body, split_message, start_rounds
 from .disconnect import ClientGone, gone_response
 from .passthrough import passthrough
 from .sse import stream_answer
@@ -62,7 +63,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         return await passthrough(dialect.name, request)
     request.state.protocol = dialect.name
     try:
-        check_key(request, settings)
+        check_client_key(request)
         body = json_object(await read_body(request, settings.max_body_bytes))
         chat = chat_request(dialect.to_chat(body), request.headers, settings)
         rounds = await start_rounds(request, chat, settings)
@@ -83,8 +84,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
 
 
 def refusal(dialect: Dialect, error: ProxyError) -> Response:
-    headers = {"x-should-retry": "false"} if error.status in (400, 401, 413, 422) else None
-    return JsonResponse(dialect.error_body(error), status_code=error.status, headers=headers)
+    return error_response(error, dialect.error_body(error))
 
 
 def reply_of(rounds: Rounds, final: Final) -> Reply:
