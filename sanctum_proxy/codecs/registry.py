@@ -77,7 +77,10 @@ def find_calls(text: str, spell_names: frozenset[str]) -> list[Found]:
     for codec in CODECS:
         if not any(s in text for s in codec.starts) and not (codec.opens and codec.opens(text)):
             continue
-        new = [f for f in codec.find(text, spell_names) if not _overlaps(f, accepted)]
+        new: list[Found] = []
+        for found in codec.find(text, spell_names):  # a codec's own finds may overlap too (a Seed-OSS think
+            if not _overlaps(found, accepted + new):  # block opened inside an unclosed call)
+                new.append(found)
         if new:
             accepted.extend(new)
             text = blank(text, new)
