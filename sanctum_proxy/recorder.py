@@ -30,6 +30,7 @@ from . import access_log
 from .config import Settings
 from .errors import ProxyError
 from .metrics import Metrics
+from .omens import Omen
 from .protocol import ChatRequest
 from .repair.loop import Final, Plan
 from .trace_store import TraceStore, default_path
@@ -98,6 +99,11 @@ class Recorder:
             async for event in events:
                 if isinstance(event, Final) and trace is not None:
                     trace.final = event
+                if isinstance(event, Omen):  # kept for the trace (a surrender raises without a Final)
+                    if trace is not None:
+                        trace.omens.append(event)
+                    yield event
+                    continue
                 yield event
                 shown = True
         except ProxyError as exc:

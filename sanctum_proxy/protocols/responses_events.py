@@ -35,7 +35,8 @@ class ResponsesWriter:
     def __init__(self, response: dict[str, Any], ids: str, trace_id: str, plan: Plan,
                  reply_of: Callable[[Final], Reply]) -> None:
         self.response, self.ids, self.trace_id = response, ids, trace_id
-        self.plan, self.omens_sent = plan, 0  # plan.omens: the loop's running list
+        self.plan, self.omens_sent = plan, 0
+        self.omens: list[om.Omen] = []  # the loop's omens so far (render adds each one)
         self.reply_of = reply_of
         self.sequence = 0
         self.output: list[dict[str, Any]] = []
@@ -53,7 +54,7 @@ class ResponsesWriter:
                 + self.event("response.in_progress", response=self.response))
 
     def new_omens(self) -> list[bytes]:
-        omens = self.plan.omens
+        omens = self.omens
         out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
         self.omens_sent = max(self.omens_sent, len(omens))
         return out
@@ -61,6 +62,9 @@ class ResponsesWriter:
     def render(self, event: Any) -> list[bytes]:
         if event is None:
             event = ProxyError("internal error: the round loop ended without an answer")
+        if isinstance(event, om.Omen):  # held: sent with the next event that goes out
+            self.omens.append(event)
+            return []
         if isinstance(event, ContentDelta):
             return self.new_omens() + (self.text(event.text) if event.text else [])
         if isinstance(event, ProxyError):

@@ -18,10 +18,11 @@ from ..auth import check_client_key, forwarded_key
 from ..config import Settings
 from ..errors import BodyTooLarge
 from ..protocol import ChatRequest, parse_chat_request
-from ..repair.loop import Answer, ContentDelta, Final, Plan, run
+from ..repair.loop import Answer, ContentDelta, Final, Plan
 from ..repair.spellbook import SpellBook
 from ..responses import JsonResponse as ORJSONResponse
 from .disconnect import ClientGone, gone_response, unless_disconnected
+from .rounds import run_traced
 from .sse import stream_answer, stream_sender
 
 router = APIRouter()
@@ -88,9 +89,8 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
 
 async def final_answer(request: Request, rounds: Rounds) -> Final:
     """The round loop's Final, non-streaming; ClientGone if the client leaves first."""
-    recorder = request.app.state.recorder
     final = await unless_disconnected(request, last_event(
-        recorder.watch(request, run(rounds.plan, sender(request, rounds.auth, streaming=False)))))
+        run_traced(request, rounds.plan, sender(request, rounds.auth, streaming=False))))
     assert isinstance(final, Final)
     return final
 
@@ -117,16 +117,14 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
             decision = request.app.state.modes.get(key, chat.model)
         if decision is not None:
             mode = decision.mode
-    book_of_caps = request.app.state.capabilities
-    caps = book_of_caps.cached(key, chat.model)
+    caps = request.app.state.capabilities.cached(key, chat.model)
     constrain = chat.controls.constrain or settings.constrain
     if caps is not None and caps.json_schema is False:
         constrain = "off"
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                 max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
                 prompt_format=await pick_format(request, settings, chat.model, mode, book), upstream=key,
-                modes=request.app.state.modes, opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
-                on_constrain_rejected=lambda: book_of_caps.refuse_schema(key, chat.model),
+                opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
                 max_repair_bytes=settings.max_repair_bytes)
 
 

@@ -31,10 +31,11 @@ from .. import omens as om
 from ..config import Settings
 from ..errors import ProxyError, UpstreamUnreachable
 from ..protocol import ChatRequest
-from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run
+from ..repair.loop import Answer, ContentDelta, Event, FieldDelta, Final, Plan, Sender
 from ..responses import JsonResponse as ORJSONResponse
 from ..streaming import PASSED, Assembler, call_deltas, chunk, unseen
 from .disconnect import ClientGone, gone_response, unless_disconnected
+from .rounds import run_traced
 
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
@@ -77,12 +78,15 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     `opening()`, `render(event)`, `ended` and `keepalive`, like SseWriter) and `refuse` (its error shape)."""
     settings: Settings = request.app.state.settings
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
-    events = request.app.state.recorder.watch(
-        request, run(plan, stream_sender(request.state.route.upstream, auth,
-                                         lead=families.opens_bare(plan.prompt_format))))
+    events = run_traced(request, plan, stream_sender(request.state.route.upstream, auth,
+                                                     lead=families.opens_bare(plan.prompt_format)))
     task = asyncio.create_task(_produce(events, queue))
+    early: list[om.Omen] = []  # omens before the upstream accepted a round (a probe, a fallback): held
     try:
         first = await unless_disconnected(request, queue.get())
+        while isinstance(first, om.Omen):
+            early.append(first)
+            first = await unless_disconnected(request, queue.get())
     except ClientGone:
         task.cancel()
         return gone_response()
@@ -93,7 +97,9 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
         include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
         meta = {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
         writer = SseWriter(meta, trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
-                           legacy=is_legacy, omens=plan.omens)
+                           legacy=is_legacy)
+    for omen in early:
+        writer.render(omen)
     mode = plan.records[-1].mode if plan.records else plan.mode  # after a fallback: the mode answering
     headers = {"x-sanctum-spell-calling": mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
@@ -101,7 +107,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
                              media_type="text/event-stream", headers=headers)
 
 
-async def _produce(events: AsyncIterator[ContentDelta | Final], queue: asyncio.Queue[Any]) -> None:
+async def _produce(events: AsyncIterator[Event], queue: asyncio.Queue[Any]) -> None:
     try:
         async for event in events:
             await queue.put(event)
@@ -149,7 +155,7 @@ class SseWriter:
         self.meta, self.trace_id = meta, trace_id
         self.omen = om.sse_event if omen_style == "events" else om.sse_comment
         self.include_usage, self.legacy = include_usage, legacy
-        self.omens = omens if omens is not None else []  # the loop's running list (Plan.omens): it grows
+        self.omens = omens if omens is not None else []  # the loop's omens so far (render adds each one)
         self.omens_sent = 0
         self.shown = ""
         self.shown_reasoning: dict[str, str] = {}
@@ -210,6 +216,9 @@ class SseWriter:
     def render(self, event: Any) -> list[bytes]:
         if event is None:  # the producer ended without an answer or an error: a bug, said in the stream
             event = ProxyError("internal error: the round loop ended without an answer")
+        if isinstance(event, om.Omen):  # held: sent with the next event that goes out
+            self.omens.append(event)
+            return []
         if isinstance(event, ContentDelta):
             if event.meta:
                 self.adopt(event.meta)
