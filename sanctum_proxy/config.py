@@ -199,10 +199,23 @@ def load_settings(flags: dict[str, Any] | None = None, config_file: str | Path |
     return Settings.model_construct(**dict(loaded))  # dict(): nested models stay models
 
 
+_SECRETS = ("key", "keys", "api_key", "api_keys", "admin_key", "upstream_api_key")
+
+
 def _one_line(exc: Exception) -> str:
+    """The first error, naming the setting; the value it got is shown unless it holds a secret (a key is never
+    shown, a URL without its credentials)."""
     errors = getattr(exc, "errors", None)
     if callable(errors):
         first = errors()[0]
-        name = ".".join(str(p) for p in first.get("loc", ())) or "settings"
-        return f"invalid setting '{name}': {first.get('msg', exc)} (got {first.get('input')!r})"
+        loc = [str(p) for p in first.get("loc", ())]
+        name = ".".join(loc) or "settings"
+        return f"invalid setting '{name}': {first.get('msg', exc)} ({_shown(loc, first.get('input'))})"
     return f"invalid setting 'config': {exc}".replace("\n", " ")
+
+
+def _shown(loc: list[str], value: Any) -> str:
+    if any(part in _SECRETS for part in loc):
+        return "the value is not shown"
+    text = repr(value)
+    return "got " + (repr(redacted_url(value)) if isinstance(value, str) and "://" in value else text)
