@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     prompt_format: PromptFormat = "auto"  # auto: the family the upstream's chat template shows, else hermes
     prompt_formats: dict[str, PromptFormat] = Field(default_factory=dict)
     constrain: Literal["off", "repair", "always"] = "repair"
+    correction_context: Literal["transcript", "fresh"] = "transcript"
     upstream_api_key: str | None = None
     forward_client_key: bool = False
     api_keys: list[str] = Field(default_factory=list)

@@ -39,9 +39,12 @@ One request's rounds (`State.kind` is what the next round is, `State.phase` wher
                    same rejected text twice in a row                         on_surrender "content" a Final with it
     Fail           any other error                                           raised as it is
 
-Constraining (`plan.constrain`): WAITING -> CONSTRAINING when a round is first constrained (a correction
-under "repair"; every prompted round under "always"), remembering how many hidden turns came before it (those
-are not sent again, see `_transcript`); any phase -> REFUSED when the upstream refuses the schema.
+Constraining (`plan.constrain`, `_constraint`): WAITING -> CONSTRAINING when a round is first constrained (a
+correction under "repair"; every prompted round under "always"), remembering how many hidden turns came before
+it; any phase -> REFUSED when the upstream refuses the schema or grammar. A correction round is the first
+round's body byte for byte plus the new turns (so the upstream's prompt cache serves the prefix), constrained
+by tool_choice "required" (native), a GBNF grammar in the prompt's own format (llama.cpp) or the answer schema;
+only with `correction_context = "fresh"` is it a JSON-prompt round without the turns before it (`_transcript`).
 More than max_rounds + 2 rounds (1 + N, one fallback, one unconstrained retry) raises SpellCallParseError.
 """
 
@@ -61,6 +64,7 @@ from .. import families, prompted, reasoning
 from .. import omens as om
 from ..calls import Assessment, Problem
 from ..errors import ProxyError, SpellCallParseError, UpstreamError
+from ..grammar import gbnf
 from ..modes import classify
 from .correct import correction, rejected_answer_text
 from .grounding import Evidence, ungrounded
@@ -127,7 +131,7 @@ class RoundRecord:
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     outcome: str = "pending"  # accepted | rejected | fallback | error
-    constrained: bool = False  # the round carried the answer schema (response_format json_schema)
+    constrained: bool = False  # the round's decoding was constrained (answer schema, grammar or tool_choice)
     free_choice: bool = False  # ... offering text as well as calls, with no call attempt before it
 
 
@@ -164,6 +168,8 @@ class Plan:
     records: list[RoundRecord] = field(default_factory=list)
     opening_omens: list[om.Omen] = field(default_factory=list)  # decided before the first round (a probe)
     constrain: cn.Constrain = "off"
+    correction_context: Literal["transcript", "fresh"] = "transcript"  # fresh: JSON-prompt rounds, no transcript
+    grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
 
     @property
@@ -388,12 +394,12 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         # no spells, the text round's answer, or a refusal: an answer, passed through as it came
         return Accept(answer.message, answer.finish_reason or "stop", answer)
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
-    constrained = step.constraint is not None
-    asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not constrained else None
+    answer_object = step.constraint is not None and step.constraint.answer_object
+    asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not answer_object else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
                         parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
                         asked_format=asked, client_json=cn.asks_json(plan.body), **kwargs)
-    broken = cn.broken_call(answer.message, answer.finish_reason) if constrained else None
+    broken = cn.broken_call(answer.message, answer.finish_reason) if answer_object else None
     problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
     # The grammar made the model choose between text and a call, and it began a call it could not finish
     # (a string looping until max_tokens, which the same grammar would only repeat) or filled one with values
@@ -432,21 +438,22 @@ def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, reject
         and problems[0].reason != "unknown_spell" else None
     turns = (*state.turns, {"role": "assistant", "content": raw}, {"role": "user", "content": text})
     after = replace(state, turns=turns, pin=pin, rejected=rejected)
-    # The first constrained round is sent without the turns before it (_transcript): say so, never claim a
+    # A first JSON-prompt round is sent without the turns before it (_transcript): say so, never claim a
     # correction the model did not read.
-    first_grammar = after.phase is Phase.WAITING and _constraint(plan, after) is not None
-    return Correct(after, tuple(om.rejected(number, p, CONSTRAINED_INSTEAD if first_grammar else text)
+    following = _constraint(plan, after)
+    dropped = after.phase is Phase.WAITING and following is not None and following.json_prompt
+    return Correct(after, tuple(om.rejected(number, p, CONSTRAINED_INSTEAD if dropped else text)
                                 for p in problems))
 
 
 CONSTRAINED_INSTEAD = ("(not sent to the model: the next round was constrained to a valid call by a grammar, "
-                       "without the rejected answer and this correction)")
+                       "without the rejected answer and this correction: correction_context = \"fresh\")")
 ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without tools, for a text answer)"
 
 
 def _decoded(answer: Answer, step: Round, plan: Plan) -> Answer:
     """A constrained round's answer object as the OpenAI message it stands for."""
-    if step.constraint is None:
+    if step.constraint is None or not step.constraint.answer_object:
         return answer
     return replace(answer, message=cn.decode(answer.message, plan.new_id))
 
@@ -556,13 +563,32 @@ def _empty_tools_answer(plan: Plan, state: State, answer: Answer) -> bool:
     return not any(text[start:end].strip() for start, end in reasoning.outside(text))
 
 
+How = Literal["schema", "grammar", "tool_choice"]
+
+
 @dataclass(frozen=True)
 class Constraint:
-    """The answer schema of one constrained round: which spells, and whether text or several calls may win."""
+    """How one round's decoding is constrained: which spells, whether text or several calls may win, and by what.
+
+        schema       response_format json_schema of an answer object (constrain.py); the answer is decoded
+        grammar      a GBNF `grammar` for a call in the round's own prompt format (grammar.py; llama.cpp)
+        tool_choice  a native round asks for a call with tool_choice "required" (the upstream's own grammar)
+
+    `json_prompt`: the round's prompt is rewritten to the answer-object format (constrain.format_section):
+    under `constrain = "always"` from the first prompted round, or with `correction_context = "fresh"`. Every
+    other constrained round keeps the first round's prompt byte for byte (docs/contract.md section 5)."""
 
     book: SpellBook
     text: bool
     parallel: bool
+    how: How = "schema"
+    json_prompt: bool = True
+    grammar: str | None = None
+
+    @property
+    def answer_object(self) -> bool:
+        """The answer is the JSON answer object (decoded by constrain.decode), not the model's own format."""
+        return self.how == "schema"
 
     def schema(self) -> dict[str, Any]:
         return cn.answer_schema(self.book, text=self.text, parallel=self.parallel)
@@ -576,14 +602,18 @@ def _transcript(state: State, constraint: Constraint | None) -> list[dict[str, A
     whole transcript, 4 with the corrections alone; multiple 6 with this, 0 with the corrections alone. What
     constrained rounds were told is kept: a grammar-valid answer bounced for a rule the grammar cannot hold
     (a pattern, a format) needs its correction."""
-    if constraint is None or state.phase is not Phase.CONSTRAINING:
+    if constraint is None or not constraint.json_prompt or state.phase is not Phase.CONSTRAINING:
         return list(state.turns)
     return list(state.turns[state.grammar_from:])
 
 
 def _constraint(plan: Plan, state: State) -> Constraint | None:
     """`repair`: correction rounds are constrained; `always`: prompted rounds from the first one too.
-    A client's own response_format wins; a refused schema turns constraining off for the request."""
+    A client's own response_format wins; a refused schema turns constraining off for the request.
+    A correction round keeps the first round's prompt: a native one asks for the call with tool_choice
+    "required" (same tools: a pin would change the tools llama.cpp renders into the prompt, so the correction
+    names the spell instead); a prompted one gets a GBNF grammar in its own format where the upstream takes
+    one (`plan.grammar`), else the answer schema. `correction_context = "fresh"`: today's JSON-prompt round."""
     book = plan.book
     if book is None or not book.spells or plan.constrain == "off" or state.phase is Phase.REFUSED:
         return None
@@ -596,7 +626,15 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     elif state.pin is not None:
         book = book.restricted_to(state.pin)
     free = required is None and state.pin is None
-    return Constraint(book, text=free, parallel=plan.parallel and state.pin is None)
+    parallel = plan.parallel and state.pin is None
+    if first_round_too or plan.correction_context == "fresh":
+        return Constraint(book, text=free, parallel=parallel)
+    if state.mode == "native":
+        return Constraint(plan.book or book, text=False, parallel=plan.parallel, how="tool_choice", json_prompt=False)
+    grammar = gbnf(book, plan.prompt_format, text=free, parallel=parallel) if plan.grammar else None
+    if grammar is not None:
+        return Constraint(book, text=free, parallel=parallel, how="grammar", json_prompt=False, grammar=grammar)
+    return Constraint(book, text=free, parallel=parallel, json_prompt=False)
 
 
 _SCHEMA_REFUSAL = ("response_format", "grammar", "schema")  # "schema" covers json_schema
@@ -612,13 +650,20 @@ def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
     body = plan.body
     if not spells:  # the conversation alone, for a text answer
         body = prompted.to_prompted(body, None, plan.prompt_format)
-    elif constraint is not None:
+    elif constraint is not None and constraint.json_prompt:
         section = cn.format_section(constraint.book, text=constraint.text, parallel=constraint.parallel)
         body = prompted.to_prompted(body, constraint.book, "constrained", call_format=section)
         body["response_format"] = cn.response_format(constraint.schema())
+    elif constraint is not None and constraint.how == "tool_choice":
+        body = native_body(body)
+        body["tool_choice"] = "required"  # (a named choice is "required" already, with its one tool)
     elif plan.book is not None and mode == "prompted":
         body = prompted.to_prompted(body, plan.book, plan.prompt_format, parallel=plan.parallel,
                                     required=plan.required)
+        if constraint is not None and constraint.grammar is not None:
+            body["grammar"] = constraint.grammar
+        elif constraint is not None:
+            body["response_format"] = cn.response_format(constraint.schema())
     elif plan.book is None and mode == "prompted":
         body = prompted.to_prompted(body, None, plan.prompt_format)
     else:

@@ -117,14 +117,17 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
             decision = request.app.state.modes.get(key, chat.model)
         if decision is not None:
             mode = decision.mode
+    prompt_format = await pick_format(request, settings, chat.model, mode, book)  # may probe: caps after it
     caps = request.app.state.capabilities.cached(key, chat.model)
     constrain = chat.controls.constrain or settings.constrain
     if caps is not None and caps.json_schema is False:
         constrain = "off"
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                 max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
-                prompt_format=await pick_format(request, settings, chat.model, mode, book), upstream=key,
+                prompt_format=prompt_format, upstream=key,
                 opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
+                correction_context=settings.correction_context,
+                grammar=caps is not None and caps.server == "llama.cpp",
                 max_repair_bytes=settings.max_repair_bytes)
 
 

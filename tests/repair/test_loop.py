@@ -173,9 +173,9 @@ async def test_an_unknown_spell_is_not_pinned():
     assert "anyOf" in schema  # every spell, text and several calls still offered
 
 
-async def test_the_first_constrained_round_leaves_the_earlier_turns_out_and_its_omen_says_so():
+async def test_a_fresh_correction_round_leaves_the_earlier_turns_out_and_its_omen_says_so():
     script = Script(UNKNOWN, GOOD)
-    _, got = await final_of(plan(constrain="repair", mode="prompted"), script)
+    _, got = await final_of(plan(constrain="repair", mode="prompted", correction_context="fresh"), script)
     assert script.sent[1]["messages"][-1] == script.sent[0]["messages"][-1]  # no hidden turns
     assert omens_of(got)[0].fields["correction"] == CONSTRAINED_INSTEAD
     assert cn.is_constrained(script.sent[1]) and not cn.is_constrained(script.sent[0])
@@ -346,3 +346,45 @@ async def test_each_round_is_recorded_with_its_outcome():
     await final_of(the_plan, Script(UNKNOWN, GOOD))
     assert [(r.number, r.outcome, r.constrained) for r in the_plan.records] == [
         (1, "rejected", False), (2, "accepted", True)]
+
+
+# What a correction round keeps (docs/contract.md section 5): the first round's body plus the new turns
+
+def assert_prefix_kept(first: dict[str, Any], second: dict[str, Any]) -> None:
+    assert second["messages"][:len(first["messages"])] == first["messages"]
+    assert [m["role"] for m in second["messages"][len(first["messages"]):]] == ["assistant", "user"]
+
+
+async def test_a_native_correction_keeps_every_tool_and_requires_a_call():
+    script = Script(MISSING_ARG, GOOD)
+    _, got = await final_of(plan(constrain="repair"), script)
+    first, second = script.sent
+    assert_prefix_kept(first, second)
+    assert second["tools"] == first["tools"] == TOOLS and second["tool_choice"] == "required"
+    assert omens_of(got)[0].fields["correction"] == second["messages"][-1]["content"]
+
+
+async def test_a_prompted_correction_keeps_the_prompt_with_a_grammar_where_the_upstream_takes_one():
+    hermes = text('<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>')
+    script = Script(hermes, text('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'))
+    final, _ = await final_of(plan(constrain="repair", mode="prompted", grammar=True), script)
+    first, second = script.sent
+    assert_prefix_kept(first, second)
+    assert "get_weather" in second["grammar"] and "get_time" not in second["grammar"]  # pinned
+    assert "response_format" not in second and names(final.message) == ["get_weather"]
+    assert the_plan_records_constrained(script) == [False, True]
+
+
+def the_plan_records_constrained(script: Script) -> list[bool]:
+    return ["grammar" in body or "response_format" in body or body.get("tool_choice") == "required"
+            for body in script.sent]
+
+
+async def test_a_prompted_correction_without_a_grammar_keeps_the_prompt_under_the_answer_schema():
+    hermes = text('<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>')
+    script = Script(hermes, text('{"name": "get_weather", "arguments": {"city": "Paris"}}'))
+    final, _ = await final_of(plan(constrain="repair", mode="prompted"), script)
+    first, second = script.sent
+    assert_prefix_kept(first, second)
+    assert cn.is_constrained(second) and "grammar" not in second
+    assert names(final.message) == ["get_weather"]  # the answer object, decoded
