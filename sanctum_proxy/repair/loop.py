@@ -584,6 +584,7 @@ class Constraint:
     how: How = "schema"
     json_prompt: bool = True
     grammar: str | None = None
+    prompt: tuple[SpellBook, bool, bool] | None = None  # json_prompt: the prompt's (spells, text, parallel)
 
     @property
     def answer_object(self) -> bool:
@@ -623,11 +624,14 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     required = plan.required
     if required not in (None, "any") and required in book.spells:
         book = book.restricted_to(required)
-    elif state.pin is not None:
+    offered = book  # what the first round offered
+    if offered is plan.book and state.pin is not None:
         book = book.restricted_to(state.pin)
     free = required is None and state.pin is None
     parallel = plan.parallel and state.pin is None
-    if first_round_too or plan.correction_context == "fresh":
+    if first_round_too:  # every round keeps the first round's prompt: a pin narrows only the schema
+        return Constraint(book, text=free, parallel=parallel, prompt=(offered, required is None, plan.parallel))
+    if plan.correction_context == "fresh":
         return Constraint(book, text=free, parallel=parallel)
     if state.mode == "native":
         return Constraint(plan.book or book, text=False, parallel=plan.parallel, how="tool_choice", json_prompt=False)
@@ -651,8 +655,9 @@ def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
     if not spells:  # the conversation alone, for a text answer
         body = prompted.to_prompted(body, None, plan.prompt_format)
     elif constraint is not None and constraint.json_prompt:
-        section = cn.format_section(constraint.book, text=constraint.text, parallel=constraint.parallel)
-        body = prompted.to_prompted(body, constraint.book, "constrained", call_format=section)
+        listed, text, parallel = constraint.prompt or (constraint.book, constraint.text, constraint.parallel)
+        section = cn.format_section(listed, text=text, parallel=parallel)
+        body = prompted.to_prompted(body, listed, "constrained", call_format=section)
         body["response_format"] = cn.response_format(constraint.schema())
     elif constraint is not None and constraint.how == "tool_choice":
         body = native_body(body)

@@ -388,3 +388,13 @@ async def test_a_prompted_correction_without_a_grammar_keeps_the_prompt_under_th
     assert_prefix_kept(first, second)
     assert cn.is_constrained(second) and "grammar" not in second
     assert names(final.message) == ["get_weather"]  # the answer object, decoded
+
+
+async def test_under_always_a_pinned_correction_keeps_the_first_rounds_prompt_and_narrows_only_the_schema():
+    script = Script(text('{"name": "get_weather", "arguments": {}}'),
+                    text('{"name": "get_weather", "arguments": {"city": "Paris"}}'))
+    final, _ = await final_of(plan(constrain="always", mode="prompted"), script)
+    first, second = script.sent
+    assert_prefix_kept(first, second)
+    assert second["response_format"]["json_schema"]["schema"]["properties"]["name"] == {"const": "get_weather"}
+    assert "anyOf" in first["response_format"]["json_schema"]["schema"] and names(final.message) == ["get_weather"]
