@@ -70,14 +70,25 @@ def assert_prefix_kept(first: dict[str, Any], second: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_native_correction_keeps_the_tools_and_asks_for_the_call_with_tool_choice(client, fake, stream):
+    fake[0].props = LLAMA_PROPS  # the probe (auto mode) says the template takes tools: native, held by tool_choice
     fake[0].push(*bad_then_good("native", stream))
-    call, omens = ask(client, "native", stream)
+    call, omens = ask(client, "auto", stream)
     assert orjson.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 2}
     first, second = fake[0].requests
     assert_prefix_kept(first, second)
     assert second["tools"] == first["tools"] == TOOLS and second["tool_choice"] == "required"
     assert "tool_choice" not in first and "response_format" not in second and "grammar" not in second
     assert omens[0]["type"] == "SpellCallRejected" and omens[0]["correction"] == second["messages"][-1]["content"]
+
+
+def test_native_correction_where_the_template_may_drop_the_tools_is_a_json_prompt_round(client, fake):
+    answer = orjson.dumps({"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}).decode()
+    fake[0].push(bad_then_good("native", False)[0], Step(body=completion(answer)))
+    call, omens = ask(client, "native", False)  # no probe: whether tool_choice holds a call is not known
+    assert orjson.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 2}
+    second = fake[0].requests[1]
+    assert "tools" not in second and second["response_format"]["type"] == "json_schema"
+    assert omens[0]["correction"] == CONSTRAINED_INSTEAD
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])

@@ -170,6 +170,7 @@ class Plan:
     constrain: cn.Constrain = "off"
     correction_context: Literal["transcript", "fresh"] = "transcript"  # fresh: JSON-prompt rounds, no transcript
     grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
+    native_calls: bool = False  # the model's template takes tools (probed): tool_choice "required" holds a call
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
 
     @property
@@ -612,9 +613,12 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     """`repair`: correction rounds are constrained; `always`: prompted rounds from the first one too.
     A client's own response_format wins; a refused schema turns constraining off for the request.
     A correction round keeps the first round's prompt: a native one asks for the call with tool_choice
-    "required" (same tools: a pin would change the tools llama.cpp renders into the prompt, so the correction
-    names the spell instead); a prompted one gets a GBNF grammar in its own format where the upstream takes
-    one (`plan.grammar`), else the answer schema. `correction_context = "fresh"`: today's JSON-prompt round."""
+    "required" where the model's template is known to take tools (`plan.native_calls`; same tools: a pin would
+    change the tools llama.cpp renders into the prompt, so the correction names the spell instead); a prompted
+    one gets a GBNF grammar in its own format where the upstream takes one (`plan.grammar`), else the answer
+    schema. A JSON-prompt round without the transcript instead: `correction_context = "fresh"`, or a native
+    round whose template may drop the tools (llama.cpp --jinja does, silently: tool_choice holds nothing, and
+    on SmolLM2 the transcript round then repeats its prose verbatim, where this round comes back valid)."""
     book = plan.book
     if book is None or not book.spells or plan.constrain == "off" or state.phase is Phase.REFUSED:
         return None
@@ -631,7 +635,7 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     parallel = plan.parallel and state.pin is None
     if first_round_too:  # every round keeps the first round's prompt: a pin narrows only the schema
         return Constraint(book, text=free, parallel=parallel, prompt=(offered, required is None, plan.parallel))
-    if plan.correction_context == "fresh":
+    if plan.correction_context == "fresh" or state.mode == "native" and not plan.native_calls:
         return Constraint(book, text=free, parallel=parallel)
     if state.mode == "native":
         return Constraint(plan.book or book, text=False, parallel=plan.parallel, how="tool_choice", json_prompt=False)

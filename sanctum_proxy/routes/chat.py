@@ -128,6 +128,7 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
                 opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
                 correction_context=settings.correction_context,
                 grammar=caps is not None and caps.server == "llama.cpp",
+                native_calls=caps is not None and caps.tools is True,
                 max_repair_bytes=settings.max_repair_bytes)
 
 

@@ -7,8 +7,11 @@ is the last round, so the answer's `timings` (llama.cpp's own: `cache_n` tokens 
 and the trace's per-round usage are that round's. Baseline before correction rounds kept the prompt: 172 of
 556 prompt tokens from the cache (31%). Target: at least 90%. Measured here (this llama.cpp build reports
 both `timings.cache_n` and `usage.prompt_tokens_details.cached_tokens`, and they agree): prompted 814 of 890
-(91%), native 529 of 605 (87%), the old "fresh" round 379 of 794 (48%); in both new cases every token of the
-first round's prompt (and the rejected answer's) came from the cache.
+(91%), every token of the first round's prompt (and of the rejected answer) served from the cache; the old
+"fresh" round 379 of 794 (48%). The native path (tool_choice "required", same tools) is not measured here:
+SmolLM2's template drops the tools under --jinja, so its native corrections are JSON-prompt rounds (loop.py
+`_constraint`); with the tools kept, a native correction round on this conversation took 529 of 605 (87%):
+the same 76 new tokens against a shorter prompt (the template renders the tools compactly).
 """
 
 from __future__ import annotations
@@ -90,24 +93,14 @@ def correction_round(proxy: str, **sanctum: Any) -> dict[str, Any]:
 
 def assert_mostly_cached(got: dict[str, Any], target: float) -> None:
     """Every token of the first round's prompt comes from the cache (only the new turns are evaluated: the
-    rejected answer's closing and the correction, 76 tokens here), and that is at least `target` of the
-    correction round's prompt."""
+    rejected answer's closing and the correction, 76 tokens here, most of them the correction's list of the
+    tools), and that is at least `target` of the correction round's prompt."""
     assert got["kept"], "the correction round's messages begin with the first round's"
     if got["share"] is None and got["cached_tokens"] is None:
         pytest.skip("this llama-server reports neither timings.cache_n nor usage cached_tokens")
     assert got["reused"] >= got["first_prompt_tokens"], got
     share = got["share"] if got["share"] is not None else got["cached_tokens"] / got["prompt_tokens"]
     assert share >= target, got
-
-
-def test_a_native_correction_round_is_served_from_the_prompt_cache(llama_jinja: LlamaServer, proxy_to: Any):
-    proxy = proxy_to(llama_jinja, on_surrender="content", max_repair_rounds=1)
-    # Measured: first round 524 tokens, correction round 605 of which 529 cached (87%). The native template
-    # renders the tools compactly, so the same 76 new tokens are a larger share; 90% needs a first prompt of
-    # 684 tokens or more (or a shorter correction: most of the 76 list the tools, already in the prompt).
-    got = correction_round(proxy, spell_calling="native")
-    assert got["sent"]["tool_choice"] == "required" and got["sent"]["tools"] == [WEATHER, TIME]
-    assert_mostly_cached(got, 0.85)
 
 
 def test_a_prompted_correction_round_is_served_from_the_prompt_cache(llama_nojinja: LlamaServer, proxy_to: Any):

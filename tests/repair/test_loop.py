@@ -357,7 +357,7 @@ def assert_prefix_kept(first: dict[str, Any], second: dict[str, Any]) -> None:
 
 async def test_a_native_correction_keeps_every_tool_and_requires_a_call():
     script = Script(MISSING_ARG, GOOD)
-    _, got = await final_of(plan(constrain="repair"), script)
+    _, got = await final_of(plan(constrain="repair", native_calls=True), script)
     first, second = script.sent
     assert_prefix_kept(first, second)
     assert second["tools"] == first["tools"] == TOOLS and second["tool_choice"] == "required"
@@ -398,3 +398,10 @@ async def test_under_always_a_pinned_correction_keeps_the_first_rounds_prompt_an
     assert_prefix_kept(first, second)
     assert second["response_format"]["json_schema"]["schema"]["properties"]["name"] == {"const": "get_weather"}
     assert "anyOf" in first["response_format"]["json_schema"]["schema"] and names(final.message) == ["get_weather"]
+
+
+async def test_a_native_correction_where_the_template_may_drop_the_tools_is_a_json_prompt_round():
+    script = Script(MISSING_ARG, text('{"name": "get_weather", "arguments": {"city": "Paris"}}'))
+    final, got = await final_of(plan(constrain="repair"), script)  # native_calls unknown
+    assert cn.is_constrained(script.sent[1]) and "tools" not in script.sent[1]
+    assert omens_of(got)[0].fields["correction"] == CONSTRAINED_INSTEAD and names(final.message) == ["get_weather"]
