@@ -33,19 +33,22 @@ One request's rounds (`State.kind` is what the next round is, `State.phase` wher
     FallBack       auto mode, native round: the upstream refused `tools`,    ASK prompted, transcript emptied;
                    could not parse the model's call, or answered empty       Lesson tools_rejected /
                                                                              upstream_parse_failure
-    Unconstrain    a constrained round's schema was refused                  the same round unconstrained
+    Unconstrain    a constrained round's schema or grammar was refused       the same round unconstrained
                                                                              (phase REFUSED); Lesson schema_refused
-    Surrender      problems again after max_rounds corrections, or the       SpellCallParseError (422), or with
-                   same rejected text twice in a row                         on_surrender "content" a Final with it
+    Surrender      problems again after max_rounds corrections, or the       SpellCallParseError (422); with
+                   same rejected text twice in a row                         on_surrender "content" an Accept of
+                                                                             that text instead (outcome surrendered)
     Fail           any other error                                           raised as it is
 
 Constraining (`plan.constrain`, `_constraint`): WAITING -> CONSTRAINING when a round is first constrained (a
 correction under "repair"; every prompted round under "always"), remembering how many hidden turns came before
 it; any phase -> REFUSED when the upstream refuses the schema or grammar. A correction round is the first
 round's body byte for byte plus the new turns (so the upstream's prompt cache serves the prefix), constrained
-by tool_choice "required" (native), a GBNF grammar in the prompt's own format (llama.cpp) or the answer schema;
-only with `correction_context = "fresh"` is it a JSON-prompt round without the turns before it (`_transcript`).
-More than max_rounds + 2 rounds (1 + N, one fallback, one unconstrained retry) raises SpellCallParseError.
+by tool_choice "required" (native, where the template takes tools), a GBNF grammar in the prompt's own format
+(llama.cpp) or the answer schema; with `correction_context = "fresh"`, or natively where the template may drop
+the tools, it is a JSON-prompt round without the turns before it (`_transcript`; its omen says so).
+`next_round` raises SpellCallParseError once max_rounds + 3 rounds were sent (1 + N, one fallback, one
+unconstrained retry).
 """
 
 from __future__ import annotations
@@ -208,6 +211,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
                              constrained=step.constraint is not None, free_choice=step.free_choice)
         plan.records.append(record)
         answer: Answer | None = None
+        error: ProxyError | None = None
         start = time.perf_counter()
         try:
             async for event in send(step.body, live=not state.turns and not shown):
@@ -216,7 +220,10 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
                 else:
                     shown = shown or bool(event.text)
                     yield event
-        except ProxyError as error:  # unreachable, timed out or an error answer: this round's own record says so
+        except ProxyError as caught:  # unreachable, timed out or an error answer: this round's own record says so
+            error = caught
+        record.latency_ms = (time.perf_counter() - start) * 1000
+        if error is not None:
             record.error = {**error.body()["error"], "status": error.status}
             verdict = judge_error(plan, state, step, error, record.number)
         else:
@@ -225,7 +232,6 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
             record.answer, record.finish_reason, record.usage = answer.message, answer.finish_reason, answer.usage
             usage = _added(usage, answer.usage)
             verdict = judge(plan, state, step, answer, record.number)
-        record.latency_ms = (time.perf_counter() - start) * 1000
         record.outcome = verdict.outcome
         for item in verdict.omens:
             omens.append(item)
