@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     # keep: reasoning markup in content (<think>, [THINK]) stays there as sent; split: moved into
     # reasoning_content like llama.cpp's --reasoning-format deepseek (reasoning.Splitter), streamed live
     reasoning_format: Literal["keep", "split"] = "keep"
+    correction_context: Literal["transcript", "fresh"] = "transcript"
     upstream_api_key: str | None = None
     forward_client_key: bool = False
     api_keys: list[str] = Field(default_factory=list)

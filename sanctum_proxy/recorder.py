@@ -30,6 +30,7 @@ from fastapi import Request
 from . import access_log
 from .errors import ProxyError, internal
 from .metrics import Metrics
+from .omens import Omen
 from .protocol import ChatRequest
 from .repair.loop import Final, Plan
 from .trace_store import TraceStore, default_path
@@ -110,6 +111,11 @@ class Recorder:
             async for event in events:
                 if isinstance(event, Final) and trace is not None:
                     trace.final = event
+                if isinstance(event, Omen):  # kept for the trace (a surrender raises without a Final)
+                    if trace is not None:
+                        trace.omens.append(event)
+                    yield event
+                    continue
                 yield event
                 shown = True
         except ProxyError as exc:

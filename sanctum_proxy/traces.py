@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from .errors import CLIENT_GONE, ProxyError, SpellCallParseError
-from .omens import Outcome
+from .omens import Omen, Outcome
 from .repair.loop import Final, Plan, RoundRecord
 
 OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
@@ -41,6 +41,7 @@ class Trace:
     requested_mode: str  # the spell-calling control: native | prompted | auto
     protocol: str = "chat"  # the client's protocol: chat | responses | messages (translated to chat)
     final: Final | None = None
+    omens: list[Omen] = field(default_factory=list)  # the loop's omens as they happened (recorder.watch)
     error: dict[str, Any] | None = None  # the OpenAI error object the client got ({"message", "type", ...})
     status: int = 0  # the HTTP status the client got (200 for an error sent inside a stream)
     outcome: str = Outcome.ERROR
@@ -74,7 +75,7 @@ class Trace:
 def trace_json(trace: Trace) -> dict[str, Any]:
     """The full stored document. Runs on the trace writer thread, never on the event loop."""
     final, records = trace.final, trace.plan.records
-    omens = final.omens if final is not None else trace.plan.omens
+    omens = final.omens if final is not None else trace.omens
     return {
         "object": "sanctum.trace", "id": trace.id, "request_id": trace.request_id,
         "created": trace.created, "time": iso_time(trace.created),

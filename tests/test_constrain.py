@@ -143,7 +143,14 @@ def test_text_branch_becomes_plain_content(client, fake):
     assert r.json()["choices"][0]["finish_reason"] == "stop"
 
 
-def test_repair_constrains_the_correction_pinned_to_the_spell(client, fake):
+@pytest.fixture
+def fresh_client(make_proxy):
+    with httpx.Client(base_url=make_proxy(correction_context="fresh"), timeout=20) as client:
+        yield client
+
+
+def test_fresh_context_constrains_the_correction_pinned_to_the_spell_without_the_transcript(fresh_client, fake):
+    client = fresh_client
     fake[0].push(
         Step(body=completion(None, [native_call("get_weather", '{"days": 2}')], "tool_calls")),
         answer_for(fake, {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}),
@@ -169,7 +176,7 @@ def test_unknown_spell_correction_offers_every_spell(client, fake):
         Step(body=completion(None, [native_call("weather", '{"city": "Paris"}')], "tool_calls")),
         answer_for(fake, CALL),
     )
-    post(client, spell_calling="native")
+    post(client, spell_calling="prompted")
     (schema,) = schemas_sent(fake)
     assert valid(schema, CALL) and valid(schema, {"name": "get_time", "arguments": {}})
 

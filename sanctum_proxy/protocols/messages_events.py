@@ -39,7 +39,8 @@ class MessagesWriter:
     def __init__(self, message: dict[str, Any], trace_id: str, plan: Plan,
                  reply_of: Callable[[Final], Reply], *, split_reasoning: bool = False) -> None:
         self.message, self.trace_id = message, trace_id
-        self.plan, self.omens_sent = plan, 0  # plan.omens: the loop's running list
+        self.plan, self.omens_sent = plan, 0
+        self.omens: list[om.Omen] = []  # the loop's omens so far (render adds each one)
         self.reply_of = reply_of
         self.blocks = 0
         self.text_open = False
@@ -51,7 +52,7 @@ class MessagesWriter:
         return event("message_start", message=self.message) + PING
 
     def new_omens(self) -> list[bytes]:
-        omens = self.plan.omens
+        omens = self.omens
         out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
         self.omens_sent = max(self.omens_sent, len(omens))
         return out
@@ -59,6 +60,9 @@ class MessagesWriter:
     def render(self, item: Any) -> list[bytes]:
         if item is None:
             item = no_answer()
+        if isinstance(item, om.Omen):  # held: sent with the next event that goes out
+            self.omens.append(item)
+            return []
         if isinstance(item, ContentDelta):
             text = self.live.feed(item.text)
             return self.new_omens() + (self.text(text) if text else [])

@@ -35,7 +35,8 @@ class ResponsesWriter:
                  reply_of: Callable[[Final], Reply], *, logprobs: bool = False,
                  split_reasoning: bool = False) -> None:
         self.response, self.ids, self.trace_id = response, ids, trace_id
-        self.plan, self.omens_sent = plan, 0  # plan.omens: the loop's running list
+        self.plan, self.omens_sent = plan, 0
+        self.omens: list[om.Omen] = []  # the loop's omens so far (render adds each one)
         self.reply_of = reply_of
         self.sequence = 0
         self.output: list[dict[str, Any]] = []
@@ -58,7 +59,7 @@ class ResponsesWriter:
                 + self.event("response.in_progress", response=self.response))
 
     def new_omens(self) -> list[bytes]:
-        omens = self.plan.omens
+        omens = self.omens
         out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
         self.omens_sent = max(self.omens_sent, len(omens))
         return out
@@ -66,6 +67,9 @@ class ResponsesWriter:
     def render(self, event: Any) -> list[bytes]:
         if event is None:
             event = no_answer()
+        if isinstance(event, om.Omen):  # held: sent with the next event that goes out
+            self.omens.append(event)
+            return []
         if isinstance(event, ContentDelta):
             tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
             text = self.live.feed(event.text)

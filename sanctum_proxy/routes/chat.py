@@ -19,11 +19,12 @@ from ..auth import check_client_key, forwarded_key
 from ..config import Settings
 from ..errors import BodyTooLarge
 from ..protocol import ChatRequest, parse_chat_request
-from ..repair.loop import Answer, ContentDelta, Final, Plan, run
+from ..repair.loop import Answer, ContentDelta, Final, Plan
 from ..repair.spellbook import SpellBook
 from ..responses import JsonResponse
 from . import choices
 from .disconnect import ClientGone, gone_response, unless_disconnected
+from .rounds import kept_run, run_traced
 from .sse import stream_answer
 
 router = APIRouter()
@@ -88,15 +89,15 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
 async def final_answer(request: Request, rounds: Rounds) -> Final:
     """The round loop's Final, non-streaming; ClientGone if the client leaves first. For n > 1 choices a
     Finals (routes/choices.py)."""
-    recorder = request.app.state.recorder
     later = plain_sender(request, rounds.auth)
     events: AsyncIterator[Any]
     if choices.count(rounds.chat.body) > 1:
-        many = choices.Choices(rounds.plan, later)
-        events = finals_only(many.events(many.lead_sender(first_of_several(request, rounds.auth, many))))
+        many = choices.Choices(rounds.plan, later, kept_run(request))
+        events = request.app.state.recorder.watch(request, finals_only(
+            many.events(many.lead_sender(first_of_several(request, rounds.auth, many)))))
     else:
-        events = run(rounds.plan, later)
-    final = await unless_disconnected(request, last_event(recorder.watch(request, events)))
+        events = run_traced(request, rounds.plan, later)
+    final = await unless_disconnected(request, last_event(events))
     assert isinstance(final, Final)
     return final
 
@@ -144,16 +145,18 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
             decision = request.app.state.modes.get(key, chat.model)
         if decision is not None:
             mode = decision.mode
-    book_of_caps = request.app.state.capabilities
-    caps = book_of_caps.cached(key, chat.model)
+    prompt_format = await pick_format(request, settings, chat.model, mode, book)  # may probe: caps after it
+    caps = request.app.state.capabilities.cached(key, chat.model)
     constrain = chat.controls.constrain or settings.constrain
     if caps is not None and caps.json_schema is False:
         constrain = "off"
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                 max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
-                prompt_format=await pick_format(request, settings, chat.model, mode, book), upstream=key,
-                modes=request.app.state.modes, opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
-                on_constrain_rejected=lambda: book_of_caps.refuse_schema(key, chat.model),
+                prompt_format=prompt_format, upstream=key,
+                opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
+                correction_context=settings.correction_context,
+                grammar=caps is not None and caps.server == "llama.cpp",
+                native_calls=caps is not None and caps.tools is True,
                 max_repair_bytes=settings.max_repair_bytes)
 
 

@@ -127,9 +127,12 @@ def split_chunk(piece: dict[str, Any]) -> dict[int, dict[str, Any]]:
 class Choices:
     """The loops of one request's choices, and their events as (index, event) pairs."""
 
-    def __init__(self, plan: Plan, later: Sender) -> None:
+    def __init__(self, plan: Plan, later: Sender,
+                 runner: Callable[[Plan, Sender], AsyncIterator[Any]] = run) -> None:
         self.plan = plan
         self.later = later  # a round of one choice, sent upstream (body without `n`)
+        self.runner = runner  # the round loop (routes: with its lessons kept, routes/rounds.kept_run)
+        self.lead_omens: list[om.Omen] = []  # choice 0's omens so far: the others start with them
         self.plans: dict[int, Plan] = {0: plan}
         self._out: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -140,8 +143,8 @@ class Choices:
         if index in self._tasks:
             return
         lead = self.plan.records[-1] if self.plan.records else None
-        plan = dataclasses.replace(self.plan, mode=lead.mode if lead else self.plan.mode, records=[], omens=[],
-                                   opening_omens=list(self.plan.omens))
+        plan = dataclasses.replace(self.plan, mode=lead.mode if lead else self.plan.mode, records=[],
+                                   opening_omens=list(self.lead_omens))
         self.plans[index] = plan
         self._tasks[index] = asyncio.create_task(self._drive(index, plan, self._sender(first)))
 
@@ -174,7 +177,9 @@ class Choices:
 
     async def _drive(self, index: int, plan: Plan, send: Sender) -> None:
         try:
-            async for event in run(plan, send):
+            async for event in self.runner(plan, send):
+                if index == 0 and isinstance(event, om.Omen):
+                    self.lead_omens.append(event)
                 await self._out.put((index, event))
         except asyncio.CancelledError:
             raise

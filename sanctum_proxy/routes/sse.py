@@ -37,12 +37,13 @@ from ..config import Settings
 from ..errors import ProxyError, UpstreamUnreachable, internal, no_answer
 from ..protocol import ChatRequest
 from ..protocols.reply import held_back, rest_after
-from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run
+from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender
 from ..responses import error_response
 from ..streaming import PASSED, Assembler, call_deltas, chunk
 from . import choices
 from .choices import tagged
 from .disconnect import ClientGone, gone_response, unless_disconnected
+from .rounds import kept_run, run_traced
 
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
@@ -101,15 +102,20 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
     upstream, lead = request.state.route.upstream, families.opens_bare(plan.prompt_format)
     several = choices.count(chat.body) > 1 and writer is None
+    events: AsyncIterator[Any]
     if several:
-        many = choices.Choices(plan, stream_sender(upstream, auth, lead=lead))
-        events: AsyncIterator[Any] = many.events(many.lead_sender(first_of_several(upstream, auth, many, lead)))
+        many = choices.Choices(plan, stream_sender(upstream, auth, lead=lead), kept_run(request))
+        events = request.app.state.recorder.watch(
+            request, many.events(many.lead_sender(first_of_several(upstream, auth, many, lead))))
     else:
-        events = run(plan, stream_sender(upstream, auth, lead=lead))
-    events = request.app.state.recorder.watch(request, events)
+        events = run_traced(request, plan, stream_sender(upstream, auth, lead=lead))
     task = asyncio.create_task(_produce(events, queue))
+    early: list[Any] = []  # omens before the upstream accepted a round (a probe, a fallback): held
     try:
         first = await unless_disconnected(request, queue.get())
+        while _omen(first):
+            early.append(first)
+            first = await unless_disconnected(request, queue.get())
     except ClientGone:
         task.cancel()
         return gone_response()
@@ -125,7 +131,9 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
                                    include_usage=include_usage, legacy=is_legacy, split_reasoning=split_reasoning)
         else:
             writer = SseWriter(meta, trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
-                               legacy=is_legacy, omens=plan.omens, split_reasoning=split_reasoning)
+                               legacy=is_legacy, split_reasoning=split_reasoning)
+    for omen in early:
+        writer.render(omen)
     mode = plan.records[-1].mode if plan.records else plan.mode  # after a fallback: the mode answering
     headers = {"x-sanctum-spell-calling": mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
@@ -195,7 +203,7 @@ class ChoicesWriter:
     def writer(self, index: int) -> SseWriter:
         if index not in self.writers:
             self.writers[index] = SseWriter(dict(self.meta), self.trace_id, omen_style=self.omen_style,
-                                            legacy=self.legacy, omens=self.many.plans[index].omens, index=index,
+                                            legacy=self.legacy, index=index,
                                             split_reasoning=self.split_reasoning)
         return self.writers[index]
 
@@ -237,6 +245,11 @@ class ChoicesWriter:
             self.pending["data"].update(extra, sanctum=sanctum)
             out = self.flush()
         return [*out, DONE]
+
+
+def _omen(event: Any) -> bool:
+    """An omen, alone or of one of n > 1 choices ((index, omen))."""
+    return isinstance(event, om.Omen) or isinstance(event, tuple) and isinstance(event[-1], om.Omen)
 
 
 async def _produce(events: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> None:
@@ -297,7 +310,7 @@ class SseWriter:
         self.index = index  # the choice this writer's chunks are of (n > 1: routes/choices.py)
         self.omen = om.sse_event if omen_style == "events" else om.sse_comment
         self.include_usage, self.legacy = include_usage, legacy
-        self.omens = omens if omens is not None else []  # the loop's running list (Plan.omens): it grows
+        self.omens = omens if omens is not None else []  # the loop's omens so far (render adds each one)
         self.omens_sent = 0
         self.shown = ""
         self.held = ""  # live whitespace not sent yet: it goes out with the next text, or with the final content
@@ -383,6 +396,9 @@ class SseWriter:
     def render(self, event: Any) -> list[bytes]:
         if event is None:  # the producer ended without an answer or an error: a bug, said in the stream
             event = no_answer()
+        if isinstance(event, om.Omen):  # held: sent with the next event that goes out
+            self.omens.append(event)
+            return []
         if isinstance(event, ContentDelta):
             if event.meta:
                 self.adopt(event.meta)
