@@ -16,6 +16,7 @@ from pathlib import Path
 from starlette.requests import Request
 
 from sanctum_proxy import omens as om
+from sanctum_proxy.app import retention
 from sanctum_proxy.calls import Repair
 from sanctum_proxy.config import Settings
 from sanctum_proxy.protocol import ChatRequest, Controls
@@ -78,7 +79,7 @@ def main() -> None:
     opts = args.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = opts.path or str(Path(tmp) / "traces.sqlite3")
-        recorder = Recorder(Settings.model_construct(**{**Settings().model_dump(), "traces_path": path}))
+        recorder = Recorder(retention(Settings.model_construct(**{**Settings().model_dump(), "traces_path": path})))
         recorder.start()
         measure(recorder, 500)  # warm up
         started = time.perf_counter()

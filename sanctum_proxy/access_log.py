@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import orjson
+from uvicorn.config import LOGGING_CONFIG
 
 LOGGER = logging.getLogger("sanctum_proxy.access")
 
@@ -24,8 +25,6 @@ def line(doc: dict[str, Any]) -> str:
 
 def log_config(level: str) -> dict[str, Any]:
     """uvicorn's logging config plus a plain `%(message)s` handler for the access lines (already JSON)."""
-    from uvicorn.config import LOGGING_CONFIG
-
     config = copy.deepcopy(LOGGING_CONFIG)
     config["formatters"]["sanctum_json"] = {"format": "%(message)s"}
     config["handlers"]["sanctum_access"] = {"class": "logging.StreamHandler", "formatter": "sanctum_json",

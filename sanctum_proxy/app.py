@@ -15,19 +15,20 @@ from .config import Settings
 from .errors import ProxyError
 from .limits import ConcurrencyLimit
 from .modes import ModeBook
-from .recorder import Recorder
+from .recorder import Recorder, Retention
 from .request_id import EchoRequestId
-from .responses import JsonResponse as ORJSONResponse
+from .responses import JsonResponse, error_response
 from .routes import chat, health, metrics, passthrough, sanctum, translated
 from .routing import Router
 from .shared import SharedState
+from .upstream import Limits, Upstream
 
 
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.recorder.start()
-        app.state.router = Router(settings)
+        app.state.router = router(settings)
         app.state.upstream = app.state.router.default
         app.state.router.start()
         await app.state.shared.start()
@@ -44,9 +45,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
                                parse_failure_threshold=settings.parse_failure_threshold,
                                table=app.state.shared.table("modes"))
-    app.state.keys = KeyRing(settings)
+    app.state.keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
     app.state.capabilities = CapabilityBook(table=app.state.shared.table("capabilities"))
-    app.state.recorder = Recorder(settings)
+    app.state.recorder = Recorder(retention(settings))
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout)
     app.add_middleware(EchoRequestId)  # outside the limit: a 429 echoes X-Request-Id too
@@ -55,7 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
                            allow_headers=["*"], expose_headers=["*"])
 
     @app.exception_handler(ProxyError)
-    async def proxy_error(request: Request, exc: ProxyError) -> ORJSONResponse:
+    async def proxy_error(request: Request, exc: ProxyError) -> JsonResponse:
         app.state.recorder.refused(request, exc)
         return error_response(exc)
 
@@ -68,6 +69,17 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-def error_response(exc: ProxyError) -> ORJSONResponse:
-    headers = {"x-should-retry": "false"} if exc.status in (400, 401, 413, 422) else None
-    return ORJSONResponse(exc.body(), status_code=exc.status, headers=headers)
+def retention(settings: Settings) -> Retention:
+    return Retention(settings.traces_path, settings.traces_max_count, settings.traces_max_age_hours,
+                     settings.traces_max_bytes, settings.traces_max_doc_bytes, settings.traces_bodies)
+
+
+def router(settings: Settings) -> Router:
+    """The upstream pools the settings name: one per `[[upstreams]]` entry, else the single `upstream`."""
+    limits = Limits(settings.connect_timeout, settings.read_timeout, settings.max_answer_bytes)
+    if settings.upstreams:
+        pools = [Upstream(e.urls, e.api_key, limits, name=e.name) for e in settings.upstreams]
+    else:
+        pools = [Upstream([settings.upstream], settings.upstream_api_key, limits)]
+    return Router(pools, settings.upstreams, health_check_seconds=settings.health_check_seconds)
+

@@ -5,8 +5,7 @@ file changes, so a rotated Kubernetes Secret needs no restart). `/sanctum/*` tak
 is set, else the client keys, else it is open like the rest. `/metrics` takes `admin_key` when one is set
 and is open otherwise (a Prometheus scraper holds no client key; `check_metrics_key`). Keys are compared in
 constant time, each against every key, so neither the answer nor its timing tells which key came close.
-`check_client_key` / `check_admin_key` raise Unauthorized (401 invalid_api_key); `require_client_key` /
-`require_admin_key` are the same as FastAPI dependencies.
+`check_client_key` / `check_admin_key` raise Unauthorized (401 invalid_api_key).
 """
 
 from __future__ import annotations
@@ -17,17 +16,18 @@ from pathlib import Path
 
 from fastapi import Request
 
-from .config import Settings
 from .errors import Unauthorized
 
 
 class KeyRing:
-    def __init__(self, settings: Settings) -> None:
-        self._listed = tuple(k.encode() for k in settings.api_keys if k)
-        self._file = Path(settings.api_keys_file) if settings.api_keys_file else None
+    """The client keys (`api_keys`, and `api_keys_file` re-read when it changes) and the `admin_key`."""
+
+    def __init__(self, listed: list[str], file: str | None = None, admin: str | None = None) -> None:
+        self._listed = tuple(k.encode() for k in listed if k)
+        self._file = Path(file) if file else None
         self._stamp: tuple[int, int] | None = None
         self._from_file: tuple[bytes, ...] = ()
-        self.admin = settings.admin_key.encode() if settings.admin_key else None
+        self.admin = admin.encode() if admin else None
 
     def client_keys(self) -> tuple[bytes, ...]:
         return self._listed + self._read_file()
@@ -96,13 +96,3 @@ def check_metrics_key(request: Request) -> None:
     ring: KeyRing = request.app.state.keys
     if ring.admin and not matches(presented_key(request), (ring.admin,)):
         raise Unauthorized("Missing or incorrect admin key: send 'Authorization: Bearer <admin key>'")
-
-
-async def require_client_key(request: Request) -> None:
-    """FastAPI dependency form of `check_client_key` (async: no thread pool hop)."""
-    check_client_key(request)
-
-
-async def require_admin_key(request: Request) -> None:
-    """FastAPI dependency form of `check_admin_key`."""
-    check_admin_key(request)

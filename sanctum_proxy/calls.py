@@ -6,14 +6,18 @@ the streaming assembler all speak these types, so a call looks the same whicheve
     Spell        one offered tool: name, description, parameters (a JSON Schema object)
     Candidate    a call as found in an answer, before repair (name and arguments as written)
     Found        where a codec found call markup in text, and the candidates in it
-    ToolCall     a call that passed tier 1 and validation: ready for the client
+    SpellCall    a call that passed tier 1 and validation: ready for the client
     Repair       one tier-1 mend of one call (becomes a SpellCallRepaired omen)
     Problem      why a candidate cannot be sent (becomes a tier-2 correction and a SpellCallRejected omen)
     Assessment   what tier 1 made of one upstream answer
+
+and the helpers every tier shares: `content_text` (a message content as text), `new_call_id`,
+`example_arguments` (a spell's arguments as the prompts show them).
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -62,7 +66,7 @@ class Found:
 
 
 @dataclass(frozen=True)
-class ToolCall:
+class SpellCall:
     id: str
     name: str
     arguments: str  # the JSON text sent to the client (byte-identical to the model's when it was valid)
@@ -93,13 +97,48 @@ class Problem:
 
 @dataclass(frozen=True)
 class Assessment:
-    calls: tuple[ToolCall, ...]
+    calls: tuple[SpellCall, ...]
     content: str | None  # the answer's text with call markup removed (prose may stay); None if empty
     repairs: tuple[Repair, ...] = ()
     problems: tuple[Problem, ...] = ()
-    dropped: tuple[ToolCall, ...] = field(default=())  # valid calls cut by parallel_tool_calls=false
+    dropped: tuple[SpellCall, ...] = field(default=())  # valid calls cut by parallel_tool_calls=false
     reasoning: str | None = None  # reasoning blocks of call formats found in the text (never calls)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+def content_text(content: Any) -> str:
+    """A message content as text: a string, or the text parts of a list of parts (a part without a type is
+    text); anything else is no text."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
+        return "".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def new_call_id() -> str:
+    """An id for a call the proxy made out of text (`call_` and 24 hex digits, like OpenAI's)."""
+    return "call_" + secrets.token_hex(12)
+
+
+_PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}
+
+
+def example_arguments(parameters: Any) -> dict[str, Any]:
+    """Example arguments for a spell's schema, as prompts show them: its first two properties, each an enum's
+    first value or a placeholder of its type."""
+    props = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(props, dict):
+        return {}
+    return {key: _placeholder(spec) for key, spec in list(props.items())[:2]}
+
+
+def _placeholder(spec: Any) -> Any:
+    if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
+        return spec["enum"][0]
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    return _PLACEHOLDERS.get(str(kind), "...")

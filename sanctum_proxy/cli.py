@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+import uvicorn
+from prometheus_client import multiprocess
+
+from . import access_log
+from .app import create_app
 from .config import Settings, SettingsError, load_settings, redacted_url
+from .embedded import EmbeddedUnavailable, LlamaServer, find_llama_server, find_model
+from .metrics import MULTIPROCESS_ENV
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,10 +49,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_from(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> Settings:
-    return resolve(argv, env)[0]
-
-
 def resolve(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> tuple[Settings, bool]:
     """The settings, and whether the upstream is only the default (nothing named one): then, when nothing
     answers there at start-up, the embedded llama-server stands in for it where it is installed."""
@@ -57,8 +64,6 @@ def resolve(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) ->
 
 
 def _default_is_silent(settings: Settings) -> bool:
-    import httpx
-
     try:
         httpx.get(f"{settings.upstream}/models", timeout=1.0)
     except httpx.HTTPError:
@@ -68,8 +73,6 @@ def _default_is_silent(settings: Settings) -> bool:
 
 def _embedded_stand_in(settings: Settings) -> Settings | None:
     """With no upstream named and none answering at the default, the embedded one if it is installed."""
-    from .embedded import EmbeddedUnavailable, find_llama_server, find_model
-
     try:
         find_llama_server(), find_model()
     except EmbeddedUnavailable:
@@ -100,15 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if implicit and _default_is_silent(settings):
         settings = _embedded_stand_in(settings) or settings
-    import uvicorn
-
-    from . import access_log
-    from .app import create_app
-
     embedded: Any = None
     if settings.embedded:
-        from .embedded import EmbeddedUnavailable, LlamaServer
-
         try:
             embedded = LlamaServer()
             embedded.start()
@@ -149,13 +145,6 @@ def _serve_workers(settings: Settings, serve: dict[str, Any]) -> None:
     prometheus_client multiprocess directory, made here unless PROMETHEUS_MULTIPROC_DIR names one); the traces
     when `traces_path` is a file (SQLite takes writers in turn); auto-mode decisions and capabilities only
     through `redis_url` (without it each process learns them for itself)."""
-    import shutil
-    import tempfile
-
-    import uvicorn
-
-    from .metrics import MULTIPROCESS_ENV
-
     if settings.traces_path == ":memory:":
         print("sanctum-proxy: traces_path ':memory:' with several workers: each keeps its own traces, and "
               "the viewer shows those of whichever answers", file=sys.stderr)
@@ -172,12 +161,6 @@ def _serve_workers(settings: Settings, serve: dict[str, Any]) -> None:
 
 def worker_app() -> Any:
     """The app of one worker process (uvicorn calls this in each), from the settings the CLI resolved."""
-    import atexit
-
-    from prometheus_client import multiprocess
-
-    from .app import create_app
-
     settings = Settings.model_validate_json(os.environ[WORKER_SETTINGS_ENV])
     http_protocol(settings)  # this process's copy of the protocol class gets the header deadline too
     atexit.register(multiprocess.mark_process_dead, os.getpid())  # its in-flight gauges stop counting

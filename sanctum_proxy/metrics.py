@@ -15,6 +15,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from .omens import OmenType, Outcome
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 11)
@@ -55,14 +57,14 @@ class Metrics:
             self.upstream_latency.labels(record["mode"]).observe(record["latency_ms"] / 1000)
         for omen in doc["omens"]:
             kind = omen["type"]
-            if kind == "SpellCallRepaired":
+            if kind == OmenType.REPAIRED:
                 for repair in omen.get("repairs") or ():
                     self.repairs.labels(repair).inc()
-            elif kind == "SpellCallRejected":
+            elif kind == OmenType.REJECTED:
                 self.rejections.labels(omen.get("reason") or "unknown").inc()
-            elif kind == "SpellCallingFallback":
+            elif kind == OmenType.FALLBACK:
                 self.fallbacks.labels(omen.get("reason") or "unknown").inc()
-        if doc["outcome"] == "surrendered":
+        if doc["outcome"] == Outcome.SURRENDERED:
             self.surrenders.inc()
 
     def render(self) -> bytes:

@@ -15,36 +15,22 @@ from typing import Any
 import orjson
 
 from . import families
+from .calls import content_text, example_arguments
+from .codecs.registry import format_of, render_call
 from .repair.spellbook import SpellBook
 
 _RESULTS = "After a tool runs, its result comes back to you inside <tool_response></tool_response> tags."
 _RESULTS_OWN = "After a tool runs, its result comes back to you in the next message."
 STRIPPED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls")
 
-_FORMATS = {
-    "hermes": (
-        "To call a tool, write the call inside <tool_call></tool_call> tags as a JSON object with the keys "
-        '"name" and "arguments", for example:\n<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
-    ),
-    "json": (
-        "To call a tool, write a fenced JSON block with the keys \"name\" and \"arguments\", for example:\n"
-        '```json\n{"name": "%s", "arguments": %s}\n```'
-    ),
-}
 _OWN_FORMAT = "To call a tool, write the call in exactly this format, for example:\n%s"
 
 
-def render_call(fmt: str, name: str, arguments: Any) -> str:
-    """One call as text in `fmt` (broken JSON arguments from an earlier turn stay as the model wrote them)."""
-    if fmt == "constrained":  # the JSON answer object of constrained rounds, without markup
-        return families.json_call(name, arguments)
-    return families.render_call(fmt, name, arguments)
-
-
-def _how_to_call(fmt: str, name: str, example: str) -> str:
-    if fmt in _FORMATS or fmt not in families.FAMILIES:
-        return _FORMATS.get(fmt, _FORMATS["hermes"]) % (name, example)
-    return _OWN_FORMAT % families.render_call(fmt, name, orjson.loads(example))
+def _how_to_call(fmt: str, name: str, example: dict[str, Any]) -> str:
+    own = format_of(fmt)
+    if own.instructions:
+        return own.instructions % (name, orjson.dumps(example).decode())
+    return _OWN_FORMAT % own.render_call(name, example)
 
 
 def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required: str | None = None,
@@ -58,7 +44,7 @@ def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required
     if call_format is not None:
         return "\n".join([*lines, "", call_format.rstrip(), _RESULTS])
     first = next(iter(book.spells.values()))
-    lines += ["", _how_to_call(fmt, first.name, _example_args(first.parameters))]
+    lines += ["", _how_to_call(fmt, first.name, example_arguments(first.parameters))]
     lines.append("You may call several tools, one block each." if parallel else "Call at most one tool per answer.")
     if required == "any":
         lines.append("You must answer with a tool call.")
@@ -68,21 +54,6 @@ def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required
         lines.append("If no tool is needed, answer in plain text without any tool call block.")
     lines.append(_RESULTS if families.render_result(fmt, "", "", "").startswith("<tool_response") else _RESULTS_OWN)
     return "\n".join(lines)
-
-
-def _example_args(parameters: dict[str, Any]) -> str:
-    props = parameters.get("properties") if isinstance(parameters, dict) else None
-    if not isinstance(props, dict) or not props:
-        return "{}"
-    example = {key: _placeholder(spec) for key, spec in list(props.items())[:2]}
-    return orjson.dumps(example).decode()
-
-
-def _placeholder(spec: Any) -> Any:
-    kind = spec.get("type") if isinstance(spec, dict) else None
-    if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
-        return spec["enum"][0]
-    return {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}.get(str(kind), "...")
 
 
 def to_prompted(body: dict[str, Any], book: SpellBook | None, fmt: str, *, parallel: bool = True,
@@ -100,7 +71,7 @@ def to_prompted(body: dict[str, Any], book: SpellBook | None, fmt: str, *, paral
 def merge_system(messages: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
     """The section goes after the client's own system text, in one system message at the front."""
     if messages and messages[0].get("role") in ("system", "developer"):
-        own = text_of(messages[0].get("content"))
+        own = content_text(messages[0].get("content"))
         return [{"role": "system", "content": f"{own}\n\n{section}" if own else section}, *messages[1:]]
     return [{"role": "system", "content": section}, *messages]
 
@@ -120,7 +91,7 @@ def rewrite_history(messages: list[dict[str, Any]], fmt: str) -> list[dict[str, 
 
 
 def _assistant_as_text(message: dict[str, Any], fmt: str, names: dict[str, str]) -> dict[str, Any]:
-    parts = [text_of(message.get("content"))] if message.get("content") else []
+    parts = [content_text(message.get("content"))] if message.get("content") else []
     calls = list(message.get("tool_calls") or [])
     if message.get("function_call"):
         calls.append({"id": "", "function": message["function_call"]})
@@ -136,7 +107,7 @@ def _assistant_as_text(message: dict[str, Any], fmt: str, names: dict[str, str])
 def _result_as_text(message: dict[str, Any], fmt: str, names: dict[str, str]) -> dict[str, Any]:
     call_id = str(message.get("tool_call_id") or "")
     name = str(message.get("name") or names.get(call_id, ""))
-    return {"role": "user", "content": families.render_result(fmt, name, call_id, text_of(message.get("content")))}
+    return {"role": "user", "content": families.render_result(fmt, name, call_id, content_text(message.get("content")))}
 
 
 def _merge_adjacent_results(messages: list[tuple[dict[str, Any], bool]]) -> list[dict[str, Any]]:
@@ -150,14 +121,3 @@ def _merge_adjacent_results(messages: list[tuple[dict[str, Any], bool]]) -> list
             out.append(message)
         previous = result
     return out
-
-
-def text_of(content: Any) -> str:
-    """A message content as text: a string, or the text parts of a list of parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return str(content)

@@ -59,10 +59,6 @@ class ChatRequest:
         functions = self.body.get("functions")
         return functions if isinstance(functions, list) else []
 
-    @property
-    def offers_spells(self) -> bool:
-        return bool(self.tools or self.functions)
-
     def with_body(self, body: dict[str, Any]) -> ChatRequest:
         return replace(self, body=body)
 

@@ -95,3 +95,81 @@ def partial_marker(text: str, markers: tuple[str, ...]) -> int:
         if any(m.startswith(tail) for m in markers):
             return at
     return len(text)
+
+
+class Splitter:
+    """Reasoning markup in content moved out of it, the way llama.cpp's `--reasoning-format deepseek` does
+    (setting `reasoning_format = "split"`): the text of each `<think>` / `[THINK]` block goes to
+    `reasoning_content` (markers dropped, whitespace around it trimmed), the rest stays content (the whitespace
+    after a block dropped). Fed content piece by piece (a stream) or whole, it gives the same text: a partial
+    marker at the end of a piece waits for the next. Reasoning begun in the prompt (a lone closer, no opener)
+    cannot be told apart while it streams: it stays content, markers and all, streamed or not."""
+
+    def __init__(self) -> None:
+        self._closer = ""  # inside a block: the closer that ends it
+        self._pending = ""  # a possible partial marker, not yet given out
+        self._started = False  # inside a block: text other than whitespace seen
+        self._space = ""  # inside a block: whitespace that waits for more reasoning (trimmed before the closer)
+        self._after = False  # a block just closed: the content's leading whitespace is dropped
+        self._given = False  # reasoning was given out: the next block's is set off by a blank line
+        self._fresh = False  # a block opened and none of its reasoning given out yet
+
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        """(field, text) pieces, field "content" or "reasoning_content", in order."""
+        out: list[tuple[str, str]] = []
+        text, self._pending = self._pending + text, ""
+        pos = 0
+        while pos < len(text):
+            if self._closer:
+                at = text.find(self._closer, pos)
+                if at < 0:
+                    cut = pos + partial_marker(text[pos:], (self._closer,))
+                    self._reason(text[pos:cut], out)
+                    self._pending = text[cut:]
+                    return out
+                self._reason(text[pos:at], out)
+                pos, self._closer, self._space, self._after = at + len(self._closer), "", "", True
+                continue
+            match = OPENER.search(text, pos)
+            end = match.start() if match else pos + partial_marker(text[pos:], OPENERS)
+            self._content(text[pos:end], out)
+            if match is None:
+                self._pending = text[end:]
+                return out
+            pos, self._closer, self._started, self._fresh = match.end(), CLOSER_OF[match.group()], False, True
+        return out
+
+    def flush(self) -> list[tuple[str, str]]:
+        """The end of the content: a partial marker held back is text after all."""
+        out: list[tuple[str, str]] = []
+        pending, self._pending = self._pending, ""
+        if self._closer:
+            self._reason(pending, out)
+        else:
+            self._content(pending, out)
+        return out
+
+    def _reason(self, text: str, out: list[tuple[str, str]]) -> None:
+        if not self._started:
+            text = text.lstrip()
+            self._started = bool(text)
+        body = text.rstrip()
+        if body:
+            lead = "\n\n" if self._fresh and self._given else self._space
+            out.append(("reasoning_content", lead + body))
+            self._space, self._given, self._fresh = "", True, False
+        self._space += text[len(body):]
+
+    def _content(self, text: str, out: list[tuple[str, str]]) -> None:
+        if self._after:
+            text = text.lstrip()
+            self._after = not text
+        if text:
+            out.append(("content", text))
+
+
+def split(text: str) -> tuple[str, str]:
+    """(content, reasoning) of a whole text, as `Splitter` gives them."""
+    splitter = Splitter()
+    pieces = splitter.feed(text) + splitter.flush()
+    return ("".join(t for f, t in pieces if f == "content"), "".join(t for f, t in pieces if f != "content"))

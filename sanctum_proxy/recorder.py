@@ -22,14 +22,15 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 from fastapi import Request
 
 from . import access_log
-from .config import Settings
-from .errors import ProxyError
+from .errors import ProxyError, internal
 from .metrics import Metrics
+from .omens import Omen
 from .protocol import ChatRequest
 from .repair.loop import Final, Plan
 from .trace_store import TraceStore, default_path
@@ -45,9 +46,21 @@ log = logging.getLogger(__name__)
 E = TypeVar("E")
 
 
+@dataclass(frozen=True)
+class Retention:
+    """Where traces are kept and how many (the `traces_*` settings of the same names)."""
+
+    path: str | None  # None: default_path()
+    max_count: int  # 0: no store at all
+    max_age_hours: float
+    max_bytes: int
+    max_doc_bytes: int
+    bodies: bool
+
+
 class Recorder:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, retention: Retention) -> None:
+        self.retention = retention
         self.metrics = Metrics()
         self.store: TraceStore | None = None
         self._queue: queue.Queue[Trace | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
@@ -55,11 +68,11 @@ class Recorder:
 
     @property
     def path(self) -> str:
-        return self.settings.traces_path or str(default_path())
+        return self.retention.path or str(default_path())
 
     def start(self) -> None:
         """Open the store (unless traces_max_count is 0) and start the writer thread."""
-        if self.settings.traces_max_count > 0:
+        if self.retention.max_count > 0:
             try:
                 self.store = TraceStore(self.path)
             except Exception as exc:  # sqlite3.Error, or a directory that cannot be made
@@ -98,6 +111,11 @@ class Recorder:
             async for event in events:
                 if isinstance(event, Final) and trace is not None:
                     trace.final = event
+                if isinstance(event, Omen):  # kept for the trace (a surrender raises without a Final)
+                    if trace is not None:
+                        trace.omens.append(event)
+                    yield event
+                    continue
                 yield event
                 shown = True
         except ProxyError as exc:
@@ -108,7 +126,7 @@ class Recorder:
             self._end(trace, gone=True)
             raise
         except Exception as exc:
-            self._end(trace, error=ProxyError(f"internal error: {type(exc).__name__}: {exc}"), status=500)
+            self._end(trace, error=internal(exc), status=500)
             raise
         self._end(trace)
 
@@ -183,7 +201,7 @@ class Recorder:
         for trace in traces:
             try:
                 doc = trace_json(trace)
-                docs.append(doc if self.settings.traces_bodies else metadata_only(doc))
+                docs.append(doc if self.retention.bodies else metadata_only(doc))
             except Exception:  # one unreadable trace must not stop the writer
                 log.exception("trace %s could not be recorded", trace.id)
         for doc in docs:
@@ -192,16 +210,16 @@ class Recorder:
         if self.store is None or not docs:
             return
         try:
-            self.store.add(docs, self.settings.traces_max_doc_bytes)
+            self.store.add(docs, self.retention.max_doc_bytes)
         except Exception:
             log.exception("%d trace(s) could not be stored in %s", len(docs), self.path)
 
     def _prune(self) -> None:
         if self.store is None:
             return
-        oldest = time.time() - self.settings.traces_max_age_hours * 3600
+        oldest = time.time() - self.retention.max_age_hours * 3600
         try:
-            self.store.prune(self.settings.traces_max_count, oldest, self.settings.traces_max_bytes)
+            self.store.prune(self.retention.max_count, oldest, self.retention.max_bytes)
         except Exception:
             log.exception("pruning traces in %s failed", self.path)
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Settings, UpstreamConfig, redacted_url
+from .config import UpstreamConfig, redacted_url
 from .errors import ModelNotFound
 from .upstream import Upstream
 
@@ -61,15 +61,18 @@ class Route:
 
 
 class Router:
-    def __init__(self, settings: Settings) -> None:
-        self.entries = list(settings.upstreams)
+    """`upstreams`: one per entry of `entries` (`[[upstreams]]`, in order), or the single `upstream` setting's
+    pool when there are no entries."""
+
+    def __init__(self, upstreams: Sequence[Upstream], entries: Sequence[UpstreamConfig] = (), *,
+                 health_check_seconds: float = 10.0) -> None:
+        self.entries = list(entries)
+        self.upstreams = list(upstreams)
         if self.entries:
-            self.upstreams = [Upstream(settings, config=entry) for entry in self.entries]
             self.keys = [entry.name for entry in self.entries]
-        else:
-            self.upstreams = [Upstream(settings)]
-            self.keys = [redacted_url(settings.upstream)]  # shown in traces and status: no credentials
-        self._interval = settings.health_check_seconds
+        else:  # shown in traces and status: no credentials
+            self.keys = [redacted_url(self.upstreams[0].backends[0].base_url)]
+        self._interval = health_check_seconds
         self._watchers: list[asyncio.Task[None]] = []
 
     @property

@@ -9,30 +9,24 @@ So streamed and non-streamed answers give identical calls by construction.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import constrain, reasoning
-from .codecs.registry import all_starts
+from .codecs.registry import stream_lead, stream_shapes, stream_starts
 
-# Delimiters that open a call in content: the codecs' own tags, and fences of the languages models write
-# calls in. The codecs' generic openers (`{`, `[`, a bare fence) are held only in the shapes a call takes
-# (_OPENER), so braces and brackets in prose flow on.
-_GENERIC = ("{", "[", "```")
 _CHUNK_OWN = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage", "sanctum"})
 # Text fields of a delta that are never read for calls: passed to the client live, as they came.
 PASSED = (*reasoning.FIELDS, "refusal")
-STARTS = tuple(dict.fromkeys((*(s for s in all_starts() if s not in _GENERIC), "<tools>", "```json",
-                              "```tool_call", "```tool_code", "```python")))
-_OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*\(|\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]")
-_PARTIAL_OPENER = re.compile(r"\[\s*[A-Za-z_][\w.]*|\[\s*|\{\s*|```[ \t]*(\n\s*)?")
+# What may open a call in content, as the codecs declare it (codecs/base.py): their delimiters, held at once;
+# their generic openers (`{`, `[`, a bare fence) held only in the shapes a call takes, so braces and brackets
+# in prose flow on.
+STARTS = stream_starts()
+_OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
 # A family whose generation prompt already holds the first call marker (Functionary v3.2 ends it with `>>>`)
 # answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
 # is held until it shows which (a bare word waits for the next chunk).
-_LEAD_PARTIAL = re.compile(r"\s*(?:[A-Za-z_][\w.\-]{0,255}\n?\s*)?")
-_LEAD_TEXT = re.compile(r"\s*all\n")
-_LEAD_CALL = re.compile(r"\s*[A-Za-z_][\w.\-]{0,255}\n\s*[\[{]")
+_LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
 
 
 def _joined(parts: list[str]) -> str:
@@ -171,7 +165,6 @@ class Assembler:
             return ""
         if self.lead and not self._led and not self._lead():
             return ""
-            return ""
         text = self._pending  # positions below are relative to `released`
         pos = 0
         while True:
@@ -250,7 +243,7 @@ class Assembler:
 
     def _first_chars(self) -> frozenset[str]:
         self._longest = max(len(s) for s in self.starts)
-        self._firsts = frozenset(s[0] for s in self.starts) | frozenset(_GENERIC[:2])
+        self._firsts = frozenset(s[0] for s in self.starts) | _GENERIC_FIRSTS
         return self._firsts
 
     def message(self) -> dict[str, Any]:

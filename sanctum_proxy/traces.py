@@ -20,13 +20,13 @@ from typing import Any
 
 import orjson
 
-from .errors import ProxyError, SpellCallParseError
+from .errors import CLIENT_GONE, ProxyError, SpellCallParseError
+from .omens import Omen, Outcome
 from .repair.loop import Final, Plan, RoundRecord
 
 OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
 # Omen fields that describe what happened without quoting the conversation (kept by metadata_only).
 _OMEN_METADATA = ("type", "round", "spell", "call_id", "repairs", "reason", "from", "to", "upstream_status")
-CLIENT_GONE = 499  # nginx's "client closed request": the client left before the answer was complete
 
 
 @dataclass
@@ -41,9 +41,10 @@ class Trace:
     requested_mode: str  # the spell-calling control: native | prompted | auto
     protocol: str = "chat"  # the client's protocol: chat | responses | messages (translated to chat)
     final: Final | None = None
+    omens: list[Omen] = field(default_factory=list)  # the loop's omens as they happened (recorder.watch)
     error: dict[str, Any] | None = None  # the OpenAI error object the client got ({"message", "type", ...})
     status: int = 0  # the HTTP status the client got (200 for an error sent inside a stream)
-    outcome: str = "error"
+    outcome: str = Outcome.ERROR
     latency_ms: float = 0.0
     done: bool = field(default=False, repr=False)
 
@@ -57,13 +58,13 @@ class Trace:
 
     def failed(self, error: ProxyError, status: int) -> None:
         self.error, self.status = error.body()["error"], status
-        self.outcome = "surrendered" if isinstance(error, SpellCallParseError) else "error"
+        self.outcome = Outcome.SURRENDERED if isinstance(error, SpellCallParseError) else Outcome.ERROR
         self._end()
 
     def client_gone(self) -> None:
         self.error = {"message": "the client disconnected before the answer was complete",
                       "type": "client_disconnected", "param": None, "code": "client_disconnected"}
-        self.status, self.outcome = CLIENT_GONE, "error"
+        self.status, self.outcome = CLIENT_GONE, Outcome.ERROR
         self._end()
 
     def _end(self) -> None:
@@ -74,7 +75,7 @@ class Trace:
 def trace_json(trace: Trace) -> dict[str, Any]:
     """The full stored document. Runs on the trace writer thread, never on the event loop."""
     final, records = trace.final, trace.plan.records
-    omens = final.omens if final is not None else trace.plan.omens
+    omens = final.omens if final is not None else trace.omens
     return {
         "object": "sanctum.trace", "id": trace.id, "request_id": trace.request_id,
         "created": trace.created, "time": iso_time(trace.created),

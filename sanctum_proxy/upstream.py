@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from .config import Settings, UpstreamConfig, redacted_url
+from .config import redacted_url
 from .errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable, inband_status
 
 # Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
@@ -123,19 +123,28 @@ class Backend:
         return {"url": redacted_url(self.base_url), "healthy": self.healthy, "checked_at": self.checked_at}
 
 
-class Upstream:
-    """One pool of identical model servers. Without `config`, the single `upstream` setting."""
+@dataclass(frozen=True)
+class Limits:
+    """What an Upstream waits for and takes (the settings of the same names)."""
 
-    def __init__(self, settings: Settings, *, config: UpstreamConfig | None = None) -> None:
-        self.name = config.name if config else "default"
-        self.backends = [Backend(url) for url in (config.urls if config else [settings.upstream])]
-        self._key = config.api_key if config else settings.upstream_api_key
+    connect_timeout: float
+    read_timeout: float
+    max_answer_bytes: int
+
+
+class Upstream:
+    """One pool of identical model servers (an `[[upstreams]]` entry, or the single `upstream` setting)."""
+
+    def __init__(self, urls: list[str], key: str | None, limits: Limits, *, name: str = "default") -> None:
+        self.name = name
+        self.backends = [Backend(url) for url in urls]
+        self._key = key
         self._turn = itertools.count()
-        self._check_timeout = min(settings.connect_timeout, 5.0)
-        self._read_timeout = settings.read_timeout
-        self._max_answer = settings.max_answer_bytes
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout,
-                                              sock_read=settings.read_timeout)
+        self._check_timeout = min(limits.connect_timeout, 5.0)
+        self._read_timeout = limits.read_timeout
+        self._max_answer = limits.max_answer_bytes
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout,
+                                              sock_read=limits.read_timeout)
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
         self.resent = 0  # requests sent again on a fresh connection (the connection tests read it)
@@ -164,11 +173,6 @@ class Upstream:
         if self._fresh_session is None:
             self._fresh_session = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True))
         return self._fresh_session
-
-    def busy_connections(self) -> int:
-        """Upstream connections lent out right now (the fault tests check that nothing is left behind)."""
-        return sum(len(s.connector._acquired)  # aiohttp keeps no public count
-                   for s in (self._session, self._fresh_session) if s is not None and s.connector is not None)
 
     async def aclose(self) -> None:
         for session in (self._session, self._fresh_session):

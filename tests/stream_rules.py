@@ -94,6 +94,34 @@ def read_stream(raw: bytes) -> Streamed:
     return got
 
 
+def read_choices(raw: bytes) -> tuple[dict[int, Streamed], list[dict[str, Any]]]:
+    """A stream of n > 1 choices: each choice's own stream (its chunks, read by the same rules as one choice's),
+    and every chunk as sent. The usage chunk and the sanctum of the last chunk go with choice 0."""
+    got: dict[int, Streamed] = {}
+    started: dict[int, dict[int, dict[str, Any]]] = {}
+    chunks: list[dict[str, Any]] = []
+    blocks = events(raw)
+    assert blocks[-1][1] == b"[DONE]", "the stream ends with [DONE]"
+    for _name, data, comment in blocks[:-1]:
+        if comment is not None:
+            continue
+        assert data is not None
+        payload = orjson.loads(data)
+        assert "error" not in payload, payload
+        chunks.append(payload)
+        if not payload["choices"]:
+            _take_chunk(got.setdefault(0, Streamed()), payload, started.setdefault(0, {}))
+        for choice in payload["choices"]:
+            index = choice["index"]
+            one = {**payload, "choices": [{**choice, "index": 0}]}
+            _take_chunk(got.setdefault(index, Streamed()), one, started.setdefault(index, {}))
+    for index, streamed in got.items():
+        streamed.calls = [started[index][i] for i in sorted(started[index])]
+    assert "sanctum" in chunks[-1], "the last chunk before [DONE] carries the sanctum object"
+    got[0].sanctum = chunks[-1]["sanctum"]
+    return got, chunks
+
+
 def _take_chunk(got: Streamed, chunk: dict[str, Any], started: dict[int, dict[str, Any]]) -> None:
     assert chunk["object"] == "chat.completion.chunk" and chunk["id"]
     assert "created" in chunk and "model" in chunk

@@ -1,6 +1,9 @@
-"""The conformance suite every codec passes over its corpus (tests/corpus/*.json), in-process:
+"""The conformance suite every registered codec and format passes (codecs/registry.py), in-process. Adding a
+call format is one module in codecs/ and its corpus file in tests/corpus/: this suite then checks it.
 
 - every registered codec reads at least one recorded output (its corpus), and the README lists it;
+- every registered format's call, rendered, is read back by its codec as that call, clean when asked for and a
+  `<codec>_in_content` mend when not; and streamed in any chunking it shows no markup and gives the same call;
 - split invariance: a case's content fed to the streaming Assembler in two chunks, split at every position,
   and in one-character chunks, shows live only a prefix of the non-streamed content (never markup, a partial
   delimiter or reasoning), and the content shown plus what is sent at the end is exactly that content;
@@ -15,16 +18,15 @@ from typing import Any
 
 import pytest
 
-from sanctum_proxy.codecs.registry import CODECS, find_calls
-from sanctum_proxy.families import opens_bare
-from sanctum_proxy.repair.mend import assess, content_text
+from sanctum_proxy.calls import content_text
+from sanctum_proxy.codecs.registry import CODECS, FORMAT_NAMES, FORMATS, find_calls
+from sanctum_proxy.families import opens_bare, render_call
+from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.streaming import Assembler, unseen
 from tests.test_corpus import CASES
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-# The candidate sources each codec reports (a codec may read a related format under another name).
-SOURCES = {"hermes": {"hermes", "phi"}, "pythonic": {"pythonic", "gemma"}}
 # The prompt format the proxy picks for a corpus family, where that changes how a stream is read.
 FAMILY_FORMATS = {"functionary-v3.2": "functionary"}
 TEXT_CASES = [p for p in CASES if content_text(p.values[1]["message"].get("content"))]
@@ -47,11 +49,11 @@ def _sources(tools: list[dict[str, Any]], case: dict[str, Any]) -> set[str]:
     return {c.source for f in find_calls(text, book.name_set) for c in f.candidates}
 
 
-@pytest.mark.parametrize("codec", CODECS, ids=[c.NAME for c in CODECS])
+@pytest.mark.parametrize("codec", CODECS, ids=[c.name for c in CODECS])
 def test_every_codec_reads_recorded_outputs(codec: Any) -> None:
-    wanted = SOURCES.get(codec.NAME, {codec.NAME})
+    wanted = {codec.name, *codec.sources}
     hits = [p.id for p in CASES if wanted & _sources(*p.values)]
-    assert hits, f"no corpus case is read by the {codec.NAME} codec"
+    assert hits, f"no corpus case is read by the {codec.name} codec"
 
 
 @pytest.mark.parametrize(("tools", "case"), TEXT_CASES)
@@ -74,9 +76,16 @@ def test_split_anywhere_shows_no_markup_and_ends_with_the_whole_content(tools: l
     assert [p.reason for p in again.problems] == [p.reason for p in whole.problems]
 
 
+def test_readme_and_the_example_config_list_every_format() -> None:
+    readme = README.read_text(encoding="utf-8")
+    example = (README.parent / "config.example.toml").read_text(encoding="utf-8")
+    assert not [f for f in FORMAT_NAMES if f"`{f}`" not in readme], "README's format table lacks a format"
+    assert not [f for f in FORMAT_NAMES if f'"{f}"' not in example], "config.example.toml lacks a format"
+
+
 def test_readme_lists_every_codec() -> None:
     readme = README.read_text(encoding="utf-8")
-    missing = [c.NAME for c in CODECS if f"`{c.NAME}`" not in readme]
+    missing = [c.name for c in CODECS if f"`{c.name}`" not in readme]
     assert not missing, f"README's format table lacks {missing}"
 
 
@@ -84,3 +93,43 @@ def test_corpus_files_cite_a_source_per_case() -> None:
     for path in sorted((Path(__file__).parent / "corpus").glob("*.json")):
         for case in json.loads(path.read_text(encoding="utf-8"))["cases"]:
             assert case.get("source"), f"{path.name}:{case['id']} has no source"
+
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+ARGS = {"city": "Paris", "days": 3}
+
+
+def test_every_format_is_read_by_a_registered_codec() -> None:
+    names = {c.name for c in CODECS}
+    assert {f.codec for f in FORMATS.values()} <= names
+    assert set(FORMAT_NAMES) <= set(FORMATS) and "constrained" not in FORMAT_NAMES
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_every_format_renders_a_call_its_codec_reads_back(fmt: str) -> None:
+    book = SpellBook.from_tools(WEATHER)
+    read = assess({"role": "assistant", "content": render_call(fmt, "get_weather", ARGS)}, book)
+    assert [(c.name, json.loads(c.arguments)) for c in read.calls] == [("get_weather", ARGS)]
+    assert read.content is None and not read.problems
+    text = render_call(fmt, "get_weather", {"city": "Paris"})  # strings only: XML-ish formats coerce numbers
+    asked = assess({"role": "assistant", "content": text}, book, asked_format=FORMATS[fmt].codec)
+    assert len(asked.calls) == 1 and asked.repairs == (), (fmt, asked.repairs)
+    other = assess({"role": "assistant", "content": text}, book)  # not asked for: read, and said
+    assert other.repairs and other.repairs[0].repairs[0] == f"{FORMATS[fmt].codec}_in_content"
+
+
+@pytest.mark.parametrize("fmt", FORMAT_NAMES)
+def test_every_format_streamed_in_any_chunking_shows_no_markup_and_gives_the_whole_call(fmt: str) -> None:
+    book = SpellBook.from_tools(WEATHER)
+    lead = opens_bare(fmt)
+    call = render_call(fmt, "get_weather", ARGS)
+    text = call if lead else "Let me check. " + call
+    whole = assess({"role": "assistant", "content": text}, book)
+    final = whole.content or ""
+    for pieces in [[text[:i], text[i:]] for i in range(1, len(text))] + [list(text)]:
+        assembler, shown = _streamed(pieces, lead)
+        assert final.startswith(shown.strip()), f"{fmt}: shown live but not content: {shown!r}"
+        assert (shown + unseen(shown, final)).strip() == final.strip()
+        again = assess(assembler.message(), book)
+        assert [(c.name, c.arguments) for c in again.calls] == [(c.name, c.arguments) for c in whole.calls]

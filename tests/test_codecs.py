@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sanctum_proxy.calls import Candidate
 from sanctum_proxy.codecs import hermes, json_blocks
-from sanctum_proxy.codecs.registry import all_starts, find_calls
+from sanctum_proxy.codecs.registry import find_calls, stream_starts
 
 NAMES = frozenset({"get_weather", "terminal", "search"})
 
@@ -166,17 +166,18 @@ def test_spans_never_overlap() -> None:
     assert len(found) == 2
 
 
-def test_all_starts_lists_every_delimiter_once() -> None:
-    starts = all_starts()
-    assert {"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<function=", "```", "{", "["} <= set(starts)
+def test_stream_starts_list_every_delimiter_once_and_no_generic_opener() -> None:
+    starts = stream_starts()
+    assert {"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<function=", "```json", "<tools>"} <= set(starts)
+    assert not {"```", "{", "["} & set(starts)  # held only in a call's shape (Codec.shape)
     assert len(starts) == len(set(starts))
 
 
 def test_hermes_render_round_trips() -> None:
     text = hermes.render_call("search", {"q": "ü"})
-    assert text == '<tool_call>\n{"name": "search", "arguments": {"q": "ü"}}\n</tool_call>'
+    assert text == '<tool_call>\n{"name":"search","arguments":{"q":"ü"}}\n</tool_call>'
     assert calls(text) == [("search", {"q": "ü"}, "hermes")]
-    assert json_blocks.render_call("search", {}) == '{"name": "search", "arguments": {}}'
+    assert json_blocks.render_fenced("search", {}) == '```json\n{"name":"search","arguments":{}}\n```'
 
 
 def test_candidate_count_is_capped() -> None:

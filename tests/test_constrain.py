@@ -13,6 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sanctum_proxy import constrain as cn
+from sanctum_proxy.cli import resolve
+from sanctum_proxy.config import Settings
 from sanctum_proxy.repair.spellbook import SpellBook
 from tests.fakes.upstream import Step, completion, content_chunks, native_call
 
@@ -141,7 +143,14 @@ def test_text_branch_becomes_plain_content(client, fake):
     assert r.json()["choices"][0]["finish_reason"] == "stop"
 
 
-def test_repair_constrains_the_correction_pinned_to_the_spell(client, fake):
+@pytest.fixture
+def fresh_client(make_proxy):
+    with httpx.Client(base_url=make_proxy(correction_context="fresh"), timeout=20) as client:
+        yield client
+
+
+def test_fresh_context_constrains_the_correction_pinned_to_the_spell_without_the_transcript(fresh_client, fake):
+    client = fresh_client
     fake[0].push(
         Step(body=completion(None, [native_call("get_weather", '{"days": 2}')], "tool_calls")),
         answer_for(fake, {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}),
@@ -167,7 +176,7 @@ def test_unknown_spell_correction_offers_every_spell(client, fake):
         Step(body=completion(None, [native_call("weather", '{"city": "Paris"}')], "tool_calls")),
         answer_for(fake, CALL),
     )
-    post(client, spell_calling="native")
+    post(client, spell_calling="prompted")
     (schema,) = schemas_sent(fake)
     assert valid(schema, CALL) and valid(schema, {"name": "get_time", "arguments": {}})
 
@@ -256,7 +265,8 @@ def test_streamed_call_branch_becomes_tool_call_deltas(client, fake):
 
 
 def test_embedded_demo_constrains_always_unless_told_otherwise(tmp_path):
-    from sanctum_proxy.cli import settings_from
+    def settings_from(argv: list[str], env: dict[str, str]) -> Settings:
+        return resolve(argv, env)[0]
 
     assert settings_from(["--embedded"], env={}).constrain == "always"
     assert settings_from([], env={}).constrain == "repair"

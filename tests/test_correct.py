@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import get_args
 
 from sanctum_proxy.calls import Problem, Reason
-from sanctum_proxy.repair.correct import correction, rejected_answer_text
+from sanctum_proxy.repair.correct import correction, rejected_answer_text, sent_answer_text
 from sanctum_proxy.repair.spellbook import SpellBook
 
 BOOK = SpellBook.from_tools(
@@ -91,8 +91,22 @@ def test_rejected_answer_text_keeps_broken_arguments_verbatim() -> None:
     }
     assert rejected_answer_text(message) == (
         'Let me see.\n<tool_call>\n{"name": "search", "arguments": {"tags": ["a",}\n</tool_call>\n'
-        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "P"}}\n</tool_call>'
+        '<tool_call>\n{"name":"get_weather","arguments":{"city":"P"}}\n</tool_call>'
     )
+
+
+def test_sent_answer_text_keeps_native_calls_as_the_model_sent_them() -> None:
+    """Issue 20: a surrender's `rejected` holds what the model sent, not the calls re-rendered as Hermes."""
+    args = '{"city":  "Par'  # broken, odd spacing: byte for byte
+    message = {"content": "Checking.", "tool_calls": [
+        {"index": 0, "id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": args}}]}
+    sent = sent_answer_text(message)
+    assert sent == 'Checking.\n{"type":"function","function":{"name":"get_weather","arguments":"{\\"city\\":  \\"Par"}}'
+    assert "<tool_call>" not in sent
+    again = {**message, "tool_calls": [{**message["tool_calls"][0], "id": "call_10"}]}  # a new id, same call
+    assert sent_answer_text(again) == sent
+    assert rejected_answer_text(message).startswith("Checking.\n<tool_call>")  # the correction turn quotes it
+    assert sent_answer_text(None) == "" and sent_answer_text({"content": "x", "tool_calls": [5]}) == "x\n5"
 
 
 def test_rejected_answer_text_of_odd_messages_is_a_string() -> None:

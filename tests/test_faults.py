@@ -61,7 +61,9 @@ class Proxy:
 
     def busy_connections(self) -> int:
         async def count() -> int:
-            return int(self.app.state.upstream.busy_connections())
+            upstream = self.app.state.upstream  # aiohttp keeps no public count of connections lent out
+            return sum(len(s.connector._acquired) for s in (upstream._session, upstream._fresh_session)
+                       if s is not None and s.connector is not None)
 
         return int(self._in_loop(count))
 

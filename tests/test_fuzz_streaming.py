@@ -110,7 +110,7 @@ messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(
 }), max_size=6)
 
 
-@given(messages, st.sampled_from(families.FAMILIES), st.booleans(), st.sampled_from([None, "any", "search"]))
+@given(messages, st.sampled_from(families.FORMAT_NAMES), st.booleans(), st.sampled_from([None, "any", "search"]))
 def test_prompted_rewrites_any_history_into_text_only(history: list[dict[str, Any]], fmt: str, parallel: bool,
                                                      required: str | None) -> None:
     """Any history the request parser lets through (the rest is a 400 there)."""
@@ -127,9 +127,9 @@ def test_prompted_rewrites_any_history_into_text_only(history: list[dict[str, An
 
 
 @given(st.sampled_from(sorted(SCHEMAS)), st.dictionaries(st.text(max_size=6), json_values, max_size=4),
-       st.sampled_from(families.FAMILIES))
+       st.sampled_from(families.FORMAT_NAMES))
 def test_prompted_call_text_reads_back_as_the_same_call(name: str, args: dict[str, Any], fmt: str) -> None:
-    text = prompted.render_call(fmt, name, args)
+    text = families.render_call(fmt, name, args)
     out = assess({"content": text}, BOOK)
     if out.calls:  # accepted: exactly what was written (or its lossless coercion, then valid)
         assert [c.name for c in out.calls] == [name]

@@ -231,10 +231,10 @@ def events_of(chunks: list[bytes]) -> list[dict[str, Any]]:
 
 def test_responses_writer_streams_live_text_then_the_rest_then_calls_in_order():
     plan = Plan(body={}, book=None, mode="native", auto=False, max_rounds=2)
-    plan.omens = [om.Omen("SpellCallRepaired", 1, {"spell": "get_weather"})]
     writer = ResponsesWriter(responses_api.skeleton({}, "x", 1, "m"), "x", "t", plan,
                              lambda f: reply(f.message, f.finish_reason))
-    chunks = [writer.opening(), *writer.render(ContentDelta("Check")),
+    held = writer.render(om.Omen("SpellCallRepaired", 1, {"spell": "get_weather"}))  # sent with the next event
+    chunks = [writer.opening(), *held, *writer.render(ContentDelta("Check")),
               *writer.render(final({"role": "assistant", "content": "Checking.", "tool_calls": [CALL]}, "tool_calls"))]
     assert b": omen " in b"".join(chunks)
     events = events_of(chunks)

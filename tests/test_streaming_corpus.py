@@ -5,19 +5,22 @@ and the official SDK's stream helper."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import hypothesis
 import openai
 import orjson
 import pytest
+from hypothesis import strategies as st
 
 from sanctum_proxy.app import create_app
+from sanctum_proxy.calls import content_text
 from sanctum_proxy.config import load_settings
 from sanctum_proxy.errors import SpellCallParseError
 from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, run
-from sanctum_proxy.repair.mend import content_text
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.routes.sse import SseWriter, stream_sender
 from tests.conftest import ServerThread
@@ -131,7 +134,7 @@ async def test_streamed_corpus_case_equals_non_streamed(tools: list[dict[str, An
     final = plain.message.get("content") or ""
     if plain.rounds == 1:
         assert got.parsed_calls() == case["expect"]["calls"], case["note"]
-        assert got.content.strip() == final.strip(), "streamed content differs from non-streamed"
+        assert got.content == final, "streamed content differs from non-streamed"
         return
     # The answer was corrected: round 1 showed at most its prose, never its call text; the accepted
     # answer's content follows it.
@@ -179,3 +182,22 @@ def test_corpus_case_through_the_proxy_and_the_sdk_stream_helper(
     assert final.choices[0].finish_reason == "tool_calls"
     if "content" in case["expect"]:
         assert (message.content or "").strip() == (case["expect"]["content"] or "")
+
+
+_PROSE = st.text(alphabet=st.sampled_from(list("ab .,\n\t")), max_size=12)
+_HERMES = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+_WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(before=_PROSE, after=_PROSE, calls=st.integers(0, 2), size=st.sampled_from([1, 2, 5, None]))
+def test_streamed_content_equals_non_streamed_byte_for_byte(before: str, after: str, calls: int,
+                                                            size: int | None) -> None:
+    """Prose and whitespace of any shape around calls taken out of content: the same content either way."""
+    case = {"message": {"role": "assistant", "content": before + _HERMES * calls + after}, "finish_reason": "stop"}
+    plain = asyncio.run(answer_plain(_WEATHER, case))
+    if plain.rounds != 1:
+        return
+    got = read_stream(asyncio.run(answer_streamed(_WEATHER, case, size)))
+    assert got.content == (plain.message.get("content") or "")

@@ -54,7 +54,7 @@ def test_correction_round_shows_live_prose_once_and_never_the_rejected_call(prox
     fake[0].push(Step(chunks=content_chunks("Let me check. " + UNKNOWN, size=5)),
                  Step(chunks=content_chunks("Let me check. " + GOOD, size=5)))
     r, got = stream(proxy)
-    assert got.content == "Let me check. " and "get_forecast" not in got.content
+    assert got.content == "Let me check." and "get_forecast" not in got.content
     assert got.parsed_calls() == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
     assert got.finish_reason == "tool_calls" and got.sanctum["rounds"] == 2
     assert [o["type"] for o in got.omens][0] == "SpellCallRejected"
@@ -169,7 +169,7 @@ def test_upstream_dying_mid_stream_ends_the_client_stream_with_an_error(proxy, f
     fake[0].push(Step(chunks=content_chunks("Hello there, friend", size=3), die_after=3))
     start = time.monotonic()
     _, got = stream(proxy)
-    assert got.content == "Hello " and got.error is not None and got.error["type"] == "upstream_unreachable"
+    assert got.content == "Hello" and got.error is not None and got.error["type"] == "upstream_unreachable"
     assert time.monotonic() - start < 5
 
 
@@ -177,7 +177,7 @@ def test_auto_fallback_on_the_streamed_tools_request_yields_one_clean_stream(pro
     fake[0].push(Step(*LLAMA_NO_JINJA), Step(chunks=content_chunks("Sure. " + GOOD, size=6)))
     r, got = stream(proxy)
     assert r.headers["x-sanctum-spell-calling"] == "prompted"
-    assert got.content == "Sure. " and got.finish_reason == "tool_calls"
+    assert got.content == "Sure." and got.finish_reason == "tool_calls"
     assert got.parsed_calls() == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
     assert got.omens[0]["type"] == "SpellCallingFallback" and got.sanctum["mode"] == "prompted"
     assert "tools" not in fake[0].requests[1]
@@ -196,7 +196,7 @@ def test_fallback_after_live_content_does_not_show_it_twice(proxy, fake):
 def test_prompted_mode_streams_content_live_and_calls_as_deltas(proxy, fake):
     fake[0].push(Step(chunks=content_chunks("One moment. " + GOOD, size=2)))
     r, got = stream(proxy, **{"X-Sanctum-Spell-Calling": "prompted"})
-    assert r.headers["x-sanctum-spell-calling"] == "prompted" and got.content == "One moment. "
+    assert r.headers["x-sanctum-spell-calling"] == "prompted" and got.content == "One moment."
     assert got.parsed_calls() == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
 
 

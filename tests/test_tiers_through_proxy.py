@@ -60,8 +60,9 @@ def test_unknown_spell_gets_a_correction_round_listing_the_spells(client, fake):
     assert r.status_code == 200 and r.headers["x-sanctum-rounds"] == "2"
     omen = r.json()["sanctum"]["omens"][0]
     assert omen["type"] == "SpellCallRejected" and omen["reason"] == "unknown_spell"
-    second = fake[0].requests[1]["messages"]
-    assert second[-2]["role"] == "assistant" and "lookup_weather" in second[-2]["content"]
+    second = fake[0].requests[1]["messages"]  # the rejected call quoted in the prompt format (Hermes)
+    assert second[-2]["role"] == "assistant" and second[-2]["content"].startswith("<tool_call>\n")
+    assert "lookup_weather" in second[-2]["content"]
     assert second[-1]["role"] == "user" and "get_weather" in second[-1]["content"]
     assert r.json()["usage"]["total_tokens"] == 30
 
@@ -74,6 +75,9 @@ def test_surrender_after_max_rounds_is_422_with_every_rejected_answer(client, fa
     err = r.json()["error"]
     assert err["type"] == "spell_call_parse_error" and err["rounds"] == 3 and len(err["rejected"]) == 3
     assert len(fake[0].requests) == 3
+    # What the model sent (issue 20): the native call's JSON as it came, never re-rendered as <tool_call> text.
+    assert [orjson.loads(r)["function"] for r in err["rejected"]] == [
+        {"name": "nope", "arguments": f'{{"city":"{city}"}}'} for city in "ABC"]
 
 
 def test_repeating_a_rejected_call_verbatim_gives_up_early(client, fake):

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from sanctum_proxy.legacy import to_tools
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.validate import coerce
 
@@ -49,7 +50,8 @@ def test_odd_tool_definitions_are_skipped_without_crashing() -> None:
 
 
 def test_legacy_functions_build_the_same_book() -> None:
-    assert SpellBook.from_functions([{"name": "f", "parameters": SCHEMA}]).spells["f"].parameters == SCHEMA
+    tools = to_tools({"functions": [{"name": "f", "parameters": SCHEMA}]})["tools"]
+    assert SpellBook.from_tools(tools).spells["f"].parameters == SCHEMA
 
 
 def test_restricted_book_holds_only_that_spell() -> None:

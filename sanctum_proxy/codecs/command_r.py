@@ -13,8 +13,13 @@ content. The response tokens are markup; the text between them is content.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from sanctum_proxy.calls import Found
 from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.codecs.base import Codec, Format, blank, register, register_format, template_has
+from sanctum_proxy.codecs.writing import arguments_text
 
 NAME = "command_r"
 _ACTION, _ACTION_END = "<|START_ACTION|>", "<|END_ACTION|>"
@@ -25,7 +30,7 @@ STARTS: tuple[str, ...] = (_ACTION, _THINK, _MARKERS[0])
 
 def find(text: str, spell_names: frozenset[str]) -> list[Found]:
     out = _thinking(text)
-    out += _actions(_blank(text, out), spell_names) if _ACTION in text else []
+    out += _actions(blank(text, out), spell_names) if _ACTION in text else []
     taken = [(f.start, f.end) for f in out]
     for marker in _MARKERS:
         pos = 0
@@ -68,7 +73,17 @@ def _actions(text: str, names: frozenset[str]) -> list[Found]:
     return out
 
 
-def _blank(text: str, spans: list[Found]) -> str:
-    for f in spans:
-        text = text[: f.start] + " " * (f.end - f.start) + text[f.end :]
-    return text
+
+def render_call(name: str, arguments: Any) -> str:
+    call = ('{"tool_call_id": "0", "tool_name": ' + json.dumps(name, ensure_ascii=False)
+            + ', "parameters": ' + arguments_text(arguments) + "}")
+    return f"{_ACTION}[\n    {call}\n]{_ACTION_END}"
+
+
+def render_result(name: str, call_id: str, text: str) -> str:
+    result = {"tool_call_id": call_id or "0", "results": {"0": text}, "is_error": None}
+    return f"<|START_TOOL_RESULT|>[{json.dumps(result, ensure_ascii=False)}]<|END_TOOL_RESULT|>"
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=20))
+register_format(Format(NAME, NAME, render_call, render_result, detect=template_has(_ACTION), detect_rank=30))

@@ -15,9 +15,12 @@ the section opener as `<｜tool_calls_begin｜>`, `<｜tool calls begin｜>`, `<
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format
+from sanctum_proxy.codecs.writing import arguments_text
 
 NAME = "deepseek"
 _SECTIONS = ("<｜tool▁calls▁begin｜>", "<｜tool_calls_begin｜>", "<｜tool calls begin｜>", "<｜tool\\_calls\\_begin｜>",
@@ -67,3 +70,26 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
         out.append(Found(m.start(), end, (Candidate(name, args or None, NAME, text[m.start() : end]),)))
         pos = end
     return out
+
+
+def render_call(name: str, arguments: Any) -> str:
+    """V3 / R1: `function`, the name, the arguments in a ```json fence."""
+    return (f"{_SECTIONS[0]}{_BEGIN}function<｜tool▁sep｜>{name}\n```json\n"
+            f"{arguments_text(arguments)}\n```{_END}<｜tool▁calls▁end｜>")
+
+
+def render_call_v31(name: str, arguments: Any) -> str:
+    """V3.1+: the name, then the arguments bare."""
+    return f"{_SECTIONS[0]}{_BEGIN}{name}<｜tool▁sep｜>{arguments_text(arguments)}{_END}<｜tool▁calls▁end｜>"
+
+
+def render_result(name: str, call_id: str, text: str) -> str:
+    return f"<｜tool▁output▁begin｜>{text}<｜tool▁output▁end｜>"
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=50))
+# A template with the separator is V3 / R1's when it fences the arguments, else V3.1+'s.
+register_format(Format(NAME, NAME, render_call, render_result, detect_rank=60,
+                       detect=lambda t: "<｜tool▁sep｜>" in t and "```json" in t))
+register_format(Format("deepseek_v31", NAME, render_call_v31, render_result, detect_rank=61,
+                       detect=lambda t: "<｜tool▁sep｜>" in t))

@@ -16,10 +16,13 @@ text, `all\n` is markup and `NAME\n{...}` a call when NAME is an offered spell.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.repair.extract import value_end
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import arguments_text
+from sanctum_proxy.lenient_json import value_end
 
 NAME = "functionary"
 STARTS: tuple[str, ...] = (">>>",)
@@ -68,3 +71,21 @@ def _part(text: str, m: re.Match[str], name: str) -> list[Found]:
     else:
         return []
     return [Found(m.start(), end, (Candidate(name, args or None, NAME, text[m.start() : end]),))]
+
+
+def render_call(name: str, arguments: Any) -> str:
+    return f">>>{name}\n{arguments_text(arguments)}"
+
+
+def render_call_v31(name: str, arguments: Any) -> str:
+    """Functionary v3.1: JSON inside `<function=NAME>...</function>` (read back by qwen_xml)."""
+    return f"<function={name}>{arguments_text(arguments)}</function>"
+
+
+# Streamed, the first line is held until it shows which: `all\n` (passed over) or `NAME\n{` (a call).
+_LEAD = (r"\s*(?:[A-Za-z_][\w.\-]{0,255}\n?\s*)?", r"\s*all\n", r"\s*[A-Za-z_][\w.\-]{0,255}\n\s*[\[{]")
+CODEC = register(Codec(NAME, find, STARTS, rank=110, opens=opens, lead=_LEAD))
+register_format(Format(NAME, NAME, render_call, detect=template_has(">>>"), detect_rank=70, opens_bare=True))
+# Its template also has python_tag: `<function=` is matched before Llama's markers.
+register_format(Format("functionary_v31", "qwen_xml", render_call_v31, detect=template_has("<function="),
+                       detect_rank=90))

@@ -13,9 +13,12 @@ strings written; repair coerces them to the schema's types ("3" -> 3, "[1, 2]" -
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
-from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.codecs import hermes, json_blocks
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import pairs
 
 NAME = "glm"
 STARTS: tuple[str, ...] = ("<tool_call>",)
@@ -60,3 +63,16 @@ def _pairs(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
             end = k = stop.start()
         args.setdefault(p.group(1).strip(), text[p.end() : end].strip("\n"))
     return args, k, repairs
+
+
+def render_call(name: str, arguments: Any) -> str:
+    kv = pairs(arguments)
+    if kv is None:  # not an object (broken JSON from an earlier turn): Hermes keeps it as written
+        return hermes.render_call(name, arguments)
+    body = "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in kv)
+    return f"<tool_call>{name}\n{body}</tool_call>"
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=60))
+register_format(Format(NAME, NAME, render_call, detect=template_has("<arg_key>"), detect_rank=50,
+                       families=("glm4moe",)))

@@ -18,10 +18,13 @@ the analysis channel (`<|start|>assistant to=functions.f<|channel|>analysis`), t
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.repair.extract import value_end
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import arguments_text
+from sanctum_proxy.lenient_json import value_end
 
 NAME = "harmony"
 STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "to=functions.")
@@ -84,3 +87,17 @@ def _name(recipient: str, ctype: str | None, names: frozenset[str]) -> str:
             and json_blocks.known(name[:-4], names):
         name = name[:-4]  # `to=functions.get_weatherjson`: the content type glued to the name
     return name
+
+
+def render_call(name: str, arguments: Any) -> str:
+    return (f"<|start|>assistant<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>"
+            f"{arguments_text(arguments)}<|call|>")
+
+
+def render_result(name: str, call_id: str, text: str) -> str:
+    return f"<|start|>functions.{name} to=assistant<|channel|>commentary<|message|>{text}<|end|>"
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=10))
+register_format(Format(NAME, NAME, render_call, render_result, detect=template_has("<|channel|>"), detect_rank=10,
+                       families=("gptoss", "gpt-oss")))

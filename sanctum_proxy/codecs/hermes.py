@@ -8,11 +8,12 @@ does not cut the call short); a missing closing tag or outer brace is tolerated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from sanctum_proxy.calls import Found
 from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import json_call
 
 NAME = "hermes"
 OPEN = "<tool_call>"
@@ -21,10 +22,6 @@ CLOSE = "</tool_call>"
 # Phi's `functools[...]` (no closer).
 _TAGS = ((OPEN, CLOSE, NAME), ("<|tool_call|>", "<|/tool_call|>", "phi"), ("functools", "", "phi"))
 STARTS: tuple[str, ...] = (OPEN, "<|tool_call|>", "functools[")
-
-
-def render_call(name: str, arguments: Mapping[str, Any]) -> str:
-    return f"{OPEN}\n{json_blocks.render_call(name, arguments)}\n{CLOSE}"
 
 
 def find(text: str, spell_names: frozenset[str]) -> list[Found]:
@@ -55,3 +52,16 @@ def _find_tagged(text: str, names: frozenset[str], opener: str, closer: str, sou
             out.append(Found(start, end, tuple(calls)))
         pos = max(end, body)
     return out
+
+
+def render_call(name: str, arguments: Any) -> str:
+    return f"{OPEN}\n{json_call(name, arguments)}\n{CLOSE}"
+
+
+INSTRUCTIONS = (
+    "To call a tool, write the call inside <tool_call></tool_call> tags as a JSON object with the keys "
+    '"name" and "arguments", for example:\n<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
+)
+
+CODEC = register(Codec(NAME, find, STARTS, rank=80, sources=("phi",)))
+register_format(Format(NAME, NAME, render_call, instructions=INSTRUCTIONS, detect=template_has(OPEN), detect_rank=130))

@@ -15,12 +15,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
-from sanctum_proxy.repair.extract import Decoded, decode, value_end
-from sanctum_proxy.repair.spellbook import resolve_name
+from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format
+from sanctum_proxy.codecs.writing import json_call
+from sanctum_proxy.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.spell_names import resolve_name
 
 NAME = "json"
 STARTS: tuple[str, ...] = ("```", "{", "[")
@@ -28,15 +29,10 @@ STARTS: tuple[str, ...] = ("```", "{", "[")
 MAX_SCAN_CHARS = 1_000_000
 MAX_ATTEMPTS = 256
 MAX_UNCLOSED = 16
-MAX_CANDIDATES = 128
 ARG_KEYS = ("arguments", "parameters", "params", "args", "input")
 _WRAPPERS = ("tool_calls", "tool_call", "function_call")
 _FENCE = re.compile(r"```[ \t]*[\w-]*[ \t]*\n(.*?)(?:```|\Z)", re.S)
 _OPEN = re.compile(r"[{\[]")
-
-
-def render_call(name: str, arguments: Mapping[str, Any]) -> str:
-    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
 
 
 @functools.lru_cache(maxsize=256)
@@ -240,3 +236,22 @@ def _explicit(payload: str, source: str, names: frozenset[str], repairs: tuple[s
         return calls  # `functools[]`: markup with no call in it
     guess = _NAME_GUESS.search(payload)
     return [Candidate(guess.group(1) if guess else "", payload, source, payload, None, repairs)]
+
+
+def render_fenced(name: str, arguments: Any) -> str:
+    return f"```json\n{json_call(name, arguments)}\n```"
+
+
+INSTRUCTIONS = (
+    "To call a tool, write a fenced JSON block with the keys \"name\" and \"arguments\", for example:\n"
+    '```json\n{"name": "%s", "arguments": %s}\n```'
+)
+
+# `{`, `[` and a bare fence are prose too: held only as `{"`, `[{` or a fence opening on JSON. Models also
+# fence calls as ```json, ```tool_call or ```python, or wrap them in <tools>.
+CODEC = register(Codec(NAME, find, STARTS, rank=130, generic=("{", "[", "```"),
+                       shape=r"\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]", partial_shape=r"\{\s*|\[\s*|```[ \t]*(\n\s*)?",
+                       holds=("<tools>", "```json", "```tool_call", "```python")))
+register_format(Format(NAME, NAME, render_fenced, instructions=INSTRUCTIONS))
+# Constrained rounds: the JSON answer object, without markup (never a `prompt_format`).
+register_format(Format("constrained", NAME, json_call, selectable=False))

@@ -10,9 +10,12 @@ The section markers may be missing, or written in the singular (`<|tool_call_sec
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import arguments_text
 
 NAME = "kimi"
 _SECTION = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
@@ -61,3 +64,16 @@ def _section_start(text: str, pos: int, begin: int) -> int:
             return at
     return begin
 
+
+def render_call(name: str, arguments: Any) -> str:
+    return (f"{_SECTION[0]}{_BEGIN}functions.{name}:0<|tool_call_argument_begin|>"
+            f"{arguments_text(arguments)}{_END}<|tool_calls_section_end|>")
+
+
+def render_result(name: str, call_id: str, text: str) -> str:
+    return f"## Return of {call_id or f'functions.{name}:0'}\n{text}"
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=40))
+register_format(Format(NAME, NAME, render_call, render_result, detect=template_has(_SECTION[0], _BEGIN),
+                       detect_rank=20))

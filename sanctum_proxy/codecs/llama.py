@@ -5,8 +5,12 @@ several calls separated by `;`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sanctum_proxy.calls import Found
 from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import json_call
 
 NAME = "llama"
 STARTS: tuple[str, ...] = ("<|python_tag|>", "<|python_start|>")
@@ -33,3 +37,13 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
             out.append(Found(start, end, tuple(calls)))
         pos = max(end, body)
     return out
+
+
+def render_call(name: str, arguments: Any) -> str:
+    """Meta's template writes the call bare, with `parameters` (read back as JSON)."""
+    return json_call(name, arguments, key="parameters")
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=100))
+register_format(Format("llama3", "json", render_call, detect_rank=110,
+                       detect=template_has("<|python_tag|>", "<|start_header_id|>ipython")))

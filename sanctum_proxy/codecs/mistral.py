@@ -9,11 +9,15 @@ Text after the call (v0.3 often adds prose) stays content.
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.repair.extract import value_end
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import json_call
+from sanctum_proxy.lenient_json import value_end
 
 NAME = "mistral"
 TAG = "[TOOL_CALLS]"
@@ -57,3 +61,16 @@ def _named(text: str, body: int) -> tuple[int, list[Candidate]] | None:
         end = stop if stop >= 0 else len(text)
     args = text[m.end() : end].strip()
     return end, [Candidate(m.group(1), args, NAME, text[body:end].strip())]
+
+
+def render_call(name: str, arguments: Any) -> str:
+    return f"{TAG}[{json_call(name, arguments)}]"
+
+
+def render_result(name: str, call_id: str, text: str) -> str:
+    result = {"content": text, "call_id": call_id} if call_id else {"content": text}
+    return f"[TOOL_RESULTS]{json.dumps(result, ensure_ascii=False)}[/TOOL_RESULTS]"
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=90))
+register_format(Format(NAME, NAME, render_call, render_result, detect=template_has(TAG), detect_rank=100))

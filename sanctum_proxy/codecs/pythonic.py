@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
-from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.repair.extract import value_end
+from sanctum_proxy.codecs import hermes, json_blocks
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import as_object, to_json
+from sanctum_proxy.lenient_json import value_end
 
 NAME = "pythonic"
 OPEN = "<|tool_call_start|>"
@@ -151,3 +154,16 @@ def _literal(node: ast.expr) -> Any:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return -value if isinstance(node.op, ast.USub) else value
     raise _NotLiteral
+
+
+def render_call(name: str, arguments: Any) -> str:
+    args = as_object(arguments)
+    if not isinstance(args, Mapping) or not all(isinstance(k, str) and k.isidentifier() for k in args):
+        return hermes.render_call(name, arguments)  # not writable as keyword arguments
+    return f"[{name}(" + ", ".join(f"{k}={to_json(v)}" for k, v in args.items()) + ")]"
+
+
+# `[` alone is prose; `[name(` is a call.
+CODEC = register(Codec(NAME, find, STARTS, rank=120, generic=("[",), shape=r"\[\s*[A-Za-z_][\w.]*\(",
+                       partial_shape=r"\[\s*[A-Za-z_][\w.]*|\[\s*"))
+register_format(Format(NAME, NAME, render_call, detect=template_has(OPEN), detect_rank=120))

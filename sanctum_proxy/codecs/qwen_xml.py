@@ -16,10 +16,13 @@ to the types the schema asks for ("14" -> 14, "['a']" -> ["a"]). Stray duplicate
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.repair.extract import value_end
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import arguments_text, pairs
+from sanctum_proxy.lenient_json import value_end
 
 NAME = "qwen_xml"
 STARTS: tuple[str, ...] = ("<function=",)
@@ -109,3 +112,16 @@ def _unclosed_end(text: str, k: int) -> int:
     """Without `</function>` the call runs to `</tool_call>` (left for the wrapper) or the next call."""
     ends = [i for t in ("</tool_call>", "<function=", "<tool_call>") if (i := text.find(t, k)) >= 0]
     return min(ends) if ends else len(text)
+
+
+def render_call(name: str, arguments: Any, wrap: tuple[str, str] = ("<tool_call>", "</tool_call>")) -> str:
+    kv = pairs(arguments)
+    if kv is None:
+        body = arguments_text(arguments)
+    else:
+        body = "\n".join(f"<parameter={k}>\n{v}\n</parameter>" for k, v in kv)
+    return f"{wrap[0]}\n<function={name}>\n{body}\n</function>\n{wrap[1]}"
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=70))
+register_format(Format(NAME, NAME, render_call, detect=template_has("<parameter="), detect_rank=80))

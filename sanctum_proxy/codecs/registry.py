@@ -1,18 +1,18 @@
-"""The call formats, most specific first, and the one function that finds calls in text with all of them.
+"""Every call format by name, and the one function that finds calls in text with all the codecs.
 
-Each codec module has NAME, STARTS (the literal delimiters that may open a call in streamed text, for the
-streaming hold-back) and `find(text, spell_names) -> list[Found]`; one whose calls may open the text
-without a delimiter (Functionary v3.2) also has `opens(text) -> bool`. Spans a codec claims are blanked
-before the next codec looks, so a Hermes call is never found again as bare JSON. A Found without
-candidates is markup or reasoning that is not content (a harmony channel header, a thinking block).
+Importing this module imports every codec module, each of which registers its Codec and Formats
+(codecs/base.py says what they hold). `find_calls` runs the codecs in their reading order; spans a codec
+claims are blanked before the next codec looks, so a Hermes call is never found again as bare JSON. A Found
+without candidates is markup or reasoning that is not content (a harmony channel header, a thinking block).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import re
+from typing import Any
 
 from sanctum_proxy.calls import Found
-from sanctum_proxy.codecs import (
+from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     command_r,
     deepseek,
     functionary,
@@ -27,57 +27,69 @@ from sanctum_proxy.codecs import (
     qwen_xml,
     seed,
 )
+from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, blank, codecs, formats
 
-MAX_CANDIDATES = 128
-
-
-class Codec(Protocol):
-    NAME: str
-    STARTS: tuple[str, ...]
-
-    def find(self, text: str, spell_names: frozenset[str]) -> list[Found]: ...
-
-
-# Codecs that claim reasoning blocks (harmony's analysis, Command-R's thinking, Seed's think) run first, so
-# no later codec reads calls written inside reasoning; GLM runs before Hermes (both open with <tool_call>).
-CODECS: tuple[Codec, ...] = (
-    harmony, command_r, seed, kimi, deepseek, glm, qwen_xml, hermes, mistral, llama, functionary, pythonic,
-    json_blocks,
-)
+# Codecs that claim reasoning blocks (harmony's analysis, Command-R's thinking, Seed's think) read first, so
+# no later codec reads calls written inside reasoning; GLM before Hermes (both open with <tool_call>).
+CODECS: tuple[Codec, ...] = codecs()
+FORMATS: dict[str, Format] = formats()
+# The values `prompt_format` may take besides "auto", and the format used when none is known.
+FALLBACK = hermes.NAME
+FORMAT_NAMES: tuple[str, ...] = tuple(sorted((name for name, f in FORMATS.items() if f.selectable),
+                                             key=lambda name: (name != FALLBACK, name)))
 
 
-def all_starts() -> tuple[str, ...]:
-    return tuple(dict.fromkeys(s for codec in CODECS for s in codec.STARTS))
+def format_of(fmt: str) -> Format:
+    """The format named `fmt`; Hermes for an unknown name."""
+    return FORMATS.get(fmt) or FORMATS[FALLBACK]
+
+
+def render_call(fmt: str, name: str, arguments: Any) -> str:
+    """One call as text in format `fmt` (arguments: a mapping, or JSON text; broken JSON stays as written)."""
+    return format_of(fmt).render_call(name, arguments)
+
+
+def stream_starts() -> tuple[str, ...]:
+    """The delimiters the streaming hold-back holds at: every codec's own, less the generic ones."""
+    generic = {g for codec in CODECS for g in codec.generic}
+    return tuple(dict.fromkeys(
+        [s for codec in CODECS for s in codec.starts if s not in generic] + [h for c in CODECS for h in c.holds]))
+
+
+def stream_lead() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """The lead patterns (Codec.lead) of the format that opens bare (Functionary v3.2), for `Assembler(lead=True)`."""
+    (lead,) = [c.lead for c in CODECS if c.lead is not None]
+    partial, text, call = (re.compile(p) for p in lead)
+    return partial, text, call
+
+
+def stream_shapes() -> tuple[re.Pattern[str], re.Pattern[str], frozenset[str]]:
+    """The generic openers in call shape (held while streaming), the ends of text that may grow into one, and
+    the generic openers' first characters."""
+    shaped = [c for c in CODECS if c.shape]
+    return (re.compile("|".join(c.shape for c in shaped)), re.compile("|".join(c.partial_shape for c in shaped)),
+            frozenset(g[0] for c in CODECS for g in c.generic))
 
 
 def find_calls(text: str, spell_names: frozenset[str]) -> list[Found]:
     """Every call in `text`, in order, without overlapping spans; at most MAX_CANDIDATES calls."""
     accepted: list[Found] = []
     for codec in CODECS:
-        opens = getattr(codec, "opens", None)
-        if not any(s in text for s in codec.STARTS) and not (opens and opens(text)):
+        if not any(s in text for s in codec.starts) and not (codec.opens and codec.opens(text)):
             continue
-        new = [f for f in codec.find(text, spell_names) if not _overlaps(f, accepted)]
+        new: list[Found] = []
+        for found in codec.find(text, spell_names):  # a codec's own finds may overlap too (a Seed-OSS think
+            if not _overlaps(found, accepted + new):  # block opened inside an unclosed call)
+                new.append(found)
         if new:
             accepted.extend(new)
-            text = _blank(text, new)
+            text = blank(text, new)
     accepted.sort(key=lambda f: f.start)
     return _capped(accepted)
 
 
 def _overlaps(found: Found, accepted: list[Found]) -> bool:
     return any(found.start < a.end and a.start < found.end for a in accepted)
-
-
-def _blank(text: str, spans: list[Found]) -> str:
-    pieces: list[str] = []
-    pos = 0
-    for f in sorted(spans, key=lambda f: f.start):
-        pieces.append(text[pos : f.start])
-        pieces.append(" " * (f.end - f.start))
-        pos = f.end
-    pieces.append(text[pos:])
-    return "".join(pieces)
 
 
 def _capped(found: list[Found]) -> list[Found]:

@@ -14,9 +14,11 @@ example call there); its text is reasoning, not content. The call body is read b
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from sanctum_proxy.calls import Found
 from sanctum_proxy.codecs import json_blocks, qwen_xml
+from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 
 NAME = "seed"
 _CALL, _CALL_END = "<seed:tool_call>", "</seed:tool_call>"
@@ -62,3 +64,12 @@ def _blocks(text: str, opener: str, closer: str, stops: tuple[str, ...], *, clos
         out.append(Found(start, end, ()))
         pos = end
     return out
+
+
+def render_call(name: str, arguments: Any) -> str:
+    return qwen_xml.render_call(name, arguments, (_CALL, _CALL_END))
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=30))
+register_format(Format(NAME, NAME, render_call, detect=template_has(_CALL), detect_rank=40,
+                       families=("seed_oss",)))

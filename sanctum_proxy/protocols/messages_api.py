@@ -228,10 +228,15 @@ def content_blocks(reply: Reply) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if reply.reasoning:
         out.append(thinking_block(reply.reasoning))
-    if reply.text or not reply.calls:
-        out.append({"type": "text", "text": reply.text})
+    if answer_text(reply) or not reply.calls:
+        out.append({"type": "text", "text": answer_text(reply)})
     out += [tool_use_block(c.id, c.name, arguments_object(c.arguments)) for c in reply.calls]
     return out
+
+
+def answer_text(reply: Reply) -> str:
+    """The text block's text: the answer's text, or the refusal of a model that declined (stop_reason refusal)."""
+    return reply.text or reply.refusal
 
 
 def thinking_block(text: str) -> dict[str, Any]:
@@ -243,15 +248,22 @@ def tool_use_block(call_id: str, name: str, arguments: dict[str, Any]) -> dict[s
 
 
 def stop_reason(reply: Reply) -> str:
-    return "tool_use" if reply.calls else STOP_REASONS.get(reply.finish_reason, "end_turn")
+    if reply.calls:
+        return "tool_use"
+    return "refusal" if reply.refusal else STOP_REASONS.get(reply.finish_reason, "end_turn")
 
 
 def usage(reply: Reply) -> dict[str, Any]:
-    return {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}
+    """Anthropic counts cached prompt tokens apart: `input_tokens` are the others, `cache_read_input_tokens`
+    the cached ones (OpenAI's prompt_tokens_details.cached_tokens)."""
+    out = {"input_tokens": max(0, reply.input_tokens - reply.cached_tokens), "output_tokens": reply.output_tokens}
+    if reply.cached_tokens:
+        out["cache_read_input_tokens"] = reply.cached_tokens
+    return out
 
 
 def message(reply: Reply, ids: str, model: str) -> dict[str, Any]:
-    return {"id": f"msg_{ids}", "type": "message", "role": "assistant", "model": model,
+    return {"id": f"msg_{ids}", "type": "message", "role": "assistant", "model": reply.model or model,
             "content": content_blocks(reply), "stop_reason": stop_reason(reply), "stop_sequence": None,
             "usage": usage(reply)}
 

@@ -20,11 +20,10 @@ from typing import Any
 import orjson
 
 from .. import omens as om
-from ..errors import ProxyError
+from ..errors import ProxyError, no_answer
 from ..repair.loop import ContentDelta, Final, Plan
-from ..streaming import unseen
 from . import messages_api as api
-from .reply import Reply
+from .reply import LiveText, Reply
 
 
 def event(kind: str, **fields: Any) -> bytes:
@@ -38,29 +37,35 @@ class MessagesWriter:
     keepalive = PING
 
     def __init__(self, message: dict[str, Any], trace_id: str, plan: Plan,
-                 reply_of: Callable[[Final], Reply]) -> None:
+                 reply_of: Callable[[Final], Reply], *, split_reasoning: bool = False) -> None:
         self.message, self.trace_id = message, trace_id
-        self.plan, self.omens_sent = plan, 0  # plan.omens: the loop's running list
+        self.plan, self.omens_sent = plan, 0
+        self.omens: list[om.Omen] = []  # the loop's omens so far (render adds each one)
         self.reply_of = reply_of
         self.blocks = 0
         self.text_open = False
         self.shown = ""
+        self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
         self.ended = False
 
     def opening(self) -> bytes:
         return event("message_start", message=self.message) + PING
 
     def new_omens(self) -> list[bytes]:
-        omens = self.plan.omens
+        omens = self.omens
         out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
         self.omens_sent = max(self.omens_sent, len(omens))
         return out
 
     def render(self, item: Any) -> list[bytes]:
         if item is None:
-            item = ProxyError("internal error: the round loop ended without an answer")
+            item = no_answer()
+        if isinstance(item, om.Omen):  # held: sent with the next event that goes out
+            self.omens.append(item)
+            return []
         if isinstance(item, ContentDelta):
-            return self.new_omens() + (self.text(item.text) if item.text else [])
+            text = self.live.feed(item.text)
+            return self.new_omens() + (self.text(text) if text else [])
         if isinstance(item, ProxyError):
             self.ended = True
             return self.new_omens() + [event("error", error=api.error_body(item)["error"])]
@@ -84,7 +89,7 @@ class MessagesWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         reply = self.reply_of(final)
-        rest = unseen(self.shown, reply.text)
+        rest = self.live.rest(final.message.get("content"), api.answer_text(reply))
         out = self.text(rest) if rest or (not reply.calls and not self.text_open) else []
         if self.text_open:
             out.append(event("content_block_stop", index=self.blocks - 1))

@@ -7,7 +7,9 @@ from typing import Any
 
 import orjson
 
-from ..prompted import text_of
+from .. import reasoning
+from ..calls import content_text
+from ..streaming import unseen
 
 
 @dataclass(frozen=True)
@@ -25,17 +27,35 @@ class Reply:
     finish_reason: str  # the chat finish_reason: stop | tool_calls | length | content_filter | ...
     input_tokens: int
     output_tokens: int
+    refusal: str = ""  # the model declined (OpenAI's `refusal`)
+    logprobs: tuple[dict[str, Any], ...] = ()  # the content tokens' logprobs, as the chat answer carried them
+    cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens
+    reasoning_tokens: int = 0  # usage.completion_tokens_details.reasoning_tokens
+    model: str = ""  # the upstream's own model name ("" when it sent none)
 
     @classmethod
     def of(cls, message: dict[str, Any], finish_reason: str, usage: dict[str, Any] | None,
-           accepted: dict[str, Any] | None = None) -> Reply:
-        """`accepted`: the accepted round's raw answer, whose reasoning the repaired message drops."""
+           accepted: dict[str, Any] | None = None, *, logprobs: Any = None, model: Any = None) -> Reply:
+        """`accepted`: the accepted round's raw answer, whose reasoning the repaired message drops;
+        `logprobs`: the choice's chat logprobs object; `model`: the upstream's model."""
         reasoning = next((m.get(f) for m in (message, accepted or {}) for f in ("reasoning_content", "reasoning")
                           if isinstance(m.get(f), str) and m.get(f)), None)
         calls = tuple(_call(c, i) for i, c in enumerate(message.get("tool_calls") or []) if isinstance(c, dict))
         usage = usage or {}
-        return cls(text_of(message.get("content")), calls, reasoning if isinstance(reasoning, str) else "",
-                   finish_reason, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
+        refusal = message.get("refusal")
+        tokens = logprobs.get("content") if isinstance(logprobs, dict) else None
+        return cls(content_text(message.get("content")), calls, reasoning if isinstance(reasoning, str) else "",
+                   finish_reason, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")),
+                   refusal if isinstance(refusal, str) else "",
+                   tuple(t for t in tokens if isinstance(t, dict)) if isinstance(tokens, list) else (),
+                   _count(_detail(usage, "prompt_tokens_details", "cached_tokens")),
+                   _count(_detail(usage, "completion_tokens_details", "reasoning_tokens")),
+                   model if isinstance(model, str) else "")
+
+
+def _detail(usage: dict[str, Any], details: str, name: str) -> Any:
+    part = usage.get(details)
+    return part.get(name) if isinstance(part, dict) else None
 
 
 def _call(call: dict[str, Any], index: int) -> Call:
@@ -57,3 +77,52 @@ def arguments_object(arguments: str) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def held_back(held: str, text: str) -> tuple[str, str]:
+    """(what to send now, what to hold) of live text after `held`: whitespace at the end waits for the text
+    after it, since a call taken out of content takes the whitespace before it (streamed equals unstreamed)."""
+    text = held + text
+    cut = len(text.rstrip())
+    return text[:cut], text[cut:]
+
+
+class LiveText:
+    """The live text of a translated stream: whitespace held back (`held_back`) and, with reasoning_format
+    "split", reasoning markup taken out (its reasoning reaches the client with the answer's reasoning at the
+    end). `shown` is the text sent; `rest` what of the final text is left to send."""
+
+    def __init__(self, split_reasoning: bool = False) -> None:
+        self.splitter = reasoning.Splitter() if split_reasoning else None
+        self.shown = ""  # the text sent
+        self.raw = ""  # ... as the loop gave it (markup in)
+        self.held = ""
+
+    def feed(self, text: str) -> str:
+        """The text to send now of a live delta (may be "")."""
+        text, self.held = held_back(self.held, text)
+        self.raw += text
+        if self.splitter is not None:
+            text = "".join(t for f, t in self.splitter.feed(text) if f == "content")
+        self.shown += text
+        return text
+
+    def rest(self, final_content: Any, text: str) -> str:
+        """What of the answer's `text` is left to send; `final_content`: the answer's content as the loop gave it
+        (read when splitting: `text` is then the split content, or a refusal)."""
+        if self.splitter is None:
+            return rest_after(self.shown, self.held, text)
+        raw = content_text(final_content)
+        pieces = self.splitter.feed(rest_after(self.raw, self.held, raw)) + self.splitter.flush()
+        rest = "".join(t for f, t in pieces if f == "content")
+        return rest if raw.strip() or not text else rest_after(self.shown, "", text)
+
+
+def rest_after(shown: str, held: str, final: str) -> str:
+    """What of the final text to send after `shown` was sent and `held` (whitespace) held back: exactly the
+    rest when the final text continues what was shown (the same round), else `streaming.unseen` (a hidden
+    round's answer), set off by the held whitespace."""
+    if final.startswith(shown):
+        return final[len(shown):]
+    rest = unseen(shown + held, final)
+    return held + rest if rest else ""

@@ -56,10 +56,23 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     response_format = _response_format(body.get("text"))
     if response_format is not None:
         chat["response_format"] = response_format
+    if wants_logprobs(body):
+        chat["logprobs"] = True
+        if isinstance(body.get("top_logprobs"), int):
+            chat["top_logprobs"] = body["top_logprobs"]
     effort = (body.get("reasoning") or {}).get("effort") if isinstance(body.get("reasoning"), dict) else None
     if effort is not None:
         chat["reasoning_effort"] = effort
     return chat
+
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def wants_logprobs(body: dict[str, Any]) -> bool:
+    """The request asked for the output text's logprobs (`include`)."""
+    include = body.get("include")
+    return isinstance(include, list) and LOGPROBS_INCLUDE in include
 
 
 def _copy(source: dict[str, Any], target: dict[str, Any], keys: tuple[str, ...]) -> None:
@@ -220,13 +233,19 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 
 # The answer.
 
-def output_items(reply: Reply, ids: str) -> list[dict[str, Any]]:
-    """The `output` of a response: reasoning, the message, then each function call."""
+def output_items(reply: Reply, ids: str, *, logprobs: bool = False) -> list[dict[str, Any]]:
+    """The `output` of a response: reasoning, the message (its text, with the tokens' logprobs when asked; a
+    refusal as a `refusal` part), then each function call."""
     out = []
     if reply.reasoning:
         out.append(reasoning_item(reply.reasoning, ids))
-    if reply.text or not reply.calls:
-        out.append(message_item(reply.text, ids, "completed"))
+    parts = []
+    if reply.text or not (reply.calls or reply.refusal):
+        parts.append(text_part(reply.text, response_logprobs(reply.logprobs) if logprobs else []))
+    if reply.refusal:
+        parts.append(refusal_part(reply.refusal))
+    if parts:
+        out.append({**message_item(None, ids, "completed"), "content": parts})
     out += [call_item(call.id, call.name, call.arguments, "completed") for call in reply.calls]
     return out
 
@@ -241,8 +260,31 @@ def message_item(text: str | None, ids: str, status: str) -> dict[str, Any]:
     return {"type": "message", "id": f"msg_{ids}", "status": status, "role": "assistant", "content": content}
 
 
-def text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+
+
+def refusal_part(text: str) -> dict[str, Any]:
+    return {"type": "refusal", "refusal": text}
+
+
+def response_logprobs(tokens: Any) -> list[dict[str, Any]]:
+    """Chat completion token logprobs as the Responses API's (`LogProb`: token, logprob, bytes, top_logprobs)."""
+    out = []
+    for token in tokens or ():
+        if not isinstance(token, dict) or not isinstance(token.get("token"), str):
+            continue
+        tops = [_logprob(t) for t in token.get("top_logprobs") or () if isinstance(t, dict)
+                and isinstance(t.get("token"), str)]
+        out.append({**_logprob(token), "top_logprobs": tops})
+    return out
+
+
+def _logprob(token: dict[str, Any]) -> dict[str, Any]:
+    raw = token.get("bytes")
+    value = token.get("logprob")
+    return {"token": token["token"], "logprob": value if isinstance(value, int | float) else 0.0,
+            "bytes": raw if isinstance(raw, list) else list(token["token"].encode())}
 
 
 def call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
@@ -251,14 +293,16 @@ def call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str,
 
 
 def usage(reply: Reply) -> dict[str, Any]:
-    return {"input_tokens": reply.input_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": reply.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+    return {"input_tokens": reply.input_tokens,
+            "input_tokens_details": {"cached_tokens": reply.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": reply.output_tokens, "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
             "total_tokens": reply.input_tokens + reply.output_tokens}
 
 
 def skeleton(request: dict[str, Any], ids: str, created: int, model: str) -> dict[str, Any]:
     """The response object before its output: what the request asked for, status in_progress."""
-    tools = [t for t in request.get("tools") or [] if isinstance(t, dict)]
+    tools = [{**t, "strict": t.get("strict"), "parameters": t.get("parameters")} if t.get("type") == "function"
+             else t for t in request.get("tools") or [] if isinstance(t, dict)]  # the spec requires both keys
     return {"id": f"resp_{ids}", "object": "response", "created_at": created, "status": "in_progress",
             "error": None, "incomplete_details": None, "instructions": request.get("instructions"),
             "max_output_tokens": request.get("max_output_tokens"), "model": model, "output": [],
@@ -267,14 +311,15 @@ def skeleton(request: dict[str, Any], ids: str, created: int, model: str) -> dic
             "temperature": request.get("temperature"), "text": request.get("text") or {"format": {"type": "text"}},
             "tool_choice": request.get("tool_choice") or "auto", "tools": tools,
             "top_p": request.get("top_p"), "truncation": request.get("truncation") or "disabled",
-            "usage": None, "metadata": request.get("metadata") or {}}
+            "metadata": request.get("metadata") or {}}  # no usage yet: the key is left out (the spec has no null)
 
 
 def finished(response: dict[str, Any], reply: Reply, output: list[dict[str, Any]]) -> dict[str, Any]:
     """The response once answered: `completed`, or `incomplete` when the answer hit max_output_tokens."""
     cut = reply.finish_reason == "length"
     return {**response, "status": "incomplete" if cut else "completed", "output": output,
-            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "usage": usage(reply)}
+            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "usage": usage(reply),
+            "model": reply.model or response["model"]}  # the upstream's own model, once it answered
 
 
 def failed(response: dict[str, Any], message: str, kind: str | None, param: str | None) -> dict[str, Any]:

@@ -20,11 +20,10 @@ from typing import Any
 import orjson
 
 from .. import omens as om
-from ..errors import ProxyError
+from ..errors import ProxyError, no_answer
 from ..repair.loop import ContentDelta, Final, Plan
-from ..streaming import unseen
 from . import responses_api as api
-from .reply import Reply
+from .reply import LiveText, Reply
 
 KEEPALIVE = b": keep-alive\n\n"
 
@@ -33,14 +32,21 @@ class ResponsesWriter:
     keepalive = KEEPALIVE
 
     def __init__(self, response: dict[str, Any], ids: str, trace_id: str, plan: Plan,
-                 reply_of: Callable[[Final], Reply]) -> None:
+                 reply_of: Callable[[Final], Reply], *, logprobs: bool = False,
+                 split_reasoning: bool = False) -> None:
         self.response, self.ids, self.trace_id = response, ids, trace_id
-        self.plan, self.omens_sent = plan, 0  # plan.omens: the loop's running list
+        self.plan, self.omens_sent = plan, 0
+        self.omens: list[om.Omen] = []  # the loop's omens so far (render adds each one)
         self.reply_of = reply_of
         self.sequence = 0
         self.output: list[dict[str, Any]] = []
         self.shown = ""
+        self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
+        self.held_tokens: list[dict[str, Any]] = []
         self.message_open = False
+        self.text_open = False
+        self.logprobs = logprobs  # the request asked for the output text's logprobs (`include`)
+        self.tokens: list[dict[str, Any]] = []  # the chat logprobs of the text shown so far
         self.ended = False
 
     def event(self, kind: str, **fields: Any) -> bytes:
@@ -53,16 +59,22 @@ class ResponsesWriter:
                 + self.event("response.in_progress", response=self.response))
 
     def new_omens(self) -> list[bytes]:
-        omens = self.plan.omens
+        omens = self.omens
         out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
         self.omens_sent = max(self.omens_sent, len(omens))
         return out
 
     def render(self, event: Any) -> list[bytes]:
         if event is None:
-            event = ProxyError("internal error: the round loop ended without an answer")
+            event = no_answer()
+        if isinstance(event, om.Omen):  # held: sent with the next event that goes out
+            self.omens.append(event)
+            return []
         if isinstance(event, ContentDelta):
-            return self.new_omens() + (self.text(event.text) if event.text else [])
+            tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
+            text = self.live.feed(event.text)
+            self.held_tokens = [] if text else tokens
+            return self.new_omens() + (self.text(text, tokens) if text else [])
         if isinstance(event, ProxyError):
             self.ended = True
             return self.new_omens() + self.fail(event)
@@ -71,18 +83,25 @@ class ResponsesWriter:
             return self.new_omens() + self.finish(event)
         return []
 
-    def text(self, text: str) -> list[bytes]:
-        out = []
-        if not self.message_open:
-            self.message_open = True
-            index = len(self.output)
-            self.output.append(api.message_item(None, self.ids, "in_progress"))
-            out += [self.event("response.output_item.added", output_index=index, item=self.output[index]),
-                    self.event("response.content_part.added", item_id=f"msg_{self.ids}", output_index=index,
-                               content_index=0, part=api.text_part(""))]
+    def open_message(self) -> list[bytes]:
+        if self.message_open:
+            return []
+        self.message_open = True
+        index = len(self.output)
+        self.output.append(api.message_item(None, self.ids, "in_progress"))
+        return [self.event("response.output_item.added", output_index=index, item=self.output[index])]
+
+    def text(self, text: str, tokens: list[dict[str, Any]] | None = None) -> list[bytes]:
+        out = self.open_message()
+        if not self.text_open:
+            self.text_open = True
+            out.append(self.event("response.content_part.added", item_id=f"msg_{self.ids}",
+                                  output_index=self._message_index(), content_index=0, part=api.text_part("")))
         self.shown += text
+        self.tokens += tokens or []
         out.append(self.event("response.output_text.delta", item_id=f"msg_{self.ids}",
-                              output_index=self._message_index(), content_index=0, delta=text, logprobs=[]))
+                              output_index=self._message_index(), content_index=0, delta=text,
+                              logprobs=_delta_logprobs(tokens)))
         return out
 
     def _message_index(self) -> int:
@@ -90,10 +109,11 @@ class ResponsesWriter:
 
     def finish(self, final: Final) -> list[bytes]:
         reply = self.reply_of(final)
-        rest = unseen(self.shown, reply.text)
-        out = self.text(rest) if rest or (not reply.calls and not self.message_open) else []
-        if self.message_open:
-            out += self.close_message()
+        rest = self.live.rest(final.message.get("content"), reply.text)
+        bare = not (reply.calls or reply.refusal or self.message_open)
+        out = self.text(rest) if rest or bare else []
+        if self.message_open or reply.refusal:
+            out += self.close_message(reply.refusal)
         if reply.reasoning:
             item = api.reasoning_item(reply.reasoning, self.ids)
             out += self.item(item)
@@ -114,16 +134,33 @@ class ResponsesWriter:
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
         return out + [self.event(kind, response=response)]
 
-    def close_message(self) -> list[bytes]:
-        index = self._message_index()
-        done = api.message_item(self.shown, self.ids, "completed")
+    def close_message(self, refusal: str) -> list[bytes]:
+        """The message's text part done, its refusal part (`response.refusal.delta` / `.done`) if the model
+        declined, and the message item done."""
+        out = self.open_message()
+        index, item_id = self._message_index(), f"msg_{self.ids}"
+        parts = []
+        if self.text_open:
+            part = api.text_part(self.shown, api.response_logprobs(self.tokens) if self.logprobs else [])
+            out += [self.event("response.output_text.done", item_id=item_id, output_index=index, content_index=0,
+                               text=self.shown, logprobs=_delta_logprobs(self.tokens)),
+                    self.event("response.content_part.done", item_id=item_id, output_index=index, content_index=0,
+                               part=part)]
+            parts.append(part)
+        if refusal:
+            at = len(parts)
+            parts.append(api.refusal_part(refusal))
+            out += [self.event("response.content_part.added", item_id=item_id, output_index=index,
+                               content_index=at, part=api.refusal_part("")),
+                    self.event("response.refusal.delta", item_id=item_id, output_index=index, content_index=at,
+                               delta=refusal),
+                    self.event("response.refusal.done", item_id=item_id, output_index=index, content_index=at,
+                               refusal=refusal),
+                    self.event("response.content_part.done", item_id=item_id, output_index=index,
+                               content_index=at, part=parts[-1])]
+        done = {**api.message_item(None, self.ids, "completed"), "content": parts}
         self.output[index] = done
-        item_id = done["id"]
-        return [self.event("response.output_text.done", item_id=item_id, output_index=index, content_index=0,
-                           text=self.shown, logprobs=[]),
-                self.event("response.content_part.done", item_id=item_id, output_index=index, content_index=0,
-                           part=api.text_part(self.shown)),
-                self.event("response.output_item.done", output_index=index, item=done)]
+        return out + [self.event("response.output_item.done", output_index=index, item=done)]
 
     def item(self, item: dict[str, Any]) -> list[bytes]:
         index = len(self.output)
@@ -138,3 +175,10 @@ class ResponsesWriter:
         response = api.failed(self.response, error.message, body.get("type"), error.param)
         response["output"] = self.output
         return out + [self.event("response.failed", response=response)]
+
+
+def _delta_logprobs(tokens: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Chat token logprobs as the Responses API's delta events carry them (token, logprob, top_logprobs)."""
+    return [{"token": t["token"], "logprob": t["logprob"],
+             "top_logprobs": [{"token": x["token"], "logprob": x["logprob"]} for x in t.get("top_logprobs") or []]}
+            for t in api.response_logprobs(tokens)]

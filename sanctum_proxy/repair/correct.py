@@ -5,7 +5,8 @@ parameters; missing, unexpected or invalid arguments are named one by one, with 
 repeated compactly; broken JSON and a missing required call are said plainly. `rejected_answer_text`
 writes an answer (content and native calls) as plain text, so a rejected call goes back into the
 transcript as assistant text, never as a native call with broken arguments; native calls are quoted in
-the call format of the model's family (Hermes unless known), calls in content stay as the model wrote them.
+the prompt format (Hermes unless known), calls in content stay as the model wrote them. `sent_answer_text`
+is the answer as the model sent it (native calls as their JSON), what a surrender reports as `rejected`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sanctum_proxy import families
-from sanctum_proxy.calls import Problem, Spell
-from sanctum_proxy.repair.mend import content_text
+from sanctum_proxy.calls import Problem, Spell, content_text
+from sanctum_proxy.repair.mend import native_call_text
 from sanctum_proxy.repair.spellbook import SpellBook
 
 _CLOSING = "Answer again with only the corrected tool call, and nothing else."
@@ -113,43 +114,41 @@ def _compact(schema: Mapping[str, Any]) -> str:
     return text if len(text) <= 4000 else text[:3997] + "..."
 
 
-def rejected_answer_text(message: Any, fmt: str = "hermes") -> str:
-    """The answer as the model wrote it: its content, then each native call in the family's call format
-    `fmt` (a `<tool_call>` block for Hermes and unknown families; arguments verbatim, even when they are
-    broken JSON)."""
+def rejected_answer_text(message: Any, fmt: str = families.FALLBACK) -> str:
+    """The answer as the correction turn quotes it back to the model: its content, then each native call
+    written in the prompt format `fmt` (Hermes for unknown formats; arguments verbatim, even broken JSON)."""
     msg = message if isinstance(message, Mapping) else {}
+    fmt = fmt if fmt in families.FORMAT_NAMES else families.FALLBACK
     parts = [content_text(msg.get("content"))]
     calls = msg.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
-        parts.append(_call_text(call) if fmt in ("hermes", "json", "constrained") or fmt not in families.FAMILIES
-                     else _family_call_text(call, fmt))
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(fn, Mapping):
+            name = fn.get("name")
+            parts.append(families.render_call(fmt, name if isinstance(name, str) else "", _arguments(fn)))
     return "\n".join(p for p in parts if p)
 
 
-def _family_call_text(call: Any, fmt: str) -> str:
-    fn = call.get("function") if isinstance(call, Mapping) else None
-    if not isinstance(fn, Mapping):
-        return ""
-    name = fn.get("name")
-    args = fn.get("arguments")
-    if not isinstance(args, str | Mapping) and args is not None:
-        try:
-            args = json.dumps(args, ensure_ascii=False)
-        except (TypeError, ValueError, RecursionError):
-            args = repr(args)
-    return families.render_call(fmt, name if isinstance(name, str) else "", args)
+def sent_answer_text(message: Any) -> str:
+    """The answer as the model sent it, for a surrender's `rejected` list: its content, then each native call
+    as the JSON it came in (never re-rendered in a prompt format), less the id and index the server gave it,
+    so that a model repeating a call verbatim sends the same text again."""
+    msg = message if isinstance(message, Mapping) else {}
+    calls = msg.get("tool_calls")
+    raws = [native_call_text({k: v for k, v in call.items() if k not in _SERVER_KEYS} if isinstance(call, Mapping)
+                              else call) for call in (calls if isinstance(calls, list) else [])]
+    return "\n".join(p for p in (content_text(msg.get("content")), *raws) if p)
 
 
-def _call_text(call: Any) -> str:
-    fn = call.get("function") if isinstance(call, Mapping) else None
-    if not isinstance(fn, Mapping):
-        return ""
-    name = fn.get("name")
+_SERVER_KEYS = ("id", "index")
+
+
+def _arguments(fn: Mapping[str, Any]) -> Any:
+    """The arguments as the formats write them: JSON text or a mapping as it is, anything else as JSON."""
     args = fn.get("arguments")
-    if not isinstance(args, str):
-        try:
-            args = json.dumps(args, ensure_ascii=False) if args is not None else "{}"
-        except (TypeError, ValueError, RecursionError):
-            args = repr(args)
-    body = '{"name": ' + json.dumps(name if isinstance(name, str) else "", ensure_ascii=False)
-    return f'<tool_call>\n{body}, "arguments": {args}}}\n</tool_call>'
+    if isinstance(args, str | Mapping) or args is None:
+        return args
+    try:
+        return json.dumps(args, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return repr(args)

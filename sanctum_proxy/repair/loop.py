@@ -1,18 +1,54 @@
 """The round loop: one client request, 1 + N upstream rounds, tier 2 corrections and tier 3 surrender.
 
-This is the only part of the repair layer that does I/O, and only through the injected `Sender`
-(non-streaming or streaming upstream calls). It yields events:
+`run` is a small driver over two pure steps, and the only part of the repair layer that does I/O (only
+through the injected `Sender`):
+
+    next_round(plan, state)        what the next round sends: mode, transcript, constraint, spells or not
+    send it                        (the Sender: live deltas pass through, then the round's Answer or an error)
+    judge / judge_error(...)       a Verdict: accept, correct, ask for text, fall back, unconstrain, surrender
+    apply it                       yield its omens and lessons, then the Final, a raise, or the next state
+
+It yields events; it writes nothing shared:
 
     ContentDelta   text the client may see now (streaming: only the first round that shows any; the
                    accepted answer of a hidden round comes whole in the Final)
+    FieldDelta     reasoning / refusal text of a live round
+    om.Omen        an omen, when it happens (a writer sends it with its next event); every omen is in the
+                   Final too, and the recorder keeps them when a surrender raises
+    Lesson         what the caller should remember about the upstream (auto-mode fallback, refused schema)
     Final          the answer: the message for the client, usage summed over rounds, every omen
 
-States of one request:  round(mode) --ok--> Final
-                        round(native) --tools rejected / upstream parse failure (auto)--> round(prompted)
-                        round --problems--> correction round (at most max_repair_rounds) --> ... --> surrender
-                        round --a made-up call where text could win, or a call the conversation already
-                               answered (repeats.py)--> one round without spells --> Final (text)
-Surrender raises SpellCallParseError (422) unless on_surrender is "content".
+One request's rounds (`State.kind` is what the next round is, `State.phase` where constraining stands):
+
+    verdict        when                                                      next round / end
+    -------------  --------------------------------------------------------  ------------------------------------
+    Accept         no spells offered, a text round's answer, a refusal, or   Final
+                   calls that pass tier 1 (clean or repaired)
+    Correct        problems, under the round limit, not the rejected text    ASK + [rejected answer, correction];
+                   again                                                     pinned to one spell when all problems
+                                                                             name the same known one
+    AskForText     a free-choice constrained round's call was broken or      TEXT: the conversation without spells
+                   made up (grounding.py); or every call repeats one the     (+ the correction for a repeat); its
+                   conversation already answered (repeats.py)                answer is accepted as it is
+    FallBack       auto mode, native round: the upstream refused `tools`,    ASK prompted, transcript emptied;
+                   could not parse the model's call, or answered empty       Lesson tools_rejected /
+                                                                             upstream_parse_failure
+    Unconstrain    a constrained round's schema or grammar was refused       the same round unconstrained
+                                                                             (phase REFUSED); Lesson schema_refused
+    Surrender      problems again after max_rounds corrections, or the       SpellCallParseError (422); with
+                   same rejected text twice in a row                         on_surrender "content" an Accept of
+                                                                             that text instead (outcome surrendered)
+    Fail           any other error                                           raised as it is
+
+Constraining (`plan.constrain`, `_constraint`): WAITING -> CONSTRAINING when a round is first constrained (a
+correction under "repair"; every prompted round under "always"), remembering how many hidden turns came before
+it; any phase -> REFUSED when the upstream refuses the schema or grammar. A correction round is the first
+round's body byte for byte plus the new turns (so the upstream's prompt cache serves the prefix), constrained
+by tool_choice "required" (native, where the template takes tools), a GBNF grammar in the prompt's own format
+(llama.cpp) or the answer schema; with `correction_context = "fresh"`, or natively where the template may drop
+the tools, it is a JSON-prompt round without the turns before it (`_transcript`; its omen says so).
+`next_round` raises SpellCallParseError once max_rounds + 3 rounds were sent (1 + N, one fallback, one
+unconstrained retry).
 """
 
 from __future__ import annotations
@@ -20,7 +56,8 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -28,10 +65,11 @@ import orjson
 from .. import constrain as cn
 from .. import families, prompted, reasoning
 from .. import omens as om
-from ..calls import Assessment, Problem
+from ..calls import Assessment, Problem, content_text
 from ..errors import ProxyError, SpellCallParseError, UpstreamError
-from ..modes import ModeBook, classify
-from .correct import correction, rejected_answer_text
+from ..grammar import gbnf
+from ..modes import classify
+from .correct import correction, rejected_answer_text, sent_answer_text
 from .grounding import Evidence, ungrounded
 from .mend import assess
 from .repeats import repeated_call
@@ -68,6 +106,19 @@ class Answer:
     choice_extra: dict[str, Any] = field(default_factory=dict)  # the choice's fields but index/message/finish
 
 
+@dataclass(frozen=True)
+class Lesson:
+    """What a round taught about this (upstream, model), for the caller to keep (`plan.upstream`, `plan.model`):
+    the loop keeps nothing between requests.
+
+        tools_rejected          the upstream refused `tools`: the model goes prompted for good
+        upstream_parse_failure  the upstream could not parse the model's own call: one failure counted
+        schema_refused          the upstream refused the answer schema: stop constraining for this model
+    """
+
+    what: Literal["tools_rejected", "upstream_parse_failure", "schema_refused"]
+
+
 class Sender(Protocol):
     def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]: ...
 
@@ -83,7 +134,7 @@ class RoundRecord:
     usage: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     outcome: str = "pending"  # accepted | rejected | fallback | error
-    constrained: bool = False  # the round carried the answer schema (response_format json_schema)
+    constrained: bool = False  # the round's decoding was constrained (answer schema, grammar or tool_choice)
     free_choice: bool = False  # ... offering text as well as calls, with no call attempt before it
 
 
@@ -101,6 +152,9 @@ class Final:
     choice_extra: dict[str, Any] = field(default_factory=dict)  # ... and Answer.choice_extra
 
 
+Event = ContentDelta | FieldDelta | om.Omen | Lesson | Final
+
+
 @dataclass
 class Plan:
     """What the loop needs to know about the request, settled before the first round."""
@@ -113,13 +167,13 @@ class Plan:
     on_surrender: str = "error"
     prompt_format: str = "hermes"
     upstream: str = ""
-    modes: ModeBook | None = None
     new_id: Callable[[], str] | None = None
     records: list[RoundRecord] = field(default_factory=list)
-    omens: list[om.Omen] = field(default_factory=list)  # every omen so far, kept when a surrender raises
     opening_omens: list[om.Omen] = field(default_factory=list)  # decided before the first round (a probe)
     constrain: cn.Constrain = "off"
-    on_constrain_rejected: Callable[[], None] | None = None  # the upstream cannot take the answer schema
+    correction_context: Literal["transcript", "fresh"] = "transcript"  # fresh: JSON-prompt rounds, no transcript
+    grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
+    native_calls: bool = False  # the model's template takes tools (probed): tool_choice "required" holds a call
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
 
     @property
@@ -142,85 +196,280 @@ class Plan:
         return None
 
 
-async def run(plan: Plan, send: Sender) -> AsyncIterator[ContentDelta | FieldDelta | Final]:
-    state = _State(plan.mode, omens=list(plan.opening_omens), fell_back=bool(plan.opening_omens))
-    plan.omens = state.omens
+async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
+    """The round loop (see the module docstring): rounds until an Accept, a raise or a surrender."""
+    state = State(plan.mode)
+    omens: list[om.Omen] = []
+    usage: dict[str, Any] | None = None
+    shown = False  # live content reached the client: later rounds are hidden (no text twice)
+    for omen in plan.opening_omens:
+        omens.append(omen)
+        yield omen
     while True:
-        if len(plan.records) > plan.max_rounds + 2:  # 1 + N rounds, one fallback, one unconstrained retry
-            raise SpellCallParseError("spell call could not be repaired: round limit reached",
-                                      rounds=len(plan.records), rejected=list(state.rejected))
-        constraint = None if state.text_only else _constraint(plan, state)
-        if constraint is not None and state.grammar_from is None:
-            state.grammar_from = len(state.extra)
-        transcript = state.closing if state.text_only else _transcript(state, constraint)
-        body = upstream_body(plan, state.mode, transcript, constraint, spells=not state.text_only)
-        record = RoundRecord(len(plan.records) + 1, state.mode, body, 0.0, constrained=constraint is not None,
-                             free_choice=constraint is not None and constraint.text and not state.extra)
+        step, state = next_round(plan, state, len(plan.records))
+        record = RoundRecord(len(plan.records) + 1, state.mode, step.body, 0.0,
+                             constrained=step.constraint is not None, free_choice=step.free_choice)
         plan.records.append(record)
-        answer = None
+        answer: Answer | None = None
+        error: ProxyError | None = None
         start = time.perf_counter()
         try:
-            async for event in send(body, live=not state.extra and not state.shown):
+            async for event in send(step.body, live=not state.turns and not shown):
                 if isinstance(event, Answer):
                     answer = event
                 else:
-                    state.shown = state.shown or bool(event.text)
+                    shown = shown or bool(event.text)
                     yield event
-        except ProxyError as error:  # unreachable, timed out or an error answer: this round's own record says so
-            record.latency_ms = (time.perf_counter() - start) * 1000
-            record.error, record.outcome = {**error.body()["error"], "status": error.status}, "error"
-            if not isinstance(error, UpstreamError):
-                raise
-            if constraint is not None and _schema_refused(error):
-                state.unconstrained, record.outcome = True, "fallback"
-                if plan.on_constrain_rejected is not None:
-                    plan.on_constrain_rejected()
-                continue
-            if not _fall_back(plan, state, classify(error), error.upstream_status, error.message):
-                raise
-            record.outcome = "fallback"
-            continue
+        except ProxyError as caught:  # unreachable, timed out or an error answer: this round's own record says so
+            error = caught
         record.latency_ms = (time.perf_counter() - start) * 1000
-        assert answer is not None, "a sender ends every round with an Answer"
-        if constraint is not None:
-            decoded = cn.decode(answer.message, plan.new_id)
-            answer = Answer(decoded, answer.finish_reason, answer.usage, answer.meta, answer.extra,
-                            answer.choice_extra)
-        record.answer, record.finish_reason, record.usage = answer.message, answer.finish_reason, answer.usage
-        state.add_usage(answer.usage)
-        if constraint is None and _empty_tools_answer(plan, state, answer) and _fall_back(
-                plan, state, "upstream_parse_failure", None, "upstream returned an empty answer to a tools request"):
-            record.outcome = "fallback"
-            continue
-        final = _judge(plan, state, answer, record)
-        if final is not None:
-            yield final
+        if error is not None:
+            record.error = {**error.body()["error"], "status": error.status}
+            verdict = judge_error(plan, state, step, error, record.number)
+        else:
+            assert answer is not None, "a sender ends every round with an Answer"
+            answer = _decoded(answer, step, plan)
+            record.answer, record.finish_reason, record.usage = answer.message, answer.finish_reason, answer.usage
+            usage = _added(usage, answer.usage)
+            verdict = judge(plan, state, step, answer, record.number)
+        record.outcome = verdict.outcome
+        for item in verdict.omens:
+            omens.append(item)
+            yield item
+        if isinstance(verdict, (FallBack, Unconstrain)) and verdict.lesson is not None:
+            yield verdict.lesson
+        if isinstance(verdict, Fail):
+            raise verdict.error
+        if isinstance(verdict, Surrender):
+            raise SpellCallParseError(verdict.message, rounds=len(plan.records), rejected=list(verdict.rejected))
+        if isinstance(verdict, Accept):
+            yield _final(plan, verdict, state.mode, omens, usage)
             return
+        state = verdict.state
 
 
-@dataclass
-class _State:
+class Kind(Enum):
+    """What the next round is."""
+
+    ASK = "ask"  # the request as its mode sends it (constrained or not), plus the hidden correction turns
+    TEXT = "text"  # the conversation without spells (plus a closing turn): its answer is accepted as it is
+
+
+class Phase(Enum):
+    """Where constraining stands for this request."""
+
+    WAITING = "waiting"  # no constrained round sent yet (or `constrain` is off: `_constraint` says None)
+    CONSTRAINING = "constraining"  # constrained rounds since `State.grammar_from` hidden turns
+    REFUSED = "refused"  # the upstream refused the answer schema: no more constrained rounds
+
+
+@dataclass(frozen=True)
+class State:
+    """What the next round depends on: changed only by a verdict (`dataclasses.replace`)."""
+
     mode: Mode
-    extra: list[dict[str, Any]] = field(default_factory=list)  # hidden correction turns
-    omens: list[om.Omen] = field(default_factory=list)
-    rejected: list[str] = field(default_factory=list)
-    usage: dict[str, Any] | None = None
-    fell_back: bool = False
+    kind: Kind = Kind.ASK
+    turns: tuple[dict[str, Any], ...] = ()  # hidden correction turns so far (none: the round may be live)
+    closing: tuple[dict[str, Any], ...] = ()  # TEXT: the turns the text round is sent after the conversation
+    phase: Phase = Phase.WAITING
+    grammar_from: int = 0  # CONSTRAINING: len(turns) when the first constrained round was sent
     pin: str | None = None  # the one known spell the last correction was about
-    unconstrained: bool = False  # the upstream refused the answer schema: no more constrained rounds
-    grammar_from: int | None = None  # len(extra) when the first constrained round was sent
-    shown: bool = False  # live content reached the client: later rounds are hidden (no text twice)
-    text_only: bool = False  # a call where text could win was made up or broken: the next round offers no spells
-    closing: list[dict[str, Any]] = field(default_factory=list)  # the turns a text-only round is sent
+    rejected: tuple[str, ...] = ()  # every rejected answer's text, in order
 
     @property
     def repair_rounds(self) -> int:
-        return len(self.extra) // 2
+        return len(self.turns) // 2
 
-    def add_usage(self, usage: dict[str, Any] | None) -> None:
-        """One round's usage as sent (details and vendor fields kept); over rounds, every count is summed."""
-        if isinstance(usage, dict):
-            self.usage = _summed(self.usage, usage) if self.usage is not None else copy.deepcopy(usage)
+
+@dataclass(frozen=True)
+class Round:
+    """One round as `next_round` settles it."""
+
+    body: dict[str, Any]
+    constraint: Constraint | None
+    free_choice: bool  # constrained, offering text as well as calls, with no call attempt before it
+
+
+def next_round(plan: Plan, state: State, sent: int) -> tuple[Round, State]:
+    """What the next round sends (and the state once it is sent); SpellCallParseError past the round limit."""
+    if sent > plan.max_rounds + 2:  # 1 + N rounds, one fallback, one unconstrained retry
+        raise SpellCallParseError("spell call could not be repaired: round limit reached",
+                                  rounds=sent, rejected=list(state.rejected))
+    if state.kind is Kind.TEXT:
+        body = upstream_body(plan, state.mode, list(state.closing), None, spells=False)
+        return Round(body, None, False), state
+    constraint = _constraint(plan, state)
+    if constraint is not None and state.phase is Phase.WAITING:
+        state = replace(state, phase=Phase.CONSTRAINING, grammar_from=len(state.turns))
+    body = upstream_body(plan, state.mode, _transcript(state, constraint), constraint)
+    free = constraint is not None and constraint.text and not state.turns
+    return Round(body, constraint, free), state
+
+
+# Verdicts: what a round's answer (or error) means, and the state of the round after it.
+
+@dataclass(frozen=True)
+class Accept:
+    """The answer: the message for the client."""
+
+    message: dict[str, Any]
+    finish_reason: str
+    answer: Answer
+    omens: tuple[om.Omen, ...] = ()
+    surrendered: bool = False  # on_surrender "content": the last rejected answer as text
+    outcome: str = "accepted"
+
+
+@dataclass(frozen=True)
+class Correct:
+    """Bounced with a correction; `state` carries the turns for the next round."""
+
+    state: State
+    omens: tuple[om.Omen, ...]
+    outcome: str = "rejected"
+
+
+@dataclass(frozen=True)
+class AskForText:
+    """The call was not meant (made up, broken under free choice, or already answered): ask for text."""
+
+    state: State
+    omens: tuple[om.Omen, ...]
+    outcome: str = "rejected"
+
+
+@dataclass(frozen=True)
+class FallBack:
+    """Auto mode: this request goes prompted."""
+
+    state: State
+    omens: tuple[om.Omen, ...]
+    lesson: Lesson | None
+    outcome: str = "fallback"
+
+
+@dataclass(frozen=True)
+class Unconstrain:
+    """The upstream refused the answer schema: the round again without it."""
+
+    state: State
+    lesson: Lesson | None = Lesson("schema_refused")
+    omens: tuple[om.Omen, ...] = ()
+    outcome: str = "fallback"
+
+
+@dataclass(frozen=True)
+class Surrender:
+    """No valid call: SpellCallParseError (422)."""
+
+    message: str
+    rejected: tuple[str, ...]
+    omens: tuple[om.Omen, ...] = ()
+    outcome: str = "rejected"
+
+
+@dataclass(frozen=True)
+class Fail:
+    """An error no verdict turns into another round: raised as it is."""
+
+    error: ProxyError
+    omens: tuple[om.Omen, ...] = ()
+    outcome: str = "error"
+
+
+Verdict = Accept | Correct | AskForText | FallBack | Unconstrain | Surrender | Fail
+
+
+def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number: int) -> Verdict:
+    """A round that ended in an error: the same round unconstrained, a fallback to prompted, or the error."""
+    if not isinstance(error, UpstreamError):
+        return Fail(error)
+    if step.constraint is not None and _schema_refused(error):
+        return Unconstrain(replace(state, phase=Phase.REFUSED))
+    fallback = _fall_back(plan, state, classify(error), error.upstream_status, error.message, number)
+    return fallback if fallback is not None else Fail(error)
+
+
+def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> Verdict:
+    """Accept the answer, bounce it with a correction, ask for text, fall back, or surrender."""
+    if step.constraint is None and _empty_tools_answer(plan, state, answer):
+        fallback = _fall_back(plan, state, "upstream_parse_failure", None,
+                              "upstream returned an empty answer to a tools request", number)
+        if fallback is not None:
+            return fallback
+    if plan.book is None or state.kind is Kind.TEXT or _refusal(answer.message):
+        # no spells, the text round's answer, or a refusal: an answer, passed through as it came
+        return Accept(answer.message, answer.finish_reason or "stop", answer)
+    kwargs = {"new_id": plan.new_id} if plan.new_id else {}
+    answer_object = step.constraint is not None and step.constraint.answer_object
+    asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not answer_object else None
+    assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
+                        parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
+                        asked_format=asked, client_json=cn.asks_json(plan.body), **kwargs)
+    broken = cn.broken_call(answer.message, answer.finish_reason) if answer_object else None
+    problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
+    # The grammar made the model choose between text and a call, and it began a call it could not finish
+    # (a string looping until max_tokens, which the same grammar would only repeat) or filled one with values
+    # nobody gave: the request is asked again without tools, and that text is the answer. (After a call
+    # attempt of its own was bounced, the model meant to call: its calls are judged as usual.)
+    unmeant = (broken or (None if problems else _made_up(plan, assessment))) if step.free_choice else None
+    if unmeant is not None:
+        text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent_answer_text(answer.message)))
+        return AskForText(text_round, (om.rejected(number, unmeant, ANSWERED_IN_TEXT),))
+    repeat = _repeat(plan, assessment, answer) if not problems else None
+    if repeat is not None:  # an answered call again: the result is there, the request is asked for text
+        text = correction([repeat], plan.book)
+        closing = ({"role": "user", "content": text},)  # without the repeat: see repeats.py
+        text_round = replace(state, kind=Kind.TEXT, closing=closing, rejected=(*state.rejected, repeat.raw))
+        return AskForText(text_round, (om.rejected(number, repeat, text),))
+    if not problems:
+        omens = [om.repaired(number, r) for r in assessment.repairs]
+        omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
+        return Accept(_client_message(assessment, answer.message), _finish(assessment, answer), answer,
+                      tuple(omens))
+    raw = rejected_answer_text(answer.message, plan.prompt_format)  # quoted back in the prompt format
+    sent = sent_answer_text(answer.message)  # what the model sent: a surrender's `rejected` (issue 20)
+    repeated = bool(state.rejected) and sent == state.rejected[-1]
+    rejected = (*state.rejected, sent)
+    if repeated or state.repair_rounds >= plan.max_rounds:
+        return _surrender(plan, state, answer, number, repeated, rejected)
+    return _correct(plan, state, problems, raw, rejected, number)
+
+
+def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, rejected: tuple[str, ...],
+             number: int) -> Correct:
+    assert plan.book is not None
+    text = correction(problems, plan.book)
+    spells = {p.spell for p in problems}
+    pin = problems[0].spell if len(spells) == 1 and problems[0].spell in plan.book.spells \
+        and problems[0].reason != "unknown_spell" else None
+    turns = (*state.turns, {"role": "assistant", "content": raw}, {"role": "user", "content": text})
+    after = replace(state, turns=turns, pin=pin, rejected=rejected)
+    # A first JSON-prompt round is sent without the turns before it (_transcript): say so, never claim a
+    # correction the model did not read.
+    following = _constraint(plan, after)
+    dropped = after.phase is Phase.WAITING and following is not None and following.json_prompt
+    return Correct(after, tuple(om.rejected(number, p, CONSTRAINED_INSTEAD if dropped else text)
+                                for p in problems))
+
+
+CONSTRAINED_INSTEAD = ("(not sent to the model: the next round was constrained to a valid call by a grammar, "
+                       "without the rejected answer and this correction: correction_context = \"fresh\")")
+ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without tools, for a text answer)"
+
+
+def _decoded(answer: Answer, step: Round, plan: Plan) -> Answer:
+    """A constrained round's answer object as the OpenAI message it stands for."""
+    if step.constraint is None or not step.constraint.answer_object:
+        return answer
+    return replace(answer, message=cn.decode(answer.message, plan.new_id))
+
+
+def _added(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One round's usage as sent (details and vendor fields kept); over rounds, every count is summed."""
+    if not isinstance(usage, dict):
+        return total
+    return _summed(total, usage) if total is not None else copy.deepcopy(usage)
 
 
 def _summed(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
@@ -237,71 +486,6 @@ def _summed(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _judge(plan: Plan, state: _State, answer: Answer, record: RoundRecord) -> Final | None:
-    """Accept the answer (a Final), bounce it (None: go again), or surrender."""
-    number = record.number
-    if plan.book is None or state.text_only:
-        record.outcome = "accepted"
-        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer, number)
-    if _refusal(answer.message):  # a refusal is an answer: passed through as it came, in one round
-        record.outcome = "accepted"
-        return _final(plan, state, answer.message, answer.finish_reason or "stop", answer, number)
-    kwargs = {"new_id": plan.new_id} if plan.new_id else {}
-    asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not record.constrained else None
-    assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
-                        parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
-                        asked_format=asked, client_json=cn.asks_json(plan.body), **kwargs)
-    broken = cn.broken_call(answer.message, answer.finish_reason) if record.constrained else None
-    problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
-    # The grammar made the model choose between text and a call, and it began a call it could not finish
-    # (a string looping until max_tokens, which the same grammar would only repeat) or filled one with values
-    # nobody gave: the request is asked again without tools, and that text is the answer. (After a call
-    # attempt of its own was bounced, the model meant to call: its calls are judged as usual.)
-    unmeant = (broken or (None if problems else _made_up(plan, assessment))) if record.free_choice else None
-    if unmeant is not None:
-        record.outcome = "rejected"
-        state.rejected.append(rejected_answer_text(answer.message, plan.prompt_format))
-        state.omens.append(om.rejected(number, unmeant, ANSWERED_IN_TEXT))
-        state.text_only = True
-        return None
-    repeat = _repeat(plan, assessment, answer) if not problems else None
-    if repeat is not None:  # an answered call again: the result is there, the request is asked for text
-        text = correction([repeat], plan.book)
-        record.outcome = "rejected"
-        state.rejected.append(repeat.raw)
-        state.omens.append(om.rejected(number, repeat, text))
-        state.text_only = True
-        state.closing = [{"role": "user", "content": text}]  # without the repeat: see repeats.py
-        return None
-    if not problems:
-        record.outcome = "accepted"
-        state.omens += [om.repaired(number, r) for r in assessment.repairs]
-        state.omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
-        return _final(plan, state, _client_message(assessment, answer.message), _finish(assessment, answer),
-                      answer, number)
-    record.outcome = "rejected"
-    raw = rejected_answer_text(answer.message, plan.prompt_format)
-    repeated = bool(state.rejected) and raw == state.rejected[-1]
-    state.rejected.append(raw)
-    if repeated or state.repair_rounds >= plan.max_rounds:
-        return _surrender(plan, state, answer, number, repeated)
-    text = correction(problems, plan.book)
-    spells = {p.spell for p in problems}
-    state.pin = problems[0].spell if len(spells) == 1 and problems[0].spell in plan.book.spells \
-        and problems[0].reason != "unknown_spell" else None
-    state.extra += [{"role": "assistant", "content": raw}, {"role": "user", "content": text}]
-    # The first constrained round is sent without the turns before it (_transcript): say so, never claim a
-    # correction the model did not read.
-    first_grammar = state.grammar_from is None and _constraint(plan, state) is not None
-    state.omens += [om.rejected(number, p, CONSTRAINED_INSTEAD if first_grammar else text) for p in problems]
-    return None
-
-
-CONSTRAINED_INSTEAD = ("(not sent to the model: the next round was constrained to a valid call by a grammar, "
-                       "without the rejected answer and this correction)")
-ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without tools, for a text answer)"
 
 
 def _made_up(plan: Plan, assessment: Assessment) -> Problem | None:
@@ -328,7 +512,7 @@ def _repeat(plan: Plan, assessment: Assessment, answer: Answer) -> Problem | Non
     client requires a call (tool_choice), nor when it allowed no repair round."""
     if plan.required is not None or plan.max_rounds < 1:
         return None
-    return repeated_call(assessment.calls, plan.body.get("messages"), rejected_answer_text(answer.message))
+    return repeated_call(assessment.calls, plan.body.get("messages"), sent_answer_text(answer.message))
 
 
 def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Problem]:
@@ -343,32 +527,27 @@ def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Pr
     return [Problem("missing_call", spell, (why,), rejected_answer_text(answer.message, plan.prompt_format))]
 
 
-def _surrender(plan: Plan, state: _State, answer: Answer, number: int, repeated: bool) -> Final:
+def _surrender(plan: Plan, state: State, answer: Answer, number: int, repeated: bool,
+               rejected: tuple[str, ...]) -> Accept | Surrender:
     why = ("the model repeated a rejected call verbatim" if repeated
            else f"no valid spell call after {state.repair_rounds} repair round(s)")
     message = f"spell call could not be repaired: {why}"
     if plan.on_surrender != "content":
-        raise SpellCallParseError(message, rounds=len(plan.records), rejected=list(state.rejected))
-    state.omens.append(om.surrendered(number, message, state.rejected))
-    content = state.rejected[-1] or None
-    final = _final(plan, state, {"role": "assistant", "content": content}, "stop", answer, number)
-    final.outcome = "surrendered"
-    return final
+        return Surrender(message, rejected)
+    omen = om.surrendered(number, message, list(rejected))
+    return Accept({"role": "assistant", "content": rejected[-1] or None}, "stop", answer, (omen,),
+                  surrendered=True, outcome="rejected")
 
 
-def _fall_back(plan: Plan, state: _State, verdict: str | None, status: int | None, message: str) -> bool:
-    """Auto mode only: answer this request prompted; remember it for the model when it is for good."""
+def _fall_back(plan: Plan, state: State, verdict: str | None, status: int | None, message: str,
+               number: int) -> FallBack | None:
+    """Auto mode only: answer this request prompted; the Lesson tells the caller to remember it."""
     if not plan.auto or state.mode != "native" or verdict is None or plan.book is None:
-        return False
-    if plan.modes is not None:
-        if verdict == "tools_unsupported":
-            plan.modes.settle(plan.upstream, plan.model, "prompted", "tools_rejected")
-        else:
-            plan.modes.parse_failure(plan.upstream, plan.model)
-    reason = "tools_rejected" if verdict == "tools_unsupported" else "upstream_parse_failure"
-    state.omens.append(om.fallback(len(plan.records), reason, status, message))
-    state.mode, state.fell_back, state.extra = "prompted", True, []
-    return True
+        return None
+    reason: Literal["tools_rejected", "upstream_parse_failure"] = (
+        "tools_rejected" if verdict == "tools_unsupported" else "upstream_parse_failure")
+    omen = om.fallback(number, reason, status, message)
+    return FallBack(replace(state, mode="prompted", turns=()), (omen,), Lesson(reason))
 
 
 def _refusal(message: dict[str, Any]) -> bool:
@@ -377,7 +556,7 @@ def _refusal(message: dict[str, Any]) -> bool:
     return isinstance(refusal, str) and bool(refusal) and not message.get("tool_calls")
 
 
-def _empty_tools_answer(plan: Plan, state: _State, answer: Answer) -> bool:
+def _empty_tools_answer(plan: Plan, state: State, answer: Answer) -> bool:
     """Ollama drops everything after a <tool_call> tag when no call completes: an empty message. (A refusal
     is not empty: it is an answer.)"""
     if state.mode != "native" or plan.book is None:
@@ -385,25 +564,45 @@ def _empty_tools_answer(plan: Plan, state: _State, answer: Answer) -> bool:
     message = answer.message
     if _refusal(message) or message.get("tool_calls"):
         return False
-    text = prompted.text_of(message.get("content"))  # reasoning alone (Ollama cut the call after it) is empty,
+    text = content_text(message.get("content"))  # reasoning alone (Ollama cut the call after it) is empty,
     if text.strip() and answer.finish_reason == "length":  # unless max_tokens cut the reasoning itself
         return False
     return not any(text[start:end].strip() for start, end in reasoning.outside(text))
 
 
+How = Literal["schema", "grammar", "tool_choice"]
+
+
 @dataclass(frozen=True)
 class Constraint:
-    """The answer schema of one constrained round: which spells, and whether text or several calls may win."""
+    """How one round's decoding is constrained: which spells, whether text or several calls may win, and by what.
+
+        schema       response_format json_schema of an answer object (constrain.py); the answer is decoded
+        grammar      a GBNF `grammar` for a call in the round's own prompt format (grammar.py; llama.cpp)
+        tool_choice  a native round asks for a call with tool_choice "required" (the upstream's own grammar)
+
+    `json_prompt`: the round's prompt is rewritten to the answer-object format (constrain.format_section):
+    under `constrain = "always"` from the first prompted round, or with `correction_context = "fresh"`. Every
+    other constrained round keeps the first round's prompt byte for byte (docs/contract.md section 5)."""
 
     book: SpellBook
     text: bool
     parallel: bool
+    how: How = "schema"
+    json_prompt: bool = True
+    grammar: str | None = None
+    prompt: tuple[SpellBook, bool, bool] | None = None  # json_prompt: the prompt's (spells, text, parallel)
+
+    @property
+    def answer_object(self) -> bool:
+        """The answer is the JSON answer object (decoded by constrain.decode), not the model's own format."""
+        return self.how == "schema"
 
     def schema(self) -> dict[str, Any]:
         return cn.answer_schema(self.book, text=self.text, parallel=self.parallel)
 
 
-def _transcript(state: _State, constraint: Constraint | None) -> list[dict[str, Any]]:
+def _transcript(state: State, constraint: Constraint | None) -> list[dict[str, Any]]:
     """The hidden turns a round is sent. A constrained round leaves out the turns of the unconstrained rounds
     before it: the grammar now does what their corrections asked (a call, a known name, valid arguments),
     and a small model copies a failed answer's mistakes from its context. Measured on SmolLM2-135M, BFCL
@@ -411,27 +610,45 @@ def _transcript(state: _State, constraint: Constraint | None) -> list[dict[str, 
     whole transcript, 4 with the corrections alone; multiple 6 with this, 0 with the corrections alone. What
     constrained rounds were told is kept: a grammar-valid answer bounced for a rule the grammar cannot hold
     (a pattern, a format) needs its correction."""
-    if constraint is None or state.grammar_from is None:
-        return state.extra
-    return state.extra[state.grammar_from:]
+    if constraint is None or not constraint.json_prompt or state.phase is not Phase.CONSTRAINING:
+        return list(state.turns)
+    return list(state.turns[state.grammar_from:])
 
 
-def _constraint(plan: Plan, state: _State) -> Constraint | None:
+def _constraint(plan: Plan, state: State) -> Constraint | None:
     """`repair`: correction rounds are constrained; `always`: prompted rounds from the first one too.
-    A client's own response_format wins; a refused schema turns constraining off for the request."""
+    A client's own response_format wins; a refused schema turns constraining off for the request.
+    A correction round keeps the first round's prompt: a native one asks for the call with tool_choice
+    "required" where the model's template is known to take tools (`plan.native_calls`; same tools: a pin would
+    change the tools llama.cpp renders into the prompt, so the correction names the spell instead); a prompted
+    one gets a GBNF grammar in its own format where the upstream takes one (`plan.grammar`), else the answer
+    schema. A JSON-prompt round without the transcript instead: `correction_context = "fresh"`, or a native
+    round whose template may drop the tools (llama.cpp --jinja does, silently: tool_choice holds nothing, and
+    on SmolLM2 the transcript round then repeats its prose verbatim, where this round comes back valid)."""
     book = plan.book
-    if book is None or not book.spells or plan.constrain == "off" or state.unconstrained:
+    if book is None or not book.spells or plan.constrain == "off" or state.phase is Phase.REFUSED:
         return None
     first_round_too = plan.constrain == "always" and state.mode == "prompted"
-    if "response_format" in plan.body or not (state.extra or first_round_too):
+    if "response_format" in plan.body or not (state.turns or first_round_too):
         return None
     required = plan.required
     if required not in (None, "any") and required in book.spells:
         book = book.restricted_to(required)
-    elif state.pin is not None:
+    offered = book  # what the first round offered
+    if offered is plan.book and state.pin is not None:
         book = book.restricted_to(state.pin)
     free = required is None and state.pin is None
-    return Constraint(book, text=free, parallel=plan.parallel and state.pin is None)
+    parallel = plan.parallel and state.pin is None
+    if first_round_too:  # every round keeps the first round's prompt: a pin narrows only the schema
+        return Constraint(book, text=free, parallel=parallel, prompt=(offered, required is None, plan.parallel))
+    if plan.correction_context == "fresh" or state.mode == "native" and not plan.native_calls:
+        return Constraint(book, text=free, parallel=parallel)
+    if state.mode == "native":
+        return Constraint(plan.book or book, text=False, parallel=plan.parallel, how="tool_choice", json_prompt=False)
+    grammar = gbnf(book, plan.prompt_format, text=free, parallel=parallel) if plan.grammar else None
+    if grammar is not None:
+        return Constraint(book, text=free, parallel=parallel, how="grammar", json_prompt=False, grammar=grammar)
+    return Constraint(book, text=free, parallel=parallel, json_prompt=False)
 
 
 _SCHEMA_REFUSAL = ("response_format", "grammar", "schema")  # "schema" covers json_schema
@@ -447,13 +664,21 @@ def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
     body = plan.body
     if not spells:  # the conversation alone, for a text answer
         body = prompted.to_prompted(body, None, plan.prompt_format)
-    elif constraint is not None:
-        section = cn.format_section(constraint.book, text=constraint.text, parallel=constraint.parallel)
-        body = prompted.to_prompted(body, constraint.book, "constrained", call_format=section)
+    elif constraint is not None and constraint.json_prompt:
+        listed, text, parallel = constraint.prompt or (constraint.book, constraint.text, constraint.parallel)
+        section = cn.format_section(listed, text=text, parallel=parallel)
+        body = prompted.to_prompted(body, listed, "constrained", call_format=section)
         body["response_format"] = cn.response_format(constraint.schema())
+    elif constraint is not None and constraint.how == "tool_choice":
+        body = native_body(body)
+        body["tool_choice"] = "required"  # (a named choice is "required" already, with its one tool)
     elif plan.book is not None and mode == "prompted":
         body = prompted.to_prompted(body, plan.book, plan.prompt_format, parallel=plan.parallel,
                                     required=plan.required)
+        if constraint is not None and constraint.grammar is not None:
+            body["grammar"] = constraint.grammar
+        elif constraint is not None:
+            body["response_format"] = cn.response_format(constraint.schema())
     elif plan.book is None and mode == "prompted":
         body = prompted.to_prompted(body, None, plan.prompt_format)
     else:
@@ -523,10 +748,11 @@ def _finish(assessment: Assessment, answer: Answer) -> str:
     return "stop" if reason == "tool_calls" else reason
 
 
-def _final(plan: Plan, state: _State, message: dict[str, Any], finish: str, answer: Answer,
-           number: int) -> Final:
-    kinds = {o.type for o in state.omens}
-    outcome = ("fallback" if state.fell_back else "rejected" if "SpellCallRejected" in kinds
-               else "repaired" if "SpellCallRepaired" in kinds else "clean")
-    return Final(message, finish, state.usage, state.mode, len(plan.records), state.omens, answer.meta, outcome,
-                 answer.extra, answer.choice_extra)
+def _final(plan: Plan, accept: Accept, mode: Mode, omens: list[om.Omen], usage: dict[str, Any] | None) -> Final:
+    kinds = {o.type for o in omens}
+    outcome = ("surrendered" if accept.surrendered else "fallback" if "SpellCallingFallback" in kinds
+               else "rejected" if "SpellCallRejected" in kinds else "repaired" if "SpellCallRepaired" in kinds
+               else "clean")
+    answer = accept.answer
+    return Final(accept.message, accept.finish_reason, usage, mode, len(plan.records), omens, answer.meta,
+                 outcome, answer.extra, answer.choice_extra)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,18 +18,15 @@ from typing import Any
 import orjson
 
 from sanctum_proxy import reasoning
-from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall
-from sanctum_proxy.codecs.registry import MAX_CANDIDATES, find_calls
-from sanctum_proxy.repair.extract import MAX_REPAIR_CHARS, Decoded, decode, strict
+from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, SpellCall, content_text, new_call_id
+from sanctum_proxy.codecs.base import MAX_CANDIDATES
+from sanctum_proxy.codecs.registry import find_calls
+from sanctum_proxy.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, strict
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.validate import coerce
 
 MALFORMED = "__malformed_json__"
 _SEPARATOR = re.compile(r"[\s;,]*")
-
-
-def new_call_id() -> str:
-    return "call_" + secrets.token_hex(12)
 
 
 def assess(
@@ -57,7 +53,7 @@ def assess(
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
     judge = _Judge(book, finish_reason == "length", new_id, max_repair_chars, asked_format)
-    calls: list[ToolCall] = []
+    calls: list[SpellCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
@@ -87,22 +83,13 @@ def calls_outside_reasoning(text: str, spell_names: frozenset[str]) -> list[Foun
     return found
 
 
-def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
+def _duplicate(call: SpellCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
     """A call in content that repeats a native one (some servers echo the markup) is the same call."""
     key = (call.name, call.arguments)
     if cand.source != "native" and key in seen:
         return True
     seen.add(key)
     return False
-
-
-def content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
-        return "".join(p for p in parts if isinstance(p, str))
-    return ""
 
 
 def strip_calls(text: str, found: list[Found]) -> str | None:
@@ -117,7 +104,7 @@ def strip_calls(text: str, found: list[Found]) -> str | None:
             pieces.append(gap)
         pos = f.end
     pieces.append(text[pos:])
-    rest = "".join(pieces).strip()
+    rest = "".join(pieces).rstrip()  # leading whitespace stays: the stream showed it (contract section 6)
     return rest or None
 
 
@@ -139,7 +126,7 @@ def _native(item: Any) -> Candidate:
         name=name if isinstance(name, str) else "",
         arguments=args,
         source="native",
-        raw=_raw(item),
+        raw=native_call_text(item),
         id=ident if isinstance(ident, str) and ident else None,
     )
 
@@ -147,7 +134,8 @@ def _native(item: Any) -> Candidate:
 BIG_RAW_CHARS = 1024 * 1024
 
 
-def _raw(item: Any) -> str:
+def native_call_text(item: Any) -> str:
+    """A native call as the JSON it came in (its `raw`)."""
     fn = item.get("function") if isinstance(item, dict) else None
     args = fn.get("arguments") if isinstance(fn, dict) else None
     if isinstance(args, str) and len(args) > BIG_RAW_CHARS:  # orjson reserves ~13 bytes a character to write
@@ -169,7 +157,7 @@ def _dumps(value: Any, *, pretty: bool = False) -> str:
 
 @dataclass(frozen=True)
 class _Verdict:
-    call: ToolCall | None = None
+    call: SpellCall | None = None
     repair: Repair | None = None
     problems: tuple[Problem, ...] = ()
 
@@ -222,7 +210,7 @@ class _Judge:
             if not text:
                 why = "the arguments cannot be written as JSON"
                 return _Verdict(problems=(self._malformed(cand, name, why),))
-        call = ToolCall(cand.id or self.new_id(), name, text)
+        call = SpellCall(cand.id or self.new_id(), name, text)
         repair = Repair(name, call.id, tuple(dict.fromkeys(repairs)), cand.raw) if repairs else None
         return _Verdict(call=call, repair=repair)
 

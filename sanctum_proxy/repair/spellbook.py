@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,42 +19,9 @@ from jsonschema.protocols import Validator
 from sanctum_proxy.calls import Problem, Spell
 from sanctum_proxy.repair.schemas import check_schema, refusal, validator_for
 from sanctum_proxy.repair.validate import problems_for
+from sanctum_proxy.spell_names import resolve_name
 
-MAX_NAME_CHARS = 256
-_PREFIX = re.compile(r"\A(?:functions?|tools?|default_api)[.:/]", re.I)
 _NO_CONSTRAINTS: dict[str, Any] = {"type": "object", "additionalProperties": True}
-
-
-def resolve_name(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
-    """The offered name `written` stands for and the mends that took; (None, ()): unknown or ambiguous."""
-    if not isinstance(written, str) or len(written) > MAX_NAME_CHARS:
-        return None, ()
-    if written in names:
-        return written, ()
-    if not written:
-        return None, ()
-    return _resolve(written, names)
-
-
-@functools.lru_cache(maxsize=4096)
-def _resolve(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
-    repairs: list[str] = []
-    name = written
-    if name.strip() != name:
-        name = name.strip()
-        repairs.append("name_whitespace")
-    if _PREFIX.match(name) and name not in names:
-        name = _PREFIX.sub("", name, count=1)
-        repairs.append("name_prefix")
-    if name in names:
-        return name, tuple(repairs)
-    folded = [n for n in names if n.casefold() == name.casefold()]
-    if len(folded) == 1:
-        return folded[0], (*repairs, "name_case")
-    half = len(name) // 2
-    if len(name) % 2 == 0 and half and name[:half] == name[half:] and name[:half] in names:
-        return name[:half], (*repairs, "name_repeated")
-    return None, ()
 
 
 @functools.lru_cache(maxsize=256)
@@ -110,11 +76,6 @@ class SpellBook:
         items = tools if isinstance(tools, list) else []
         fns = [t.get("function") for t in items if isinstance(t, Mapping)]
         return cls([s for s in map(_spell_from, fns) if s is not None])
-
-    @classmethod
-    def from_functions(cls, functions: Any) -> SpellBook:
-        items = functions if isinstance(functions, list) else []
-        return cls([s for s in map(_spell_from, items) if s is not None])
 
     def __len__(self) -> int:
         return len(self.names)

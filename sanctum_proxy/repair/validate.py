@@ -19,7 +19,7 @@ from jsonschema.protocols import Validator
 from referencing.exceptions import Unresolvable
 
 from sanctum_proxy.calls import Problem, Reason, Spell
-from sanctum_proxy.repair.extract import Decoded, decode
+from sanctum_proxy.lenient_json import Decoded, decode
 from sanctum_proxy.repair.schemas import search
 
 MAX_ERRORS = 20

@@ -3,6 +3,7 @@ as a chat.completion or as an SSE stream of chunks."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -12,17 +13,19 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .. import capabilities, legacy
+from .. import capabilities, legacy, reasoning
 from .. import omens as om
 from ..auth import check_client_key, forwarded_key
 from ..config import Settings
 from ..errors import BodyTooLarge
 from ..protocol import ChatRequest, parse_chat_request
-from ..repair.loop import Answer, ContentDelta, Final, Plan, run
+from ..repair.loop import Answer, ContentDelta, Final, Plan
 from ..repair.spellbook import SpellBook
-from ..responses import JsonResponse as ORJSONResponse
+from ..responses import JsonResponse
+from . import choices
 from .disconnect import ClientGone, gone_response, unless_disconnected
-from .sse import stream_answer, stream_sender
+from .rounds import kept_run, run_traced
+from .sse import stream_answer
 
 router = APIRouter()
 
@@ -40,15 +43,10 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def check_key(request: Request, settings: Settings) -> None:
-    """Client keys (`api_keys`, `api_keys_file`): the rule lives in auth.py."""
-    check_client_key(request)
-
-
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     settings: Settings = request.app.state.settings
-    check_key(request, settings)
+    check_client_key(request)
     chat = parse_chat_request(await read_body(request, settings.max_body_bytes), request.headers, settings)
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:
@@ -61,8 +59,9 @@ async def chat_completions(request: Request) -> Response:
         final = await final_answer(request, rounds)
     except ClientGone:
         return gone_response()
-    body = completion(final, rounds.chat, rounds.trace_id, is_legacy)
-    return ORJSONResponse(body, headers=answer_headers(final, rounds.trace_id))
+    body = completion(final, rounds.chat, rounds.trace_id, is_legacy,
+                      split_reasoning=settings.reasoning_format == "split")
+    return JsonResponse(body, headers=answer_headers(final, rounds.trace_id))
 
 
 @dataclass(frozen=True)
@@ -74,6 +73,7 @@ class Rounds:
     plan: Plan
     trace_id: str
     auth: str | None
+    split_reasoning: bool = False  # the setting reasoning_format = "split"
 
 
 async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:
@@ -83,16 +83,44 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     trace_id = uuid.uuid4().hex
     request.app.state.recorder.begin(request, trace_id, chat, plan)
     auth = forwarded_key(request) if settings.forward_client_key else None
-    return Rounds(chat, plan, trace_id, auth)
+    return Rounds(chat, plan, trace_id, auth, settings.reasoning_format == "split")
 
 
 async def final_answer(request: Request, rounds: Rounds) -> Final:
-    """The round loop's Final, non-streaming; ClientGone if the client leaves first."""
-    recorder = request.app.state.recorder
-    final = await unless_disconnected(request, last_event(
-        recorder.watch(request, run(rounds.plan, sender(request, rounds.auth, streaming=False)))))
+    """The round loop's Final, non-streaming; ClientGone if the client leaves first. For n > 1 choices a
+    Finals (routes/choices.py)."""
+    later = plain_sender(request, rounds.auth)
+    events: AsyncIterator[Any]
+    if choices.count(rounds.chat.body) > 1:
+        many = choices.Choices(rounds.plan, later, kept_run(request))
+        events = request.app.state.recorder.watch(request, finals_only(
+            many.events(many.lead_sender(first_of_several(request, rounds.auth, many)))))
+    else:
+        events = run_traced(request, rounds.plan, later)
+    final = await unless_disconnected(request, last_event(events))
     assert isinstance(final, Final)
     return final
+
+
+async def finals_only(events: AsyncIterator[Any]) -> AsyncIterator[Final]:
+    async for event in events:
+        if isinstance(event, choices.Finals):
+            yield event
+
+
+def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Any:
+    """The first round of n > 1 choices: sent once with `n`; choice 0's Answer for its own loop, a loop
+    started for each other choice."""
+    upstream = request.state.route.upstream
+
+    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[Answer]:
+        reply = await upstream.chat({**body, "stream": False}, auth)
+        answers = choices.answers_of(reply.body)
+        for index, answer in enumerate(answers[1:], 1):
+            many.spawn(index, choices.one_answer(answer))
+        yield answers[0] if answers else Answer({}, None, reply.body.get("usage"), {}, {})
+
+    return first
 
 
 async def last_event(events: AsyncIterator[Any]) -> Any:
@@ -117,16 +145,18 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
             decision = request.app.state.modes.get(key, chat.model)
         if decision is not None:
             mode = decision.mode
-    book_of_caps = request.app.state.capabilities
-    caps = book_of_caps.cached(key, chat.model)
+    prompt_format = await pick_format(request, settings, chat.model, mode, book)  # may probe: caps after it
+    caps = request.app.state.capabilities.cached(key, chat.model)
     constrain = chat.controls.constrain or settings.constrain
     if caps is not None and caps.json_schema is False:
         constrain = "off"
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                 max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
-                prompt_format=await pick_format(request, settings, chat.model, mode, book), upstream=key,
-                modes=request.app.state.modes, opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
-                on_constrain_rejected=lambda: book_of_caps.refuse_schema(key, chat.model),
+                prompt_format=prompt_format, upstream=key,
+                opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
+                correction_context=settings.correction_context,
+                grammar=caps is not None and caps.server == "llama.cpp",
+                native_calls=caps is not None and caps.tools is True,
                 max_repair_bytes=settings.max_repair_bytes)
 
 
@@ -156,7 +186,7 @@ async def settle_by_probe(request: Request, settings: Settings, model: str) -> l
     return [om.fallback(0, "capability_probe", None, caps.source)]
 
 
-def sender(request: Request, auth: str | None, *, streaming: bool) -> Any:
+def plain_sender(request: Request, auth: str | None) -> Any:
     upstream = request.state.route.upstream
 
     async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
@@ -168,17 +198,23 @@ def sender(request: Request, auth: str | None, *, streaming: bool) -> Any:
         yield Answer(choice.get("message") or {}, choice.get("finish_reason"), reply.body.get("usage"), meta,
                      extra, choice_extra)
 
-    return stream_sender(upstream, auth) if streaming else send_plain
+    return send_plain
 
 
 META = ("id", "model", "created", "system_fingerprint")
 _BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
 
 
-def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) -> dict[str, Any]:
+def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, *,
+               split_reasoning: bool = False) -> dict[str, Any]:
     """The chat.completion: the answering round's own fields (logprobs, service_tier, llama.cpp's timings,
-    vendor fields) as the upstream sent them, with the message and finish_reason the loop settled."""
-    message, finish = final.message, final.finish_reason
+    vendor fields) as the upstream sent them, with the message and finish_reason the loop settled (with
+    `split_reasoning`, reasoning markup in content moved into reasoning_content)."""
+    if split_reasoning:
+        final = dataclasses.replace(final, message=split_message(final.message))
+        if isinstance(final, choices.Finals):
+            final.each = [dataclasses.replace(f, message=split_message(f.message)) for f in final.each]
+    message, finish = spec_message(final.message), final.finish_reason
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
     meta = final.meta
@@ -188,6 +224,12 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) 
         "choices": [{"index": 0, "message": message, "logprobs": None, **final.choice_extra,
                      "finish_reason": finish}],
     }
+    if isinstance(final, choices.Finals):  # n > 1: each choice in its place, as its own loop settled it
+        each = [(spec_message(f.message), f.finish_reason) for f in final.each]
+        if is_legacy:
+            each = [legacy.to_function_call(m, r) for m, r in each]
+        body["choices"] = [{"index": i, "message": m, "logprobs": None, **f.choice_extra, "finish_reason": r}
+                           for i, ((m, r), f) in enumerate(zip(each, final.each, strict=True))]
     if final.usage is not None:
         body["usage"] = final.usage
     if meta.get("system_fingerprint"):
@@ -195,6 +237,29 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool) 
     body.update((k, v) for k, v in final.extra.items() if k not in body)
     body["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
     return body
+
+
+def spec_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with the keys the OpenAPI spec requires of it (ChatCompletionResponseMessage: role, content,
+    refusal) present: null where the upstream left one out (llama.cpp, Ollama and vLLM send no `refusal`)."""
+    if "content" in message and "refusal" in message:
+        return message
+    return {"role": "assistant", "content": None, **message, "refusal": message.get("refusal")}
+
+
+def split_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The setting reasoning_format = "split": reasoning markup in content moved into reasoning_content."""
+    content = message.get("content")
+    if not isinstance(content, str):
+        return message
+    text, thought = reasoning.split(content)
+    if text == content and not thought:
+        return message
+    out = {**message, "content": text or (None if message.get("tool_calls") else "")}
+    if thought:
+        before = message.get("reasoning_content")
+        out["reasoning_content"] = f"{before}{thought}" if isinstance(before, str) else thought
+    return out
 
 
 def answer_headers(final: Final, trace_id: str) -> dict[str, str]:

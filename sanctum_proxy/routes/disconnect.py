@@ -15,8 +15,9 @@ from typing import TypeVar
 from fastapi import Request
 from fastapi.responses import Response
 
+from ..errors import CLIENT_GONE
+
 T = TypeVar("T")
-CLIENT_GONE = 499  # nginx's "client closed request": nobody reads it, the access log and traces do
 
 
 class ClientGone(Exception):

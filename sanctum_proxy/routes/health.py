@@ -5,18 +5,18 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from ..config import redacted_url
-from ..responses import JsonResponse as ORJSONResponse
+from ..responses import JsonResponse
 
 router = APIRouter()
 
 
 @router.get("/healthz")
-async def healthz() -> ORJSONResponse:
-    return ORJSONResponse({"status": "ok"})
+async def healthz() -> JsonResponse:
+    return JsonResponse({"status": "ok"})
 
 
 @router.get("/readyz")
-async def readyz(request: Request) -> ORJSONResponse:
+async def readyz(request: Request) -> JsonResponse:
     """With `[[upstreams]]`: ready while any of them answers (one model server down must not take every
     replica out of the load balancer); the body says which answer."""
     router = request.app.state.router
@@ -27,4 +27,4 @@ async def readyz(request: Request) -> ORJSONResponse:
         body["upstreams"] = answers
     else:
         body["upstream"] = redacted_url(request.app.state.settings.upstream)
-    return ORJSONResponse(body, status_code=200 if ready else 503)
+    return JsonResponse(body, status_code=200 if ready else 503)

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from ..auth import check_client_key
+from ..auth import check_client_key, forwarded_key
 from ..errors import InvalidRequest, NotFound
 from ..responses import JsonResponse
 from ..routing import Router, listed_models
@@ -43,7 +43,7 @@ async def passthrough(path: str, request: Request) -> StreamingResponse:
     check_path(request)
     settings = request.app.state.settings
     upstream, content = await target(path, request)
-    auth = request.headers.get("authorization") if settings.forward_client_key else None
+    auth = forwarded_key(request) if settings.forward_client_key else None
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
     query = list(request.query_params.multi_items())
@@ -58,7 +58,7 @@ def forwarded_headers(request: Request, *, keyed: bool) -> dict[str, str]:
     header names (RFC 9110 7.6.1), no key of its own, no X-Sanctum-*. With the proxy's own upstream key,
     no Accept-Encoding either: an answer that echoes the key must come uncompressed to be redacted."""
     named = {t.strip().lower() for t in request.headers.get("connection", "").split(",")}
-    dropped = HOP_BY_HOP | named | {"authorization"} | ({"accept-encoding"} if keyed else set())
+    dropped = HOP_BY_HOP | named | {"authorization", "x-api-key"} | ({"accept-encoding"} if keyed else set())
     return {k: v for k, v in request.headers.items() if k not in dropped and not k.startswith("x-sanctum-")}
 
 

@@ -18,7 +18,7 @@ from ..auth import check_admin_key
 from ..config import Settings, redacted_url
 from ..errors import InvalidRequest, NotFound
 from ..recorder import Recorder
-from ..responses import JsonResponse as ORJSONResponse
+from ..responses import JsonResponse
 from ..shared import without_password
 from ..trace_store import Query, UnknownCursor
 from ..traces import OUTCOMES
@@ -54,9 +54,9 @@ FILES: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/sanctum/status", dependencies=guarded)
-async def status(request: Request) -> ORJSONResponse:
+async def status(request: Request) -> JsonResponse:
     state = request.app.state
-    return ORJSONResponse({"settings": shown_settings(state.settings), "modes": state.modes.snapshot(),
+    return JsonResponse({"settings": shown_settings(state.settings), "modes": state.modes.snapshot(),
                            "capabilities": state.capabilities.snapshot(),
                            "upstreams": state.router.snapshot(), "shared_state": state.shared.snapshot()})
 
@@ -78,7 +78,7 @@ def shown_settings(settings: Settings) -> dict[str, Any]:
 
 
 @router.get("/sanctum/traces", dependencies=guarded)
-async def traces(request: Request) -> ORJSONResponse:
+async def traces(request: Request) -> JsonResponse:
     """Summaries, newest first. Filters: outcome, model, since (unix seconds or ISO 8601); paging: limit
     (1..200, default 50) and after (the last id of the previous page), as OpenAI's list endpoints do."""
     query = parse_query(request.query_params)
@@ -87,17 +87,17 @@ async def traces(request: Request) -> ORJSONResponse:
         data, more = await asyncio.to_thread(_listed, recorder, query)
     except UnknownCursor as exc:
         raise InvalidRequest(f"no trace with id {query.after!r} to page after", param="after") from exc
-    return ORJSONResponse({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+    return JsonResponse({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                            "last_id": data[-1]["id"] if data else None, "has_more": more})
 
 
 @router.get("/sanctum/traces/{trace_id}", dependencies=guarded, responses={404: ERROR})
-async def trace(request: Request, trace_id: str) -> ORJSONResponse:
+async def trace(request: Request, trace_id: str) -> JsonResponse:
     recorder: Recorder = request.app.state.recorder
     doc = await asyncio.to_thread(_got, recorder, trace_id)
     if doc is None:
         raise NotFound(f"no trace with id {trace_id!r} (never recorded, or past retention)", param="trace_id")
-    return ORJSONResponse(doc)
+    return JsonResponse(doc)
 
 
 @router.get("/sanctum/", responses=HTML)

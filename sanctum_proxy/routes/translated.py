@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from .. import omens as om
+from ..auth import check_client_key
 from ..errors import ProxyError
 from ..protocol import chat_request, json_object
 from ..protocols import messages_api, responses_api
@@ -26,8 +27,8 @@ from ..protocols.messages_events import MessagesWriter
 from ..protocols.reply import Reply
 from ..protocols.responses_events import ResponsesWriter
 from ..repair.loop import Final
-from ..responses import JsonResponse
-from .chat import Rounds, answer_headers, check_key, final_answer, read_body, start_rounds
+from ..responses import JsonResponse, error_response
+from .chat import Rounds, answer_headers, final_answer, read_body, split_message, start_rounds
 from .disconnect import ClientGone, gone_response
 from .passthrough import passthrough
 from .sse import stream_answer
@@ -62,7 +63,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         return await passthrough(dialect.name, request)
     request.state.protocol = dialect.name
     try:
-        check_key(request, settings)
+        check_client_key(request)
         body = json_object(await read_body(request, settings.max_body_bytes))
         chat = chat_request(dialect.to_chat(body), request.headers, settings)
         rounds = await start_rounds(request, chat, settings)
@@ -83,14 +84,15 @@ async def serve(request: Request, dialect: Dialect) -> Response:
 
 
 def refusal(dialect: Dialect, error: ProxyError) -> Response:
-    headers = {"x-should-retry": "false"} if error.status in (400, 401, 413, 422) else None
-    return JsonResponse(dialect.error_body(error), status_code=error.status, headers=headers)
+    return error_response(error, dialect.error_body(error))
 
 
 def reply_of(rounds: Rounds, final: Final) -> Reply:
     records = rounds.plan.records
     accepted = records[-1].answer if records else None
-    return Reply.of(final.message, final.finish_reason, final.usage, accepted)
+    message = split_message(final.message) if rounds.split_reasoning else final.message
+    return Reply.of(message, final.finish_reason, final.usage, accepted,
+                    logprobs=final.choice_extra.get("logprobs"), model=final.meta.get("model"))
 
 
 def _model(rounds: Rounds) -> str:
@@ -101,13 +103,15 @@ def _model(rounds: Rounds) -> str:
 
 def _response(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -> dict[str, Any]:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
-    return responses_api.finished(base, reply, responses_api.output_items(reply, rounds.trace_id))
+    return responses_api.finished(base, reply, responses_api.output_items(
+        reply, rounds.trace_id, logprobs=responses_api.wants_logprobs(body)))
 
 
 def _responses_writer(body: dict[str, Any], rounds: Rounds) -> ResponsesWriter:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
     return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
-                           lambda final: reply_of(rounds, final))
+                           lambda final: reply_of(rounds, final), logprobs=responses_api.wants_logprobs(body),
+                           split_reasoning=rounds.split_reasoning)
 
 
 RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_writer, lambda e: e.body())
@@ -123,7 +127,8 @@ def _messages_writer(body: dict[str, Any], rounds: Rounds) -> MessagesWriter:
     start: dict[str, Any] = {
         "id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _model(rounds),
         "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
-    return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final))
+    return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final),
+                          split_reasoning=rounds.split_reasoning)
 
 
 MESSAGES = Dialect("messages", messages_api.to_chat, _message, _messages_writer, messages_api.error_body)

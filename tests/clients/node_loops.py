@@ -15,7 +15,8 @@ NODE_DIR = Path(__file__).parent.parent / "node"
 
 def need(package: str) -> None:
     if shutil.which("node") is None or not (NODE_DIR / "node_modules" / package).is_dir():
-        pytest.skip(f"node or tests/node/node_modules/{package} missing (npm ci in tests/node)")
+        pytest.skip(f"node or tests/node/node_modules/{package} missing (npm ci in tests/node)",
+                    allow_module_level=True)
 
 
 def run_loop(base_url: str, loop: str, stream: bool) -> dict[str, Any]:

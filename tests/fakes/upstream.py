@@ -23,6 +23,10 @@ from starlette.routing import Route
 LLAMA_NO_JINJA = (500, {"error": {"code": 500, "message": "tools param requires --jinja flag", "type": "server_error"}})
 OLLAMA_NO_TOOLS = (400, {"error": {"message": "registry.ollama.ai/library/gemma:2b does not support tools",
                                    "type": "api_error", "param": None, "code": None}})
+# llama.cpp's chat endpoint refuses n != 1 (tools/server: oaicompat_chat_params_parse throws
+# "Only one completion choice is allowed", answered as an invalid_request_error). Ollama ignores n: one choice.
+LLAMA_ONE_CHOICE = (400, {"error": {"code": 400, "message": "Only one completion choice is allowed",
+                                    "type": "invalid_request_error"}})
 
 
 @dataclass
@@ -44,6 +48,36 @@ def completion(content: str | None = "", tool_calls: list[dict[str, Any]] | None
     return {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000, "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+
+def several(*messages: dict[str, Any], finish_reasons: list[str] | None = None) -> dict[str, Any]:
+    """A chat.completion of n choices, the way vLLM and OpenAI answer `n`: one choice per message, by index,
+    one usage for them all."""
+    body = completion("")
+    reasons = finish_reasons or ["tool_calls" if m.get("tool_calls") else "stop" for m in messages]
+    body["choices"] = [{"index": i, "message": {"role": "assistant", **m}, "logprobs": None, "finish_reason": r}
+                       for i, (m, r) in enumerate(zip(messages, reasons, strict=True))]
+    tokens = 5 * len(messages)
+    body["usage"] = {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens}
+    return body
+
+
+def several_chunks(*texts: str, size: int = 4) -> list[dict[str, Any]]:
+    """A stream of n choices the way vLLM sends it: one choice per chunk, each choice's role chunk first, the
+    choices' content chunks interleaved round-robin, a finish chunk per choice, then one usage chunk."""
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model"}
+
+    def one(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    out = [one(i, {"role": "assistant", "content": ""}) for i in range(len(texts))]
+    pieces = [[t[j:j + size] for j in range(0, len(t), size)] for t in texts]
+    for step in range(max(len(p) for p in pieces)):
+        out += [one(i, {"content": p[step]}) for i, p in enumerate(pieces) if step < len(p)]
+    out += [one(i, {}, "stop") for i in range(len(texts))]
+    out.append({**base, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5 * len(texts),
+                                                 "total_tokens": 10 + 5 * len(texts)}})
+    return out
 
 
 def native_call(name: str, arguments: str, call_id: str = "call_abc") -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sanctum_proxy.repair.extract import Decoded, Undecodable, decode, value_end
+from sanctum_proxy.lenient_json import Decoded, Undecodable, decode, value_end
 
 
 def mended(text: str) -> Decoded:

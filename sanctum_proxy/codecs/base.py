@@ -1,0 +1,115 @@
+"""What a call format is to the proxy, as one unit, and the registry that holds them by name.
+
+A `Codec` reads calls a model wrote into text: `find`, the delimiters that may open one (`starts`: `find` runs
+only when one occurs, and the streaming hold-back holds at them), the shapes of its generic openers that are
+held while streaming (`{"` opens a JSON call, a lone `{` in prose does not), and its place in the reading order.
+A `Format` is a way of writing calls the proxy can prompt a model in (`prompt_format`): how one call and one
+tool result are written, the how-to-call paragraph of the tools prompt, the chat-template markers that show a
+model was trained on it, and the codec that reads it back.
+
+Each codec module registers its Codec and its Formats when imported (`register` / `register_format`, like
+vLLM's `ToolParserManager.register_module`); `codecs/registry.py` imports them all and answers by name. Adding
+a call format = one module here + its corpus file in tests/corpus/ (tests/test_codec_conformance.py runs every
+registered codec and format).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sanctum_proxy.calls import Found
+
+# The most calls one answer may hold (a codec stops finding there; the registry and repair cut there).
+MAX_CANDIDATES = 128
+
+Finder = Callable[[str, frozenset[str]], list[Found]]
+CallWriter = Callable[[str, Any], str]  # (name, arguments: a mapping, or JSON text kept as written)
+ResultWriter = Callable[[str, str, str], str]  # (spell name, call id, result text)
+
+
+@dataclass(frozen=True)
+class Codec:
+    name: str  # also the `Candidate.source` of what it finds (`sources` lists any other it reports)
+    find: Finder
+    starts: tuple[str, ...]  # literal delimiters that may open a call
+    rank: int  # the reading order, lowest first (codecs that claim reasoning blocks first, bare JSON last)
+    opens: Callable[[str], bool] | None = None  # the text opens with a call without any delimiter
+    generic: tuple[str, ...] = ()  # starts too common in prose to hold on: held only in the `shape` below
+    shape: str = ""  # regex: a generic opener in the shape a call takes (held while streaming)
+    partial_shape: str = ""  # regex: the end of streamed text that may still grow into `shape`
+    holds: tuple[str, ...] = ()  # more delimiters the stream holds at (fences of the languages calls come in)
+    sources: tuple[str, ...] = ()  # other `Candidate.source` values it reports (Phi's tags read by hermes)
+    # A codec whose format's generation prompt already holds the first call marker (Format.opens_bare): regexes
+    # for the start of a streamed answer that may still open a bare call, a bare opening of text (markup to
+    # pass over) and a bare call opening (held like a delimiter).
+    lead: tuple[str, str, str] | None = None
+
+
+def blank(text: str, spans: list[Found]) -> str:
+    """The text with these spans replaced by spaces (positions stay), so the next reader passes them over."""
+    pieces: list[str] = []
+    pos = 0
+    for f in sorted(spans, key=lambda f: f.start):
+        pieces.append(text[pos : f.start])
+        pieces.append(" " * (f.end - f.start))
+        pos = f.end
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
+def tool_response(name: str, call_id: str, text: str) -> str:
+    header = f'<tool_response name="{name}"' + (f' id="{call_id}"' if call_id else "") + ">"
+    return f"{header}\n{text}\n</tool_response>"
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str  # the value of `prompt_format`
+    codec: str  # the codec that reads it back (a call in the asked-for format is no mend)
+    render_call: CallWriter
+    render_result: ResultWriter = tool_response
+    # The how-to-call paragraph, with %s for a spell name and %s for example arguments; "" writes "in
+    # exactly this format" and an example call.
+    instructions: str = ""
+    # What in a chat template (llama.cpp /props, Ollama /api/show) shows the model was trained on it.
+    detect: Callable[[str], bool] | None = None
+    detect_rank: int = 100  # templates are matched most specific first
+    families: tuple[str, ...] = ()  # Ollama's `details.family` names for models trained on it
+    opens_bare: bool = False  # the generation prompt holds the first call marker: answers open with `NAME\n{`
+    selectable: bool = True  # a value of `prompt_format` (the constrained rounds' JSON is not)
+
+
+def template_has(*markers: str) -> Callable[[str], bool]:
+    """A template detector: any of these markers is in it."""
+    return lambda template: any(m in template for m in markers)
+
+
+_CODECS: dict[str, Codec] = {}
+_FORMATS: dict[str, Format] = {}
+
+
+def register(codec: Codec) -> Codec:
+    if codec.name in _CODECS:
+        raise ValueError(f"codec {codec.name!r} is registered twice")
+    for pattern in (codec.shape, codec.partial_shape):
+        re.compile(pattern)
+    _CODECS[codec.name] = codec
+    return codec
+
+
+def register_format(fmt: Format) -> Format:
+    if fmt.name in _FORMATS:
+        raise ValueError(f"format {fmt.name!r} is registered twice")
+    _FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def codecs() -> tuple[Codec, ...]:
+    return tuple(sorted(_CODECS.values(), key=lambda c: c.rank))
+
+
+def formats() -> dict[str, Format]:
+    return dict(_FORMATS)

@@ -1,0 +1,52 @@
+"""How the formats write a call's pieces as text: the arguments as JSON, a `{"name", "arguments"}` object, the
+key/value pairs of the XML-ish formats. Arguments given as JSON text that does not parse (broken JSON from an
+earlier turn) are kept as written, never dropped or "fixed".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+
+def as_object(arguments: Any) -> Any:
+    """The arguments as a value: JSON text parsed (kept as the string when it does not parse), None as {}."""
+    if isinstance(arguments, str):
+        try:
+            return orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return arguments
+    return arguments if arguments is not None else {}
+
+
+def to_json(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # an integer past 64 bits (from json-parsed text): json can write it
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def arguments_text(arguments: Any) -> str:
+    """The arguments as JSON text; a string that is not valid JSON is kept as the model wrote it."""
+    args = as_object(arguments)
+    return args if isinstance(args, str) else to_json(args)
+
+
+def json_call(name: str, arguments: Any, key: str = "arguments") -> str:
+    """`{"name": ..., "arguments": ...}` (or another key for the arguments)."""
+    args = as_object(arguments)
+    if isinstance(args, str):  # broken JSON from an earlier turn stays as the model wrote it
+        return '{"name": ' + to_json(name) + f', "{key}": ' + args + "}"
+    return to_json({"name": name, key: args})
+
+
+def pairs(arguments: Any) -> list[tuple[str, str]] | None:
+    """Key/value texts for the XML-ish formats (strings as written, the rest as JSON); None when the
+    arguments are not an object (broken JSON from an earlier turn)."""
+    args = as_object(arguments)
+    if not isinstance(args, Mapping):
+        return None
+    return [(str(k), v if isinstance(v, str) else to_json(v)) for k, v in args.items()]

@@ -1,0 +1,44 @@
+"""The round loop as a route runs it: traced by the recorder, and what it learns about the upstream kept.
+
+The loop (repair/loop.py) writes nothing shared: it yields a `Lesson` when a round taught something about this
+(upstream, model), and this edge keeps it in the tables the next requests read (modes.py, capabilities.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import Request
+
+from ..repair.loop import Event, Lesson, Plan, Sender, run
+
+
+def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Event]:
+    """`run(plan, send)` with its lessons kept and its end recorded (recorder.watch)."""
+    events = _keeping(request.app.state, plan, run(plan, send))
+    return request.app.state.recorder.watch(request, events)  # type: ignore[no-any-return]
+
+
+def kept_run(request: Request) -> Callable[[Plan, Sender], AsyncIterator[Event]]:
+    """`run` with its lessons kept, not recorded: the loops of n > 1 choices (routes/choices.py), whose
+    events the caller records together."""
+    return lambda plan, send: _keeping(request.app.state, plan, run(plan, send))
+
+
+async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    async for event in events:
+        if isinstance(event, Lesson):
+            keep(state, plan, event)
+        else:
+            yield event
+
+
+def keep(state: Any, plan: Plan, lesson: Lesson) -> None:
+    """Remember a lesson for (plan.upstream, plan.model): auto-mode decisions, a refused answer schema."""
+    if lesson.what == "tools_rejected":
+        state.modes.settle(plan.upstream, plan.model, "prompted", "tools_rejected")
+    elif lesson.what == "upstream_parse_failure":
+        state.modes.parse_failure(plan.upstream, plan.model)
+    else:
+        state.capabilities.refuse_schema(plan.upstream, plan.model)

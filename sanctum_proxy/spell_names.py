@@ -1,0 +1,44 @@
+"""How a spell name as a model wrote it maps to an offered one (`resolve_name`): whitespace, a
+`functions.` prefix, case, a name written twice. Used by the codecs (is a bare JSON object a call?) and by
+repair (which spell is meant); it belongs to neither tier. Pure, cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+MAX_NAME_CHARS = 256
+_PREFIX = re.compile(r"\A(?:functions?|tools?|default_api)[.:/]", re.I)
+
+
+def resolve_name(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """The offered name `written` stands for and the mends that took; (None, ()): unknown or ambiguous."""
+    if not isinstance(written, str) or len(written) > MAX_NAME_CHARS:
+        return None, ()
+    if written in names:
+        return written, ()
+    if not written:
+        return None, ()
+    return _resolve(written, names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    repairs: list[str] = []
+    name = written
+    if name.strip() != name:
+        name = name.strip()
+        repairs.append("name_whitespace")
+    if _PREFIX.match(name) and name not in names:
+        name = _PREFIX.sub("", name, count=1)
+        repairs.append("name_prefix")
+    if name in names:
+        return name, tuple(repairs)
+    folded = [n for n in names if n.casefold() == name.casefold()]
+    if len(folded) == 1:
+        return folded[0], (*repairs, "name_case")
+    half = len(name) // 2
+    if len(name) % 2 == 0 and half and name[:half] == name[half:] and name[:half] in names:
+        return name[:half], (*repairs, "name_repeated")
+    return None, ()
