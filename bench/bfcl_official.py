@@ -96,13 +96,17 @@ class Official:
 
 
 def read_raw(paths: list[Path]) -> list[dict[str, Any]]:
-    """Records in file order; a later record for the same (model, column, id) replaces an earlier one."""
+    """Records in file order; a later record for the same (model, column, id) replaces an earlier one.
+    `PATH=LABEL` adds " (LABEL)" to that file's column names (a rerun beside the run it repeats)."""
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for path in paths:
-        with path.open(encoding="utf-8") as handle:
+    for given in paths:
+        path, _, label = str(given).partition("=")
+        with Path(path).open(encoding="utf-8") as handle:
             for line in handle:
                 if line.strip():
                     record = json.loads(line)
+                    if label:
+                        record["column"] += f" ({label})"
                     latest[(record["model"], record["column"], record["id"])] = record
     return list(latest.values())
 
@@ -257,7 +261,8 @@ def _cell(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="bfcl-eval's checker over bench_bfcl.py's saved answers")
     p.add_argument("--raw", type=Path, nargs="+", default=[DEFAULT_RAW],
-                   help="JSON Lines from `bench_bfcl.py --raw` (default results/bfcl_raw.jsonl)")
+                   help="JSON Lines from `bench_bfcl.py --raw` (default results/bfcl_raw.jsonl); PATH=LABEL "
+                        "adds ' (LABEL)' to that file's column names")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the report (default results/bfcl_official.md;"
                                                                   " '-' prints only)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="our BFCL copy (../shared/benchmarks/bfcl)")
@@ -286,8 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     used = {r["id"] for r in records}
     mismatched = id_check(official, {i: e for i, e in ours.items() if i in used})
     verdicts = score(records, official, ours)
-    args.raw_shown = [path.relative_to(BENCH.parent) if path.resolve().is_relative_to(BENCH.parent) else path
-                      for path in (p.resolve() for p in args.raw)]
+    args.raw_shown = [str(path).replace(str(BENCH.parent) + "/", "") for path in args.raw]
     text = report(verdicts, args, mismatched)
     print(text)
     if str(args.out) != "-":
