@@ -24,7 +24,7 @@ with atheris.instrument_imports():
     from sanctum_proxy.repair.mend import assess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.test_fuzz_parsers import BOOK, SCHEMAS  # noqa: E402
+from tests.codecs.test_fuzz_parsers import BOOK, SCHEMAS  # noqa: E402
 
 FINISH = (None, "stop", "length", "tool_calls")
 

@@ -19,7 +19,7 @@ from sanctum_proxy.protocol import check_messages
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.streaming import Assembler
 from sanctum_proxy.upstream import sse_data
-from tests.test_fuzz_parsers import BOOK, SCHEMAS, json_values, messy, names
+from tests.codecs.test_fuzz_parsers import BOOK, SCHEMAS, json_values, messy, names
 
 
 def cuts(text: str, points: list[int]) -> list[str]:

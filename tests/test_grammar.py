@@ -53,7 +53,7 @@ def test_the_call_is_written_as_the_prompt_renders_it(fmt: str) -> None:
 
 
 def test_formats_without_a_grammar_and_empty_books_give_none() -> None:
-    for fmt in set(families.FAMILIES) - GRAMMAR_FORMATS:
+    for fmt in set(families.FORMAT_NAMES) - GRAMMAR_FORMATS:
         assert gbnf(book(WEATHER), fmt, text=False, parallel=False) is None, fmt
     assert gbnf(SpellBook([]), "hermes", text=True, parallel=True) is None
 

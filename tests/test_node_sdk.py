@@ -33,5 +33,5 @@ def test_openai_node_accumulates_the_streamed_calls(proxy, fake, omens):
     calls = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
              for c in helper["message"]["tool_calls"]]
     assert calls == [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]
-    assert helper["message"]["content"] == "Checking both. " and helper["finish_reason"] == "tool_calls"
+    assert helper["message"]["content"] == "Checking both." and helper["finish_reason"] == "tool_calls"
     assert out["raw"] == {"content": "", "names": ["get_weather"], "finish": "tool_calls"}

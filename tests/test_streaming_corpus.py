@@ -23,10 +23,10 @@ from sanctum_proxy.errors import SpellCallParseError
 from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, run
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.routes.sse import SseWriter, stream_sender
+from tests.codecs.test_corpus import CASES
 from tests.conftest import ServerThread
 from tests.fakes.upstream import FakeUpstream, Step
 from tests.stream_rules import read_stream
-from tests.test_corpus import CASES
 
 SIZES = {"1char": 1, "7char": 7, "whole": None}
 RETRY = {"role": "assistant", "content": "Sorry, I cannot do that."}  # the answer to any correction round

@@ -9,8 +9,8 @@ model was trained on it, and the codec that reads it back.
 
 Each codec module registers its Codec and its Formats when imported (`register` / `register_format`, like
 vLLM's `ToolParserManager.register_module`); `codecs/registry.py` imports them all and answers by name. Adding
-a call format = one module here + its corpus file in tests/corpus/ (tests/test_codec_conformance.py runs every
-registered codec and format).
+a call format = one module here + its corpus file in tests/corpus/ (tests/codecs/test_codec_conformance.py runs
+every registered codec and format).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from .. import omens as om
-from ..errors import ProxyError, no_answer
+from ..errors import ProxyError
 from ..repair.loop import ContentDelta, Final, Plan
 from . import messages_api as api
 from .reply import LiveText, Reply
@@ -58,8 +58,6 @@ class MessagesWriter:
         return out
 
     def render(self, item: Any) -> list[bytes]:
-        if item is None:
-            item = no_answer()
         if isinstance(item, om.Omen):  # held: sent with the next event that goes out
             self.omens.append(item)
             return []

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from .. import omens as om
-from ..errors import ProxyError, no_answer
+from ..errors import ProxyError
 from ..repair.loop import ContentDelta, Final, Plan
 from . import responses_api as api
 from .reply import LiveText, Reply
@@ -65,8 +65,6 @@ class ResponsesWriter:
         return out
 
     def render(self, event: Any) -> list[bytes]:
-        if event is None:
-            event = no_answer()
         if isinstance(event, om.Omen):  # held: sent with the next event that goes out
             self.omens.append(event)
             return []

@@ -469,10 +469,11 @@ def _added(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[s
     """One round's usage as sent (details and vendor fields kept); over rounds, every count is summed."""
     if not isinstance(usage, dict):
         return total
-    return _summed(total, usage) if total is not None else copy.deepcopy(usage)
+    return summed_usage(total, usage) if total is not None else copy.deepcopy(usage)
 
 
-def _summed(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+def summed_usage(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    """Usage of several answers (rounds, choices): counts added, nested details too, other fields as first seen."""
     out = dict(total)
     for key, value in usage.items():
         if key not in out:
@@ -480,7 +481,7 @@ def _summed(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
         elif _count(value) and _count(out[key]):
             out[key] += value
         elif isinstance(value, dict) and isinstance(out[key], dict):
-            out[key] = _summed(out[key], value)
+            out[key] = summed_usage(out[key], value)
     return out
 
 

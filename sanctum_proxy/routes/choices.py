@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import omens as om
-from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run
+from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run, summed_usage
 
 Event = ContentDelta | FieldDelta | Final
 _END = object()
@@ -56,7 +56,7 @@ class Finals(Final):
         usage: dict[str, Any] | None = None
         for final in finals:
             if isinstance(final.usage, dict):
-                usage = summed(usage, final.usage) if usage is not None else copy.deepcopy(final.usage)
+                usage = summed_usage(usage, final.usage) if usage is not None else copy.deepcopy(final.usage)
         rounds = sum(f.rounds for f in finals) - (len(finals) - 1)  # the first round was one request
         omens = [o if i == 0 else tagged(o, i) for i, f in enumerate(finals) for o in f.omens]
         outcome = next((f.outcome for f in finals if f.outcome != "clean"), head.outcome)
@@ -66,23 +66,6 @@ class Finals(Final):
 
 def tagged(omen: om.Omen, index: int) -> om.Omen:
     return om.Omen(omen.type, omen.round, {**omen.fields, "choice": index})
-
-
-def summed(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-    """Usage of several answers: counts added, nested details too, other fields as first seen."""
-    out = dict(total)
-    for key, value in usage.items():
-        if key not in out:
-            out[key] = copy.deepcopy(value)
-        elif _is_count(value) and _is_count(out[key]):
-            out[key] += value
-        elif isinstance(value, dict) and isinstance(out[key], dict):
-            out[key] = summed(out[key], value)
-    return out
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def answers_of(body: dict[str, Any]) -> list[Answer]:

@@ -214,7 +214,7 @@ class ChoicesWriter:
         if isinstance(event, choices.Finals):
             self.ended = True
             return self.finish(event)
-        if not isinstance(event, tuple):  # an error (or a bug: None): the stream ends with it
+        if not isinstance(event, tuple):  # an error: the stream ends with it
             self.ended = True
             return self.flush() + self.writer(0).render(event)
         index, inner = event
@@ -260,7 +260,8 @@ async def _produce(events: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> Non
         await queue.put(exc)
     except Exception as exc:  # a bug must end the stream with an error, never a silent cut
         await queue.put(internal(exc))
-    await queue.put(None)
+    else:  # the events ended without an answer or an error: a bug, said in the stream
+        await queue.put(no_answer())
 
 
 async def pump(writer: Any, first: Any, queue: asyncio.Queue[Any], task: asyncio.Task[None],
@@ -269,10 +270,8 @@ async def pump(writer: Any, first: Any, queue: asyncio.Queue[Any], task: asyncio
     Events already waiting go out in one write. Leaving early (the client went away) cancels the producer
     and with it the upstream stream."""
     try:
-        out = [writer.opening()]
-        event = first
+        out = [writer.opening(), *writer.render(first)]
         while True:
-            out += writer.render(event)
             while not writer.ended and not queue.empty():
                 out += writer.render(queue.get_nowait())
             if out:
@@ -282,10 +281,9 @@ async def pump(writer: Any, first: Any, queue: asyncio.Queue[Any], task: asyncio
                 return
             try:
                 async with asyncio.timeout(keepalive):  # not wait_for: that wraps each get in a new task
-                    event = await queue.get()
+                    out = writer.render(await queue.get())
             except TimeoutError:
                 yield writer.keepalive
-                event = ...
     finally:
         task.cancel()
 
@@ -394,8 +392,6 @@ class SseWriter:
         return out
 
     def render(self, event: Any) -> list[bytes]:
-        if event is None:  # the producer ended without an answer or an error: a bug, said in the stream
-            event = no_answer()
         if isinstance(event, om.Omen):  # held: sent with the next event that goes out
             self.omens.append(event)
             return []

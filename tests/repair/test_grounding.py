@@ -20,7 +20,7 @@ AREA = {
     },
     "required": ["radius"],
 }
-CORPUS = json.loads((Path(__file__).parent / "corpus" / "grounding" / "smollm2_constrained.json").read_text())
+CORPUS = json.loads((Path(__file__).parents[1] / "corpus" / "grounding" / "smollm2_constrained.json").read_text())
 
 
 def said(text: str) -> Evidence:

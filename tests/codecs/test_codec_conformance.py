@@ -24,9 +24,9 @@ from sanctum_proxy.families import opens_bare, render_call
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.streaming import Assembler, unseen
-from tests.test_corpus import CASES
+from tests.codecs.test_corpus import CASES
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 # The prompt format the proxy picks for a corpus family, where that changes how a stream is read.
 FAMILY_FORMATS = {"functionary-v3.2": "functionary"}
 TEXT_CASES = [p for p in CASES if content_text(p.values[1]["message"].get("content"))]
@@ -90,7 +90,7 @@ def test_readme_lists_every_codec() -> None:
 
 
 def test_corpus_files_cite_a_source_per_case() -> None:
-    for path in sorted((Path(__file__).parent / "corpus").glob("*.json")):
+    for path in sorted((Path(__file__).parents[1] / "corpus").glob("*.json")):
         for case in json.loads(path.read_text(encoding="utf-8"))["cases"]:
             assert case.get("source"), f"{path.name}:{case['id']} has no source"
 

@@ -1,0 +1,52 @@
+"""The chat SSE writer (routes/sse.SseWriter) on its own: the loop's events in, the exact bytes a client reads
+out (docs/contract.md section 6). The same writer through the proxy is tests/test_streaming_proxy.py."""
+
+from __future__ import annotations
+
+from sanctum_proxy import omens as om
+from sanctum_proxy.calls import Problem
+from sanctum_proxy.errors import UpstreamUnreachable
+from sanctum_proxy.repair.loop import ContentDelta, Final
+from sanctum_proxy.routes.sse import SseWriter
+
+HEAD = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+
+
+def writer(**options: object) -> SseWriter:
+    return SseWriter({"id": "c", "created": 1, "model": "m"}, "t", **options)  # type: ignore[arg-type]
+
+
+def test_content_then_calls_then_finish_usage_and_done() -> None:
+    w = writer(include_usage=True)
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}
+    final = Final({"role": "assistant", "content": "Hello world", "tool_calls": [call]}, "tool_calls",
+                  {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}, "native", 1, [], {}, "clean")
+    out = b"".join([w.opening(), *w.render(ContentDelta("Hello ")), *w.render(ContentDelta("world")),
+                    *w.render(final)])
+    assert out == (
+        HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+        + HEAD + b'{"content":"Hello"},"finish_reason":null}]}\n\n'  # the trailing space waits for more text
+        + HEAD + b'{"content":" world"},"finish_reason":null}]}\n\n'
+        + HEAD + b'{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f",'
+                 b'"arguments":""}}]},"finish_reason":null}]}\n\n'
+        + HEAD + b'{"tool_calls":[{"index":0,"function":{"arguments":"{\\"a\\":1}"}}]},"finish_reason":null}]}\n\n'
+        + HEAD + b'{},"finish_reason":"tool_calls"}]}\n\n'
+        + b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+          b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},'
+          b'"sanctum":{"mode":"native","rounds":1,"omens":[],"trace_id":"t"}}\n\n'
+        + b"data: [DONE]\n\n")
+
+
+def test_an_omen_waits_for_the_next_event_and_an_error_ends_the_stream() -> None:
+    w = writer()
+    omen = om.rejected(1, Problem("invalid_arguments", "f", ("a is required",), "{}"), "fix a")
+    assert b"".join(w.render(ContentDelta("Hi"))).endswith(HEAD + b'{"content":"Hi"},"finish_reason":null}]}\n\n')
+    assert w.render(omen) == []
+    assert w.render(ContentDelta(" there")) == [
+        b': omen {"type":"SpellCallRejected","round":1,"spell":"f","reason":"invalid_arguments",'
+        b'"details":["a is required"],"correction":"fix a","raw":"{}"}\n\n',
+        HEAD + b'{"content":" there"},"finish_reason":null}]}\n\n']
+    assert w.render(UpstreamUnreachable("upstream unreachable: gone")) == [
+        b'data: {"error":{"message":"upstream unreachable: gone","type":"upstream_unreachable","param":null,'
+        b'"code":"upstream_unreachable"}}\n\n']
+    assert w.ended
