@@ -213,7 +213,6 @@ def _one_line(exc: Exception) -> str:
 
 
 def _shown(loc: list[str], value: Any) -> str:
-    if any(part in _SECRETS for part in loc):
-        return "the value is not shown"
-    text = repr(value)
-    return "got " + (repr(redacted_url(value)) if isinstance(value, str) and "://" in value else text)
+    if any(part in _SECRETS for part in loc) or not isinstance(value, str | int | float | bool | None):
+        return "the value is not shown"  # a table or list may hold a key (an [[upstreams]] entry's api_key)
+    return "got " + repr(redacted_url(value) if isinstance(value, str) and "://" in value else value)

@@ -58,10 +58,12 @@ def test_an_invalid_setting_is_named_without_showing_a_secret(tmp_path: Path) ->
             ('upstream = "ftp://user:hunter2@host/v1"', "ftp://***@host/v1", "hunter2"),
             ("upstream_api_key = 12345678901", "not shown", "12345678901"),
             ('api_keys = "sk-secret-one"', "not shown", "sk-secret-one"),
-            ("port = 99999999", "99999999", None)):
+            ("port = 99999999", "99999999", None),
+            ('[[upstreams]]\napi_key = "sk-in-a-table"', "not shown", "sk-in-a-table")):
         bad.write_text(text + "\n")
         with pytest.raises(SettingsError) as caught:
             load_settings(config_file=bad)
         message = str(caught.value)
-        assert text.split(" = ")[0] in message and shown in message and "\n" not in message
+        named = text.split(" = ")[0].split("\n")[0].strip("[]")
+        assert f"'{named}" in message and shown in message and "\n" not in message
         assert hidden is None or hidden not in message
