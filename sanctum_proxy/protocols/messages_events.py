@@ -21,7 +21,7 @@ import orjson
 
 from .. import omens as om
 from ..errors import ProxyError
-from ..repair.loop import ContentDelta, Final, Plan
+from ..repair.loop import ContentDelta, Final, Plan, StreamItem
 from . import messages_api as api
 from .reply import LiveText, Reply
 
@@ -57,7 +57,7 @@ class MessagesWriter:
         self.omens_sent = max(self.omens_sent, len(omens))
         return out
 
-    def render(self, item: Any) -> list[bytes]:
+    def render(self, item: StreamItem) -> list[bytes]:
         if isinstance(item, om.Omen):  # held: sent with the next event that goes out
             self.omens.append(item)
             return []

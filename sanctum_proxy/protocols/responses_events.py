@@ -21,7 +21,7 @@ import orjson
 
 from .. import omens as om
 from ..errors import ProxyError
-from ..repair.loop import ContentDelta, Final, Plan
+from ..repair.loop import ContentDelta, Final, Plan, StreamItem
 from . import responses_api as api
 from .reply import LiveText, Reply
 
@@ -64,7 +64,7 @@ class ResponsesWriter:
         self.omens_sent = max(self.omens_sent, len(omens))
         return out
 
-    def render(self, event: Any) -> list[bytes]:
+    def render(self, event: StreamItem) -> list[bytes]:
         if isinstance(event, om.Omen):  # held: sent with the next event that goes out
             self.omens.append(event)
             return []

@@ -153,6 +153,9 @@ class Final:
 
 
 Event = ContentDelta | FieldDelta | om.Omen | Lesson | Final
+# What a stream writer renders (routes/sse.py, protocols/*_events.py): the loop's events but the lessons, which
+# stay at the edge (routes/rounds.py), and the error that ends a stream.
+StreamItem = ContentDelta | FieldDelta | om.Omen | Final | ProxyError
 
 
 @dataclass

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from fastapi import Request
@@ -37,7 +37,7 @@ from ..config import Settings
 from ..errors import ProxyError, UpstreamUnreachable, internal, no_answer
 from ..protocol import ChatRequest
 from ..protocols.reply import held_back, rest_after
-from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender
+from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, StreamItem
 from ..responses import error_response
 from ..streaming import PASSED, Assembler, call_deltas, chunk
 from . import choices
@@ -93,7 +93,7 @@ async def read_round(chunks: AsyncIterator[dict[str, Any]], assembler: Assembler
 
 
 async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_id: str,
-                        auth: str | None, *, is_legacy: bool = False, writer: Any = None,
+                        auth: str | None, *, is_legacy: bool = False, writer: Writer | None = None,
                         refuse: Callable[[ProxyError], Response] | None = None) -> Response:
     """Headers wait for the first event (the upstream accepted a round), so an error before it is a plain
     HTTP error with its status. Another protocol's endpoint passes its own `writer` (an object with
@@ -210,7 +210,7 @@ class ChoicesWriter:
     def opening(self) -> bytes:
         return b""
 
-    def render(self, event: Any) -> list[bytes]:
+    def render(self, event: tuple[int, StreamItem] | choices.Finals | ProxyError) -> list[bytes]:
         if isinstance(event, choices.Finals):
             self.ended = True
             return self.finish(event)
@@ -264,7 +264,7 @@ async def _produce(events: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> Non
         await queue.put(no_answer())
 
 
-async def pump(writer: Any, first: Any, queue: asyncio.Queue[Any], task: asyncio.Task[None],
+async def pump(writer: Writer, first: Any, queue: asyncio.Queue[Any], task: asyncio.Task[None],
                keepalive: float) -> AsyncIterator[bytes]:
     """The response body: rendered events until the Final or an error, keep-alives while the queue is quiet.
     Events already waiting go out in one write. Leaving early (the client went away) cancels the producer
@@ -292,6 +292,17 @@ def _joined_logprobs(first: dict[str, Any] | None, then: dict[str, Any] | None) 
     if first is None or then is None:
         return then if first is None else first
     return {**then, "content": [*(first.get("content") or []), *(then.get("content") or [])]}
+
+
+class Writer(Protocol):
+    """What `pump` writes with: SseWriter, ChoicesWriter, protocols' ResponsesWriter and MessagesWriter."""
+
+    keepalive: bytes
+    ended: bool
+
+    def opening(self) -> bytes: ...
+
+    def render(self, event: Any) -> list[bytes]: ...
 
 
 class SseWriter:
@@ -391,7 +402,7 @@ class SseWriter:
         self.omens_sent = max(self.omens_sent, len(omens))
         return out
 
-    def render(self, event: Any) -> list[bytes]:
+    def render(self, event: StreamItem) -> list[bytes]:
         if isinstance(event, om.Omen):  # held: sent with the next event that goes out
             self.omens.append(event)
             return []
