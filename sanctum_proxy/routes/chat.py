@@ -59,8 +59,7 @@ async def chat_completions(request: Request) -> Response:
         final = await final_answer(request, rounds)
     except ClientGone:
         return gone_response()
-    body = completion(final, rounds.chat, rounds.trace_id, is_legacy,
-                      split_reasoning=settings.reasoning_format == "split")
+    body = completion(final, rounds.chat, rounds.trace_id, is_legacy, split_reasoning=rounds.split_reasoning)
     return JsonResponse(body, headers=answer_headers(final, rounds.trace_id))
 
 
@@ -115,10 +114,10 @@ def first_of_several(request: Request, auth: str | None, many: choices.Choices) 
 
     async def first(body: dict[str, Any], live: bool) -> AsyncIterator[Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)
-        answers = choices.answers_of(reply.body)
+        answers = answers_of(reply.body)
         for index, answer in enumerate(answers[1:], 1):
             many.spawn(index, choices.one_answer(answer))
-        yield answers[0] if answers else Answer({}, None, reply.body.get("usage"), {}, {})
+        yield answers[0]
 
     return first
 
@@ -191,18 +190,32 @@ def plain_sender(request: Request, auth: str | None) -> Any:
 
     async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)
-        choice = reply.body["choices"][0]
-        meta = {k: reply.body[k] for k in META if k in reply.body}
-        extra = {k: v for k, v in reply.body.items() if k not in META and k not in _BUILT}
-        choice_extra = {k: v for k, v in choice.items() if k not in ("index", "message", "finish_reason")}
-        yield Answer(choice.get("message") or {}, choice.get("finish_reason"), reply.body.get("usage"), meta,
-                     extra, choice_extra)
+        yield answers_of(reply.body)[0]
 
     return send_plain
 
 
 META = ("id", "model", "created", "system_fingerprint")
 _BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
+
+
+def answers_of(body: dict[str, Any]) -> list[Answer]:
+    """A chat.completion's choices as Answers, in index order (at least one: an empty answer where none is a
+    message); the usage goes with the first only, the response's own fields with every one."""
+    meta = {k: body[k] for k in META if k in body}
+    extra = {k: v for k, v in body.items() if k not in META and k not in _BUILT}
+    choices = sorted((c for c in body.get("choices") or [] if isinstance(c, dict)), key=_index)
+    out = []
+    for i, choice in enumerate(choices):
+        choice_extra = {k: v for k, v in choice.items() if k not in ("index", "message", "finish_reason")}
+        out.append(Answer(choice.get("message") or {}, choice.get("finish_reason"),
+                          body.get("usage") if i == 0 else None, meta, extra, choice_extra))
+    return out or [Answer({}, None, body.get("usage"), meta, extra)]
+
+
+def _index(choice: dict[str, Any]) -> int:
+    index = choice.get("index")
+    return index if isinstance(index, int) else 0
 
 
 def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, *,

@@ -68,26 +68,6 @@ def tagged(omen: om.Omen, index: int) -> om.Omen:
     return om.Omen(omen.type, omen.round, {**omen.fields, "choice": index})
 
 
-def answers_of(body: dict[str, Any]) -> list[Answer]:
-    """A chat.completion's choices as Answers, in index order; the usage goes with the first only."""
-    meta_keys = ("id", "model", "created", "system_fingerprint")
-    meta = {k: body[k] for k in meta_keys if k in body}
-    extra = {k: v for k, v in body.items() if k not in meta_keys and k not in ("object", "choices", "usage", "sanctum")}
-    choices = [c for c in body.get("choices") or [] if isinstance(c, dict)]
-    choices.sort(key=_index)
-    out = []
-    for i, choice in enumerate(choices):
-        choice_extra = {k: v for k, v in choice.items() if k not in ("index", "message", "finish_reason")}
-        out.append(Answer(choice.get("message") or {}, choice.get("finish_reason"),
-                          body.get("usage") if i == 0 else None, meta, extra, choice_extra))
-    return out
-
-
-def _index(choice: dict[str, Any]) -> int:
-    index = choice.get("index")
-    return index if isinstance(index, int) else 0
-
-
 def split_chunk(piece: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """A stream chunk by choice index, each part a chunk of its own whose one choice has index 0 (the usage
     and a chunk without choices go with choice 0)."""
