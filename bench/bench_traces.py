@@ -15,13 +15,13 @@ from pathlib import Path
 
 from starlette.requests import Request
 
-from sanctum_proxy import omens as om
 from sanctum_proxy.app import retention
-from sanctum_proxy.calls import Repair
 from sanctum_proxy.config import Settings
-from sanctum_proxy.protocol import ChatRequest, Controls
-from sanctum_proxy.recorder import Recorder
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.calls import Repair
+from sanctum_proxy.protocols.chat_request import ChatRequest, Controls
 from sanctum_proxy.repair.loop import Final, Plan, RoundRecord
+from sanctum_proxy.state.recorder import Recorder
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}

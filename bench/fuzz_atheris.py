@@ -20,7 +20,7 @@ with atheris.instrument_imports():
     import jsonschema
 
     from sanctum_proxy.codecs.registry import find_calls
-    from sanctum_proxy.lenient_json import decode
+    from sanctum_proxy.core.lenient_json import decode
     from sanctum_proxy.repair.mend import assess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -1,4 +1,4 @@
-"""create_app(settings): wiring only. One Router (an Upstream pool per `[[upstreams]]` entry, or the single
+"""create_app(settings): wiring only. One UpstreamPools (an Upstream pool per `[[upstreams]]` entry, or the single
 `upstream`) and one SharedState (in process, or Redis with `redis_url`) per app."""
 
 from __future__ import annotations
@@ -9,33 +9,33 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from starlette.middleware.cors import CORSMiddleware
 
-from .auth import KeyRing
-from .capabilities import CapabilityBook
-from .config import Settings
-from .errors import ProxyError
-from .limits import ConcurrencyLimit
-from .modes import ModeBook
-from .recorder import Recorder, Retention
-from .request_id import EchoRequestId
-from .responses import JsonResponse, error_response
-from .routes import chat, health, metrics, passthrough, sanctum, translated
-from .routing import Router
-from .shared import SharedState
-from .upstream import Limits, Upstream
+from sanctum_proxy.config import Settings
+from sanctum_proxy.errors import ProxyError
+from sanctum_proxy.routes import chat, health, metrics, passthrough, sanctum, translated
+from sanctum_proxy.state.recorder import Recorder, Retention
+from sanctum_proxy.state.replicated import SharedState
+from sanctum_proxy.upstreams.auto_mode import ModeBook
+from sanctum_proxy.upstreams.capabilities import CapabilityBook
+from sanctum_proxy.upstreams.client import Limits, Upstream
+from sanctum_proxy.upstreams.pools import UpstreamPools
+from sanctum_proxy.web.auth import KeyRing
+from sanctum_proxy.web.json_response import JsonResponse, error_response
+from sanctum_proxy.web.limits import ConcurrencyLimit
+from sanctum_proxy.web.request_id import EchoRequestId
 
 
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.recorder.start()
-        app.state.router = router(settings)
-        app.state.upstream = app.state.router.default
-        app.state.router.start()
+        app.state.pools = upstream_pools(settings)
+        app.state.upstream = app.state.pools.default
+        app.state.pools.start()
         await app.state.shared.start()
         try:
             yield
         finally:
-            await app.state.router.aclose()
+            await app.state.pools.aclose()
             await app.state.shared.aclose()
             app.state.recorder.close()
 
@@ -74,12 +74,12 @@ def retention(settings: Settings) -> Retention:
                      settings.traces_max_bytes, settings.traces_max_doc_bytes, settings.traces_bodies)
 
 
-def router(settings: Settings) -> Router:
+def upstream_pools(settings: Settings) -> UpstreamPools:
     """The upstream pools the settings name: one per `[[upstreams]]` entry, else the single `upstream`."""
     limits = Limits(settings.connect_timeout, settings.read_timeout, settings.max_answer_bytes)
     if settings.upstreams:
         pools = [Upstream(e.urls, e.api_key, limits, name=e.name) for e in settings.upstreams]
     else:
         pools = [Upstream([settings.upstream], settings.upstream_api_key, limits)]
-    return Router(pools, settings.upstreams, health_check_seconds=settings.health_check_seconds)
+    return UpstreamPools(pools, settings.upstreams, health_check_seconds=settings.health_check_seconds)
 

@@ -19,11 +19,11 @@ import httpx
 import uvicorn
 from prometheus_client import multiprocess
 
-from . import access_log
-from .app import create_app
-from .config import Settings, SettingsError, load_settings, redacted_url
-from .embedded import EmbeddedUnavailable, LlamaServer, find_llama_server, find_model
-from .metrics import MULTIPROCESS_ENV
+from sanctum_proxy.app import create_app
+from sanctum_proxy.config import Settings, SettingsError, load_settings, redacted_url
+from sanctum_proxy.state.metrics import MULTIPROCESS_ENV
+from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, LlamaServer, find_llama_server, find_model
+from sanctum_proxy.web import access_log
 
 
 def parser() -> argparse.ArgumentParser:
@@ -170,10 +170,10 @@ def worker_app() -> Any:
 
 
 def http_protocol(settings: Settings) -> dict[str, Any]:
-    """uvicorn's `http` option: its httptools protocol with a deadline on request heads (header_timeout.py);
+    """uvicorn's `http` option: its httptools protocol with a deadline on request heads (web/header_timeout.py);
     nothing (uvicorn's choice, no deadline) where httptools is not installed."""
     try:
-        from .header_timeout import HeaderTimeoutProtocol
+        from sanctum_proxy.web.header_timeout import HeaderTimeoutProtocol
     except ImportError:
         return {}
     HeaderTimeoutProtocol.seconds = settings.header_read_timeout

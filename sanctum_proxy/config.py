@@ -19,7 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from sanctum_proxy.families import PromptFormat
+from sanctum_proxy.codecs.families import PromptFormat
 
 SpellCalling = Literal["native", "prompted", "auto"]
 

@@ -11,7 +11,7 @@ import pytest
 
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.spellbook import SpellBook
-from sanctum_proxy.streaming import Assembler
+from sanctum_proxy.repair.streaming import Assembler
 from tests.fakes.upstream import Step, completion, content_chunks, native_call
 from tests.stream_rules import read_stream
 

@@ -13,7 +13,7 @@ from sanctum_proxy.errors import (
     internal,
     no_answer,
 )
-from sanctum_proxy.responses import error_response
+from sanctum_proxy.web.json_response import error_response
 
 
 def test_an_error_the_same_request_would_repeat_says_do_not_retry() -> None:

@@ -13,12 +13,13 @@ from typing import Any
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from sanctum_proxy import families, prompted
+from sanctum_proxy.codecs import families
 from sanctum_proxy.errors import InvalidRequest, ProxyError
-from sanctum_proxy.protocol import check_messages
+from sanctum_proxy.protocols.chat_request import check_messages
+from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.streaming import Assembler
-from sanctum_proxy.upstream import sse_data
+from sanctum_proxy.repair.streaming import Assembler
+from sanctum_proxy.upstreams.client import sse_data
 from tests.codecs.test_fuzz_parsers import BOOK, SCHEMAS, json_values, messy, names
 
 
@@ -145,7 +146,7 @@ def test_prompted_call_text_reads_back_as_the_same_call(name: str, args: dict[st
        st.lists(st.integers(0, 10_000), max_size=12), st.booleans())
 def test_constrained_text_branch_is_independent_of_chunking(tokens: list[str], points: list[int],
                                                             closed: bool) -> None:
-    from sanctum_proxy import constrain
+    from sanctum_proxy.repair import constrain
 
     raw = '{"content": "' + "".join(tokens) + ('"}' if closed else "")
     a = Assembler(text_branch=True)

@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from sanctum_proxy import lenient_json
+from sanctum_proxy.core import lenient_json
 from sanctum_proxy.repair import schemas
 from tests.fakes.upstream import Step, completion, native_call
 from tests.test_viewer_browser import page as page  # the headless Chromium fixture
@@ -277,7 +277,7 @@ def test_upstream_key_echoed_in_a_2xx_answer_is_redacted_in_pass_through_and_cha
 def test_a_key_split_between_relayed_chunks_is_still_redacted(cut):
     import asyncio
 
-    from sanctum_proxy.upstream import _redacted
+    from sanctum_proxy.upstreams.client import _redacted
 
     key = UPSTREAM_KEY.encode()
     text = b"a" * 7 + key + b"b" + key[:5] + b"xx" + key
@@ -361,8 +361,8 @@ def test_json_repair_never_sees_more_than_its_cap():
 def test_constrained_stream_reads_each_character_once(size):
     """The text branch of a constrained answer, chunked any way, gives visible_text's text; what it keeps
     between chunks is at most a cut escape (it used to re-read and re-decode the whole answer per chunk)."""
-    from sanctum_proxy import constrain
-    from sanctum_proxy.streaming import Assembler
+    from sanctum_proxy.repair import constrain
+    from sanctum_proxy.repair.streaming import Assembler
 
     body = 'Hi \\"there\\" \\\\ a\\nb \\u00e9\\ud83d\\ude00 ' * 2000 + "end"
     raw = '{"content": "' + body + '"}'

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from sanctum_proxy import omens as om
+from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import InvalidRequest, SpellCallParseError
 from sanctum_proxy.protocols import messages_api, responses_api
 from sanctum_proxy.protocols.messages_events import MessagesWriter

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sanctum_proxy.reasoning import Splitter, split
+from sanctum_proxy.core.reasoning import Splitter, split
 from tests.fakes.upstream import Step, completion, content_chunks
 from tests.stream_rules import read_stream
 

@@ -3,8 +3,8 @@ out (docs/contract.md section 6). The same writer through the proxy is tests/tes
 
 from __future__ import annotations
 
-from sanctum_proxy import omens as om
-from sanctum_proxy.calls import Problem
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.calls import Problem
 from sanctum_proxy.errors import UpstreamUnreachable
 from sanctum_proxy.repair.loop import ContentDelta, Final
 from sanctum_proxy.routes.sse import SseWriter

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import strategies as st
 
 from sanctum_proxy.app import create_app
-from sanctum_proxy.calls import content_text
 from sanctum_proxy.config import load_settings
+from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.errors import SpellCallParseError
 from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, run
 from sanctum_proxy.repair.spellbook import SpellBook

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sanctum_proxy.calls import Found
+from sanctum_proxy.core.calls import Found
 
 # The most calls one answer may hold (a codec stops finding there; the registry and repair cut there).
 MAX_CANDIDATES = 128

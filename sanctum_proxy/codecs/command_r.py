@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sanctum_proxy.calls import Found
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, blank, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
+from sanctum_proxy.core.calls import Found
 
 NAME = "command_r"
 _ACTION, _ACTION_END = "<|START_ACTION|>", "<|END_ACTION|>"

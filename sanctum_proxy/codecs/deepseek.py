@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format
 from sanctum_proxy.codecs.writing import arguments_text
+from sanctum_proxy.core.calls import Candidate, Found
 
 NAME = "deepseek"
 _SECTIONS = ("<｜tool▁calls▁begin｜>", "<｜tool_calls_begin｜>", "<｜tool calls begin｜>", "<｜tool\\_calls\\_begin｜>",

@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import hermes, json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import pairs
+from sanctum_proxy.core.calls import Candidate, Found
 
 NAME = "glm"
 STARTS: tuple[str, ...] = ("<tool_call>",)

@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
-from sanctum_proxy.lenient_json import value_end
+from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.lenient_json import value_end
 
 NAME = "harmony"
 STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "to=functions.")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sanctum_proxy.calls import Found
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import json_call
+from sanctum_proxy.core.calls import Found
 
 NAME = "hermes"
 OPEN = "<tool_call>"

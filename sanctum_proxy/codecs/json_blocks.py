@@ -17,11 +17,11 @@ import json
 import re
 from typing import Any
 
-from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format
 from sanctum_proxy.codecs.writing import json_call
-from sanctum_proxy.lenient_json import Decoded, decode, value_end
-from sanctum_proxy.spell_names import resolve_name
+from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.core.spell_names import resolve_name
 
 NAME = "json"
 STARTS: tuple[str, ...] = ("```", "{", "[")

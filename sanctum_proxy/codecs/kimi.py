@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
+from sanctum_proxy.core.calls import Candidate, Found
 
 NAME = "kimi"
 _SECTION = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")

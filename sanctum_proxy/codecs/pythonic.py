@@ -13,11 +13,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sanctum_proxy.calls import Candidate, Found
 from sanctum_proxy.codecs import hermes, json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import as_object, to_json
-from sanctum_proxy.lenient_json import value_end
+from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.lenient_json import value_end
 
 NAME = "pythonic"
 OPEN = "<|tool_call_start|>"

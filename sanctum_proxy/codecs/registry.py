@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sanctum_proxy.calls import Found
 from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     command_r,
     deepseek,
@@ -28,6 +27,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     seed,
 )
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, blank, codecs, formats
+from sanctum_proxy.core.calls import Found
 
 # Codecs that claim reasoning blocks (harmony's analysis, Command-R's thinking, Seed's think) read first, so
 # no later codec reads calls written inside reasoning; GLM before Hermes (both open with <tool_call>).

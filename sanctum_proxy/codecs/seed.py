@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from sanctum_proxy.calls import Found
 from sanctum_proxy.codecs import json_blocks, qwen_xml
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.core.calls import Found
 
 NAME = "seed"
 _CALL, _CALL_END = "<seed:tool_call>", "</seed:tool_call>"

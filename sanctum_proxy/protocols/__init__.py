@@ -1,5 +1,7 @@
-"""Client protocols other than chat completions, translated to and from the chat round loop (pure: no I/O).
+"""The client protocols: the chat request as read, and the others translated to and from the chat round loop
+(pure: no I/O).
 
+    chat_request.py    the OpenAI chat request: validation, the `sanctum` controls, the tools offered
     reply.py           what the round loop answered, read once for every protocol
     responses_api.py   OpenAI Responses API (POST /v1/responses): request -> chat body, answer -> response
     responses_events.py  its stream: the loop's events as `response.*` SSE events

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from ..errors import InvalidRequest, ProxyError
-from .reply import Reply, arguments_object
+from sanctum_proxy.errors import InvalidRequest, ProxyError
+from sanctum_proxy.protocols.reply import Reply, arguments_object
 
 IGNORED = frozenset({"metadata", "thinking", "service_tier", "context_management", "inference_geo"})
 STATEFUL = ("mcp_servers", "container")

@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
-from .. import reasoning
-from ..calls import content_text
-from ..streaming import unseen
+from sanctum_proxy.core import reasoning
+from sanctum_proxy.core.calls import content_text
+from sanctum_proxy.repair.streaming import unseen
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from ..errors import InvalidRequest
-from .reply import Reply
+from sanctum_proxy.errors import InvalidRequest
+from sanctum_proxy.protocols.reply import Reply
 
 IGNORED = frozenset({"store", "metadata", "include", "truncation", "service_tier", "user", "safety_identifier",
                      "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options", "top_logprobs",

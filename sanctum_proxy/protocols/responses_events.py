@@ -19,11 +19,11 @@ from typing import Any
 
 import orjson
 
-from .. import omens as om
-from ..errors import ProxyError
-from ..repair.loop import ContentDelta, Final, Plan, StreamItem
-from . import responses_api as api
-from .reply import LiveText, Reply
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.errors import ProxyError
+from sanctum_proxy.protocols import responses_api as api
+from sanctum_proxy.protocols.reply import LiveText, Reply
+from sanctum_proxy.repair.loop import ContentDelta, Final, Plan, StreamItem
 
 KEEPALIVE = b": keep-alive\n\n"
 

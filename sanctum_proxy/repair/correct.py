@@ -15,8 +15,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sanctum_proxy import families
-from sanctum_proxy.calls import Problem, Spell, content_text
+from sanctum_proxy.codecs import families
+from sanctum_proxy.core.calls import Problem, Spell, content_text
 from sanctum_proxy.repair.mend import native_call_text
 from sanctum_proxy.repair.spellbook import SpellBook
 

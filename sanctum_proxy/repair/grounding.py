@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..calls import content_text
+from sanctum_proxy.core.calls import content_text
 
 MAX_TEXT_CHARS = 200_000
 MAX_VALUES = 256

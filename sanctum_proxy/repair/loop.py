@@ -62,18 +62,20 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from .. import constrain as cn
-from .. import families, prompted, reasoning
-from .. import omens as om
-from ..calls import Assessment, Problem, content_text
-from ..errors import ProxyError, SpellCallParseError, UpstreamError
-from ..grammar import gbnf
-from ..modes import classify
-from .correct import correction, rejected_answer_text, sent_answer_text
-from .grounding import Evidence, ungrounded
-from .mend import assess
-from .repeats import repeated_call
-from .spellbook import SpellBook
+from sanctum_proxy.codecs import families
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import reasoning
+from sanctum_proxy.core.calls import Assessment, Problem, content_text
+from sanctum_proxy.errors import ProxyError, SpellCallParseError, UpstreamError
+from sanctum_proxy.repair import constrain as cn
+from sanctum_proxy.repair import prompted
+from sanctum_proxy.repair.correct import correction, rejected_answer_text, sent_answer_text
+from sanctum_proxy.repair.grammar import gbnf
+from sanctum_proxy.repair.grounding import Evidence, ungrounded
+from sanctum_proxy.repair.mend import assess
+from sanctum_proxy.repair.repeats import repeated_call
+from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.upstream_errors import classify
 
 Mode = Literal["native", "prompted"]
 

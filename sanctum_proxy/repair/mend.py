@@ -17,11 +17,11 @@ from typing import Any
 
 import orjson
 
-from sanctum_proxy import reasoning
-from sanctum_proxy.calls import Assessment, Candidate, Found, Problem, Repair, SpellCall, content_text, new_call_id
 from sanctum_proxy.codecs.base import MAX_CANDIDATES
 from sanctum_proxy.codecs.registry import find_calls
-from sanctum_proxy.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, strict
+from sanctum_proxy.core import reasoning
+from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, SpellCall, content_text, new_call_id
+from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, strict
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.validate import coerce
 

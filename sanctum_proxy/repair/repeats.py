@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from ..calls import Problem, SpellCall, content_text
+from sanctum_proxy.core.calls import Problem, SpellCall, content_text
 
 MAX_RESULT_CHARS = 600  # of a tool result quoted back in the correction
 

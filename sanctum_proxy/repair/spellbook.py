@@ -16,10 +16,10 @@ import orjson
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
-from sanctum_proxy.calls import Problem, Spell
+from sanctum_proxy.core.calls import Problem, Spell
+from sanctum_proxy.core.spell_names import resolve_name
 from sanctum_proxy.repair.schemas import check_schema, refusal, validator_for
 from sanctum_proxy.repair.validate import problems_for
-from sanctum_proxy.spell_names import resolve_name
 
 _NO_CONSTRAINTS: dict[str, Any] = {"type": "object", "additionalProperties": True}
 

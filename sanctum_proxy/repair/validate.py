@@ -18,8 +18,8 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from referencing.exceptions import Unresolvable
 
-from sanctum_proxy.calls import Problem, Reason, Spell
-from sanctum_proxy.lenient_json import Decoded, decode
+from sanctum_proxy.core.calls import Problem, Reason, Spell
+from sanctum_proxy.core.lenient_json import Decoded, decode
 from sanctum_proxy.repair.schemas import search
 
 MAX_ERRORS = 20

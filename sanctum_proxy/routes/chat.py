@@ -13,19 +13,20 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .. import capabilities, legacy, reasoning
-from .. import omens as om
-from ..auth import check_client_key, forwarded_key
-from ..config import Settings
-from ..errors import BodyTooLarge
-from ..protocol import ChatRequest, parse_chat_request
-from ..repair.loop import Answer, ContentDelta, Final, Plan
-from ..repair.spellbook import SpellBook
-from ..responses import JsonResponse
-from . import choices
-from .disconnect import ClientGone, gone_response, unless_disconnected
-from .rounds import kept_run, run_traced
-from .sse import stream_answer
+from sanctum_proxy.config import Settings
+from sanctum_proxy.core import legacy, reasoning
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.errors import BodyTooLarge
+from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
+from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan
+from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.routes import choices
+from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
+from sanctum_proxy.routes.rounds import kept_run, run_traced
+from sanctum_proxy.routes.sse import stream_answer
+from sanctum_proxy.upstreams import capabilities
+from sanctum_proxy.web.auth import check_client_key, forwarded_key
+from sanctum_proxy.web.json_response import JsonResponse
 
 router = APIRouter()
 
@@ -76,8 +77,8 @@ class Rounds:
 
 
 async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:
-    request.state.route = request.app.state.router.route(chat.model)  # the upstream pool for this model
-    chat = chat.with_body(request.state.route.rewrite(chat.body))  # an alias becomes the upstream's name
+    request.state.destination = request.app.state.pools.destination(chat.model)  # the upstream pool for this model
+    chat = chat.with_body(request.state.destination.rewrite(chat.body))  # an alias becomes the upstream's name
     plan = await make_plan(request, chat, settings)
     trace_id = uuid.uuid4().hex
     request.app.state.recorder.begin(request, trace_id, chat, plan)
@@ -110,7 +111,7 @@ async def finals_only(events: AsyncIterator[Any]) -> AsyncIterator[Final]:
 def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Any:
     """The first round of n > 1 choices: sent once with `n`; choice 0's Answer for its own loop, a loop
     started for each other choice."""
-    upstream = request.state.route.upstream
+    upstream = request.state.destination.upstream
 
     async def first(body: dict[str, Any], live: bool) -> AsyncIterator[Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)
@@ -136,7 +137,7 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
     choice = chat.controls.spell_calling
     mode = "prompted" if choice == "prompted" else "native"
     opening: list[om.Omen] = []
-    key = request.state.route.key  # decisions are per (upstream, model): the upstream's name or URL
+    key = request.state.destination.key  # decisions are per (upstream, model): the upstream's name or URL
     if choice == "auto":
         decision = request.app.state.modes.get(key, chat.model)
         if decision is None and book is not None and settings.probe_capabilities:
@@ -165,28 +166,28 @@ async def pick_format(request: Request, settings: Settings, model: str, mode: st
     fmt = settings.prompt_format_for(model)
     if fmt != "auto":
         return fmt
-    state, route = request.app.state, request.state.route
-    caps = state.capabilities.cached(route.key, model)
+    state, dest = request.app.state, request.state.destination
+    caps = state.capabilities.cached(dest.key, model)
     if caps is None and mode == "prompted" and book is not None and settings.probe_capabilities:
-        caps = await state.capabilities.get(route.key, model, lambda: capabilities.probe(
-            route.upstream, route.upstream.root_url, model, settings.probe_timeout))
+        caps = await state.capabilities.get(dest.key, model, lambda: capabilities.probe(
+            dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
     return (caps.family if caps is not None else None) or "hermes"
 
 
 async def settle_by_probe(request: Request, settings: Settings, model: str) -> list[om.Omen]:
     """Ask the upstream what it can do (once per model); a model without tool support goes prompted
     before it ever sees `tools`, with a SpellCallingFallback omen on the request that found out."""
-    state, route = request.app.state, request.state.route
-    caps = await state.capabilities.get(route.key, model, lambda: capabilities.probe(
-        route.upstream, route.upstream.root_url, model, settings.probe_timeout))
-    if caps.tools is not False or state.modes.get(route.key, model) is not None:
+    state, dest = request.app.state, request.state.destination
+    caps = await state.capabilities.get(dest.key, model, lambda: capabilities.probe(
+        dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
+    if caps.tools is not False or state.modes.get(dest.key, model) is not None:
         return []
-    state.modes.settle(route.key, model, "prompted", "capability_probe")
+    state.modes.settle(dest.key, model, "prompted", "capability_probe")
     return [om.fallback(0, "capability_probe", None, caps.source)]
 
 
 def plain_sender(request: Request, auth: str | None) -> Any:
-    upstream = request.state.route.upstream
+    upstream = request.state.destination.upstream
 
     async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)

@@ -25,8 +25,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import omens as om
-from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run, summed_usage
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run, summed_usage
 
 Event = ContentDelta | FieldDelta | Final
 _END = object()

@@ -15,7 +15,7 @@ from typing import TypeVar
 from fastapi import Request
 from fastapi.responses import Response
 
-from ..errors import CLIENT_GONE
+from sanctum_proxy.errors import CLIENT_GONE
 
 T = TypeVar("T")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from ..config import redacted_url
-from ..responses import JsonResponse
+from sanctum_proxy.config import redacted_url
+from sanctum_proxy.web.json_response import JsonResponse
 
 router = APIRouter()
 
@@ -19,11 +19,11 @@ async def healthz() -> JsonResponse:
 async def readyz(request: Request) -> JsonResponse:
     """With `[[upstreams]]`: ready while any of them answers (one model server down must not take every
     replica out of the load balancer); the body says which answer."""
-    router = request.app.state.router
-    answers = await router.ready()
+    pools = request.app.state.pools
+    answers = await pools.ready()
     ready = any(answers.values())
     body: dict[str, object] = {"status": "ready" if ready else "upstream unavailable"}
-    if router.several:
+    if pools.several:
         body["upstreams"] = answers
     else:
         body["upstream"] = redacted_url(request.app.state.settings.upstream)

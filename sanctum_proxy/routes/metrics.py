@@ -1,5 +1,5 @@
-"""GET /metrics: Prometheus text of this app's registry (see sanctum_proxy/metrics.py). Guarded by
-`admin_key` when one is set, open otherwise (auth.py)."""
+"""GET /metrics: Prometheus text of this app's registry (see sanctum_proxy/state/metrics.py). Guarded by
+`admin_key` when one is set, open otherwise (web/auth.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ..auth import check_metrics_key
-from ..metrics import CONTENT_TYPE
-from ..recorder import Recorder
+from sanctum_proxy.state.metrics import CONTENT_TYPE
+from sanctum_proxy.state.recorder import Recorder
+from sanctum_proxy.web.auth import check_metrics_key
 
 router = APIRouter()
 

@@ -15,12 +15,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from ..auth import check_client_key, forwarded_key
-from ..errors import InvalidRequest, NotFound
-from ..responses import JsonResponse
-from ..routing import Router, listed_models
-from ..upstream import HOP_BY_HOP, Upstream
-from .chat import read_body
+from sanctum_proxy.errors import InvalidRequest, NotFound
+from sanctum_proxy.routes.chat import read_body
+from sanctum_proxy.upstreams.client import HOP_BY_HOP, Upstream
+from sanctum_proxy.upstreams.pools import UpstreamPools, listed_models
+from sanctum_proxy.web.auth import check_client_key, forwarded_key
+from sanctum_proxy.web.json_response import JsonResponse
 
 router = APIRouter()
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -28,11 +28,11 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 @router.get("/v1/models")
 async def models(request: Request) -> Response:
-    routes: Router = request.app.state.router
-    if not routes.several:
+    pools: UpstreamPools = request.app.state.pools
+    if not pools.several:
         return await passthrough("models", request)
     check_client_key(request)
-    return JsonResponse({"object": "list", "data": await model_list(routes)})
+    return JsonResponse({"object": "list", "data": await model_list(pools)})
 
 
 # Not in /openapi.json: it is the upstream's API, not ours (and one route for several methods would give the
@@ -89,33 +89,33 @@ def check_path(request: Request) -> None:
 async def target(path: str, request: Request) -> tuple[Upstream, Any]:
     """The upstream for this request and the body to send it (read whole first, at most max_body_bytes:
     over it is a 413 and nothing is sent)."""
-    routes: Router = request.app.state.router
+    pools: UpstreamPools = request.app.state.pools
     has_body = request.method not in ("GET", "HEAD")
-    if path.startswith("models/") and routes.several:
-        return routes.route(path.removeprefix("models/")).upstream, None
+    if path.startswith("models/") and pools.several:
+        return pools.destination(path.removeprefix("models/")).upstream, None
     raw = await read_body(request, request.app.state.settings.max_body_bytes) if has_body else None
-    if not routes.several or not raw:
-        return routes.default, raw
+    if not pools.several or not raw:
+        return pools.default, raw
     try:
         body = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         body = None
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-        return routes.default, raw
-    route = routes.route(body["model"])
-    if route.model == body["model"]:
-        return route.upstream, raw
+        return pools.default, raw
+    dest = pools.destination(body["model"])
+    if dest.model == body["model"]:
+        return dest.upstream, raw
     try:
-        return route.upstream, orjson.dumps(route.rewrite(body))
+        return dest.upstream, orjson.dumps(dest.rewrite(body))
     except orjson.JSONEncodeError as exc:  # read 1024 levels deep, written at most 254
         raise InvalidRequest("the request body is nested too deeply to be passed on") from exc
 
 
-async def model_list(routes: Router) -> list[dict[str, Any]]:
+async def model_list(pools: UpstreamPools) -> list[dict[str, Any]]:
     data = [{"id": model, "object": "model", "created": 0, "owned_by": name}
-            for model, name in listed_models(routes.entries)]
+            for model, name in listed_models(pools.entries)]
     seen = {item["id"] for item in data}
-    for entry, upstream in zip(routes.entries, routes.upstreams, strict=True):
+    for entry, upstream in zip(pools.entries, pools.upstreams, strict=True):
         if not entry.catch_all:
             continue
         listed = await upstream.probe_json("GET", f"{upstream.base_url}/models", timeout=3.0)

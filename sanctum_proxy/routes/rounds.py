@@ -1,7 +1,8 @@
 """The round loop as a route runs it: traced by the recorder, and what it learns about the upstream kept.
 
 The loop (repair/loop.py) writes nothing shared: it yields a `Lesson` when a round taught something about this
-(upstream, model), and this edge keeps it in the tables the next requests read (modes.py, capabilities.py).
+(upstream, model), and this edge keeps it in the tables the next requests read (upstreams/auto_mode.py,
+upstreams/capabilities.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from fastapi import Request
 
-from ..repair.loop import Event, Lesson, Plan, Sender, run
+from sanctum_proxy.repair.loop import Event, Lesson, Plan, Sender, run
 
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Event]:

@@ -14,14 +14,14 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from ..auth import check_admin_key
-from ..config import Settings, redacted_url
-from ..errors import InvalidRequest, NotFound
-from ..recorder import Recorder
-from ..responses import JsonResponse
-from ..shared import without_password
-from ..trace_store import Query, UnknownCursor
-from ..traces import OUTCOMES
+from sanctum_proxy.config import Settings, redacted_url
+from sanctum_proxy.errors import InvalidRequest, NotFound
+from sanctum_proxy.state.recorder import Recorder
+from sanctum_proxy.state.replicated import without_password
+from sanctum_proxy.state.trace_store import Query, UnknownCursor
+from sanctum_proxy.state.traces import OUTCOMES
+from sanctum_proxy.web.auth import check_admin_key
+from sanctum_proxy.web.json_response import JsonResponse
 
 SECRET = ("upstream_api_key", "api_keys", "admin_key")
 MAX_LIMIT = 200
@@ -38,7 +38,7 @@ VIEWER_HEADERS = {
 
 
 def check_admin(request: Request) -> None:
-    """Who may read /sanctum/*: `admin_key` when set, else the client keys (auth.py)."""
+    """Who may read /sanctum/*: `admin_key` when set, else the client keys (web/auth.py)."""
     check_admin_key(request)
 
 
@@ -58,7 +58,7 @@ async def status(request: Request) -> JsonResponse:
     state = request.app.state
     return JsonResponse({"settings": shown_settings(state.settings), "modes": state.modes.snapshot(),
                            "capabilities": state.capabilities.snapshot(),
-                           "upstreams": state.router.snapshot(), "shared_state": state.shared.snapshot()})
+                           "upstreams": state.pools.snapshot(), "shared_state": state.shared.snapshot()})
 
 
 def shown_settings(settings: Settings) -> dict[str, Any]:

@@ -31,19 +31,21 @@ import orjson
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from .. import constrain, families, reasoning
-from .. import omens as om
-from ..config import Settings
-from ..errors import ProxyError, UpstreamUnreachable, internal, no_answer
-from ..protocol import ChatRequest
-from ..protocols.reply import held_back, rest_after
-from ..repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, StreamItem
-from ..responses import error_response
-from ..streaming import PASSED, Assembler, call_deltas, chunk
-from . import choices
-from .choices import tagged
-from .disconnect import ClientGone, gone_response, unless_disconnected
-from .rounds import kept_run, run_traced
+from sanctum_proxy.codecs import families
+from sanctum_proxy.config import Settings
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import reasoning
+from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, internal, no_answer
+from sanctum_proxy.protocols.chat_request import ChatRequest
+from sanctum_proxy.protocols.reply import held_back, rest_after
+from sanctum_proxy.repair import constrain
+from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, StreamItem
+from sanctum_proxy.repair.streaming import PASSED, Assembler, call_deltas, chunk
+from sanctum_proxy.routes import choices
+from sanctum_proxy.routes.choices import tagged
+from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
+from sanctum_proxy.routes.rounds import kept_run, run_traced
+from sanctum_proxy.web.json_response import error_response
 
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
@@ -100,7 +102,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     `opening()`, `render(event)`, `ended` and `keepalive`, like SseWriter) and `refuse` (its error shape)."""
     settings: Settings = request.app.state.settings
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
-    upstream, lead = request.state.route.upstream, families.opens_bare(plan.prompt_format)
+    upstream, lead = request.state.destination.upstream, families.opens_bare(plan.prompt_format)
     several = choices.count(chat.body) > 1 and writer is None
     events: AsyncIterator[Any]
     if several:

@@ -18,20 +18,20 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from .. import omens as om
-from ..auth import check_client_key
-from ..errors import ProxyError
-from ..protocol import chat_request, json_object
-from ..protocols import messages_api, responses_api
-from ..protocols.messages_events import MessagesWriter
-from ..protocols.reply import Reply
-from ..protocols.responses_events import ResponsesWriter
-from ..repair.loop import Final
-from ..responses import JsonResponse, error_response
-from .chat import Rounds, answer_headers, final_answer, read_body, split_message, start_rounds
-from .disconnect import ClientGone, gone_response
-from .passthrough import passthrough
-from .sse import stream_answer
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.errors import ProxyError
+from sanctum_proxy.protocols import messages_api, responses_api
+from sanctum_proxy.protocols.chat_request import chat_request, json_object
+from sanctum_proxy.protocols.messages_events import MessagesWriter
+from sanctum_proxy.protocols.reply import Reply
+from sanctum_proxy.protocols.responses_events import ResponsesWriter
+from sanctum_proxy.repair.loop import Final
+from sanctum_proxy.routes.chat import Rounds, answer_headers, final_answer, read_body, split_message, start_rounds
+from sanctum_proxy.routes.disconnect import ClientGone, gone_response
+from sanctum_proxy.routes.passthrough import passthrough
+from sanctum_proxy.routes.sse import stream_answer
+from sanctum_proxy.web.auth import check_client_key
+from sanctum_proxy.web.json_response import JsonResponse, error_response
 
 router = APIRouter()
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from sanctum_proxy.calls import content_text
+from sanctum_proxy.codecs.families import opens_bare, render_call
 from sanctum_proxy.codecs.registry import CODECS, FORMAT_NAMES, FORMATS, find_calls
-from sanctum_proxy.families import opens_bare, render_call
+from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.spellbook import SpellBook
-from sanctum_proxy.streaming import Assembler, unseen
+from sanctum_proxy.repair.streaming import Assembler, unseen
 from tests.codecs.test_corpus import CASES
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sanctum_proxy.calls import Candidate
 from sanctum_proxy.codecs import hermes, json_blocks
 from sanctum_proxy.codecs.registry import find_calls, stream_starts
+from sanctum_proxy.core.calls import Candidate
 
 NAMES = frozenset({"get_weather", "terminal", "search"})
 

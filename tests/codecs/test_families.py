@@ -8,12 +8,12 @@ from typing import Any
 import httpx
 import pytest
 
-from sanctum_proxy import families
-from sanctum_proxy.capabilities import from_props, from_show
+from sanctum_proxy.codecs import families
 from sanctum_proxy.config import load_settings
-from sanctum_proxy.prompted import to_prompted
 from sanctum_proxy.repair.correct import rejected_answer_text
+from sanctum_proxy.repair.prompted import to_prompted
 from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.upstreams.capabilities import from_props, from_show
 from tests.fakes.upstream import Step, completion, content_chunks
 from tests.stream_rules import read_stream
 

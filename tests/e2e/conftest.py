@@ -16,7 +16,7 @@ import pytest
 
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import load_settings
-from sanctum_proxy.embedded import EmbeddedUnavailable, LlamaServer, LlamaServerError
+from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, LlamaServer, LlamaServerError
 from tests.conftest import ServerThread
 
 HERE = Path(__file__).parent

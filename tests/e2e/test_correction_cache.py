@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sanctum_proxy.embedded import LlamaServer
+from sanctum_proxy.upstreams.embedded import LlamaServer
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",

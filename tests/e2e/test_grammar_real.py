@@ -10,11 +10,11 @@ import httpx
 import orjson
 import pytest
 
-from sanctum_proxy import prompted
-from sanctum_proxy.embedded import LlamaServer
-from sanctum_proxy.grammar import GRAMMAR_FORMATS, gbnf
+from sanctum_proxy.repair import prompted
+from sanctum_proxy.repair.grammar import GRAMMAR_FORMATS, gbnf
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.upstreams.embedded import LlamaServer
 
 TOOLS = Path(__file__).resolve().parents[1] / "data" / "bfcl_tools.json"  # a BFCL sample: its SOURCE.md says
 

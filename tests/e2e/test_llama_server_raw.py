@@ -13,7 +13,7 @@ import jsonschema
 import orjson
 import pytest
 
-from sanctum_proxy.embedded import LlamaServer
+from sanctum_proxy.upstreams.embedded import LlamaServer
 
 pytestmark = pytest.mark.e2e
 

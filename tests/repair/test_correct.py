@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import get_args
 
-from sanctum_proxy.calls import Problem, Reason
+from sanctum_proxy.core.calls import Problem, Reason
 from sanctum_proxy.repair.correct import correction, rejected_answer_text, sent_answer_text
 from sanctum_proxy.repair.spellbook import SpellBook
 

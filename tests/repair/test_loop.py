@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from sanctum_proxy import constrain as cn
-from sanctum_proxy import omens as om
+from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import SpellCallParseError, UpstreamError, UpstreamUnreachable
+from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.loop import (
     ANSWERED_IN_TEXT,
     CONSTRAINED_INSTEAD,

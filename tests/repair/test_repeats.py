@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from sanctum_proxy.calls import SpellCall
+from sanctum_proxy.core.calls import SpellCall
 from sanctum_proxy.repair.repeats import answered_calls, repeated_call
 from tests.fakes.upstream import Step, completion, content_chunks, llama_tool_chunks, native_call
 from tests.stream_rules import read_stream

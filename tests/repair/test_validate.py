@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sanctum_proxy.legacy import to_tools
+from sanctum_proxy.core.legacy import to_tools
 from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.validate import coerce
 

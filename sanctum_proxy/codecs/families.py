@@ -1,0 +1,52 @@
+"""Which call format a model family was trained on, told from its chat template, and the names
+`prompt_format` takes. The formats themselves (how a call and a tool result are written, the markers that
+show them in a template) live with their codecs (codecs/base.py, `Format`).
+
+    detect(template, family)   the format a chat template (llama.cpp /props, Ollama /api/show) is for
+    render_call(fmt, name, a)  one call as that format writes it (a: a mapping, or JSON text kept verbatim)
+    render_result(fmt, ...)    one tool result as that format reads it
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from sanctum_proxy.codecs.registry import FALLBACK, FORMAT_NAMES, FORMATS, format_of, render_call
+
+if TYPE_CHECKING:
+    PromptFormat = str
+else:  # the values of `prompt_format` / `[prompt_formats]`: "auto" (picked by `detect`, else Hermes) or a format
+    PromptFormat = Literal[("auto", *FORMAT_NAMES)]
+
+__all__ = ["FALLBACK", "FORMAT_NAMES", "PromptFormat", "codec_of", "detect", "opens_bare", "render_call",
+           "render_result"]
+
+_BY_TEMPLATE = sorted((f for f in FORMATS.values() if f.detect is not None), key=lambda f: f.detect_rank)
+_OLLAMA_FAMILIES = {family: f.name for f in FORMATS.values() for family in f.families}
+
+
+def codec_of(fmt: str) -> str:
+    """The codec (`Candidate.source`) that reads calls written in prompt format `fmt`."""
+    return FORMATS[fmt].codec if fmt in FORMATS else fmt
+
+
+def detect(template: Any, family: Any = None) -> str | None:
+    """The format whose call markup the chat template writes; Ollama's `details.family` when the template
+    says nothing; None when neither is known (the caller falls back to Hermes)."""
+    text = template if isinstance(template, str) else ""
+    for fmt in _BY_TEMPLATE:
+        if fmt.detect is not None and fmt.detect(text):
+            return fmt.name
+    return _OLLAMA_FAMILIES.get(family.lower()) if isinstance(family, str) else None
+
+
+def opens_bare(fmt: str) -> bool:
+    """Whether the format's generation prompt already holds the first call marker, so an answer opens with
+    a bare `NAME\n{...}` or `all\n` (Functionary v3.2's prompt ends with `>>>`)."""
+    return fmt in FORMATS and FORMATS[fmt].opens_bare
+
+
+def render_result(fmt: str, name: str, call_id: str, text: str) -> str:
+    return format_of(fmt).render_result(name, call_id, text)

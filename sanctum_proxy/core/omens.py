@@ -1,0 +1,103 @@
+"""Omens, the observable events of one request, and how they are rendered.
+
+    SpellCallRepaired     tier 1 mended a call locally (what was mended)
+    SpellCallRejected     tier 2 bounced an answer (why, and the correction sent)
+    SpellCallingFallback  auto mode went from native to prompted (why, the upstream's status)
+    SpellCallsDropped     parallel_tool_calls=false cut extra valid calls
+    SpellCallSurrendered  tier 3 gave up (on_surrender="content" keeps the last raw answer)
+
+Rendered as: the `sanctum` object of a response, the X-Sanctum-Omens header summary, an SSE comment
+(`: omen {json}`) or a named SSE event whose data is a chunk-shaped envelope (`choices: []`).
+
+`OmenType` names the omens and `Outcome` what became of a request and of each round; both are str enums whose
+values are the wire strings (compare and serialise as those).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from sanctum_proxy.core.calls import Problem, Repair
+
+
+class OmenType(StrEnum):
+    REPAIRED = "SpellCallRepaired"
+    REJECTED = "SpellCallRejected"
+    FALLBACK = "SpellCallingFallback"
+    DROPPED = "SpellCallsDropped"
+    SURRENDERED = "SpellCallSurrendered"
+
+
+class Outcome(StrEnum):
+    """A request's outcome (the most telling of its rounds: clean, repaired, rejected, fallback; surrendered
+    or error when it ended so) and a round's (pending, accepted, rejected, fallback, error)."""
+
+    CLEAN = "clean"
+    REPAIRED = "repaired"
+    REJECTED = "rejected"
+    FALLBACK = "fallback"
+    SURRENDERED = "surrendered"
+    ERROR = "error"
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+
+
+@dataclass(frozen=True)
+class Omen:
+    type: OmenType
+    round: int
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": str(self.type), "round": self.round, **self.fields}
+
+
+def repaired(round_no: int, repair: Repair) -> Omen:
+    return Omen(OmenType.REPAIRED, round_no, {
+        "spell": repair.spell, "call_id": repair.call_id, "repairs": list(repair.repairs), "raw": repair.raw})
+
+
+def rejected(round_no: int, problem: Problem, correction: str) -> Omen:
+    return Omen(OmenType.REJECTED, round_no, {
+        "spell": problem.spell, "reason": problem.reason, "details": list(problem.details),
+        "correction": correction, "raw": problem.raw})
+
+
+def fallback(round_no: int, reason: str, upstream_status: int | None, message: str) -> Omen:
+    return Omen(OmenType.FALLBACK, round_no, {
+        "from": "native", "to": "prompted", "reason": reason, "upstream_status": upstream_status,
+        "message": message})
+
+
+def dropped(round_no: int, spell: str, call_id: str, raw: str) -> Omen:
+    return Omen(OmenType.DROPPED, round_no, {
+        "spell": spell, "call_id": call_id, "reason": "parallel_tool_calls_false", "raw": raw})
+
+
+def surrendered(round_no: int, message: str, rejected_raw: Sequence[str]) -> Omen:
+    return Omen(OmenType.SURRENDERED, round_no, {"message": message, "rejected": list(rejected_raw)})
+
+
+def header_summary(omens: Sequence[Omen]) -> str:
+    """`SpellCallRepaired=2, SpellCallRejected=1` in first-seen order; empty string when there are none."""
+    counts = Counter(str(o.type) for o in omens)
+    return ", ".join(f"{name}={n}" for name, n in counts.items())
+
+
+def sse_comment(omen: Omen) -> bytes:
+    return b": omen " + orjson.dumps(omen.to_json()) + b"\n\n"
+
+
+def sse_event(omen: Omen) -> bytes:
+    envelope = {"object": "sanctum.omen", "choices": [], **omen.to_json()}
+    return b"event: omen\ndata: " + orjson.dumps(envelope) + b"\n\n"
+
+
+def sanctum_object(mode: str, rounds: int, omens: Sequence[Omen], trace_id: str) -> dict[str, Any]:
+    return {"mode": mode, "rounds": rounds, "omens": [o.to_json() for o in omens], "trace_id": trace_id}

@@ -1,0 +1,251 @@
+"""Constrained spell calling: one JSON Schema for "an answer", so the upstream's grammar does the syntax.
+
+An answer is one JSON object, one of:
+
+    {"content": "<text>"}                                  a text reply (not when a call is required)
+    {"name": "<spell>", "arguments": {...}}                one call; arguments follow the spell's schema
+    {"tool_calls": [{"name": ..., "arguments": ...}, ...]} several calls (while parallel calls are allowed)
+
+It travels as OpenAI `response_format: {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, ...}}`,
+which llama.cpp, vLLM and Ollama's /v1 all read. A constrained round is always a prompted round: llama.cpp
+ignores tool parsing when `response_format` comes with `tools`, and rejects `grammar` with `tools`.
+
+`decode` turns the answer back into an OpenAI message; text that is not such an object (an upstream that
+ignored the schema) is left as it is, for the ordinary extraction tiers. `visible_text` is the streaming
+side: the part of a text-branch answer that can be shown while the JSON is still arriving. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Literal
+
+import orjson
+
+from sanctum_proxy.core.calls import Problem, example_arguments, new_call_id
+from sanctum_proxy.repair.spellbook import SpellBook
+
+Constrain = Literal["off", "repair", "always"]
+SCHEMA_NAME = "sanctum_answer"
+FORMAT = (
+    "Answer with exactly one JSON object and nothing else:\n"
+    '- to call a tool: {"name": "<tool name>", "arguments": {<arguments as the tool\'s schema says>}}, '
+    'for example {"name": "%s", "arguments": %s}\n'
+)
+_PARALLEL = '- to call several tools at once: {"tool_calls": [{"name": ..., "arguments": ...}, ...]}\n'
+_TEXT = '- to answer in text, when no tool is needed: {"content": "<your answer>"}\n'
+
+
+def answer_schema(book: SpellBook, *, text: bool, parallel: bool) -> dict[str, Any]:
+    """The JSON Schema of an answer offering every spell in `book` (restrict the book to pin one)."""
+    calls = [_call_schema(name, spell.parameters) for name, spell in book.spells.items()]
+    one_call: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    branches = [one_call]
+    if parallel:
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"tool_calls": {"type": "array", "items": one_call, "minItems": 1}},
+                "required": ["tool_calls"],
+                "additionalProperties": False,
+            }
+        )
+    if text:
+        branches.append(
+            {
+                "type": "object",
+                "properties": {"content": {"type": "string"}},
+                "required": ["content"],
+                "additionalProperties": False,
+            }
+        )
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def _call_schema(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    arguments = parameters if parameters else {"type": "object", "properties": {}}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": name}, "arguments": arguments},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def response_format(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True}}
+
+
+def is_constrained(body: dict[str, Any]) -> bool:
+    """Whether this upstream body is one of our constrained rounds (the stream reads its text branch)."""
+    fmt = body.get("response_format")
+    return isinstance(fmt, dict) and (fmt.get("json_schema") or {}).get("name") == SCHEMA_NAME
+
+
+def asks_json(body: dict[str, Any]) -> bool:
+    """Whether the client asked for a JSON answer of its own (response_format json_object / json_schema, not
+    one of our constrained rounds): its content is that JSON, never read for calls."""
+    fmt = body.get("response_format")
+    return isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and not is_constrained(body)
+
+
+def format_section(book: SpellBook, *, text: bool, parallel: bool) -> str:
+    """The call-format paragraph of the system prompt for a constrained round."""
+    first = next(iter(book.spells.values()))
+    example = orjson.dumps(example_arguments(first.parameters)).decode()
+    return FORMAT % (first.name, example) + (_PARALLEL if parallel else "") + (_TEXT if text else "")
+
+
+def decode(message: dict[str, Any], new_id: Callable[[], str] | None = None) -> dict[str, Any]:
+    """The OpenAI message an answer object stands for; anything else comes back unchanged. A text-branch
+    answer cut short (max_tokens) is the text it had reached."""
+    content = message.get("content")
+    if message.get("tool_calls") or not isinstance(content, str):
+        return message
+    try:
+        answer = orjson.loads(content)
+    except orjson.JSONDecodeError:  # cut (max_tokens): a text branch is its text so far, never raw JSON
+        return {**message, "content": visible_text(content)} if _TEXT_OPENING.match(content) else message
+    if not isinstance(answer, dict):
+        return message
+    make_id = new_id or new_call_id
+    if set(answer) == {"content"} and isinstance(answer["content"], str):
+        return {**message, "content": answer["content"]}
+    calls = answer.get("tool_calls") if set(answer) == {"tool_calls"} else [answer]
+    if not isinstance(calls, list) or not calls or not all(_is_call(c) for c in calls):
+        return message
+    return {
+        **message,
+        "content": None,
+        "tool_calls": [
+            {
+                "id": make_id(),
+                "type": "function",
+                "function": {"name": c["name"], "arguments": orjson.dumps(c["arguments"]).decode()},
+            }
+            for c in calls
+        ],
+    }
+
+
+def _is_call(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("name"), str) and "arguments" in value
+
+
+def broken_call(message: dict[str, Any], finish_reason: str | None) -> Problem | None:
+    """A call-branch answer that is not whole JSON (cut by max_tokens, or a grammar the upstream did not
+    hold to): a malformed call, to bounce, rather than text for the ordinary tiers to pick apart. Its spell
+    is the one it names when it is a single call."""
+    content = message.get("content")
+    if message.get("tool_calls") or not isinstance(content, str) or not _CALL_OPENING.match(content):
+        return None
+    try:
+        orjson.loads(content)
+        return None
+    except orjson.JSONDecodeError:
+        pass
+    named = _NAME.match(content)
+    try:
+        spell = orjson.loads(f'"{named.group(1)}"') if named else None
+    except orjson.JSONDecodeError:  # a broken escape in the name
+        spell = None
+    why = "the answer was cut off by max_tokens" if finish_reason == "length" else "the answer is not complete JSON"
+    return Problem("malformed_json", spell, (why,), content)
+
+
+_CALL_OPENING = re.compile(r'\s*\{\s*"(?:name|tool_calls)"\s*:')
+_NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_TEXT_OPENING = re.compile(r'\s*\{\s*"content"\s*:\s*"')
+
+
+def visible_text(raw: str) -> str:
+    """The decoded text of a text-branch answer so far ("" while it may still be a call). An escape cut by
+    the chunk boundary is held until it completes; the closing quote ends the text."""
+    opening = _TEXT_OPENING.match(raw)
+    if opening is None:
+        return ""
+    body = raw[opening.end() :]
+    end = _closing_quote(body)
+    body = body[:end] if end is not None else body[:_safe_end(body)]
+    try:
+        text: str = orjson.loads(f'"{body}"')
+    except orjson.JSONDecodeError:  # a control character the grammar let through: show nothing yet
+        return ""
+    return text
+
+
+MAX_OPENING_CHARS = 4096  # the grammar allows little whitespace before `{"content": "`
+
+
+class TextBranch:
+    """`visible_text` for a stream, fed piece by piece: each character is read once (re-reading the whole
+    answer per chunk cost 34 s of CPU for 256 Ki one-character chunks). Holds back only an escape cut by
+    the chunk boundary; after the closing quote, or text that is no text branch, it shows nothing more."""
+
+    def __init__(self) -> None:
+        self._buffer = ""  # read, not yet shown: the opening so far, or a cut escape
+        self._opened = self._done = False
+
+    def feed(self, piece: str) -> str:
+        """The text this piece makes visible ("" for none)."""
+        if self._done or not piece:
+            return ""
+        self._buffer += piece
+        if not self._opened:
+            opening = _TEXT_OPENING.match(self._buffer)
+            if opening is None:
+                self._done = len(self._buffer) > MAX_OPENING_CHARS
+                return ""
+            self._opened, self._buffer = True, self._buffer[opening.end():]
+        body = self._buffer
+        end = _closing_quote(body)
+        if end is not None:
+            body, self._done = body[:end], True
+        else:
+            body = body[:_safe_end(body)]
+        try:
+            text: str = orjson.loads(f'"{body}"')
+        except orjson.JSONDecodeError:  # a control character the grammar let through: show nothing more
+            self._done = True
+            return ""
+        self._buffer = self._buffer[len(body):]
+        return text
+
+
+_HIGH_SURROGATE_END = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}$")
+_PARTIAL_U = re.compile(r"\\u[0-9a-fA-F]{0,3}$")
+
+
+def _safe_end(body: str) -> int:
+    """Where the decodable part of an unfinished string body ends: before a cut escape (a backslash at the
+    end, a partial \\uXXXX, or a high surrogate whose low half has not come)."""
+    end = len(body)
+    if _escaping(body, end):
+        end -= 1
+    else:
+        partial = _PARTIAL_U.search(body)
+        if partial is not None and not _escaping(body, partial.start()):
+            end = partial.start()
+    surrogate = _HIGH_SURROGATE_END.search(body, 0, end)
+    if surrogate is not None and not _escaping(body, surrogate.start()):
+        end = surrogate.start()
+    return end
+
+
+def _escaping(body: str, at: int) -> bool:
+    """Whether the backslashes just before `at` leave one open (an odd run)."""
+    run = at - len(body[:at].rstrip("\\"))
+    return run % 2 == 1
+
+
+def _closing_quote(body: str) -> int | None:
+    at = 0
+    while (at := body.find('"', at)) >= 0:
+        before = at - 1
+        while before >= 0 and body[before] == "\\":
+            before -= 1
+        if (at - 1 - before) % 2 == 0:
+            return at
+        at += 1
+    return None

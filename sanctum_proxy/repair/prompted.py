@@ -1,0 +1,123 @@
+"""Prompted spell calling: the request rewritten for an upstream that never sees tools.
+
+Spell schemas go into the system prompt with a delimited call format; earlier assistant `tool_calls` and
+`role: "tool"` results in the history become text in that format. The answer comes back as text and is
+read by the same extraction and repair tiers as any other answer (`repair.mend.assess`).
+
+The format is a family of `families` (Hermes, fenced JSON, or the one the model was trained on: harmony,
+GLM, Kimi, ...): its calls and tool results are written in that family's own shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sanctum_proxy.codecs import families
+from sanctum_proxy.codecs.registry import format_of, render_call
+from sanctum_proxy.core.calls import content_text, example_arguments
+from sanctum_proxy.repair.spellbook import SpellBook
+
+_RESULTS = "After a tool runs, its result comes back to you inside <tool_response></tool_response> tags."
+_RESULTS_OWN = "After a tool runs, its result comes back to you in the next message."
+STRIPPED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls")
+
+_OWN_FORMAT = "To call a tool, write the call in exactly this format, for example:\n%s"
+
+
+def _how_to_call(fmt: str, name: str, example: dict[str, Any]) -> str:
+    own = format_of(fmt)
+    if own.instructions:
+        return own.instructions % (name, orjson.dumps(example).decode())
+    return _OWN_FORMAT % own.render_call(name, example)
+
+
+def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required: str | None = None,
+                   call_format: str | None = None) -> str:
+    """The text that offers the spells. `required` is "any" or a spell name when a call is mandatory.
+    `call_format` replaces the whole how-to-call paragraph (constrained rounds describe their JSON answer)."""
+    lines = ["# Tools", "", "You can call these tools. Each is given as a JSON Schema of its arguments:", ""]
+    for spell in book.spells.values():
+        schema = orjson.dumps(spell.parameters or {"type": "object", "properties": {}}).decode()
+        lines.append(f"- {spell.name}: {spell.description or '(no description)'}\n  arguments: {schema}")
+    if call_format is not None:
+        return "\n".join([*lines, "", call_format.rstrip(), _RESULTS])
+    first = next(iter(book.spells.values()))
+    lines += ["", _how_to_call(fmt, first.name, example_arguments(first.parameters))]
+    lines.append("You may call several tools, one block each." if parallel else "Call at most one tool per answer.")
+    if required == "any":
+        lines.append("You must answer with a tool call.")
+    elif required:
+        lines.append(f"You must answer with a call to {required}.")
+    else:
+        lines.append("If no tool is needed, answer in plain text without any tool call block.")
+    lines.append(_RESULTS if families.render_result(fmt, "", "", "").startswith("<tool_response") else _RESULTS_OWN)
+    return "\n".join(lines)
+
+
+def to_prompted(body: dict[str, Any], book: SpellBook | None, fmt: str, *, parallel: bool = True,
+                required: str | None = None, call_format: str | None = None) -> dict[str, Any]:
+    """The upstream body for a prompted round. `book` None (tool_choice none) offers no spells."""
+    out = {k: v for k, v in body.items() if k not in STRIPPED}
+    messages = rewrite_history(body.get("messages", []), fmt)
+    if book is not None and book.spells:
+        messages = merge_system(messages, system_section(book, fmt, parallel=parallel, required=required,
+                                                         call_format=call_format))
+    out["messages"] = messages
+    return out
+
+
+def merge_system(messages: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
+    """The section goes after the client's own system text, in one system message at the front."""
+    if messages and messages[0].get("role") in ("system", "developer"):
+        own = content_text(messages[0].get("content"))
+        return [{"role": "system", "content": f"{own}\n\n{section}" if own else section}, *messages[1:]]
+    return [{"role": "system", "content": section}, *messages]
+
+
+def rewrite_history(messages: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
+    names: dict[str, str] = {}
+    out: list[tuple[dict[str, Any], bool]] = []  # (message, is a tool result)
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
+            out.append((_assistant_as_text(message, fmt, names), False))
+        elif role in ("tool", "function"):
+            out.append((_result_as_text(message, fmt, names), True))
+        else:
+            out.append(({k: v for k, v in message.items() if k not in ("tool_calls", "tool_call_id")}, False))
+    return _merge_adjacent_results(out)
+
+
+def _assistant_as_text(message: dict[str, Any], fmt: str, names: dict[str, str]) -> dict[str, Any]:
+    parts = [content_text(message.get("content"))] if message.get("content") else []
+    calls = list(message.get("tool_calls") or [])
+    if message.get("function_call"):
+        calls.append({"id": "", "function": message["function_call"]})
+    for call in calls:
+        function = call.get("function") or {} if isinstance(call, dict) else {}
+        name = str(function.get("name", ""))
+        if isinstance(call, dict) and call.get("id"):
+            names[str(call["id"])] = name
+        parts.append(render_call(fmt, name, function.get("arguments")))
+    return {"role": "assistant", "content": "\n".join(p for p in parts if p)}
+
+
+def _result_as_text(message: dict[str, Any], fmt: str, names: dict[str, str]) -> dict[str, Any]:
+    call_id = str(message.get("tool_call_id") or "")
+    name = str(message.get("name") or names.get(call_id, ""))
+    return {"role": "user", "content": families.render_result(fmt, name, call_id, content_text(message.get("content")))}
+
+
+def _merge_adjacent_results(messages: list[tuple[dict[str, Any], bool]]) -> list[dict[str, Any]]:
+    """Several tool results in a row become one user turn (templates want roles to alternate)."""
+    out: list[dict[str, Any]] = []
+    previous = False
+    for message, result in messages:
+        if result and previous:
+            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + message["content"]}
+        else:
+            out.append(message)
+        previous = result
+    return out

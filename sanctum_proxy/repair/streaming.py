@@ -1,0 +1,291 @@
+"""The incremental assembler: fed upstream chunks, it says which content may reach the client now and
+accumulates the whole answer for the repair tiers. Pure: no I/O.
+
+Content is released as it arrives, except text that may start a call format: a partial delimiter at the
+end of the text (`<tool_` of `<tool_call>`) is held until the next chunk shows it is not one; a complete
+delimiter holds everything after it until the round ends, when the same `assess` as non-streaming decides.
+So streamed and non-streamed answers give identical calls by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sanctum_proxy.codecs.registry import stream_lead, stream_shapes, stream_starts
+from sanctum_proxy.core import reasoning
+from sanctum_proxy.repair import constrain
+
+_CHUNK_OWN = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage", "sanctum"})
+# Text fields of a delta that are never read for calls: passed to the client live, as they came.
+PASSED = (*reasoning.FIELDS, "refusal")
+# What may open a call in content, as the codecs declare it (codecs/base.py): their delimiters, held at once;
+# their generic openers (`{`, `[`, a bare fence) held only in the shapes a call takes, so braces and brackets
+# in prose flow on.
+STARTS = stream_starts()
+_OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
+# A family whose generation prompt already holds the first call marker (Functionary v3.2 ends it with `>>>`)
+# answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
+# is held until it shows which (a bare word waits for the next chunk).
+_LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
+
+
+def _joined(parts: list[str]) -> str:
+    """The parts as one string, kept as the only part: appending stays O(1), reading is amortised linear
+    (`str +=` on an attribute copies the whole string each time: quadratic over a long answer)."""
+    if len(parts) > 1:
+        parts[:] = ["".join(parts)]
+    return parts[0] if parts else ""
+
+
+@dataclass
+class _Call:
+    id: str | None = None
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+    object_arguments: dict[str, Any] | None = None
+
+    @property
+    def arguments(self) -> str:
+        return _joined(self.parts)
+
+    @property
+    def wire_arguments(self) -> str | dict[str, Any]:
+        return self.object_arguments if self.object_arguments is not None else self.arguments
+
+
+@dataclass
+class Assembler:
+    starts: tuple[str, ...] = STARTS
+    released: int = 0
+    holding: bool = False
+    calls: dict[int, _Call] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # the chunks' other top-level fields
+    _firsts: frozenset[str] = frozenset()
+    _longest: int = 0
+    text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
+    _branch: constrain.TextBranch = field(default_factory=constrain.TextBranch)
+    _fresh: str = ""  # content of the last chunk (the text branch reads each piece once)
+    lead: bool = False  # the answer may open with a call name and no delimiter (Functionary v3.2)
+    _led: bool = False
+    client_json: bool = False  # the client asked for JSON (response_format): a JSON answer flows, never held
+    _json_answer: bool | None = None  # decided by the first non-space character of content
+    _parts: list[str] = field(default_factory=list)
+    _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
+    _closer: str = ""  # inside reasoning markup in content: the closer that ends it (reasoning.py)
+    _reasoned: bool = False  # reasoning markup was seen: a closer alone no longer ends anything
+    _unhold: bool = False  # held content turned out to be reasoning begun in the prompt (a lone closer came)
+    _tail: str = ""  # the last few characters of content, to find a closer split across deltas
+    _logprobs: list[Any] = field(default_factory=list)  # logprobs.content entries of content not yet released
+    _passed: dict[str, list[str]] = field(default_factory=dict)  # PASSED fields' deltas, by field
+    _live_passed: dict[str, list[str]] = field(default_factory=dict)  # ... not yet taken (take_passed)
+
+    @property
+    def content(self) -> str:
+        return _joined(self._parts)
+
+    def feed(self, chunk: dict[str, Any]) -> str:
+        """Take one upstream chunk; return the content that may be shown now ("" for none)."""
+        if not self.meta:
+            self.meta = {k: chunk[k] for k in ("id", "model", "created", "system_fingerprint") if k in chunk}
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for key, value in chunk.items():
+            if key not in _CHUNK_OWN:  # llama.cpp's `timings`, `service_tier`, vendor fields: the latest value
+                self.extra[key] = value
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+            delta = choice.get("delta") or {}
+            logprobs = choice.get("logprobs")
+            if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+                self._logprobs += logprobs["content"]
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                self._parts.append(delta["content"])
+                if self.text_branch:
+                    self._fresh += delta["content"]
+                elif not self.holding:
+                    self._pending += delta["content"]
+                elif not self._reasoned:  # a lone closer may show the held text was reasoning
+                    window = self._tail + delta["content"]
+                    self._unhold = self._unhold or reasoning.first_orphan_closer(window) is not None
+                self._tail = (self._tail + delta["content"])[-reasoning.LONGEST:]
+            for name in PASSED:
+                if isinstance(delta.get(name), str) and delta[name]:
+                    self._passed.setdefault(name, []).append(delta[name])
+                    self._live_passed.setdefault(name, []).append(delta[name])
+            for call in delta.get("tool_calls") or []:
+                self._add_call(call)
+        return self._release()
+
+    def take_logprobs(self) -> dict[str, Any] | None:
+        """The logprobs of the tokens fed since the last release (they go with the text released now; those of
+        text never shown live, a call taken out of content, are not sent)."""
+        if not self._logprobs:
+            return None
+        out, self._logprobs = {"content": self._logprobs, "refusal": None}, []
+        return out
+
+    def take_passed(self) -> dict[str, str]:
+        """The text of the PASSED fields fed since the last call, by field (it is never held back)."""
+        out = {name: "".join(parts) for name, parts in self._live_passed.items()}
+        self._live_passed.clear()
+        return out
+
+    def _add_call(self, delta: dict[str, Any]) -> None:
+        index = delta.get("index", len(self.calls))
+        call = self.calls.setdefault(index if isinstance(index, int) else len(self.calls), _Call())
+        if delta.get("id"):
+            call.id = str(delta["id"])
+        function = delta.get("function") or {}
+        name = function.get("name")
+        if isinstance(name, str) and name:
+            # llama.cpp re-sends the full name when it grows; others send it once. Never concatenate.
+            call.name = name if name.startswith(call.name) or not call.name else call.name + name
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):
+            call.object_arguments = arguments
+        elif isinstance(arguments, str):
+            call.parts.append(arguments)
+
+    def _release(self) -> str:
+        if self.text_branch:
+            fresh, self._fresh = self._fresh, ""
+            return self._branch.feed(fresh)
+        if self.client_json and self._json_answer is None and self._pending.strip():
+            self._json_answer = self._pending.lstrip()[:1] in ("{", "[")
+        if self._json_answer:
+            out, self._pending, self.released = self._pending, "", self.released + len(self._pending)
+            return out
+        if self.holding and not self._unheld():
+            return ""
+        if self.lead and not self._led and not self._lead():
+            return ""
+        text = self._pending  # positions below are relative to `released`
+        pos = 0
+        while True:
+            if self._closer:  # inside reasoning: it flows on, never held as call markup
+                at = text.find(self._closer, pos)
+                if at >= 0:
+                    pos, self._closer = at + len(self._closer), ""
+                    continue
+                pos += reasoning.partial_marker(text[pos:], (self._closer,))
+                break
+            rest = text[pos:]
+            opener = reasoning.OPENER.search(rest)
+            limit = opener.start() if opener else len(rest)
+            orphan = None if self._reasoned else reasoning.first_orphan_closer(rest[:limit])
+            if orphan is not None:  # reasoning begun in the prompt ends here
+                pos, self._reasoned = pos + orphan, True
+                continue
+            call = self._call_start(rest)
+            if opener and (call is None or opener.start() <= call):
+                pos, self._closer, self._reasoned = pos + opener.end(), reasoning.CLOSER_OF[opener.group()], True
+                continue
+            if call is not None:
+                pos, self.holding = pos + call, True
+                break
+            markers = reasoning.OPENERS if self._reasoned else reasoning.OPENERS + reasoning.ORPHAN_CLOSERS
+            pos += min(self._partial_start(rest), reasoning.partial_marker(rest, markers))
+            break
+        out, self.released = text[:pos], self.released + pos
+        self._pending = "" if self.holding else text[pos:]
+        return out
+
+    def _unheld(self) -> bool:
+        """Held call markup that a closer alone then shows was reasoning begun in the prompt: let it go."""
+        if not self._unhold:
+            return False
+        self._unhold, self.holding, self._pending = False, False, self.content[self.released:]
+        return True
+
+    def _call_start(self, text: str) -> int | None:
+        """Where the first call delimiter (or a call-shaped generic opener) in `text` begins."""
+        cut = len(text)
+        for start in self.starts:
+            at = text.find(start)
+            if 0 <= at < cut:
+                cut = at
+        match = _OPENER.search(text)
+        if match and match.start() < cut:
+            cut = match.start()
+        return cut if cut < len(text) else None
+
+    def _lead(self) -> bool:
+        """With `lead`: False while the first line may still open a call (nothing is shown yet). Then a
+        leading `all\n` is passed over (markup; the text after it is content), and a `NAME\n{` holds the
+        answer like any call opener."""
+        if _LEAD_PARTIAL.fullmatch(self._pending):
+            return False
+        self._led = True
+        if (text := _LEAD_TEXT.match(self._pending)) is not None:
+            self.released += text.end()
+            self._pending = self._pending[text.end():]
+        elif _LEAD_CALL.match(self._pending):
+            self.holding = True
+            return False
+        return True
+
+    def _partial_start(self, text: str) -> int:
+        """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one)."""
+        firsts = self._firsts or self._first_chars()
+        for at in range(max(0, len(text) - self._longest), len(text)):
+            if text[at] not in firsts:
+                continue
+            tail = text[at:]
+            if _PARTIAL_OPENER.fullmatch(tail) or any(s.startswith(tail) for s in self.starts):
+                return at
+        return len(text)
+
+    def _first_chars(self) -> frozenset[str]:
+        self._longest = max(len(s) for s in self.starts)
+        self._firsts = frozenset(s[0] for s in self.starts) | _GENERIC_FIRSTS
+        return self._firsts
+
+    def message(self) -> dict[str, Any]:
+        """The whole answer, shaped like a non-streaming message."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        for name, parts in self._passed.items():
+            message[name] = _joined(parts)
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": c.id or "", "type": "function",
+                 "function": {"name": c.name, "arguments": c.wire_arguments}}
+                for _, c in sorted(self.calls.items())]
+        return message
+
+
+def unseen(shown: str, final: str | None) -> str:
+    """What of the final content to send after the client has seen `shown` (docs/contract.md section 6).
+
+    Same round: the final content (markup removed, surrounding whitespace stripped) continues the shown
+    text, so only its rest is sent. The final answer came from a hidden round: its content is sent whole,
+    unless it only repeats what was shown (a model that restates its preamble is not shown twice)."""
+    text = final or ""
+    seen = shown.lstrip()
+    if text.startswith(seen):
+        return text[len(seen):]
+    if not text.strip() or seen.startswith(text.rstrip()):
+        return ""
+    return text if not seen or seen[-1].isspace() or text[0].isspace() else "\n\n" + text
+
+
+def chunk(meta: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,
+          **extra: Any) -> dict[str, Any]:
+    fingerprint = {"system_fingerprint": meta["system_fingerprint"]} if meta.get("system_fingerprint") else {}
+    return {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"],
+            "model": meta["model"], **fingerprint,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
+
+
+def call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
+    """One call as OpenAI deltas: index, id, type, name first; then the arguments."""
+    function = call["function"]
+    return [{"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                             "function": {"name": function["name"], "arguments": ""}}]},
+            {"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]}]

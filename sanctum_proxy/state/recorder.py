@@ -1,0 +1,229 @@
+"""The recorder: what the chat route calls to trace a request, and the thread that does the rest.
+
+On the event loop (the hot path) a request costs a Trace of references, two gauge moves and one
+`put_nowait` on a bounded queue. The trace writer thread then builds the document, drops the bodies if
+`traces_bodies` is false, stores it in SQLite (clipped to `traces_max_doc_bytes`), feeds the metrics, writes
+the access log line, and prunes by `traces_max_count` / `traces_max_age_hours` / `traces_max_bytes` (each
+second, and on every flush). It waits GATHER_SECONDS after a first trace so that a burst shares one SQLite
+transaction (with one per request the writer thread was in a quarter of py-spy's samples under load;
+batched, turning traces off no longer changes the throughput measurably). Readers call `flush()` first, so
+a client that has its answer finds its trace.
+
+    begin(request, trace_id, chat, plan)   at the start, once the plan is settled
+    watch(request, run(...))               wraps the round loop; ends the trace with the Final, the error,
+                                           or the client going away (the loop cancelled or closed)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from fastapi import Request
+
+from sanctum_proxy.core.omens import Omen
+from sanctum_proxy.errors import ProxyError, internal
+from sanctum_proxy.protocols.chat_request import ChatRequest
+from sanctum_proxy.repair.loop import Final, Plan
+from sanctum_proxy.state.metrics import Metrics
+from sanctum_proxy.state.trace_store import TraceStore, default_path
+from sanctum_proxy.state.traces import Trace, metadata_only, trace_json
+from sanctum_proxy.web import access_log
+
+CHAT_PATH = "/v1/chat/completions"
+ROUND_LOOP_PATHS = (CHAT_PATH, "/v1/responses", "/v1/messages")  # the endpoints whose requests are traced
+QUEUE_LIMIT = 10_000
+BATCH = 256
+GATHER_SECONDS = 0.02
+PRUNE_SECONDS = 1.0
+log = logging.getLogger(__name__)
+E = TypeVar("E")
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Where traces are kept and how many (the `traces_*` settings of the same names)."""
+
+    path: str | None  # None: default_path()
+    max_count: int  # 0: no store at all
+    max_age_hours: float
+    max_bytes: int
+    max_doc_bytes: int
+    bodies: bool
+
+
+class Recorder:
+    def __init__(self, retention: Retention) -> None:
+        self.retention = retention
+        self.metrics = Metrics()
+        self.store: TraceStore | None = None
+        self._queue: queue.Queue[Trace | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def path(self) -> str:
+        return self.retention.path or str(default_path())
+
+    def start(self) -> None:
+        """Open the store (unless traces_max_count is 0) and start the writer thread."""
+        if self.retention.max_count > 0:
+            try:
+                self.store = TraceStore(self.path)
+            except Exception as exc:  # sqlite3.Error, or a directory that cannot be made
+                raise RuntimeError(f"traces_path: cannot open {self.path}: {exc}") from exc
+            self._prune()
+        self._thread = threading.Thread(target=self._drain, name="sanctum-trace-writer", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread and close the store."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(10)
+            self._thread = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    # The hot path: references, gauges, one put_nowait.
+
+    def begin(self, request: Request, trace_id: str, chat: ChatRequest, plan: Plan) -> Trace:
+        trace = Trace(trace_id, _request_id(request), time.time(), time.perf_counter(), chat.body, plan,
+                      plan.upstream, chat.controls.spell_calling,
+                      protocol=getattr(request.state, "protocol", "chat"))
+        request.state.trace = trace
+        self.metrics.in_flight.inc()
+        if trace.stream:
+            self.metrics.streams.inc()
+        return trace
+
+    async def watch(self, request: Request, events: AsyncIterator[E]) -> AsyncIterator[E]:
+        """Pass the loop's events through; end the trace however the loop ends."""
+        trace: Trace | None = getattr(request.state, "trace", None)
+        shown = False
+        try:
+            async for event in events:
+                if isinstance(event, Final) and trace is not None:
+                    trace.final = event
+                if isinstance(event, Omen):  # kept for the trace (a surrender raises without a Final)
+                    if trace is not None:
+                        trace.omens.append(event)
+                    yield event
+                    continue
+                yield event
+                shown = True
+        except ProxyError as exc:
+            # Once a stream has started its error goes inside it (HTTP 200); before that it is a plain error.
+            self._end(trace, error=exc, status=200 if shown and trace and trace.stream else exc.status)
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            self._end(trace, gone=True)
+            raise
+        except Exception as exc:
+            self._end(trace, error=internal(exc), status=500)
+            raise
+        self._end(trace)
+
+    def _end(self, trace: Trace | None, *, error: ProxyError | None = None, status: int = 0,
+             gone: bool = False) -> None:
+        if trace is None or trace.done:
+            return
+        if error is not None:
+            trace.failed(error, status)
+        elif trace.final is not None:
+            trace.answered(trace.final)
+        else:
+            trace.client_gone()
+        self.metrics.in_flight.dec()
+        if trace.stream:
+            self.metrics.streams.dec()
+        self.submit(trace)
+
+    def refused(self, request: Request, error: ProxyError) -> None:
+        """A chat request turned away before it had a trace (bad body, key, size): counted and logged only."""
+        if request.url.path not in ROUND_LOOP_PATHS or getattr(request.state, "trace", None) is not None:
+            return
+        self.metrics.requests.labels("none", "error").inc()
+        access_log.LOGGER.info(access_log.line({
+            "id": None, "request_id": _request_id(request), "model": None, "mode": None, "stream": None,
+            "rounds": [], "outcome": "error", "status": error.status, "latency_ms": None}))
+
+    def submit(self, trace: Trace) -> None:
+        try:
+            self._queue.put_nowait(trace)
+        except queue.Full:
+            self.metrics.traces_dropped.inc()
+
+    # Everything else, on the writer thread.
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything queued before this call is written (False: not within `timeout`)."""
+        if self._thread is None:
+            return False
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def _drain(self) -> None:
+        pruned = time.monotonic()
+        while True:
+            batch = [self._queue.get()]
+            if isinstance(batch[0], Trace):
+                time.sleep(GATHER_SECONDS)
+            while len(batch) < BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            flushes = [item for item in batch if isinstance(item, threading.Event)]
+            stop = any(item is None for item in batch)
+            self._write([item for item in batch if isinstance(item, Trace)])
+            del batch  # the traces (whole answers) must not stay alive while the thread waits for more
+            if flushes or stop or time.monotonic() - pruned >= PRUNE_SECONDS:
+                self._prune()
+                pruned = time.monotonic()
+            for done in flushes:
+                done.set()
+            if stop:
+                return
+
+    def _write(self, traces: list[Trace]) -> None:
+        docs = []
+        for trace in traces:
+            try:
+                doc = trace_json(trace)
+                docs.append(doc if self.retention.bodies else metadata_only(doc))
+            except Exception:  # one unreadable trace must not stop the writer
+                log.exception("trace %s could not be recorded", trace.id)
+        for doc in docs:
+            self.metrics.observe(doc)
+            access_log.LOGGER.info(access_log.line(doc))
+        if self.store is None or not docs:
+            return
+        try:
+            self.store.add(docs, self.retention.max_doc_bytes)
+        except Exception:
+            log.exception("%d trace(s) could not be stored in %s", len(docs), self.path)
+
+    def _prune(self) -> None:
+        if self.store is None:
+            return
+        oldest = time.time() - self.retention.max_age_hours * 3600
+        try:
+            self.store.prune(self.retention.max_count, oldest, self.retention.max_bytes)
+        except Exception:
+            log.exception("pruning traces in %s failed", self.path)
+
+
+def _request_id(request: Request) -> str | None:
+    value = request.headers.get("x-request-id")
+    return value[:200] if value else None

@@ -1,0 +1,151 @@
+"""The SQLite store of trace documents (stdlib sqlite3): add, prune, list with filters and a cursor, get.
+
+One connection per store, shared by the trace writer thread and the read routes (which call it through
+`asyncio.to_thread`), serialised by a lock: SQLite's `:memory:` database lives in one connection, and the
+volumes here (a few writes per request, a viewer reading) never need more.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sanctum_proxy.state.traces import clipped, summary
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS traces (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    created REAL NOT NULL,
+    model TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    summary BLOB NOT NULL,
+    doc BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS traces_created ON traces (created);
+"""
+# The newest trace whose running total of document bytes (newest first) passes the budget, and all older.
+# length() of a BLOB reads the record header, not the document.
+_OVER_BUDGET = """
+DELETE FROM traces WHERE seq <= (
+    SELECT MAX(seq) FROM (SELECT seq, SUM(length(doc)) OVER (ORDER BY seq DESC) AS total FROM traces)
+    WHERE total > ?
+)
+"""
+INSERT = "INSERT OR REPLACE INTO traces (id, created, model, outcome, summary, doc) VALUES (?, ?, ?, ?, ?, ?)"
+
+
+def default_path(env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_STATE_HOME/sanctum-proxy/traces.sqlite3` (default `~/.local/state/...`): traces are state that
+    should outlive a restart but are not worth backing up, which is what XDG's state directory is for."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "sanctum-proxy" / "traces.sqlite3"
+
+
+@dataclass(frozen=True)
+class Query:
+    outcome: str | None = None
+    model: str | None = None
+    since: float | None = None  # unix seconds
+    limit: int = 50
+    after: str | None = None  # a trace id: the page starts with the next older trace
+
+
+class UnknownCursor(KeyError):
+    """`after` names a trace the store does not hold (never stored, or pruned)."""
+
+
+class TraceStore:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+        with self._lock:
+            if path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+
+    def add(self, docs: list[dict[str, Any]], max_doc_bytes: int | None = None) -> None:
+        """Store documents; one whose JSON is over `max_doc_bytes` is stored `clipped`."""
+        rows = []
+        for d in docs:
+            data = orjson.dumps(d)
+            if max_doc_bytes is not None and len(data) > max_doc_bytes:
+                d = clipped(d, max_doc_bytes, len(data))
+                data = orjson.dumps(d)
+            rows.append((d["id"], d["created"], d["model"], d["outcome"], orjson.dumps(summary(d)), data))
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(INSERT, rows)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def prune(self, max_count: int, oldest: float, max_bytes: int | None = None) -> int:
+        """Keep at most the newest `max_count` traces, none created before `oldest`, and no more than
+        `max_bytes` of documents (the newest first); returns how many went.
+
+        `seq` only grows, so "not among the newest max_count" is `seq <= MAX(seq) - max_count`, an index
+        lookup. (An `OFFSET max_count` walked that many rows after every write: with a full store it was the
+        proxy's largest cost per request in bench/bench_overhead.py.) A replaced id leaves a gap in `seq`,
+        so the store may then keep a few fewer than max_count."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                gone = self._db.execute("DELETE FROM traces WHERE created < ?", (oldest,)).rowcount
+                gone += self._db.execute("DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?",
+                                         (max_count,)).rowcount
+                if max_bytes is not None:
+                    gone += self._db.execute(_OVER_BUDGET, (max_bytes,)).rowcount
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return gone
+
+    def list(self, query: Query) -> tuple[list[dict[str, Any]], bool]:
+        """Summaries, newest first, and whether more follow."""
+        where, args = [], []
+        with self._lock:
+            if query.after is not None:
+                row = self._db.execute("SELECT seq FROM traces WHERE id = ?", (query.after,)).fetchone()
+                if row is None:
+                    raise UnknownCursor(query.after)
+                where.append("seq < ?")
+                args.append(row[0])
+            for column, value in (("outcome", query.outcome), ("model", query.model)):
+                if value is not None:
+                    where.append(f"{column} = ?")
+                    args.append(value)
+            if query.since is not None:
+                where.append("created >= ?")
+                args.append(query.since)
+            sql = "SELECT summary FROM traces" + (" WHERE " + " AND ".join(where) if where else "")
+            rows = self._db.execute(sql + " ORDER BY seq DESC LIMIT ?", (*args, query.limit + 1)).fetchall()
+        return [orjson.loads(r[0]) for r in rows[:query.limit]], len(rows) > query.limit
+
+    def get(self, trace_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT doc FROM traces WHERE id = ?", (trace_id,)).fetchone()
+        return None if row is None else dict(orjson.loads(row[0]))
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM traces").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

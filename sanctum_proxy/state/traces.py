@@ -1,0 +1,194 @@
+"""Trace records: one per chat request, from what the round loop recorded to what the client got.
+
+    Trace            the live record of one request; the hot path only sets references on it
+    trace_json()     the stored document: request, every upstream round (what was sent, status, raw answer,
+                     latency, tokens), every omen, the answer or the error, total latency, outcome
+    metadata_only()  the same document without message bodies (setting `traces_bodies = false`)
+    clipped()        the same document cut to `traces_max_doc_bytes` (long strings shortened, said so)
+    summary()        the fields the trace list shows
+
+Outcomes, the most telling first: surrendered | fallback | rejected | repaired | clean, and error (an upstream
+error, an internal error or a client that went away before the answer).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from sanctum_proxy.core.omens import Omen, Outcome
+from sanctum_proxy.errors import CLIENT_GONE, ProxyError, SpellCallParseError
+from sanctum_proxy.repair.loop import Final, Plan, RoundRecord
+
+OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
+# Omen fields that describe what happened without quoting the conversation (kept by metadata_only).
+_OMEN_METADATA = ("type", "round", "spell", "call_id", "repairs", "reason", "from", "to", "upstream_status")
+
+
+@dataclass
+class Trace:
+    id: str
+    request_id: str | None
+    created: float  # unix seconds when the request arrived
+    started: float  # time.perf_counter() then
+    request: dict[str, Any]  # the client's body (without `sanctum`)
+    plan: Plan
+    upstream: str
+    requested_mode: str  # the spell-calling control: native | prompted | auto
+    protocol: str = "chat"  # the client's protocol: chat | responses | messages (translated to chat)
+    final: Final | None = None
+    omens: list[Omen] = field(default_factory=list)  # the loop's omens as they happened (recorder.watch)
+    error: dict[str, Any] | None = None  # the OpenAI error object the client got ({"message", "type", ...})
+    status: int = 0  # the HTTP status the client got (200 for an error sent inside a stream)
+    outcome: str = Outcome.ERROR
+    latency_ms: float = 0.0
+    done: bool = field(default=False, repr=False)
+
+    @property
+    def stream(self) -> bool:
+        return self.request.get("stream") is True
+
+    def answered(self, final: Final) -> None:
+        self.final, self.status, self.outcome = final, 200, final.outcome
+        self._end()
+
+    def failed(self, error: ProxyError, status: int) -> None:
+        self.error, self.status = error.body()["error"], status
+        self.outcome = Outcome.SURRENDERED if isinstance(error, SpellCallParseError) else Outcome.ERROR
+        self._end()
+
+    def client_gone(self) -> None:
+        self.error = {"message": "the client disconnected before the answer was complete",
+                      "type": "client_disconnected", "param": None, "code": "client_disconnected"}
+        self.status, self.outcome = CLIENT_GONE, Outcome.ERROR
+        self._end()
+
+    def _end(self) -> None:
+        self.latency_ms = (time.perf_counter() - self.started) * 1000
+        self.done = True
+
+
+def trace_json(trace: Trace) -> dict[str, Any]:
+    """The full stored document. Runs on the trace writer thread, never on the event loop."""
+    final, records = trace.final, trace.plan.records
+    omens = final.omens if final is not None else trace.omens
+    return {
+        "object": "sanctum.trace", "id": trace.id, "request_id": trace.request_id,
+        "created": trace.created, "time": iso_time(trace.created),
+        "model": str(trace.request.get("model") or ""), "upstream": trace.upstream,
+        "mode": final.mode if final is not None else (records[-1].mode if records else trace.plan.mode),
+        "requested_mode": trace.requested_mode, "protocol": trace.protocol, "stream": trace.stream,
+        "outcome": trace.outcome, "status": trace.status, "latency_ms": round(trace.latency_ms, 2),
+        "usage": final.usage if final is not None else _summed_usage(records),
+        "request": trace.request,
+        "rounds": [_round_json(r) for r in records],
+        "omens": [o.to_json() for o in omens],
+        "answer": None if final is None else {"message": final.message, "finish_reason": final.finish_reason},
+        "error": trace.error, "bodies": True,
+    }
+
+
+def _round_json(record: RoundRecord) -> dict[str, Any]:
+    return {"number": record.number, "mode": record.mode, "outcome": record.outcome,
+            "constrained": getattr(record, "constrained", False),
+            "status": _round_status(record.error),
+            "latency_ms": round(record.latency_ms, 2), "finish_reason": record.finish_reason,
+            "usage": record.usage, "sent": record.sent, "answer": record.answer, "error": record.error}
+
+
+def _round_status(error: dict[str, Any] | None) -> int:
+    """The status this round got: 200, the upstream's own error status, or the proxy's 502/504 for an upstream
+    that could not be reached or did not answer in time."""
+    if error is None:
+        return 200
+    return int(error.get("upstream_status") or error.get("status") or 502)
+
+
+def _summed_usage(records: list[RoundRecord]) -> dict[str, int] | None:
+    total: dict[str, int] = {}
+    for record in records:
+        for key, value in (record.usage or {}).items():
+            if key in ("prompt_tokens", "completion_tokens", "total_tokens") and isinstance(value, int):
+                total[key] = total.get(key, 0) + value
+    return total or None
+
+
+def metadata_only(doc: dict[str, Any]) -> dict[str, Any]:
+    """Drop every message body: counts, names, statuses, latencies, tokens and omen kinds stay."""
+    out = dict(doc, bodies=False, request=_request_shape(doc["request"]))
+    out["rounds"] = [dict(r, sent=_request_shape(r["sent"]), answer=_message_shape(r["answer"]))
+                     for r in doc["rounds"]]
+    out["omens"] = [{k: o[k] for k in _OMEN_METADATA if k in o} for o in doc["omens"]]
+    if doc["answer"] is not None:
+        out["answer"] = dict(doc["answer"], message=_message_shape(doc["answer"]["message"]))
+    if doc["error"] is not None:
+        out["error"] = {k: v for k, v in doc["error"].items() if k != "rejected"}
+    return out
+
+
+def clipped(doc: dict[str, Any], max_bytes: int, size: int) -> dict[str, Any]:
+    """The document cut to fit `max_bytes` of JSON (`size`: its whole size): every string longer than a limit
+    keeps its head and says how much went, the limit halving until it fits; metadata only when even that
+    is not enough (thousands of short messages). `clipped` says what was done."""
+    limit = max_bytes // 4
+    while limit >= 64:
+        out: dict[str, Any] = _clip(doc, limit)
+        out["clipped"] = f"strings over {limit} characters cut ({size} bytes whole)"
+        if len(orjson.dumps(out)) <= max_bytes:
+            return out
+        limit //= 2
+    return dict(metadata_only(doc), clipped=f"metadata only ({size} bytes whole)")
+
+
+def _clip(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else f"{value[:limit]}… [{len(value) - limit} more characters not stored]"
+    if isinstance(value, dict):
+        return {k: _clip(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clip(v, limit) for v in value]
+    return value
+
+
+def _request_shape(body: dict[str, Any] | None) -> dict[str, Any] | None:
+    if body is None:
+        return None
+    tools = _listed(body.get("tools"))
+    return {"model": body.get("model"), "stream": body.get("stream") is True,
+            "message_count": len(body.get("messages") or []),
+            "tools": [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]}
+
+
+def _message_shape(message: dict[str, Any] | None) -> dict[str, Any] | None:
+    if message is None:
+        return None
+    calls = _listed(message.get("tool_calls"))
+    return {"role": message.get("role"),
+            "tool_calls": [{"id": c.get("id"), "function": {"name": (c.get("function") or {}).get("name")}}
+                           for c in calls if isinstance(c, dict)]}
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """The list row: who, when, how it went, and what was cast."""
+    counts: dict[str, int] = {}
+    for omen in doc["omens"]:
+        counts[omen["type"]] = counts.get(omen["type"], 0) + 1
+    message = (doc["answer"] or {}).get("message") or {}
+    calls = message.get("tool_calls") or []
+    keys = ("id", "request_id", "created", "time", "model", "upstream", "mode", "requested_mode", "stream",
+            "outcome", "status", "latency_ms", "usage")
+    return {**{k: doc[k] for k in keys}, "object": "sanctum.trace.summary", "rounds": len(doc["rounds"]),
+            "omens": counts, "cast": [(c.get("function") or {}).get("name") for c in calls],
+            "error": (doc["error"] or {}).get("type"), "protocol": doc.get("protocol", "chat")}
+
+
+def iso_time(created: float) -> str:
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,145 @@
+"""What an upstream can do for one model, learned by asking it before the first tools request.
+
+    llama.cpp  GET  /props      chat_template_caps.supports_tool_calls / supports_tools (the template's caps)
+    Ollama     POST /api/show   "capabilities" contains "tools"
+Both answers also carry the chat template (`chat_template`; Ollama `template` and `details.family`), from
+which `families.detect` names the call format the model was trained on (prompted mode writes it).
+    others     neither answers: unknown, and auto mode finds out by trying (a rejection flips it)
+
+`from_props` and `from_show` read those answers (pure). `CapabilityBook` caches one answer per
+(upstream, model) and probes each key once even when many first requests arrive together. A probe that
+fails or times out is "unknown" for `unknown_ttl` seconds, then asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from sanctum_proxy.codecs.families import detect
+from sanctum_proxy.state.replicated import LocalTable, Table, pair_key, pair_of
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    tools: bool | None  # None: the upstream did not say
+    json_schema: bool | None  # can it constrain decoding with response_format json_schema
+    server: str  # llama.cpp | ollama | unknown
+    source: str  # what said so, for /sanctum/status and the omen
+    family: str | None = None  # the call format its chat template shows (families.detect), if known
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+UNKNOWN = Capabilities(tools=None, json_schema=None, server="unknown", source="no probe answered")
+
+
+def from_props(body: Any) -> Capabilities | None:
+    """llama.cpp GET /props. A template that supports neither tools nor tool calls drops `tools` silently."""
+    if not isinstance(body, dict) or not isinstance(body.get("chat_template_caps"), dict):
+        return None
+    caps = body["chat_template_caps"]
+    tools = bool(caps.get("supports_tool_calls")) and bool(caps.get("supports_tools", True))
+    said = ", ".join(f"{k}={caps.get(k)}" for k in ("supports_tools", "supports_tool_calls") if k in caps)
+    return Capabilities(
+        tools=tools, json_schema=True, server="llama.cpp", source=f"/props chat_template_caps {said}",
+        family=detect(body.get("chat_template")),
+    )
+
+
+def from_show(body: Any) -> Capabilities | None:
+    """Ollama's POST /api/show (v0.6.4+): the same list its own 400 "does not support tools" is decided on."""
+    if not isinstance(body, dict) or not isinstance(body.get("capabilities"), list):
+        return None
+    listed = [str(c) for c in body["capabilities"]]
+    details = body.get("details")
+    family = detect(body.get("template"), details.get("family") if isinstance(details, dict) else None)
+    return Capabilities(
+        tools="tools" in listed, json_schema=True, server="ollama", source=f"/api/show capabilities {listed}",
+        family=family,
+    )
+
+
+class JsonProber(Protocol):
+    def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Awaitable[Any]: ...
+
+
+async def probe(upstream: JsonProber, root_url: str, model: str, timeout: float = 3.0) -> Capabilities:
+    """Ask llama.cpp's way, then Ollama's; UNKNOWN when neither answers in time."""
+    found = from_props(await upstream.probe_json("GET", f"{root_url}/props", timeout=timeout))
+    if found is None:
+        found = from_show(
+            await upstream.probe_json("POST", f"{root_url}/api/show", {"model": model}, timeout=timeout)
+        )
+    return found or UNKNOWN
+
+
+class CapabilityBook:
+    """Probe answers per (upstream, model), in a `Table`: this process' own, or one every replica shares
+    through Redis (sanctum_proxy.state.replicated; rows carry wall-clock times so they mean the same everywhere)."""
+
+    def __init__(self, *, unknown_ttl: float = 60.0, clock: Callable[[], float] = time.time,
+                 table: Table | None = None) -> None:
+        self._known: Table = table if table is not None else LocalTable()
+        self._pending: dict[tuple[str, str], asyncio.Future[Capabilities]] = {}
+        self._unknown_ttl = unknown_ttl
+        self._clock = clock
+
+    def cached(self, upstream: str, model: str) -> Capabilities | None:
+        row = self._known.get(pair_key(upstream, model))
+        if row is None:
+            return None
+        try:
+            caps, at = _caps_of(row), float(row["at"])
+        except (KeyError, TypeError, ValueError):  # a row some other version wrote: probe again
+            return None
+        if caps.tools is None and self._clock() - at > self._unknown_ttl:
+            return None
+        return caps
+
+    def refuse_schema(self, upstream: str, model: str) -> None:
+        """The upstream answered a constrained round with an error about the schema: stop constraining."""
+        caps = self.cached(upstream, model) or UNKNOWN
+        self.remember(upstream, model, Capabilities(caps.tools, False, caps.server, caps.source, caps.family))
+
+    def remember(self, upstream: str, model: str, caps: Capabilities) -> None:
+        self._known.set(pair_key(upstream, model), {**caps.to_json(), "at": self._clock()})
+
+    async def get(
+        self, upstream: str, model: str, ask: Callable[[], Awaitable[Capabilities]]
+    ) -> Capabilities:
+        """The cached answer, or one probe shared by every caller waiting on the same key."""
+        if (caps := self.cached(upstream, model)) is not None:
+            return caps
+        key = (upstream, model)
+        if key in self._pending:
+            return await asyncio.shield(self._pending[key])
+        future: asyncio.Future[Capabilities] = asyncio.get_running_loop().create_future()
+        self._pending[key] = future
+        caps = UNKNOWN
+        try:
+            caps = await ask()
+        except Exception:  # a probe is best effort: any failure means "find out by trying"
+            caps = UNKNOWN
+        finally:  # also when this caller is cancelled: the others waiting must not hang
+            del self._pending[key]
+            future.set_result(caps)
+        self.remember(upstream, model, caps)
+        return caps
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        out = []
+        for key, row in self._known.items():
+            upstream, model = pair_of(key)
+            out.append({"upstream": upstream, "model": model, **{k: v for k, v in row.items() if k != "at"}})
+        return out
+
+
+def _caps_of(row: dict[str, Any]) -> Capabilities:
+    family = row.get("family")
+    return Capabilities(tools=row["tools"], json_schema=row["json_schema"], server=str(row["server"]),
+                        source=str(row["source"]), family=family if isinstance(family, str) else None)

@@ -1,0 +1,517 @@
+"""The only module that talks HTTP to the model servers, and the one place client errors are mapped.
+
+`Upstream` is one named pool of identical backends (base URLs) behind one pooled `aiohttp.ClientSession`
+(aiohttp, not httpx, on this hot path: its C parser costs about a quarter of httpx's per request; see
+bench/results/overhead.md).
+Requests go round-robin to the healthy backends; a backend that refuses the connection (or cannot be
+reached within connect_timeout) is marked down and the next one is tried. A request whose connection dies
+before any byte of an answer came back (a kept-alive connection the server had already closed) is sent once
+more on a fresh connection: nothing was generated, so nothing is lost or done twice that the client could see.
+An error after the answer's headers is the client's (the upstream may have started answering).
+Connections that carried an event stream are closed, never pooled: the real llama-server cannot take a new
+request on one (measured: the next request on it fails with "Can not write request body" or "Server
+disconnected", though its headers say `Keep-Alive: timeout=5`), and pooled connections are dropped after
+KEEPALIVE_SECONDS idle, under the 5 s that llama-server, uvicorn and Node servers keep them. `watch()`
+checks every backend's GET /models periodically and brings a recovered backend back.
+Chat calls come back as parsed JSON or as an async iterator of parsed SSE chunks; everything else is
+passed through as a `Passing` (status, headers, raw body chunks). The upstream key never leaves this
+module: every body that echoes it (error or not, whole or streamed) is redacted before it is raised or
+relayed, and credentials in an upstream URL are never shown or logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from sanctum_proxy.config import redacted_url
+from sanctum_proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable, inband_status
+
+# Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length",
+})
+MAX_SSE_LINE = 16 * 1024 * 1024
+MAX_ERROR_BODY = 1024 * 1024
+DRAIN_SECONDS = 0.05
+# Nothing was sent: safe to try another backend.
+CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+# Sent on a connection the server had closed, and no answer byte came back: safe to send again, fresh.
+STALE_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+KEEPALIVE_SECONDS = 4.0
+log = logging.getLogger("sanctum_proxy.upstream")
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: dict[str, Any]
+    latency_ms: float
+
+
+@asynccontextmanager
+async def mapped_errors() -> AsyncIterator[None]:
+    """Turn the HTTP client's exceptions into the proxy's (502 unreachable, 504 timeout)."""
+    try:
+        yield
+    except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
+        raise UpstreamTimeout(f"upstream did not answer in time ({type(exc).__name__})") from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise UpstreamUnreachable(f"upstream unreachable: {exc or type(exc).__name__}") from exc
+
+
+def error_message(body: bytes) -> str:
+    """The upstream's own message, from llama.cpp / OpenAI `{"error": {"message"}}`, Ollama `{"error": "..."}`,
+    or the text itself."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace").strip()[:2000] or "upstream error with an empty body"
+    if isinstance(parsed, dict):
+        err = parsed.get("error", parsed.get("detail", parsed.get("message")))
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        if err is not None:
+            return str(err)
+    return str(parsed)[:2000]
+
+
+def upstream_error(status: int, body: bytes) -> UpstreamError:
+    try:
+        raw: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raw = body.decode("utf-8", "replace")[:2000]
+    return UpstreamError(status, error_message(body), raw)
+
+
+@dataclass(frozen=True)
+class Passing:
+    """A pass-through answer: status, headers (lower-case names), the raw body as it arrives. The body's
+    iterator closes the upstream response when it ends or is closed; `close` (async: it runs on the event
+    loop, never in starlette's thread pool) does the same for a body that was never iterated."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    chunks: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Backend:
+    """One server of a pool; `healthy` is what the last request or health check saw."""
+
+    base_url: str
+    healthy: bool = True
+    checked_at: float | None = None
+
+    @property
+    def root_url(self) -> str:
+        """The server root (the base URL without its trailing /v1), for /props, /api/show."""
+        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": redacted_url(self.base_url), "healthy": self.healthy, "checked_at": self.checked_at}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What an Upstream waits for and takes (the settings of the same names)."""
+
+    connect_timeout: float
+    read_timeout: float
+    max_answer_bytes: int
+
+
+class Upstream:
+    """One pool of identical model servers (an `[[upstreams]]` entry, or the single `upstream` setting)."""
+
+    def __init__(self, urls: list[str], key: str | None, limits: Limits, *, name: str = "default") -> None:
+        self.name = name
+        self.backends = [Backend(url) for url in urls]
+        self._key = key
+        self._turn = itertools.count()
+        self._check_timeout = min(limits.connect_timeout, 5.0)
+        self._read_timeout = limits.read_timeout
+        self._max_answer = limits.max_answer_bytes
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout,
+                                              sock_read=limits.read_timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
+        self.resent = 0  # requests sent again on a fresh connection (the connection tests read it)
+
+    def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            cookie_jar=aiohttp.DummyCookieJar(),  # one client's cookies never reach another's request
+            auto_decompress=False,  # pass-through relays the bytes with their content-encoding
+            skip_auto_headers=("Accept-Encoding",),  # so nothing asks for an encoding the client did not
+        )
+
+    @property
+    def client(self) -> aiohttp.ClientSession:
+        """The pooled session, made on first use (aiohttp wants a running event loop)."""
+        if self._session is None:
+            self._session = self._new_session(aiohttp.TCPConnector(
+                limit=1000, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS))
+        return self._session
+
+    @property
+    def fresh_client(self) -> aiohttp.ClientSession:
+        """A session that opens a new connection for every request and closes it after the answer (it sends
+        `Connection: close`): streamed chat rounds, and the one resend after a stale pooled connection."""
+        if self._fresh_session is None:
+            self._fresh_session = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True))
+        return self._fresh_session
+
+    async def aclose(self) -> None:
+        for session in (self._session, self._fresh_session):
+            if session is not None:
+                await session.close()
+
+    @property
+    def base_url(self) -> str:
+        """The first healthy backend's base URL (the first one when none is)."""
+        return next((b for b in self.backends if b.healthy), self.backends[0]).base_url
+
+    @property
+    def root_url(self) -> str:
+        return next((b for b in self.backends if b.healthy), self.backends[0]).root_url
+
+    def candidates(self) -> list[Backend]:
+        """Healthy backends, rotated one step per call (round robin), then the ones marked down as a last
+        resort (a health mark can be stale)."""
+        if len(self.backends) == 1:
+            return self.backends
+        turn = next(self._turn) % len(self.backends)
+        rotated = self.backends[turn:] + self.backends[:turn]
+        return [b for b in rotated if b.healthy] + [b for b in rotated if not b.healthy]
+
+    async def _open(self, method: str, path: str, *, own: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+        """Send to the first backend that takes the connection; the body streams (caller runs `done`).
+        `own`: on a connection of its own, closed after the answer (an event stream's, see the docstring)."""
+        failure: Exception | None = None
+        for backend in self.candidates():
+            try:
+                response = await self._request(method, f"{backend.base_url}{path}", own, **kwargs)
+            except CONNECT_ERRORS as exc:
+                if backend.healthy:
+                    log.warning("upstream %s: backend %s unreachable (%s), trying the next one",
+                                self.name, redacted_url(backend.base_url), type(exc).__name__)
+                backend.healthy, failure = False, exc
+                continue
+            backend.healthy = True
+            return response
+        assert failure is not None
+        raise failure
+
+    async def _request(self, method: str, url: str, own: bool, **kwargs: Any) -> aiohttp.ClientResponse:
+        """One request (on a pooled connection, or with `own` on one of its own), sent once more on a fresh
+        connection if its connection closes before any answer byte (a connect error is the caller's: that
+        backend is down)."""
+        try:
+            response = await (self.fresh_client if own else self.client).request(method, url, **kwargs)
+        except CONNECT_ERRORS:
+            raise
+        except STALE_ERRORS as exc:
+            if isinstance(kwargs.get("data"), AsyncIterator):
+                raise  # a streamed request body is spent: it cannot be sent again
+            self.resent += 1
+            log.info("upstream %s: connection closed before an answer (%s); sending again on a fresh one",
+                     self.name, type(exc).__name__)
+            response = await self.fresh_client.request(method, url, **kwargs)
+        protocol = response.connection.protocol if response.connection is not None else None
+        if response.content_type == "text/event-stream" and protocol is not None:
+            protocol.force_close()  # a pass-through stream: its connection must not go back to the pool
+        return response
+
+    def _redact(self, data: bytes) -> bytes:
+        return data.replace(self._key.encode(), b"***") if self._key else data
+
+    def _error(self, status: int, body: bytes) -> UpstreamError:
+        return upstream_error(status, self._redact(body))
+
+    def headers(self, client_auth: str | None = None) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if self._key:
+            headers["authorization"] = f"Bearer {self._key}"
+        elif client_auth:
+            headers["authorization"] = client_auth
+        return headers
+
+    async def chat(self, body: dict[str, Any], client_auth: str | None = None) -> Reply:
+        """POST /chat/completions, non-streaming. Raises UpstreamError on a non-2xx answer."""
+        start = time.perf_counter()
+        content, headers = orjson.dumps(body), self.headers(client_auth)
+        async with mapped_errors():
+            response = await self._open("POST", "/chat/completions", data=content, headers=headers)
+            try:
+                raw = self._redact(await self._read_body(response))  # a 2xx answer may echo the key too
+            finally:
+                done(response)
+        latency = (time.perf_counter() - start) * 1000
+        if response.status >= 400:
+            raise upstream_error(response.status, raw)
+        try:
+            parsed = loads_lenient(raw)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamError(502, f"upstream sent a body that is not JSON: {raw[:200]!r}") from exc
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
+            raise UpstreamError(502, f"upstream sent no choices: {raw[:200]!r}")
+        return Reply(response.status, parsed, latency)
+
+    async def _read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None) -> bytes:
+        """The whole body, at most max_answer_bytes of it (or, with `cut_at`, read until past that and
+        returned whole for the caller to cut), within read_timeout of the headers (a body that trickles
+        forever would dodge the per-read timeout)."""
+        limit = self._max_answer if cut_at is None else cut_at
+        body = bytearray()
+        async with asyncio.timeout(self._read_timeout):
+            async for piece in response.content.iter_any():
+                body += piece
+                if len(body) > limit:
+                    if cut_at is not None:
+                        break
+                    raise too_long(limit)
+        return bytes(body)
+
+    @asynccontextmanager
+    async def chat_stream(
+        self, body: dict[str, Any], client_auth: str | None = None
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """POST /chat/completions with stream true; yields an iterator of parsed chunks (no [DONE]).
+
+        An error before the first byte raises like `chat`; an in-band `data: {"error": ...}` raises
+        UpstreamError from the iterator. Leaving the context closes the upstream connection."""
+        content, headers = orjson.dumps(body), self.headers(client_auth)
+        async with mapped_errors():
+            response = await self._open("POST", "/chat/completions", own=True, data=content, headers=headers)
+        try:
+            if response.status >= 400:
+                async with mapped_errors():
+                    content = await self._read_body(response)
+                raise self._error(response.status, content)
+            yield self._chunks(response)
+        finally:
+            done(response)
+
+    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+        async with mapped_errors():
+            events = sse_data(response.content.iter_any(), limit=self._max_answer, idle=self._read_timeout)
+            seen, finished = 0, False
+            async for data in events:
+                if data.startswith(b"[DONE]"):
+                    await _drain(events)
+                    break
+                data = self._redact(data)
+                try:
+                    chunk = loads_lenient(data)
+                except orjson.JSONDecodeError as exc:
+                    raise UpstreamError(502, f"upstream sent a stream event that is not JSON: {data[:200]!r}") \
+                        from exc
+                if not isinstance(chunk, dict):
+                    raise UpstreamError(502, f"upstream sent a stream event that is not an object: {data[:200]!r}")
+                if chunk.get("error"):
+                    raise self._error(inband_status(chunk), data)
+                seen += 1
+                finished = finished or any(isinstance(c, dict) and c.get("finish_reason")
+                                           for c in chunk.get("choices") or ())
+                yield chunk
+            else:  # the body ended without [DONE]: complete only if a finish_reason came
+                if seen and not finished:
+                    raise UpstreamUnreachable("upstream closed the stream before the answer was complete")
+            if not seen:
+                raise UpstreamError(502, "upstream sent no stream event (its body is not SSE chunks)")
+
+    async def send(
+        self, method: str, path: str, *, params: Any, headers: Mapping[str, str],
+        content: bytes | AsyncIterator[bytes] | None,
+    ) -> Passing:
+        """Pass-through: the body streams as it arrives; the caller runs `close`. An error answer is read
+        whole and redacted (servers echo a wrong key in their 401 message)."""
+        async with mapped_errors():
+            # A redirect is relayed, never followed: it could point outside the upstream's base path.
+            response = await self._open(method, path, params=params, headers=headers, data=content,
+                                        allow_redirects=False)
+            kept = [(k.lower(), v) for k, v in response.headers.items()]
+            if response.status < 400 or not self._key:
+                async def close() -> None:
+                    done(response)
+
+                chunks = _relayed(response)
+                return Passing(response.status, kept, _redacted(chunks, self._key.encode()) if self._key
+                               else chunks, close)
+            try:
+                body = await self._read_body(response, cut_at=MAX_ERROR_BODY)
+            finally:
+                done(response)
+        kept = [(k, v) for k, v in kept
+                if k not in ("content-length", "content-encoding", "transfer-encoding")]
+        return Passing(response.status, kept, _once(self._redact(body)[:MAX_ERROR_BODY]), _nothing)
+
+    async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
+        """A best-effort capability probe; None when it fails in any way."""
+        try:
+            async with await self._request(method, url, False, json=body, headers=self.headers(),
+                                           timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+                if response.status >= 400:
+                    return None
+                return orjson.loads(await response.read())
+        except (TimeoutError, aiohttp.ClientError, OSError, orjson.JSONDecodeError):
+            return None
+
+    async def ready(self) -> bool:
+        """Some backend answers GET /models (below 500) now."""
+        return any(await asyncio.gather(*(self.check(b, timeout=3.0) for b in self.backends)))
+
+    async def check(self, backend: Backend, timeout: float | None = None) -> bool:
+        """One health check of one backend; marks it up or down."""
+        try:
+            async with self.client.get(f"{backend.base_url}/models", headers=self.headers(),
+                                       timeout=aiohttp.ClientTimeout(total=timeout or self._check_timeout)
+                                       ) as response:
+                healthy = response.status < 500
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            healthy = False
+        if healthy != backend.healthy:
+            log.warning("upstream %s: backend %s is %s", self.name, redacted_url(backend.base_url),
+                        "up" if healthy else "down")
+        backend.healthy, backend.checked_at = healthy, time.time()
+        return healthy
+
+    async def watch(self, interval: float) -> None:
+        """Check every backend each `interval` seconds, for as long as the task runs."""
+        while True:
+            await asyncio.gather(*(self.check(b) for b in self.backends))
+            await asyncio.sleep(interval)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"name": self.name, "backends": [b.to_json() for b in self.backends]}
+
+
+def done(response: aiohttp.ClientResponse) -> None:
+    """A response read to its end gives its connection back to the pool; one left unread (an error, a
+    client that went away) closes it, so the upstream stops generating."""
+    if response.content.is_eof():
+        response.release()
+    else:
+        response.close()
+
+
+async def _relayed(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    try:
+        async with mapped_errors():
+            async for chunk in response.content.iter_any():
+                yield chunk
+    finally:
+        done(response)
+
+
+async def _redacted(chunks: AsyncIterator[bytes], key: bytes) -> AsyncIterator[bytes]:
+    """`chunks` with every copy of `key` masked, also one split between chunks: only a tail that could be the
+    start of the key waits for the next chunk (linear: at most len(key) bytes are looked at twice)."""
+    held = b""
+    async for chunk in chunks:
+        data = (held + chunk).replace(key, b"***")
+        keep = _key_prefix_at_end(data, key)
+        held = data[len(data) - keep:] if keep else b""
+        if len(data) > keep:
+            yield data[:len(data) - keep]
+    if held:
+        yield held
+
+
+def _key_prefix_at_end(data: bytes, key: bytes) -> int:
+    """How many last bytes of `data` are the first bytes of `key` (0 when none)."""
+    start = max(0, len(data) - len(key) + 1)
+    while (start := data.find(key[:1], start)) >= 0:
+        if key.startswith(data[start:]):
+            return len(data) - start
+        start += 1
+    return 0
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _drain(events: AsyncIterator[bytes]) -> None:
+    """Read the end of the body after [DONE] (it follows at once) so the connection goes back to the pool;
+    a server that lingers after [DONE] only loses its connection."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in events:
+                pass
+    except (TimeoutError, aiohttp.ClientError, UpstreamError):
+        pass
+
+
+def too_long(limit: int) -> UpstreamError:
+    return UpstreamError(502, f"upstream answer is over the limit of {limit} bytes (max_answer_bytes)")
+
+
+def loads_lenient(data: bytes) -> Any:
+    """orjson.loads, except that bytes that are not UTF-8 (a server that split a character between tokens)
+    become U+FFFD instead of failing the whole answer."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        text = data.decode("utf-8", "replace")
+        if len(text) == len(data.decode("utf-8", "ignore")):
+            raise  # valid UTF-8: the JSON itself is broken
+        return orjson.loads(text)
+
+
+async def sse_data(chunks: AsyncIterator[bytes], *, limit: int | None = None,
+                   idle: float | None = None) -> AsyncIterator[bytes]:
+    """The `data:` payloads of an SSE byte stream, one per event (multi-line data joined by \\n).
+
+    Comments (`:` lines, llama.cpp's keep-alive) and other fields are skipped. A line longer than
+    MAX_SSE_LINE, or a stream longer than `limit` bytes, is an upstream error, not unbounded memory; a
+    stream that sends only comments for `idle` seconds is a timeout. Linear: each byte is scanned once."""
+    buffer = bytearray()
+    scanned = total = 0
+    data: list[bytes] = []
+    last_event = time.monotonic()
+    async for piece in chunks:
+        buffer += piece
+        total += len(piece)
+        if limit is not None and total > limit:
+            raise too_long(limit)
+        if idle is not None and time.monotonic() - last_event > idle:
+            raise UpstreamTimeout(f"upstream sent no event for {idle} seconds (only keep-alives)")
+        while (newline := buffer.find(b"\n", scanned)) >= 0:
+            line = bytes(buffer[:newline]).rstrip(b"\r")
+            del buffer[:newline + 1]
+            scanned = 0
+            if not line:
+                if data:
+                    yield b"\n".join(data)
+                    data = []
+                    last_event = time.monotonic()
+            elif line.startswith(b"data:"):
+                data.append(line[5:].lstrip(b" "))
+        scanned = len(buffer)
+        if scanned > MAX_SSE_LINE:
+            raise UpstreamError(502, f"upstream sent an SSE line over {MAX_SSE_LINE} bytes")
+    if buffer.startswith(b"data:"):
+        data.append(bytes(buffer[5:]).lstrip(b" "))
+    if data:
+        yield b"\n".join(data)
+
+
+__all__ = ["Upstream", "Backend", "Passing", "Reply", "sse_data", "HOP_BY_HOP"]

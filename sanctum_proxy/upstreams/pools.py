@@ -1,0 +1,121 @@
+"""Which upstream answers which model: `[[upstreams]]` entries, their model names, globs and aliases.
+
+`choose` is the rule (pure): an exact name or alias wins over a glob, an earlier entry over a later one,
+and an entry without models (or with "*") takes whatever no other entry names. `UpstreamPools` holds one
+`Upstream` per entry (or one for the single `upstream` setting, which routes every model to it) and
+answers a `Destination`: the pool to send to, the model name it knows, and the key auto-mode decisions and
+capability probes are kept under (the entry's name; the URL for the single `upstream` setting, as before).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sanctum_proxy.config import UpstreamConfig, redacted_url
+from sanctum_proxy.errors import ModelNotFound
+from sanctum_proxy.upstreams.client import Upstream
+
+
+def choose(entries: Sequence[UpstreamConfig], model: str) -> tuple[int, str] | None:
+    """(index of the entry that serves `model`, the name to send it under), or None."""
+    for i, entry in enumerate(entries):
+        if model in entry.aliases:
+            return i, entry.aliases[model]
+        if model in entry.models:
+            return i, model
+    for i, entry in enumerate(entries):
+        if any(fnmatch.fnmatchcase(model, pattern) for pattern in entry.models if pattern != "*"):
+            return i, model
+    for i, entry in enumerate(entries):
+        if entry.catch_all:
+            return i, model
+    return None
+
+
+def listed_models(entries: Sequence[UpstreamConfig]) -> list[tuple[str, str]]:
+    """(model id, upstream name) for every name and alias written in the config; globs are not names."""
+    seen: dict[str, str] = {}
+    for entry in entries:
+        for model in [*entry.models, *entry.aliases]:
+            if not any(ch in model for ch in "*?[") and model not in seen:
+                seen[model] = entry.name
+    return list(seen.items())
+
+
+@dataclass(frozen=True)
+class Destination:
+    upstream: Upstream
+    key: str  # what auto-mode decisions and capabilities are kept under
+    model: str  # the model name the upstream knows
+
+    def rewrite(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body with an aliased model name replaced by the upstream's."""
+        if "model" not in body or body["model"] == self.model:
+            return body
+        return {**body, "model": self.model}
+
+
+class UpstreamPools:
+    """`upstreams`: one per entry of `entries` (`[[upstreams]]`, in order), or the single `upstream` setting's
+    pool when there are no entries."""
+
+    def __init__(self, upstreams: Sequence[Upstream], entries: Sequence[UpstreamConfig] = (), *,
+                 health_check_seconds: float = 10.0) -> None:
+        self.entries = list(entries)
+        self.upstreams = list(upstreams)
+        if self.entries:
+            self.keys = [entry.name for entry in self.entries]
+        else:  # shown in traces and status: no credentials
+            self.keys = [redacted_url(self.upstreams[0].backends[0].base_url)]
+        self._interval = health_check_seconds
+        self._watchers: list[asyncio.Task[None]] = []
+
+    @property
+    def several(self) -> bool:
+        """Configured by `[[upstreams]]` (routing by model), not by the single `upstream` setting."""
+        return bool(self.entries)
+
+    @property
+    def default(self) -> Upstream:
+        """Where a request that names no model goes: the first catch-all entry, else the first."""
+        index = next((i for i, e in enumerate(self.entries) if e.catch_all), 0)
+        return self.upstreams[index]
+
+    def destination(self, model: str) -> Destination:
+        if not self.entries:
+            return Destination(self.upstreams[0], self.keys[0], model)
+        found = choose(self.entries, model)
+        if found is None:
+            served = ", ".join(m for m, _ in listed_models(self.entries)) or "none"
+            raise ModelNotFound(f"The model {model!r} is not served here (models: {served})", param="model")
+        index, upstream_model = found
+        return Destination(self.upstreams[index], self.keys[index], upstream_model)
+
+    def start(self) -> None:
+        """Background health checks, only for `[[upstreams]]` (the single `upstream` works as it did)."""
+        if self.entries:
+            self._watchers = [asyncio.create_task(u.watch(self._interval)) for u in self.upstreams]
+
+    async def aclose(self) -> None:
+        for task in self._watchers:
+            task.cancel()
+        for task in self._watchers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.gather(*(u.aclose() for u in self.upstreams))
+
+    async def ready(self) -> dict[str, bool]:
+        """Per upstream name: does some backend answer now."""
+        answers = await asyncio.gather(*(u.ready() for u in self.upstreams))
+        return {u.name: ok for u, ok in zip(self.upstreams, answers, strict=True)}
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        out = []
+        for entry, upstream in zip(self.entries, self.upstreams, strict=False):
+            out.append({**upstream.snapshot(), "models": entry.models, "aliases": entry.aliases})
+        return out

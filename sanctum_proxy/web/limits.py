@@ -1,0 +1,101 @@
+"""Limits on what all requests together may take: requests in flight on /v1/* (`ConcurrencyLimit`).
+(Messages and tools per request are checked with the request: protocols/chat_request.py `check_counts`.)
+
+413 is what it is in the contract, a body over `max_body_bytes` refused before it is parsed.
+Too many requests in flight is a 429 `rate_limit_exceeded` with `Retry-After` (the OpenAI SDKs wait and
+retry it); a streaming answer holds its slot until its last byte. The limit is per process.
+A request takes its slot only once its whole body has arrived: the body is read first, within
+`body_read_timeout` (else 408 `request_timeout`) and `max_body_bytes` (else 413), and handed to the app
+as it came, so clients that trickle a body at a byte a second hold no slot from those that do not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sanctum_proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, TooManyRequests
+from sanctum_proxy.protocols import messages_api  # the Anthropic endpoint gets its errors in Anthropic's shape
+
+
+class ConcurrencyLimit:
+    """ASGI middleware: at most `limit` requests under `prefix` at once; the rest get 429 at once."""
+
+    def __init__(self, app: ASGIApp, limit: int, prefix: str = "/v1/", retry_after: int = 1,
+                 max_body_bytes: int | None = None, body_timeout: float | None = None) -> None:
+        self.app, self.limit, self.prefix, self.retry_after = app, limit, prefix, retry_after
+        self.max_body_bytes, self.body_timeout = max_body_bytes, body_timeout
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        if self.body_timeout is not None:
+            try:
+                replay = await self._body_first(scope, receive)
+            except ProxyError as error:
+                await self._answer(send, error, scope["path"])
+                return
+            if replay is None:  # the client left before its body was complete: nobody to answer
+                return
+            receive = replay
+        if self.limit <= 0:
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            await self._refuse(send, scope["path"])
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _body_first(self, scope: Scope, receive: Receive) -> Receive | None:
+        """The whole body, read before the request takes a slot; a receive that hands it to the app (None:
+        the client left first)."""
+        limit = self.max_body_bytes
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if limit is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
+        pieces: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return None
+                    pieces.append(message.get("body", b""))
+                    size += len(pieces[-1])
+                    if limit is not None and size > limit:
+                        raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
+                    if not message.get("more_body"):
+                        break
+        except TimeoutError:
+            raise BodyTimeout(f"the request body did not arrive within {self.body_timeout} s "
+                              "(body_read_timeout)") from None
+        first: list[Message] = [{"type": "http.request", "body": b"".join(pieces), "more_body": False}]
+
+        async def replay() -> Message:
+            return first.pop(0) if first else await receive()
+
+        return replay
+
+    async def _refuse(self, send: Send, path: str) -> None:
+        error = TooManyRequests(f"Too many requests in flight (limit {self.limit} per proxy process); "
+                                f"retry after {self.retry_after} s")
+        await self._answer(send, error, path, [(b"retry-after", str(self.retry_after).encode()),
+                                               (b"x-should-retry", b"true")])
+
+    async def _answer(self, send: Send, error: ProxyError, path: str,
+                      extra: list[tuple[bytes, bytes]] | None = None) -> None:
+        body = orjson.dumps(messages_api.error_body(error) if path == "/v1/messages" else error.body())
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if extra is None:  # a refused body: the connection may still hold the rest of it
+            extra = [(b"x-should-retry", b"false"), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": error.status, "headers": headers + extra})
+        await send({"type": "http.response.body", "body": body})

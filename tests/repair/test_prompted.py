@@ -1,0 +1,58 @@
+"""Prompted mode's rewriting: the upstream never sees tools, tool_calls or role tool."""
+
+from __future__ import annotations
+
+import orjson
+
+from sanctum_proxy.core.calls import Spell
+from sanctum_proxy.repair.prompted import rewrite_history, system_section, to_prompted
+
+
+class Book:
+    def __init__(self, *spells: Spell) -> None:
+        self.spells = {s.name: s for s in spells}
+
+
+WEATHER = Spell("get_weather", "Weather for a city",
+                {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+
+
+def test_history_with_two_tool_rounds_and_an_error_becomes_text():
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Rome"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+        {"role": "tool", "tool_call_id": "c2", "content": "error: service down"},
+        {"role": "assistant", "content": "Paris is 18C; Rome failed."},
+    ]
+    body = to_prompted({"model": "m", "messages": history, "tools": [{}], "tool_choice": "auto",
+                        "parallel_tool_calls": True}, Book(WEATHER), "hermes")
+    assert not {"tools", "tool_choice", "parallel_tool_calls"} & set(body)
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["system", "user", "assistant", "user", "assistant"]
+    assert body["messages"][0]["content"].startswith("Be brief.\n\n# Tools")
+    assert '<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris"}}\n</tool_call>' in \
+        body["messages"][2]["content"]
+    results = body["messages"][3]["content"]
+    assert '<tool_response name="get_weather" id="c1">\n18C' in results and "error: service down" in results
+    assert all("tool_calls" not in m for m in body["messages"])
+
+
+def test_broken_arguments_in_history_are_kept_as_written():
+    out = rewrite_history([{"role": "assistant", "tool_calls": [
+        {"id": "x", "function": {"name": "f", "arguments": "{'a': 1,"}}]}], "hermes")
+    assert "{'a': 1," in out[0]["content"]
+
+
+def test_system_section_lists_schemas_and_the_format():
+    text = system_section(Book(WEATHER), "json", required="get_weather")
+    assert "get_weather" in text and orjson.dumps(WEATHER.parameters).decode() in text
+    assert "```json" in text and "must answer with a call to get_weather" in text
+
+
+def test_tool_choice_none_offers_no_spells():
+    body = to_prompted({"messages": [{"role": "user", "content": "hi"}], "tools": [{}]}, None, "hermes")
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
