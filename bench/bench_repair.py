@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 RESULTS = Path(__file__).parent / "results" / "repair.md"
 TOOLS = [
@@ -76,7 +76,7 @@ def per_call_us(fn: Callable[[], Any], number: int, repeat: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     number, repeat = (500, 3) if args.quick else (5000, 7)
-    book = SpellBook.from_tools(TOOLS)
+    book = Toolbox.from_tools(TOOLS)
     ids = iter(range(10**9))
 
     def new_id() -> str:

@@ -13,7 +13,7 @@ user message ("soak <kind> <seed>"); the upstream answers from that alone, so th
     call     a valid native call: the client must get it byte-identical (same id, same arguments text)
     mend     a native call with Python-style arguments ({'city': 'X', 'days': 3,}): repaired locally
     hermes   the call written as <tool_call> markup in content: parsed into tool_calls
-    retry    an unknown spell name first, a valid call after the correction round (2 upstream rounds)
+    retry    an unknown tool name first, a valid call after the correction round (2 upstream rounds)
     error    the upstream answers 500: the client gets 500 upstream_error with the upstream's message
     bad      a request without `messages`: 400 invalid_request_error (the upstream never sees it)
 

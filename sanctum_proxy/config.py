@@ -21,7 +21,7 @@ from pydantic_settings import (
 
 from sanctum_proxy.codecs.families import PromptFormat
 
-SpellCalling = Literal["native", "prompted", "auto"]
+ToolCalling = Literal["native", "prompted", "auto"]
 
 
 class UpstreamConfig(BaseModel):
@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8100, ge=0, le=65535)
     workers: int = Field(1, ge=1, le=64, description="server processes; more than 1 shares the port")
-    spell_calling: SpellCalling = "auto"
+    spell_calling: ToolCalling = "auto"
     max_repair_rounds: int = Field(2, ge=0, le=10)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     on_surrender: Literal["error", "content"] = "error"

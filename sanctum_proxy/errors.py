@@ -141,7 +141,7 @@ def inband_status(raw: Any) -> int:
     return code if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599 else 500
 
 
-class SpellCallParseError(ProxyError):
+class ToolCallParseError(ProxyError):
     """Surrender: the model gave no valid answer within max_repair_rounds extra rounds."""
 
     status = 422

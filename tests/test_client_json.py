@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.streaming import Assembler
+from sanctum_proxy.repair.toolbox import Toolbox
 from tests.fakes.upstream import Step, completion, content_chunks, native_call
 from tests.stream_rules import read_stream
 
@@ -32,7 +32,7 @@ def ask(fmt: str, **extra: Any) -> dict[str, Any]:
 
 
 def test_assess_leaves_content_alone_when_told_and_reads_native_calls():
-    book = SpellBook.from_tools([SEARCH])
+    book = Toolbox.from_tools([SEARCH])
     got = assess({"role": "assistant", "content": ANSWER}, book, client_json=True)
     assert got.calls == () and got.problems == () and got.content == ANSWER
     native = {"role": "assistant", "content": ANSWER, "tool_calls": [native_call("search_web", '{"query": "q"}')]}
@@ -42,7 +42,7 @@ def test_assess_leaves_content_alone_when_told_and_reads_native_calls():
 def test_call_markup_beside_a_client_schema_is_still_a_call():
     """An agent SDK with a structured output sends response_format beside its tools (openai-agents
     `output_type`): a `<tool_call>` the model writes in content is a call, not the JSON answer."""
-    book = SpellBook.from_tools([SEARCH])
+    book = Toolbox.from_tools([SEARCH])
     text = "<tool_call>{'name': 'search_web', 'arguments': {'query': 'q',}}</tool_call>"
     got = assess({"role": "assistant", "content": text}, book, client_json=True)
     assert [c.name for c in got.calls] == ["search_web"] and not got.content

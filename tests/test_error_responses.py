@@ -7,7 +7,7 @@ import orjson
 from sanctum_proxy.errors import (
     CLIENT_GONE,
     InvalidRequest,
-    SpellCallParseError,
+    ToolCallParseError,
     UpstreamError,
     UpstreamTimeout,
     internal,
@@ -17,7 +17,7 @@ from sanctum_proxy.web.json_response import error_response
 
 
 def test_an_error_the_same_request_would_repeat_says_do_not_retry() -> None:
-    for error in (InvalidRequest("bad"), SpellCallParseError("gave up", rounds=3, rejected=["a", "b", "c"]),
+    for error in (InvalidRequest("bad"), ToolCallParseError("gave up", rounds=3, rejected=["a", "b", "c"]),
                   UpstreamError(400, "too long")):
         r = error_response(error)
         assert r.status_code == error.status and r.headers["x-should-retry"] == "false"

@@ -333,9 +333,9 @@ def test_a_10_mb_broken_argument_costs_bounded_memory_and_is_reported():
     import tracemalloc
 
     from sanctum_proxy.repair.mend import assess
-    from sanctum_proxy.repair.spellbook import SpellBook
+    from sanctum_proxy.repair.toolbox import Toolbox
 
-    book = SpellBook.from_tools([WRITE])
+    book = Toolbox.from_tools([WRITE])
     args = "{'text': '" + "ab, cd: [1] " * (10_000_000 // 12) + "'"
     message = {"role": "assistant", "content": None,
                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "write", "arguments": args}}]}

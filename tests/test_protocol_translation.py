@@ -16,7 +16,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.errors import InvalidRequest, SpellCallParseError
+from sanctum_proxy.errors import InvalidRequest, ToolCallParseError
 from sanctum_proxy.protocols import messages_api, responses_api
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
@@ -214,7 +214,7 @@ def test_a_message_with_thinking_text_and_tool_use_is_a_valid_message():
 
 
 def test_a_surrender_in_anthropic_shape_keeps_the_proxy_type_and_the_rejected_answers():
-    body = messages_api.error_body(SpellCallParseError("gave up", rounds=3, rejected=["a", "b", "c"]))
+    body = messages_api.error_body(ToolCallParseError("gave up", rounds=3, rejected=["a", "b", "c"]))
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert body["error"]["sanctum_type"] == "spell_call_parse_error" and body["error"]["rejected"] == ["a", "b", "c"]
 
@@ -255,7 +255,7 @@ def test_responses_writer_ends_a_failed_stream_with_error_and_response_failed():
     plan = Plan(body={}, book=None, mode="native", auto=False, max_rounds=2)
     writer = ResponsesWriter(responses_api.skeleton({}, "x", 1, "m"), "x", "t", plan,
                              lambda f: reply(f.message, f.finish_reason))
-    events = events_of([writer.opening(), *writer.render(SpellCallParseError("gave up", rounds=3, rejected=[]))])
+    events = events_of([writer.opening(), *writer.render(ToolCallParseError("gave up", rounds=3, rejected=[]))])
     for event in events:
         RESPONSE_EVENT.validate_python(event)
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import load_settings
 from sanctum_proxy.core.calls import content_text
-from sanctum_proxy.errors import SpellCallParseError
+from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, run
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes.sse import SseWriter, stream_sender
 from tests.codecs.test_corpus import CASES
 from tests.conftest import ServerThread
@@ -93,7 +93,7 @@ class ScriptedUpstream:
 def plan_for(tools: list[dict[str, Any]]) -> Plan:
     body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": tools, "stream": True}
     counter = iter(range(1000))
-    return Plan(body=body, book=SpellBook.from_tools(tools), mode="native", auto=False, max_rounds=1,
+    return Plan(body=body, book=Toolbox.from_tools(tools), mode="native", auto=False, max_rounds=1,
                 new_id=lambda: f"call_{next(counter)}")
 
 
@@ -110,7 +110,7 @@ async def answer_streamed(tools: list[dict[str, Any]], case: dict[str, Any], siz
     try:
         async for event in run(plan_for(tools), stream_sender(upstream, None, lead=lead)):
             body += writer.render(event)
-    except SpellCallParseError as exc:
+    except ToolCallParseError as exc:
         body += writer.render(exc)
     return b"".join(body)
 

@@ -53,7 +53,7 @@ def test_call_written_into_content_becomes_tool_calls(client, fake):
     assert msg["tool_calls"][0]["function"]["name"] == "get_weather" and not (msg["content"] or "").strip()
 
 
-def test_unknown_spell_gets_a_correction_round_listing_the_spells(client, fake):
+def test_unknown_tool_gets_a_correction_round_listing_the_tools(client, fake):
     fake[0].push(Step(body=completion(None, [native_call("lookup_weather", '{"city":"Paris"}')], "tool_calls")),
                  Step(body=completion(None, [native_call("get_weather", '{"city":"Paris"}')], "tool_calls")))
     r = post(client, {**ASK, "sanctum": {"constrain": "off"}})  # the conversational tier alone (no grammar)

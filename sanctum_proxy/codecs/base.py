@@ -27,7 +27,7 @@ MAX_CANDIDATES = 128
 
 Finder = Callable[[str, frozenset[str]], list[Found]]
 CallWriter = Callable[[str, Any], str]  # (name, arguments: a mapping, or JSON text kept as written)
-ResultWriter = Callable[[str, str, str], str]  # (spell name, call id, result text)
+ResultWriter = Callable[[str, str, str], str]  # (tool name, call id, result text)
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Format:
     codec: str  # the codec that reads it back (a call in the asked-for format is no mend)
     render_call: CallWriter
     render_result: ResultWriter = tool_response
-    # The how-to-call paragraph, with %s for a spell name and %s for example arguments; "" writes "in
+    # The how-to-call paragraph, with %s for a tool name and %s for example arguments; "" writes "in
     # exactly this format" and an example call.
     instructions: str = ""
     # What in a chat template (llama.cpp /props, Ollama /api/show) shows the model was trained on it.

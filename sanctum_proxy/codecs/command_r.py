@@ -28,9 +28,9 @@ _MARKERS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|END_OF_TURN_TOKEN|>")
 STARTS: tuple[str, ...] = (_ACTION, _THINK, _MARKERS[0])
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out = _thinking(text)
-    out += _actions(blank(text, out), spell_names) if _ACTION in text else []
+    out += _actions(blank(text, out), tool_names) if _ACTION in text else []
     taken = [(f.start, f.end) for f in out]
     for marker in _MARKERS:
         pos = 0

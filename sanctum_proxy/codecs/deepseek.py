@@ -36,7 +36,7 @@ _BODY_END = re.compile("<｜tool▁call▁end｜>|<｜tool▁call▁begin｜>|<�
 _WS = re.compile(r"\s*")
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):

@@ -10,7 +10,7 @@
 
 The template's generation prompt ends with `>>>`, so the answer itself opens with `all\n` or `NAME\n{`
 (llama.cpp's Functionary parser reads this first part without the marker too): at the very start of the
-text, `all\n` is markup and `NAME\n{...}` a call when NAME is an offered spell.
+text, `all\n` is markup and `NAME\n{...}` a call when NAME is an offered tool.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ def opens(text: str) -> bool:
     return _FIRST.match(text) is not None
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
     pos = 0
     first = _FIRST.match(text)
-    if first and (first.group(2) or json_blocks.known(first.group(1), spell_names)):
+    if first and (first.group(2) or json_blocks.known(first.group(1), tool_names)):
         out += _part(text, first, first.group(1) or "all")
         pos = out[-1].end if out else 0
     for _ in range(json_blocks.MAX_ATTEMPTS):

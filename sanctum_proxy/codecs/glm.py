@@ -28,7 +28,7 @@ _CLOSE = re.compile(r"\s*</tool_call>")
 _VALUE_END = re.compile(r"</arg_value>|<arg_key>|</tool_call>|<tool_call>")
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     if "<arg_key>" not in text and not _CALL.search(text):
         return []
     out: list[Found] = []

@@ -38,7 +38,7 @@ _RECIPIENT = re.compile(r"\bto=([^\s<]{1,256})")
 _STOP = re.compile(r"<\|(?:call|end|return)\|>|<\|start\|>|<\|channel\|>")  # an end token, or the next message
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):
@@ -51,7 +51,7 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
         channel = (m.group("channel").split() or [""])[0]
         if recipient:
             body = text[m.end() : body_end].strip()
-            name = _name(recipient.group(1), m.group("ctype"), spell_names)
+            name = _name(recipient.group(1), m.group("ctype"), tool_names)
             raw = text[m.start() : end]
             out.append(Found(m.start(), end, (Candidate(name, body or None, NAME, raw),)))
         elif channel == "analysis":

@@ -24,11 +24,11 @@ _TAGS = ((OPEN, CLOSE, NAME), ("<|tool_call|>", "<|/tool_call|>", "phi"), ("func
 STARTS: tuple[str, ...] = (OPEN, "<|tool_call|>", "functools[")
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
     for opener, closer, source in _TAGS:
         if opener in text:
-            out.extend(_find_tagged(text, spell_names, opener, closer, source))
+            out.extend(_find_tagged(text, tool_names, opener, closer, source))
     out.sort(key=lambda f: f.start)
     return [f for i, f in enumerate(out) if not any(f.start < g.end for g in out[:i])]
 

@@ -6,7 +6,7 @@ Shapes understood (alone, in arrays, or nested in wrappers):
     {"tool_call": {...}} / {"tool_calls": [...]} / {"function_call": {...}}   llama.cpp generic, legacy
     {"method": N, "params": A}                                          JSON-RPC (known names only)
     {N: A}                                                              name as key (known names only)
-Bare JSON is a call only when it names an offered spell (or one `resolve_name` maps). Inside explicit
+Bare JSON is a call only when it names an offered tool (or one `resolve_name` maps). Inside explicit
 call markup (other codecs call `candidates` with explicit=True) any {"name": str, arguments...} counts.
 """
 
@@ -21,7 +21,7 @@ from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, r
 from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
-from sanctum_proxy.core.spell_names import resolve_name
+from sanctum_proxy.core.tool_names import resolve_name
 
 NAME = "json"
 STARTS: tuple[str, ...] = ("```", "{", "[")
@@ -120,15 +120,15 @@ def _arguments(value: Any) -> str | dict[str, Any] | None:
         return None
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     text = text[:MAX_SCAN_CHARS]
-    found = _fenced(text, spell_names)
+    found = _fenced(text, tool_names)
     if found:
         masked = list(text)
         for f in found:
             masked[f.start : f.end] = " " * (f.end - f.start)
         text = "".join(masked)
-    found.extend(bare(text, spell_names, source=NAME))
+    found.extend(bare(text, tool_names, source=NAME))
     return sorted(found, key=lambda f: f.start)
 
 

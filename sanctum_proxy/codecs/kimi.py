@@ -28,7 +28,7 @@ _HEAD_END = re.compile(r"<\|tool_call_argument_begin\|>|<\|tool_call_begin\|>")
 _BODY_END = re.compile(r"<\|tool_call_end\|>|<\|tool_call_begin\|>|<\|tool_calls?_section_end\|>")
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):

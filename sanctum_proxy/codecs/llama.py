@@ -17,7 +17,7 @@ STARTS: tuple[str, ...] = ("<|python_tag|>", "<|python_start|>")
 _CLOSERS = ("<|python_end|>", "<|eom_id|>", "<|eot_id|>")
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
     pos = 0
     starts = tuple(t for t in STARTS if t in text)  # str.find of an absent tag scans everything, each time
@@ -31,7 +31,7 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
         start, tag = min(hits)
         body = start + len(tag)
         end, calls = json_blocks.tagged(
-            text, body, closers=closers, stops=starts, source=NAME, names=spell_names
+            text, body, closers=closers, stops=starts, source=NAME, names=tool_names
         )
         if calls:
             out.append(Found(start, end, tuple(calls)))

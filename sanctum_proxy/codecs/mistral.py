@@ -25,11 +25,11 @@ STARTS: tuple[str, ...] = (TAG,)
 _NAMED = re.compile(r"\s*([A-Za-z_][\w.\-]{0,255})\s*(?:\[ARGS\])?\s*(?=\{)")
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
-    return _mistral(text, spell_names) if TAG in text else []
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
+    return _mistral(text, tool_names) if TAG in text else []
 
 
-def _mistral(text: str, spell_names: frozenset[str]) -> list[Found]:
+def _mistral(text: str, tool_names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):
@@ -42,7 +42,7 @@ def _mistral(text: str, spell_names: frozenset[str]) -> list[Found]:
             end, calls = named
         else:
             end, calls = json_blocks.tagged(
-                text, body, closers=(), stops=(TAG,), source=NAME, names=spell_names
+                text, body, closers=(), stops=(TAG,), source=NAME, names=tool_names
             )
         if calls:
             out.append(Found(start, end, tuple(calls)))

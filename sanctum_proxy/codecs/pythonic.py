@@ -3,7 +3,7 @@ content or inside `<|tool_call_start|>...<|tool_call_end|>`.
 
 The text is parsed with `ast` (never evaluated); only keyword arguments with literal values count
 (Python or JSON spellings of true/false/null). Bare lists are calls only when every element is a call
-to a known spell; inside the tags any name counts.
+to a known tool; inside the tags any name counts.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ class _NotLiteral(Exception):
     pass
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
-    out = _wrapped(text, spell_names) if OPEN in text else []
-    out += _tool_code(text, spell_names) if "```tool_code" in text else []
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
+    out = _wrapped(text, tool_names) if OPEN in text else []
+    out += _tool_code(text, tool_names) if "```tool_code" in text else []
     taken = [(f.start, f.end) for f in out]
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):
@@ -45,7 +45,7 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
         if end is None:
             pos = m.end()
             continue
-        calls = parse(text[m.start() : end], explicit=False, names=spell_names)
+        calls = parse(text[m.start() : end], explicit=False, names=tool_names)
         if calls and not any(s < end and m.start() < e for s, e in taken):
             out.append(Found(m.start(), end, tuple(calls)))
         pos = end if calls else m.end()

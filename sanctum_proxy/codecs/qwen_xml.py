@@ -35,7 +35,7 @@ _WRAP_OPEN = re.compile(r"<tool_call>\s*\Z")
 _WRAP_CLOSE = re.compile(r"\s*</tool_call>")
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):

@@ -71,14 +71,14 @@ def stream_shapes() -> tuple[re.Pattern[str], re.Pattern[str], frozenset[str]]:
             frozenset(g[0] for c in CODECS for g in c.generic))
 
 
-def find_calls(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find_calls(text: str, tool_names: frozenset[str]) -> list[Found]:
     """Every call in `text`, in order, without overlapping spans; at most MAX_CANDIDATES calls."""
     accepted: list[Found] = []
     for codec in CODECS:
         if not any(s in text for s in codec.starts) and not (codec.opens and codec.opens(text)):
             continue
         new: list[Found] = []
-        for found in codec.find(text, spell_names):  # a codec's own finds may overlap too (a Seed-OSS think
+        for found in codec.find(text, tool_names):  # a codec's own finds may overlap too (a Seed-OSS think
             if not _overlaps(found, accepted + new):  # block opened inside an unclosed call)
                 new.append(found)
         if new:

@@ -26,7 +26,7 @@ _THINK, _THINK_END = "<seed:think>", "</seed:think>"
 STARTS: tuple[str, ...] = (_CALL, _THINK)
 
 
-def find(text: str, spell_names: frozenset[str]) -> list[Found]:
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out = [Found(f.start, f.end, (), _inner(text[f.start : f.end], _THINK, _THINK_END))
            for f in _blocks(text, _THINK, _THINK_END, (_CALL,), closer_wins=True)]
     for f in out:
@@ -36,7 +36,7 @@ def find(text: str, spell_names: frozenset[str]) -> list[Found]:
             break
         inner = text[block.start + len(_CALL) : block.end]
         inner = inner[: -len(_CALL_END)] if inner.endswith(_CALL_END) else inner
-        calls = [replace(c, source=NAME) for f in qwen_xml.find(inner, spell_names) for c in f.candidates]
+        calls = [replace(c, source=NAME) for f in qwen_xml.find(inner, tool_names) for c in f.candidates]
         out.append(Found(block.start, block.end, tuple(calls)))
     return sorted(out, key=lambda f: f.start)
 

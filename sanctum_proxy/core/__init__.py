@@ -2,7 +2,7 @@
 
     calls.py         offered tools, candidate and mended calls, problems: the data passed between the layers
     lenient_json.py  one JSON value out of text a model wrote, and where such a value ends
-    spell_names.py   a tool name as the model wrote it -> an offered one
+    tool_names.py    a tool name as the model wrote it -> an offered one
     omens.py         the observable events of one request, and how they are rendered
     reasoning.py     where a model's reasoning is in its text (never read for calls)
     legacy.py        the legacy `functions` / `function_call` API mapped onto tools and back

@@ -1,9 +1,9 @@
-"""The data the pure core passes around: offered spells, candidate calls, mended calls, problems.
+"""The data the pure core passes around: offered tools, candidate calls, mended calls, problems.
 
 Everything here is plain immutable data. Parsing (`codecs/`), repair (`repair/`), prompted mode and
 the streaming assembler all speak these types, so a call looks the same whichever path produced it.
 
-    Spell        one offered tool: name, description, parameters (a JSON Schema object)
+    Tool        one offered tool: name, description, parameters (a JSON Schema object)
     Candidate    a call as found in an answer, before repair (name and arguments as written)
     Found        where a codec found call markup in text, and the candidates in it
     SpellCall    a call that passed tier 1 and validation: ready for the client
@@ -12,7 +12,7 @@ the streaming assembler all speak these types, so a call looks the same whicheve
     Assessment   what tier 1 made of one upstream answer
 
 and the helpers every tier shares: `content_text` (a message content as text), `new_call_id`,
-`example_arguments` (a spell's arguments as the prompts show them).
+`example_arguments` (a tool's arguments as the prompts show them).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ Reason = Literal[
 
 
 @dataclass(frozen=True)
-class Spell:
+class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
@@ -66,7 +66,7 @@ class Found:
 
 
 @dataclass(frozen=True)
-class SpellCall:
+class ToolCall:
     id: str
     name: str
     arguments: str  # the JSON text sent to the client (byte-identical to the model's when it was valid)
@@ -81,7 +81,7 @@ class SpellCall:
 
 @dataclass(frozen=True)
 class Repair:
-    spell: str
+    tool: str
     call_id: str
     repairs: tuple[str, ...]  # what was mended, e.g. ("trailing_comma", "single_quotes", "name_case")
     raw: str
@@ -90,18 +90,18 @@ class Repair:
 @dataclass(frozen=True)
 class Problem:
     reason: Reason
-    spell: str | None  # the spell it concerns (the name as written, for unknown_spell)
+    tool: str | None  # the tool it concerns (the name as written, for unknown_spell)
     details: tuple[str, ...]  # each names exactly what to fix, e.g. "missing required argument 'city'"
     raw: str
 
 
 @dataclass(frozen=True)
 class Assessment:
-    calls: tuple[SpellCall, ...]
+    calls: tuple[ToolCall, ...]
     content: str | None  # the answer's text with call markup removed (prose may stay); None if empty
     repairs: tuple[Repair, ...] = ()
     problems: tuple[Problem, ...] = ()
-    dropped: tuple[SpellCall, ...] = field(default=())  # valid calls cut by parallel_tool_calls=false
+    dropped: tuple[ToolCall, ...] = field(default=())  # valid calls cut by parallel_tool_calls=false
     reasoning: str | None = None  # reasoning blocks of call formats found in the text (never calls)
 
     @property
@@ -129,7 +129,7 @@ _PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "
 
 
 def example_arguments(parameters: Any) -> dict[str, Any]:
-    """Example arguments for a spell's schema, as prompts show them: its first two properties, each an enum's
+    """Example arguments for a tool's schema, as prompts show them: its first two properties, each an enum's
     first value or a placeholder of its type."""
     props = parameters.get("properties") if isinstance(parameters, dict) else None
     if not isinstance(props, dict):

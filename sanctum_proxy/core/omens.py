@@ -60,12 +60,12 @@ class Omen:
 
 def repaired(round_no: int, repair: Repair) -> Omen:
     return Omen(OmenType.REPAIRED, round_no, {
-        "spell": repair.spell, "call_id": repair.call_id, "repairs": list(repair.repairs), "raw": repair.raw})
+        "spell": repair.tool, "call_id": repair.call_id, "repairs": list(repair.repairs), "raw": repair.raw})
 
 
 def rejected(round_no: int, problem: Problem, correction: str) -> Omen:
     return Omen(OmenType.REJECTED, round_no, {
-        "spell": problem.spell, "reason": problem.reason, "details": list(problem.details),
+        "spell": problem.tool, "reason": problem.reason, "details": list(problem.details),
         "correction": correction, "raw": problem.raw})
 
 
@@ -75,9 +75,9 @@ def fallback(round_no: int, reason: str, upstream_status: int | None, message: s
         "message": message})
 
 
-def dropped(round_no: int, spell: str, call_id: str, raw: str) -> Omen:
+def dropped(round_no: int, tool: str, call_id: str, raw: str) -> Omen:
     return Omen(OmenType.DROPPED, round_no, {
-        "spell": spell, "call_id": call_id, "reason": "parallel_tool_calls_false", "raw": raw})
+        "spell": tool, "call_id": call_id, "reason": "parallel_tool_calls_false", "raw": raw})
 
 
 def surrendered(round_no: int, message: str, rejected_raw: Sequence[str]) -> Omen:

@@ -1,4 +1,4 @@
-"""The OpenAI chat request as the proxy reads it: validation, the `sanctum` controls, and the spells offered.
+"""The OpenAI chat request as the proxy reads it: validation, the `sanctum` controls, and the tools offered.
 
 Unknown fields are kept: `ChatRequest.body` is the client's body minus the `sanctum` object, forwarded as is.
 """
@@ -19,7 +19,7 @@ from sanctum_proxy.errors import ArrayTooLong, InvalidRequest
 from sanctum_proxy.repair import schemas
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-SPELL_CALLING = ("native", "prompted", "auto")
+TOOL_CALLING = ("native", "prompted", "auto")
 OMEN_STYLES = ("comments", "events")
 CONSTRAIN = ("off", "repair", "always")
 
@@ -241,7 +241,7 @@ def parse_controls(headers: Mapping[str, str], sanctum: Any, settings: Settings)
         return value if value is not None else given.get(key)
 
     return Controls(
-        spell_calling=_choice(pick("spell_calling", "x-sanctum-spell-calling"), SPELL_CALLING,
+        spell_calling=_choice(pick("spell_calling", "x-sanctum-spell-calling"), TOOL_CALLING,
                               "spell_calling", settings.spell_calling),
         max_repair_rounds=_rounds(pick("max_repair_rounds", "x-sanctum-max-repair-rounds"),
                                   settings.max_repair_rounds),

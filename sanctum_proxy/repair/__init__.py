@@ -3,7 +3,7 @@
     mend.py          tier 1: read the calls in an answer and mend them locally (codecs, lenient JSON, schema)
     validate.py      arguments against the tool's JSON Schema; coercion of what a model gets wrong
     schemas.py       checking a client's tool schemas (no remote refs, bounded work)
-    spellbook.py     the offered tools of one request, by name
+    toolbox.py     the offered tools of one request, by name
     grounding.py     arguments the conversation does not support (invented values)
     repeats.py       a call already answered by a tool result
     correct.py       tier 2: the correction text for a rejected answer

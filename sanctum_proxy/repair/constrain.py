@@ -1,9 +1,9 @@
-"""Constrained spell calling: one JSON Schema for "an answer", so the upstream's grammar does the syntax.
+"""Constrained tool calling: one JSON Schema for "an answer", so the upstream's grammar does the syntax.
 
 An answer is one JSON object, one of:
 
     {"content": "<text>"}                                  a text reply (not when a call is required)
-    {"name": "<spell>", "arguments": {...}}                one call; arguments follow the spell's schema
+    {"name": "<tool>", "arguments": {...}}                one call; arguments follow the tool's schema
     {"tool_calls": [{"name": ..., "arguments": ...}, ...]} several calls (while parallel calls are allowed)
 
 It travels as OpenAI `response_format: {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, ...}}`,
@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from sanctum_proxy.core.calls import Problem, example_arguments, new_call_id
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 Constrain = Literal["off", "repair", "always"]
 SCHEMA_NAME = "sanctum_answer"
@@ -37,9 +37,9 @@ _PARALLEL = '- to call several tools at once: {"tool_calls": [{"name": ..., "arg
 _TEXT = '- to answer in text, when no tool is needed: {"content": "<your answer>"}\n'
 
 
-def answer_schema(book: SpellBook, *, text: bool, parallel: bool) -> dict[str, Any]:
-    """The JSON Schema of an answer offering every spell in `book` (restrict the book to pin one)."""
-    calls = [_call_schema(name, spell.parameters) for name, spell in book.spells.items()]
+def answer_schema(book: Toolbox, *, text: bool, parallel: bool) -> dict[str, Any]:
+    """The JSON Schema of an answer offering every tool in `book` (restrict the book to pin one)."""
+    calls = [_call_schema(name, tool.parameters) for name, tool in book.tools.items()]
     one_call: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
     branches = [one_call]
     if parallel:
@@ -90,9 +90,9 @@ def asks_json(body: dict[str, Any]) -> bool:
     return isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and not is_constrained(body)
 
 
-def format_section(book: SpellBook, *, text: bool, parallel: bool) -> str:
+def format_section(book: Toolbox, *, text: bool, parallel: bool) -> str:
     """The call-format paragraph of the system prompt for a constrained round."""
-    first = next(iter(book.spells.values()))
+    first = next(iter(book.tools.values()))
     example = orjson.dumps(example_arguments(first.parameters)).decode()
     return FORMAT % (first.name, example) + (_PARALLEL if parallel else "") + (_TEXT if text else "")
 
@@ -135,7 +135,7 @@ def _is_call(value: Any) -> bool:
 
 def broken_call(message: dict[str, Any], finish_reason: str | None) -> Problem | None:
     """A call-branch answer that is not whole JSON (cut by max_tokens, or a grammar the upstream did not
-    hold to): a malformed call, to bounce, rather than text for the ordinary tiers to pick apart. Its spell
+    hold to): a malformed call, to bounce, rather than text for the ordinary tiers to pick apart. Its tool
     is the one it names when it is a single call."""
     content = message.get("content")
     if message.get("tool_calls") or not isinstance(content, str) or not _CALL_OPENING.match(content):
@@ -147,11 +147,11 @@ def broken_call(message: dict[str, Any], finish_reason: str | None) -> Problem |
         pass
     named = _NAME.match(content)
     try:
-        spell = orjson.loads(f'"{named.group(1)}"') if named else None
+        tool = orjson.loads(f'"{named.group(1)}"') if named else None
     except orjson.JSONDecodeError:  # a broken escape in the name
-        spell = None
+        tool = None
     why = "the answer was cut off by max_tokens" if finish_reason == "length" else "the answer is not complete JSON"
-    return Problem("malformed_json", spell, (why,), content)
+    return Problem("malformed_json", tool, (why,), content)
 
 
 _CALL_OPENING = re.compile(r'\s*\{\s*"(?:name|tool_calls)"\s*:')

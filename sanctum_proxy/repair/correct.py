@@ -1,7 +1,7 @@
 """Tier 2: the hidden user turn that tells the model exactly what to fix, and the text of a rejected answer.
 
-`correction` turns Problems into one message: an unknown name gets the list of spells with their
-parameters; missing, unexpected or invalid arguments are named one by one, with the spell's parameters
+`correction` turns Problems into one message: an unknown name gets the list of tools with their
+parameters; missing, unexpected or invalid arguments are named one by one, with the tool's parameters
 repeated compactly; broken JSON and a missing required call are said plainly. `rejected_answer_text`
 writes an answer (content and native calls) as plain text, so a rejected call goes back into the
 transcript as assistant text, never as a native call with broken arguments; native calls are quoted in
@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sanctum_proxy.codecs import families
-from sanctum_proxy.core.calls import Problem, Spell, content_text
+from sanctum_proxy.core.calls import Problem, Tool, content_text
 from sanctum_proxy.repair.mend import native_call_text
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 _CLOSING = "Answer again with only the corrected tool call, and nothing else."
 
 
-def correction(problems: Sequence[Problem], book: SpellBook) -> str:
+def correction(problems: Sequence[Problem], book: Toolbox) -> str:
     lines: list[str] = []
     for problem in problems:
         lines.extend(_lines(problem, book))
@@ -32,22 +32,22 @@ def correction(problems: Sequence[Problem], book: SpellBook) -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
-def _lines(problem: Problem, book: SpellBook) -> list[str]:
+def _lines(problem: Problem, book: Toolbox) -> list[str]:
     if problem.reason == "unknown_spell":
         return [
-            f"There is no tool named {problem.spell!r}. The available tools are:",
+            f"There is no tool named {problem.tool!r}. The available tools are:",
             *_all_signatures(book),
         ]
     if problem.reason == "missing_call":
-        if problem.spell:
-            return [f"A call to the tool {problem.spell!r} is required.", *_spell_lines(problem.spell, book)]
+        if problem.tool:
+            return [f"A call to the tool {problem.tool!r} is required.", *_tool_lines(problem.tool, book)]
         return ["A tool call is required. The available tools are:", *_all_signatures(book)]
     if problem.reason == "malformed_json":
         why = "; ".join(problem.details)
-        head = f"The arguments of your call to {problem.spell!r}" if problem.spell else "Your tool call"
+        head = f"The arguments of your call to {problem.tool!r}" if problem.tool else "Your tool call"
         return [
             f"{head} were not valid JSON: {why}. Write the arguments as one complete JSON object.",
-            *_spell_lines(problem.spell, book),
+            *_tool_lines(problem.tool, book),
         ]
     if problem.reason == "repeated_call":  # repeats.py words it: the results, then the user's question
         return list(problem.details)
@@ -63,34 +63,34 @@ def _lines(problem: Problem, book: SpellBook) -> list[str]:
         "invalid_arguments": "has invalid arguments",
     }[problem.reason]
     return [
-        f"Your call to {problem.spell!r} {head}:",
+        f"Your call to {problem.tool!r} {head}:",
         *(f"- {d}" for d in problem.details),
-        *_spell_lines(problem.spell, book),
+        *_tool_lines(problem.tool, book),
     ]
 
 
-def _all_signatures(book: SpellBook) -> list[str]:
-    return [signature(s) for s in book.spells.values()]
+def _all_signatures(book: Toolbox) -> list[str]:
+    return [signature(s) for s in book.tools.values()]
 
 
-def _spell_lines(name: str | None, book: SpellBook) -> list[str]:
-    spell = book.spells.get(name) if name else None
-    if spell is None:
+def _tool_lines(name: str | None, book: Toolbox) -> list[str]:
+    tool = book.tools.get(name) if name else None
+    if tool is None:
         return []
-    return [f"The tool's parameters: {signature(spell)}", f"Its schema: {_compact(spell.parameters)}"]
+    return [f"The tool's parameters: {signature(tool)}", f"Its schema: {_compact(tool.parameters)}"]
 
 
-def signature(spell: Spell) -> str:
+def signature(tool: Tool) -> str:
     """`name(param: type, other?: type)`; `?` marks an optional parameter."""
-    props = spell.parameters.get("properties")
+    props = tool.parameters.get("properties")
     props = props if isinstance(props, Mapping) else {}
-    required = spell.parameters.get("required")
+    required = tool.parameters.get("required")
     req = set(required) if isinstance(required, list) else set()
     params = ", ".join(
         f"{k}{'' if k in req else '?'}: {_type(v)}" for k, v in props.items() if isinstance(k, str)
     )
-    line = f"{spell.name}({params})"
-    return f"{line} - {spell.description}" if spell.description else line
+    line = f"{tool.name}({params})"
+    return f"{line} - {tool.description}" if tool.description else line
 
 
 def _type(schema: Any) -> str:

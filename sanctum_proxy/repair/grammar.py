@@ -10,7 +10,7 @@ prompt cache serves everything before the new turns (docs/contract.md section 5)
 A format has a grammar when its call is `PREFIX arguments-JSON SUFFIX` as the round's prompt renders it
 (families.render_call), with no special tokens (whose text a grammar can match only on some builds) and no
 opening that the chat template writes for the model (Functionary v3.2 begins inside `>>>`). The arguments follow
-each spell's JSON Schema: objects with their declared properties (required ones always, in order), enums,
+each tool's JSON Schema: objects with their declared properties (required ones always, in order), enums,
 consts, anyOf/oneOf, local $refs, arrays, the JSON scalar types; what a grammar cannot hold (pattern, format,
 bounds) is left to validation. Pure: no I/O.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.codecs import families
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 # Formats whose call is plain text around JSON arguments (see the module docstring for why not the others).
 GRAMMAR_FORMATS = frozenset({"hermes", "json", "llama3", "functionary_v31"})
@@ -42,18 +42,18 @@ array ::= "[" ws (value ws ("," ws value ws)*)? "]"
 """
 
 
-def gbnf(book: SpellBook, prompt_format: str, *, text: bool, parallel: bool) -> str | None:
-    """A GBNF grammar for one answer of a prompted round in `prompt_format`: one call to a spell of `book`
+def gbnf(book: Toolbox, prompt_format: str, *, text: bool, parallel: bool) -> str | None:
+    """A GBNF grammar for one answer of a prompted round in `prompt_format`: one call to a tool of `book`
     (several, one block each and at most MAX_PARALLEL_CALLS, when `parallel`), or, when `text`, plain text
-    that does not begin like a call. None when the format has no grammar or the book no spells."""
-    if prompt_format not in GRAMMAR_FORMATS or not book.spells:
+    that does not begin like a call. None when the format has no grammar or the book no tools."""
+    if prompt_format not in GRAMMAR_FORMATS or not book.tools:
         return None
     rules = _Rules()
     calls: list[str] = []
     openings: set[str] = set()
-    for name, spell in book.spells.items():
+    for name, tool in book.tools.items():
         prefix, _, suffix = families.render_call(prompt_format, name, _ARGS).partition(_ARGS)
-        arguments = _Schema(rules, spell.parameters).rule_for(spell.parameters or {"type": "object"})
+        arguments = _Schema(rules, tool.parameters).rule_for(tool.parameters or {"type": "object"})
         calls.append(rules.add(" ".join(p for p in (_literal(prefix), arguments, _literal(suffix)) if p != '""')))
         openings.add(prefix[:1])
     call = rules.add(" | ".join(calls))
@@ -90,7 +90,7 @@ class _Rules:
 
 
 class _Schema:
-    """One spell's arguments schema as grammar rules (a $ref becomes a rule of its own, so recursion holds)."""
+    """One tool's arguments schema as grammar rules (a $ref becomes a rule of its own, so recursion holds)."""
 
     def __init__(self, rules: _Rules, root: Any) -> None:
         self.rules = rules

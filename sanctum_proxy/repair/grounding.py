@@ -8,7 +8,7 @@ says so for one call when not one of its values can be traced to the conversatio
 - a number is traced when the text holds it (5 / 5.0 / "5,000" / "5%" as 0.05 / "2 million" / "five");
 - a string when the text holds it (ignoring case, and spaces: "3x + 2" / "3x+2"), or any word of it of three
   or more letters;
-- enum, const and default values of the spell's schema, booleans and nulls are neither (the schema gave
+- enum, const and default values of the tool's schema, booleans and nulls are neither (the schema gave
   them); a call whose only values are those, or that takes no arguments, is never flagged;
 - empty values ("", [], {}) of required arguments count as made up.
 

@@ -3,7 +3,7 @@
 `run` is a small driver over two pure steps, and the only part of the repair layer that does I/O (only
 through the injected `Sender`):
 
-    next_round(plan, state)        what the next round sends: mode, transcript, constraint, spells or not
+    next_round(plan, state)        what the next round sends: mode, transcript, constraint, tools or not
     send it                        (the Sender: live deltas pass through, then the round's Answer or an error)
     judge / judge_error(...)       a Verdict: accept, correct, ask for text, fall back, unconstrain, surrender
     apply it                       yield its omens and lessons, then the Final, a raise, or the next state
@@ -22,12 +22,12 @@ One request's rounds (`State.kind` is what the next round is, `State.phase` wher
 
     verdict        when                                                      next round / end
     -------------  --------------------------------------------------------  ------------------------------------
-    Accept         no spells offered, a text round's answer, a refusal, or   Final
+    Accept         no tools offered, a text round's answer, a refusal, or   Final
                    calls that pass tier 1 (clean or repaired)
     Correct        problems, under the round limit, not the rejected text    ASK + [rejected answer, correction];
-                   again                                                     pinned to one spell when all problems
+                   again                                                     pinned to one tool when all problems
                                                                              name the same known one
-    AskForText     a free-choice constrained round's call was broken or      TEXT: the conversation without spells
+    AskForText     a free-choice constrained round's call was broken or      TEXT: the conversation without tools
                    made up (grounding.py); or every call repeats one the     (+ the correction for a repeat); its
                    conversation already answered (repeats.py)                answer is accepted as it is
     FallBack       auto mode, native round: the upstream refused `tools`,    ASK prompted, transcript emptied;
@@ -66,7 +66,7 @@ from sanctum_proxy.codecs import families
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.calls import Assessment, Problem, content_text
-from sanctum_proxy.errors import ProxyError, SpellCallParseError, UpstreamError
+from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.correct import correction, rejected_answer_text, sent_answer_text
@@ -74,7 +74,7 @@ from sanctum_proxy.repair.grammar import gbnf
 from sanctum_proxy.repair.grounding import Evidence, ungrounded
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.repeats import repeated_call
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.upstream_errors import classify
 
 Mode = Literal["native", "prompted"]
@@ -165,7 +165,7 @@ class Plan:
     """What the loop needs to know about the request, settled before the first round."""
 
     body: dict[str, Any]
-    book: SpellBook | None  # None: no spells offered
+    book: Toolbox | None  # None: no tools offered
     mode: Mode
     auto: bool
     max_rounds: int
@@ -191,7 +191,7 @@ class Plan:
 
     @property
     def required(self) -> str | None:
-        """"any" for tool_choice required, a spell name for a named choice, else None."""
+        """"any" for tool_choice required, a tool name for a named choice, else None."""
         choice = self.body.get("tool_choice")
         if choice == "required":
             return "any"
@@ -246,7 +246,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         if isinstance(verdict, Fail):
             raise verdict.error
         if isinstance(verdict, Surrender):
-            raise SpellCallParseError(verdict.message, rounds=len(plan.records), rejected=list(verdict.rejected))
+            raise ToolCallParseError(verdict.message, rounds=len(plan.records), rejected=list(verdict.rejected))
         if isinstance(verdict, Accept):
             yield _final(plan, verdict, state.mode, omens, usage)
             return
@@ -257,7 +257,7 @@ class Kind(Enum):
     """What the next round is."""
 
     ASK = "ask"  # the request as its mode sends it (constrained or not), plus the hidden correction turns
-    TEXT = "text"  # the conversation without spells (plus a closing turn): its answer is accepted as it is
+    TEXT = "text"  # the conversation without tools (plus a closing turn): its answer is accepted as it is
 
 
 class Phase(Enum):
@@ -278,7 +278,7 @@ class State:
     closing: tuple[dict[str, Any], ...] = ()  # TEXT: the turns the text round is sent after the conversation
     phase: Phase = Phase.WAITING
     grammar_from: int = 0  # CONSTRAINING: len(turns) when the first constrained round was sent
-    pin: str | None = None  # the one known spell the last correction was about
+    pin: str | None = None  # the one known tool the last correction was about
     rejected: tuple[str, ...] = ()  # every rejected answer's text, in order
 
     @property
@@ -298,10 +298,10 @@ class Round:
 def next_round(plan: Plan, state: State, sent: int) -> tuple[Round, State]:
     """What the next round sends (and the state once it is sent); SpellCallParseError past the round limit."""
     if sent > plan.max_rounds + 2:  # 1 + N rounds, one fallback, one unconstrained retry
-        raise SpellCallParseError("spell call could not be repaired: round limit reached",
+        raise ToolCallParseError("spell call could not be repaired: round limit reached",
                                   rounds=sent, rejected=list(state.rejected))
     if state.kind is Kind.TEXT:
-        body = upstream_body(plan, state.mode, list(state.closing), None, spells=False)
+        body = upstream_body(plan, state.mode, list(state.closing), None, tools=False)
         return Round(body, None, False), state
     constraint = _constraint(plan, state)
     if constraint is not None and state.phase is Phase.WAITING:
@@ -403,7 +403,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         if fallback is not None:
             return fallback
     if plan.book is None or state.kind is Kind.TEXT or _refusal(answer.message):
-        # no spells, the text round's answer, or a refusal: an answer, passed through as it came
+        # no tools, the text round's answer, or a refusal: an answer, passed through as it came
         return Accept(answer.message, answer.finish_reason or "stop", answer)
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     answer_object = step.constraint is not None and step.constraint.answer_object
@@ -445,8 +445,8 @@ def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, reject
              number: int) -> Correct:
     assert plan.book is not None
     text = correction(problems, plan.book)
-    spells = {p.spell for p in problems}
-    pin = problems[0].spell if len(spells) == 1 and problems[0].spell in plan.book.spells \
+    tools = {p.tool for p in problems}
+    pin = problems[0].tool if len(tools) == 1 and problems[0].tool in plan.book.tools \
         and problems[0].reason != "unknown_spell" else None
     turns = (*state.turns, {"role": "assistant", "content": raw}, {"role": "user", "content": text})
     after = replace(state, turns=turns, pin=pin, rejected=rejected)
@@ -501,16 +501,16 @@ def _made_up(plan: Plan, assessment: Assessment) -> Problem | None:
     evidence = Evidence.of(plan.body.get("messages"))
     details: list[str] = []
     for call in assessment.calls:
-        spell = plan.book.spells[call.name]
-        made_up = ungrounded(_loads(call.arguments), spell.parameters, evidence)
+        tool = plan.book.tools[call.name]
+        made_up = ungrounded(_loads(call.arguments), tool.parameters, evidence)
         if not made_up:
             return None
         details.append(f"{call.name}: " + ", ".join(made_up) + " appear nowhere in the conversation")
     if not details:
         return None
-    spells = {c.name for c in assessment.calls}
+    tools = {c.name for c in assessment.calls}
     raw = "\n".join(c.arguments for c in assessment.calls)
-    return Problem("ungrounded_arguments", next(iter(spells)) if len(spells) == 1 else None, tuple(details), raw)
+    return Problem("ungrounded_arguments", next(iter(tools)) if len(tools) == 1 else None, tuple(details), raw)
 
 
 def _repeat(plan: Plan, assessment: Assessment, answer: Answer) -> Problem | None:
@@ -528,9 +528,9 @@ def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Pr
     names = {c.name for c in assessment.calls}
     if required == "any" and names or required in names:
         return []
-    spell = None if required == "any" else required
-    why = f"a call to {required} is required" if spell else "a tool call is required"
-    return [Problem("missing_call", spell, (why,), rejected_answer_text(answer.message, plan.prompt_format))]
+    tool = None if required == "any" else required
+    why = f"a call to {required} is required" if tool else "a tool call is required"
+    return [Problem("missing_call", tool, (why,), rejected_answer_text(answer.message, plan.prompt_format))]
 
 
 def _surrender(plan: Plan, state: State, answer: Answer, number: int, repeated: bool,
@@ -581,7 +581,7 @@ How = Literal["schema", "grammar", "tool_choice"]
 
 @dataclass(frozen=True)
 class Constraint:
-    """How one round's decoding is constrained: which spells, whether text or several calls may win, and by what.
+    """How one round's decoding is constrained: which tools, whether text or several calls may win, and by what.
 
         schema       response_format json_schema of an answer object (constrain.py); the answer is decoded
         grammar      a GBNF `grammar` for a call in the round's own prompt format (grammar.py; llama.cpp)
@@ -591,13 +591,13 @@ class Constraint:
     under `constrain = "always"` from the first prompted round, or with `correction_context = "fresh"`. Every
     other constrained round keeps the first round's prompt byte for byte (docs/contract.md section 5)."""
 
-    book: SpellBook
+    book: Toolbox
     text: bool
     parallel: bool
     how: How = "schema"
     json_prompt: bool = True
     grammar: str | None = None
-    prompt: tuple[SpellBook, bool, bool] | None = None  # json_prompt: the prompt's (spells, text, parallel)
+    prompt: tuple[Toolbox, bool, bool] | None = None  # json_prompt: the prompt's (tools, text, parallel)
 
     @property
     def answer_object(self) -> bool:
@@ -626,19 +626,19 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     A client's own response_format wins; a refused schema turns constraining off for the request.
     A correction round keeps the first round's prompt: a native one asks for the call with tool_choice
     "required" where the model's template is known to take tools (`plan.native_calls`; same tools: a pin would
-    change the tools llama.cpp renders into the prompt, so the correction names the spell instead); a prompted
+    change the tools llama.cpp renders into the prompt, so the correction names the tool instead); a prompted
     one gets a GBNF grammar in its own format where the upstream takes one (`plan.grammar`), else the answer
     schema. A JSON-prompt round without the transcript instead: `correction_context = "fresh"`, or a native
     round whose template may drop the tools (llama.cpp --jinja does, silently: tool_choice holds nothing, and
     on SmolLM2 the transcript round then repeats its prose verbatim, where this round comes back valid)."""
     book = plan.book
-    if book is None or not book.spells or plan.constrain == "off" or state.phase is Phase.REFUSED:
+    if book is None or not book.tools or plan.constrain == "off" or state.phase is Phase.REFUSED:
         return None
     first_round_too = plan.constrain == "always" and state.mode == "prompted"
     if "response_format" in plan.body or not (state.turns or first_round_too):
         return None
     required = plan.required
-    if required not in (None, "any") and required in book.spells:
+    if required not in (None, "any") and required in book.tools:
         book = book.restricted_to(required)
     offered = book  # what the first round offered
     if offered is plan.book and state.pin is not None:
@@ -666,9 +666,9 @@ def _schema_refused(error: UpstreamError) -> bool:
 
 
 def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
-                  constraint: Constraint | None = None, *, spells: bool = True) -> dict[str, Any]:
+                  constraint: Constraint | None = None, *, tools: bool = True) -> dict[str, Any]:
     body = plan.body
-    if not spells:  # the conversation alone, for a text answer
+    if not tools:  # the conversation alone, for a text answer
         body = prompted.to_prompted(body, None, plan.prompt_format)
     elif constraint is not None and constraint.json_prompt:
         listed, text, parallel = constraint.prompt or (constraint.book, constraint.text, constraint.parallel)

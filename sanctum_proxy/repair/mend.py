@@ -2,7 +2,7 @@
 
 `assess` gathers candidates from the native `tool_calls` and from call markup in `content` (via the codec
 registry), mends what can be mended without inventing or cutting content (JSON syntax, names, lossless
-type coercions), validates each against its spell and sorts the outcome into ready calls, the mends made
+type coercions), validates each against its tool and sorts the outcome into ready calls, the mends made
 (one Repair per mended call) and the problems left for tier 2. A valid native call passes untouched:
 same id, byte-identical arguments, no Repair. Never raises.
 """
@@ -20,9 +20,9 @@ import orjson
 from sanctum_proxy.codecs.base import MAX_CANDIDATES
 from sanctum_proxy.codecs.registry import find_calls
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, SpellCall, content_text, new_call_id
+from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, strict
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import coerce
 
 MALFORMED = "__malformed_json__"
@@ -31,7 +31,7 @@ _SEPARATOR = re.compile(r"[\s;,]*")
 
 def assess(
     message: Any,
-    book: SpellBook,
+    book: Toolbox,
     *,
     finish_reason: str | None = None,
     parallel_tool_calls: bool = True,
@@ -53,7 +53,7 @@ def assess(
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
     judge = _Judge(book, finish_reason == "length", new_id, max_repair_chars, asked_format)
-    calls: list[SpellCall] = []
+    calls: list[ToolCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
@@ -70,20 +70,20 @@ def assess(
     return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]), reasoning)
 
 
-def calls_outside_reasoning(text: str, spell_names: frozenset[str]) -> list[Found]:
+def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found]:
     """The call markup in `text` outside its reasoning spans (reasoning.py): a model thinking about a call
     made none. Each piece between reasoning spans is read on its own, so no call is pieced across one."""
     pieces = reasoning.outside(text)
     if pieces == [(0, len(text))]:
-        return find_calls(text, spell_names)
+        return find_calls(text, tool_names)
     found: list[Found] = []
     for start, end in pieces:
         found += [replace(f, start=f.start + start, end=f.end + start)
-                  for f in find_calls(text[start:end], spell_names)]
+                  for f in find_calls(text[start:end], tool_names)]
     return found
 
 
-def _duplicate(call: SpellCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
+def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
     """A call in content that repeats a native one (some servers echo the markup) is the same call."""
     key = (call.name, call.arguments)
     if cand.source != "native" and key in seen:
@@ -157,7 +157,7 @@ def _dumps(value: Any, *, pretty: bool = False) -> str:
 
 @dataclass(frozen=True)
 class _Verdict:
-    call: SpellCall | None = None
+    call: ToolCall | None = None
     repair: Repair | None = None
     problems: tuple[Problem, ...] = ()
 
@@ -170,7 +170,7 @@ class _Args:
 
 
 class _Judge:
-    def __init__(self, book: SpellBook, truncated: bool, new_id: Callable[[], str], max_chars: int,
+    def __init__(self, book: Toolbox, truncated: bool, new_id: Callable[[], str], max_chars: int,
                  asked: str | None) -> None:
         self.book, self.truncated, self.new_id = book, truncated, new_id
         self.max_chars, self.asked = max_chars, asked
@@ -186,11 +186,11 @@ class _Judge:
             return _Verdict(problems=(Problem("unknown_spell", cand.name, (detail,), cand.raw),))
         args = self._arguments(cand)
         if isinstance(args, Problem):
-            return _Verdict(problems=(replace(args, spell=name),))
+            return _Verdict(problems=(replace(args, tool=name),))
         value, coerced = args.value, tuple[str, ...]()
         problems = self.book.check(name, value)
         if problems and isinstance(value, dict):
-            value, coerced = coerce(value, self.book.spells[name].parameters)
+            value, coerced = coerce(value, self.book.tools[name].parameters)
             problems = self.book.check(name, value) if coerced else problems
         if problems:
             return _Verdict(problems=tuple(replace(p, raw=cand.raw) for p in problems))
@@ -210,7 +210,7 @@ class _Judge:
             if not text:
                 why = "the arguments cannot be written as JSON"
                 return _Verdict(problems=(self._malformed(cand, name, why),))
-        call = SpellCall(cand.id or self.new_id(), name, text)
+        call = ToolCall(cand.id or self.new_id(), name, text)
         repair = Repair(name, call.id, tuple(dict.fromkeys(repairs)), cand.raw) if repairs else None
         return _Verdict(call=call, repair=repair)
 

@@ -1,6 +1,6 @@
-"""Prompted spell calling: the request rewritten for an upstream that never sees tools.
+"""Prompted tool calling: the request rewritten for an upstream that never sees tools.
 
-Spell schemas go into the system prompt with a delimited call format; earlier assistant `tool_calls` and
+Tool schemas go into the system prompt with a delimited call format; earlier assistant `tool_calls` and
 `role: "tool"` results in the history become text in that format. The answer comes back as text and is
 read by the same extraction and repair tiers as any other answer (`repair.mend.assess`).
 
@@ -17,7 +17,7 @@ import orjson
 from sanctum_proxy.codecs import families
 from sanctum_proxy.codecs.registry import format_of, render_call
 from sanctum_proxy.core.calls import content_text, example_arguments
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 _RESULTS = "After a tool runs, its result comes back to you inside <tool_response></tool_response> tags."
 _RESULTS_OWN = "After a tool runs, its result comes back to you in the next message."
@@ -33,17 +33,17 @@ def _how_to_call(fmt: str, name: str, example: dict[str, Any]) -> str:
     return _OWN_FORMAT % own.render_call(name, example)
 
 
-def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required: str | None = None,
+def system_section(book: Toolbox, fmt: str, *, parallel: bool = True, required: str | None = None,
                    call_format: str | None = None) -> str:
-    """The text that offers the spells. `required` is "any" or a spell name when a call is mandatory.
+    """The text that offers the tools. `required` is "any" or a tool name when a call is mandatory.
     `call_format` replaces the whole how-to-call paragraph (constrained rounds describe their JSON answer)."""
     lines = ["# Tools", "", "You can call these tools. Each is given as a JSON Schema of its arguments:", ""]
-    for spell in book.spells.values():
-        schema = orjson.dumps(spell.parameters or {"type": "object", "properties": {}}).decode()
-        lines.append(f"- {spell.name}: {spell.description or '(no description)'}\n  arguments: {schema}")
+    for tool in book.tools.values():
+        schema = orjson.dumps(tool.parameters or {"type": "object", "properties": {}}).decode()
+        lines.append(f"- {tool.name}: {tool.description or '(no description)'}\n  arguments: {schema}")
     if call_format is not None:
         return "\n".join([*lines, "", call_format.rstrip(), _RESULTS])
-    first = next(iter(book.spells.values()))
+    first = next(iter(book.tools.values()))
     lines += ["", _how_to_call(fmt, first.name, example_arguments(first.parameters))]
     lines.append("You may call several tools, one block each." if parallel else "Call at most one tool per answer.")
     if required == "any":
@@ -56,12 +56,12 @@ def system_section(book: SpellBook, fmt: str, *, parallel: bool = True, required
     return "\n".join(lines)
 
 
-def to_prompted(body: dict[str, Any], book: SpellBook | None, fmt: str, *, parallel: bool = True,
+def to_prompted(body: dict[str, Any], book: Toolbox | None, fmt: str, *, parallel: bool = True,
                 required: str | None = None, call_format: str | None = None) -> dict[str, Any]:
-    """The upstream body for a prompted round. `book` None (tool_choice none) offers no spells."""
+    """The upstream body for a prompted round. `book` None (tool_choice none) offers no tools."""
     out = {k: v for k, v in body.items() if k not in STRIPPED}
     messages = rewrite_history(body.get("messages", []), fmt)
-    if book is not None and book.spells:
+    if book is not None and book.tools:
         messages = merge_system(messages, system_section(book, fmt, parallel=parallel, required=required,
                                                          call_format=call_format))
     out["messages"] = messages

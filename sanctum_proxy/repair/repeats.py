@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from sanctum_proxy.core.calls import Problem, SpellCall, content_text
+from sanctum_proxy.core.calls import Problem, ToolCall, content_text
 
 MAX_RESULT_CHARS = 600  # of a tool result quoted back in the correction
 
@@ -56,7 +56,7 @@ def canonical(arguments: Any) -> bytes:
         return repr(value).encode()
 
 
-def repeated_call(calls: Sequence[SpellCall], messages: Any, raw: str) -> Problem | None:
+def repeated_call(calls: Sequence[ToolCall], messages: Any, raw: str) -> Problem | None:
     """A Problem when every call repeats one the conversation already answered (a new call beside a repeat
     is the model going on: it passes); None otherwise."""
     if not calls:

@@ -1,4 +1,4 @@
-"""Checking arguments against a spell's schema, and the lossless coercions tier 1 may make first.
+"""Checking arguments against a tool's schema, and the lossless coercions tier 1 may make first.
 
 `problems_for` sorts what is wrong into the three tier-2 reasons (missing, unexpected, invalid), one
 Problem per reason, each detail naming the argument and why. `coerce` changes only values whose JSON
@@ -18,7 +18,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from referencing.exceptions import Unresolvable
 
-from sanctum_proxy.core.calls import Problem, Reason, Spell
+from sanctum_proxy.core.calls import Problem, Reason, Tool
 from sanctum_proxy.core.lenient_json import Decoded, decode
 from sanctum_proxy.repair.schemas import search
 
@@ -27,23 +27,23 @@ MAX_MESSAGE_CHARS = 200
 _COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "unevaluatedProperties", "not")
 
 
-def problems_for(spell: Spell, validator: Validator, args: Any) -> list[Problem]:
-    schema = spell.parameters
+def problems_for(tool: Tool, validator: Validator, args: Any) -> list[Problem]:
+    schema = tool.parameters
     if isinstance(args, dict) and _plainly_valid(schema, args, 0) and not _unexpected(schema, args):
         return []  # jsonschema would agree; it costs ~20 µs a call, this ~2
     if not isinstance(args, dict):
         detail = f"the arguments must be a JSON object, not {_json_type(args)}"
-        return [_problem("invalid_arguments", spell.name, [detail], args)]
+        return [_problem("invalid_arguments", tool.name, [detail], args)]
     out: list[Problem] = []
     missing = [f"missing required argument {k!r}" for k in _required(schema) if k not in args]
     if missing:
-        out.append(_problem("missing_arguments", spell.name, missing, args))
+        out.append(_problem("missing_arguments", tool.name, missing, args))
     extra = [f"unexpected argument {k!r}: the spell has no such parameter" for k in _unexpected(schema, args)]
     if extra:
-        out.append(_problem("unexpected_arguments", spell.name, extra, args))
+        out.append(_problem("unexpected_arguments", tool.name, extra, args))
     invalid = _invalid(validator, args)
     if invalid:
-        out.append(_problem("invalid_arguments", spell.name, invalid, args))
+        out.append(_problem("invalid_arguments", tool.name, invalid, args))
     return out
 
 
@@ -104,12 +104,12 @@ def _plain_object(schema: Mapping[str, Any], value: dict[str, Any], depth: int) 
     return True
 
 
-def _problem(reason: Reason, spell: str, details: list[str], args: Any) -> Problem:
+def _problem(reason: Reason, tool: str, details: list[str], args: Any) -> Problem:
     try:
         raw = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
         raw = ""
-    return Problem(reason=reason, spell=spell, details=tuple(details), raw=raw)
+    return Problem(reason=reason, tool=tool, details=tuple(details), raw=raw)
 
 
 def _required(schema: Mapping[str, Any]) -> list[str]:

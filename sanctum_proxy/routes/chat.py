@@ -19,7 +19,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
 from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.rounds import kept_run, run_traced
@@ -131,7 +131,7 @@ async def last_event(events: AsyncIterator[Any]) -> Any:
 
 
 async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> Plan:
-    book = SpellBook.from_tools(chat.tools) if chat.tools else None
+    book = Toolbox.from_tools(chat.tools) if chat.tools else None
     if book is not None and chat.body.get("tool_choice") == "none":
         book = None
     choice = chat.controls.spell_calling

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.core.omens import Omen, Outcome
-from sanctum_proxy.errors import CLIENT_GONE, ProxyError, SpellCallParseError
+from sanctum_proxy.errors import CLIENT_GONE, ProxyError, ToolCallParseError
 from sanctum_proxy.repair.loop import Final, Plan, RoundRecord
 
 OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
@@ -58,7 +58,7 @@ class Trace:
 
     def failed(self, error: ProxyError, status: int) -> None:
         self.error, self.status = error.body()["error"], status
-        self.outcome = Outcome.SURRENDERED if isinstance(error, SpellCallParseError) else Outcome.ERROR
+        self.outcome = Outcome.SURRENDERED if isinstance(error, ToolCallParseError) else Outcome.ERROR
         self._end()
 
     def client_gone(self) -> None:

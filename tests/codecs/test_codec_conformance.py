@@ -22,8 +22,8 @@ from sanctum_proxy.codecs.families import opens_bare, render_call
 from sanctum_proxy.codecs.registry import CODECS, FORMAT_NAMES, FORMATS, find_calls
 from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.streaming import Assembler, unseen
+from sanctum_proxy.repair.toolbox import Toolbox
 from tests.codecs.test_corpus import CASES
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -44,7 +44,7 @@ def _streamed(pieces: list[str], lead: bool) -> tuple[Assembler, str]:
 
 
 def _sources(tools: list[dict[str, Any]], case: dict[str, Any]) -> set[str]:
-    book = SpellBook.from_tools(tools)
+    book = Toolbox.from_tools(tools)
     text = content_text(case["message"].get("content"))
     return {c.source for f in find_calls(text, book.name_set) for c in f.candidates}
 
@@ -59,7 +59,7 @@ def test_every_codec_reads_recorded_outputs(codec: Any) -> None:
 @pytest.mark.parametrize(("tools", "case"), TEXT_CASES)
 def test_split_anywhere_shows_no_markup_and_ends_with_the_whole_content(tools: list[dict[str, Any]],
                                                                         case: dict[str, Any]) -> None:
-    book = SpellBook.from_tools(tools)
+    book = Toolbox.from_tools(tools)
     text = content_text(case["message"]["content"])
     lead = opens_bare(FAMILY_FORMATS.get(case["family"], ""))
     whole = assess({"role": "assistant", "content": text}, book, finish_reason=case.get("finish_reason"))
@@ -108,7 +108,7 @@ def test_every_format_is_read_by_a_registered_codec() -> None:
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
 def test_every_format_renders_a_call_its_codec_reads_back(fmt: str) -> None:
-    book = SpellBook.from_tools(WEATHER)
+    book = Toolbox.from_tools(WEATHER)
     read = assess({"role": "assistant", "content": render_call(fmt, "get_weather", ARGS)}, book)
     assert [(c.name, json.loads(c.arguments)) for c in read.calls] == [("get_weather", ARGS)]
     assert read.content is None and not read.problems
@@ -121,7 +121,7 @@ def test_every_format_renders_a_call_its_codec_reads_back(fmt: str) -> None:
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
 def test_every_format_streamed_in_any_chunking_shows_no_markup_and_gives_the_whole_call(fmt: str) -> None:
-    book = SpellBook.from_tools(WEATHER)
+    book = Toolbox.from_tools(WEATHER)
     lead = opens_bare(fmt)
     call = render_call(fmt, "get_weather", ARGS)
     text = call if lead else "Let me check. " + call

@@ -152,7 +152,7 @@ def test_name_that_resolves_counts_in_bare_json() -> None:
     assert calls('{"name": "functions.Search", "arguments": {"q": 1}}')[0][0] == "functions.Search"
 
 
-def test_json_rpc_and_name_as_key_shapes_for_known_spells() -> None:
+def test_json_rpc_and_name_as_key_shapes_for_known_tools() -> None:
     assert calls('{"jsonrpc": "2.0", "method": "search", "params": {"q": "x"}}') == [
         ("search", {"q": "x"}, "json")
     ]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 CORPUS = Path(__file__).parents[1] / "corpus"
 
@@ -42,7 +42,7 @@ def test_corpus_ids_are_unique() -> None:
 @pytest.mark.parametrize(("tools", "case"), CASES)
 def test_corpus_case(tools: list[dict[str, Any]], case: dict[str, Any]) -> None:
     expect = case["expect"]
-    out = assess(case["message"], SpellBook.from_tools(tools), finish_reason=case.get("finish_reason"))
+    out = assess(case["message"], Toolbox.from_tools(tools), finish_reason=case.get("finish_reason"))
     got = [{"name": c.name, "arguments": json.loads(c.arguments)} for c in out.calls]
     assert got == expect["calls"], case["note"]
     assert [p.reason for p in out.problems] == expect["problems"], case["note"]

@@ -12,7 +12,7 @@ from sanctum_proxy.codecs import families
 from sanctum_proxy.config import load_settings
 from sanctum_proxy.repair.correct import rejected_answer_text
 from sanctum_proxy.repair.prompted import to_prompted
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.upstreams.capabilities import from_props, from_show
 from tests.fakes.upstream import Step, completion, content_chunks
 from tests.stream_rules import read_stream
@@ -20,7 +20,7 @@ from tests.stream_rules import read_stream
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                           "required": ["city"]}}}
-BOOK = SpellBook.from_tools([WEATHER])
+BOOK = Toolbox.from_tools([WEATHER])
 # Lines of the real chat templates that write a call (llama.cpp models/templates/*.jinja, Ollama's Modelfiles):
 # enough for detection, which looks for these markers.
 TEMPLATES = {

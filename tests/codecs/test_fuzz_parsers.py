@@ -1,6 +1,6 @@
 """Fuzzing the pure parsers: every codec, the JSON extraction, tier 1 (mend, validate, coerce) and the
 correction text. Zero crashes, zero hangs, and a call that tier 1 accepts always has arguments valid under
-its spell's schema by jsonschema itself (not by the proxy's own validator). Pathological inputs (deep
+its tool's schema by jsonschema itself (not by the proxy's own validator). Pathological inputs (deep
 nesting, megabyte strings, thousands of calls) finish in bounded time.
 
 Budget: the hypothesis profile (`ci` by default, HYPOTHESIS_PROFILE=long for a fuzzing run).
@@ -22,7 +22,7 @@ from sanctum_proxy.codecs.registry import CODECS, find_calls
 from sanctum_proxy.core.lenient_json import Decoded, Undecodable, decode, value_end
 from sanctum_proxy.repair.correct import correction
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import coerce
 
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -40,7 +40,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "additionalProperties": False, "anyOf": [{"required": ["k_a"]}, {"required": ["k_b"]}]},
     "noop": {"type": "object", "properties": {}},
 }
-BOOK = SpellBook.from_tools([{"type": "function", "function": {"name": n, "parameters": s}}
+BOOK = Toolbox.from_tools([{"type": "function", "function": {"name": n, "parameters": s}}
                              for n, s in SCHEMAS.items()])
 
 json_values = st.recursive(
@@ -146,7 +146,7 @@ def test_coerce_never_raises_and_keeps_keys(name: str, args: dict[str, Any]) -> 
 
 
 @given(st.sampled_from(sorted(SCHEMAS)), st.dictionaries(st.text(max_size=6), json_values, max_size=5))
-def test_spellbook_check_passes_only_what_jsonschema_passes(name: str, args: dict[str, Any]) -> None:
+def test_toolbox_check_passes_only_what_jsonschema_passes(name: str, args: dict[str, Any]) -> None:
     """Stricter is allowed (contract 5: an argument not in `properties` is unexpected unless
     additionalProperties allows it); laxer never."""
     if BOOK.check(name, args) == []:

@@ -11,15 +11,15 @@ import pytest
 
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.spellbook import SpellBook
 from sanctum_proxy.repair.streaming import Assembler
+from sanctum_proxy.repair.toolbox import Toolbox
 from tests.fakes.upstream import Step, completion, content_chunks, native_call
 from tests.stream_rules import Streamed, read_stream
 
 SEARCH = {"type": "function", "function": {
     "name": "search_web", "description": "Search the web",
     "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
-BOOK = SpellBook.from_tools([SEARCH])
+BOOK = Toolbox.from_tools([SEARCH])
 ASK = {"model": "m", "messages": [{"role": "user", "content": "What is six times seven?"}], "tools": [SEARCH]}
 # The issue's own example: a model that thinks about a call and then answers.
 THOUGHT = ('<think>A call would look like {"name": "search_web", "arguments": {"query": "6*7"}}. '

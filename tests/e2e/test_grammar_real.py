@@ -13,7 +13,7 @@ import pytest
 from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.grammar import GRAMMAR_FORMATS, gbnf
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.upstreams.embedded import LlamaServer
 
 TOOLS = Path(__file__).resolve().parents[1] / "data" / "bfcl_tools.json"  # a BFCL sample: its SOURCE.md says
@@ -32,7 +32,7 @@ def test_llama_server_parses_every_grammar(llama_jinja: LlamaServer, fmt: str) -
     refused = []
     for tools in tool_sets():
         for text, parallel in ((False, False), (True, True)):
-            grammar = gbnf(SpellBook.from_tools(tools), fmt, text=text, parallel=parallel)
+            grammar = gbnf(Toolbox.from_tools(tools), fmt, text=text, parallel=parallel)
             assert grammar is not None
             reply = post(llama_jinja, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
                                        "grammar": grammar})
@@ -47,7 +47,7 @@ def test_a_constrained_prompted_round_is_a_valid_call(llama_jinja: LlamaServer) 
         "parameters": {"type": "object", "properties": {"base": {"type": "integer"}, "height": {"type": "integer"},
                                                         "unit": {"type": "string"}},
                        "required": ["base", "height"]}}}]
-    book = SpellBook.from_tools(tools)
+    book = Toolbox.from_tools(tools)
     question = {"messages": [{"role": "user", "content": "Area of a triangle with base 10 and height 5?"}]}
     body = prompted.to_prompted(question, book, "hermes")
     grammar = gbnf(book, "hermes", text=False, parallel=False)

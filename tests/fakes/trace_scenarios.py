@@ -1,5 +1,5 @@
 """Three requests the traces, the metrics and the viewer must each tell apart: one mended locally (a trailing
-comma), one bounced once (an unknown spell, then a valid call) and one given up on (three unknown spells).
+comma), one bounced once (an unknown tool, then a valid call) and one given up on (three unknown tools).
 The bounced ones ask for the conversational tier (constrain off): this fake answers without a grammar, and a
 constrained correction round would be sent without the rejected turn the traces and the viewer show."""
 

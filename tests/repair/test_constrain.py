@@ -1,4 +1,4 @@
-"""Constrained spell calling: the answer schema, decoding it back, and constrained rounds through the proxy.
+"""Constrained tool calling: the answer schema, decoding it back, and constrained rounds through the proxy.
 
 The fake upstream plays a grammar-constrained server: every answer it gives is checked against the schema
 the proxy sent, so a test fails if the proxy asks for something the answer could not have been."""
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sanctum_proxy.cli import resolve
 from sanctum_proxy.config import Settings
 from sanctum_proxy.repair import constrain as cn
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 from tests.fakes.upstream import Step, completion, content_chunks, native_call
 
 WEATHER = {
@@ -37,7 +37,7 @@ TIME = {
 }
 TOOLS = [WEATHER, TIME]
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
-BOOK = SpellBook.from_tools(TOOLS)
+BOOK = Toolbox.from_tools(TOOLS)
 CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
 
 
@@ -49,7 +49,7 @@ def test_answer_schema_allows_text_one_call_or_several():
     schema = cn.answer_schema(BOOK, text=True, parallel=True)
     assert valid(schema, {"content": "Hi"}) and valid(schema, CALL)
     assert valid(schema, {"tool_calls": [CALL, {"name": "get_time", "arguments": {}}]})
-    assert not valid(schema, {"name": "get_weather", "arguments": {}})  # the spell's own schema applies
+    assert not valid(schema, {"name": "get_weather", "arguments": {}})  # the tool's own schema applies
     assert not valid(schema, {"name": "get_wether", "arguments": {"city": "Paris"}})
     assert not valid(schema, {"name": "get_weather", "arguments": {"city": "Paris", "zip": 1}})
 
@@ -60,7 +60,7 @@ def test_required_call_drops_the_text_branch_and_no_parallel_drops_the_list():
     assert valid(schema, CALL)
 
 
-def test_pinned_spell_schema_accepts_only_that_spell():
+def test_pinned_tool_schema_accepts_only_that_tool():
     schema = cn.answer_schema(BOOK.restricted_to("get_time"), text=False, parallel=False)
     assert valid(schema, {"name": "get_time", "arguments": {}}) and not valid(schema, CALL)
 
@@ -82,9 +82,9 @@ def test_decode_gives_openai_messages_and_leaves_other_text_alone():
 
 def test_broken_call_is_a_call_branch_that_is_not_whole_json():
     cut = cn.broken_call({"content": '{"name": "get_\\u00e9", "arguments": {"ci'}, "length")
-    assert cut is not None and cut.spell == "get_\u00e9" and cut.details == ("the answer was cut off by max_tokens",)
+    assert cut is not None and cut.tool == "get_\u00e9" and cut.details == ("the answer was cut off by max_tokens",)
     several = cn.broken_call({"content": '{"tool_calls": [{"name": "a", "arguments": {}}, ,]}'}, "stop")
-    assert several is not None and several.spell is None and several.details == ("the answer is not complete JSON",)
+    assert several is not None and several.tool is None and several.details == ("the answer is not complete JSON",)
     assert cn.broken_call({"content": orjson.dumps(CALL).decode()}, "stop") is None
     assert cn.broken_call({"content": '{"content": "cut sho'}, "length") is None  # text: its text so far
     assert cn.broken_call({"content": 'Sure, {"name": "x"'}, "length") is None  # not an answer object
@@ -149,7 +149,7 @@ def fresh_client(make_proxy):
         yield client
 
 
-def test_fresh_context_constrains_the_correction_pinned_to_the_spell_without_the_transcript(fresh_client, fake):
+def test_fresh_context_constrains_the_correction_pinned_to_the_tool_without_the_transcript(fresh_client, fake):
     client = fresh_client
     fake[0].push(
         Step(body=completion(None, [native_call("get_weather", '{"days": 2}')], "tool_calls")),
@@ -171,7 +171,7 @@ def test_fresh_context_constrains_the_correction_pinned_to_the_spell_without_the
     assert r.json()["sanctum"]["omens"][0]["reason"] == "missing_arguments"
 
 
-def test_unknown_spell_correction_offers_every_spell(client, fake):
+def test_unknown_tool_correction_offers_every_tool(client, fake):
     fake[0].push(
         Step(body=completion(None, [native_call("weather", '{"city": "Paris"}')], "tool_calls")),
         answer_for(fake, CALL),
@@ -181,7 +181,7 @@ def test_unknown_spell_correction_offers_every_spell(client, fake):
     assert valid(schema, CALL) and valid(schema, {"name": "get_time", "arguments": {}})
 
 
-def test_named_tool_choice_keeps_only_that_spell(client, fake):
+def test_named_tool_choice_keeps_only_that_tool(client, fake):
     fake[0].push(answer_for(fake, {"name": "get_time", "arguments": {}}))
     body = {**ASK, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
     r = post(client, body, spell_calling="prompted", constrain="always")
@@ -324,7 +324,7 @@ def test_call_branch_cut_where_text_could_win_is_answered_in_text_by_a_round_wit
     assert "response_format" not in fake[0].requests[1] and "tools" not in fake[0].requests[1]
 
 
-def test_required_call_branch_cut_is_bounced_to_a_round_pinned_to_its_spell(client, fake):
+def test_required_call_branch_cut_is_bounced_to_a_round_pinned_to_its_tool(client, fake):
     fake[0].push(Step(body=completion('{"name": "get_weather", "arguments": {"city": "Pa', finish_reason="length")))
     fake[0].push(answer_for(fake, CALL))
     r = post(client, {**ASK, "tool_choice": "required"}, spell_calling="prompted", constrain="always")
@@ -396,7 +396,7 @@ def test_streamed_made_up_call_becomes_the_text_rounds_live_content(client, fake
 def test_after_a_bounced_call_attempt_a_corrected_call_is_not_judged_for_made_up_values(client, fake):
     unknown = '<tool_call>{"name": "lookup_weather", "arguments": {"city": "Rome"}}</tool_call>'
     fake[0].push(Step(body=completion(unknown)))
-    fake[0].push(answer_for(fake, MADE_UP))  # the unknown-name correction offers every spell, and text
+    fake[0].push(answer_for(fake, MADE_UP))  # the unknown-name correction offers every tool, and text
     r = post(client, SMALL_TALK, spell_calling="prompted", constrain="repair")
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert valid(schemas_sent(fake)[0], {"content": "x"})  # text could have won, yet the model meant a call

@@ -6,9 +6,9 @@ from typing import get_args
 
 from sanctum_proxy.core.calls import Problem, Reason
 from sanctum_proxy.repair.correct import correction, rejected_answer_text, sent_answer_text
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
-BOOK = SpellBook.from_tools(
+BOOK = Toolbox.from_tools(
     [
         {
             "type": "function",
@@ -36,7 +36,7 @@ BOOK = SpellBook.from_tools(
 )
 
 
-def test_unknown_spell_gets_list_of_spells() -> None:
+def test_unknown_tool_gets_list_of_tools() -> None:
     text = correction([Problem("unknown_spell", "create", ("there is no spell named 'create'",), "")], BOOK)
     assert "'create'" in text
     assert 'get_weather(city: string, unit?: "c" | "f") - Weather now' in text
@@ -63,7 +63,7 @@ def test_malformed_json_says_the_arguments_were_not_json() -> None:
     assert "not valid JSON: a string value is cut off" in text
 
 
-def test_missing_call_names_the_required_spell_or_lists_them() -> None:
+def test_missing_call_names_the_required_tool_or_lists_them() -> None:
     assert "A call to the tool 'search' is required." in correction(
         [Problem("missing_call", "search", (), "")], BOOK
     )

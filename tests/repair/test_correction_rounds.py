@@ -100,7 +100,7 @@ def test_prompted_correction_on_llama_cpp_keeps_the_format_section_and_adds_a_gr
     first, second = fake[0].requests
     assert_prefix_kept(first, second)
     assert "tools" not in second and "response_format" not in second and "grammar" not in first
-    grammar = second["grammar"]  # pinned to the spell the correction is about, in the Hermes format
+    grammar = second["grammar"]  # pinned to the tool the correction is about, in the Hermes format
     assert "get_weather" in grammar and "get_time" not in grammar and "<tool_call>" in grammar
     assert omens[0]["correction"] == second["messages"][-1]["content"]
 

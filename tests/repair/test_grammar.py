@@ -9,11 +9,11 @@ import pytest
 
 from sanctum_proxy.codecs import families
 from sanctum_proxy.repair.grammar import GRAMMAR_FORMATS, MAX_PARALLEL_CALLS, gbnf
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 
-def book(*tools: tuple[str, dict]) -> SpellBook:
-    return SpellBook.from_tools([{"type": "function", "function": {"name": n, "parameters": p}} for n, p in tools])
+def book(*tools: tuple[str, dict]) -> Toolbox:
+    return Toolbox.from_tools([{"type": "function", "function": {"name": n, "parameters": p}} for n, p in tools])
 
 
 WEATHER = ("get_weather", {"type": "object", "properties": {"city": {"type": "string"},
@@ -55,7 +55,7 @@ def test_the_call_is_written_as_the_prompt_renders_it(fmt: str) -> None:
 def test_formats_without_a_grammar_and_empty_books_give_none() -> None:
     for fmt in set(families.FORMAT_NAMES) - GRAMMAR_FORMATS:
         assert gbnf(book(WEATHER), fmt, text=False, parallel=False) is None, fmt
-    assert gbnf(SpellBook([]), "hermes", text=True, parallel=True) is None
+    assert gbnf(Toolbox([]), "hermes", text=True, parallel=True) is None
 
 
 def test_required_properties_always_optional_ones_may_follow() -> None:

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.errors import SpellCallParseError, UpstreamError, UpstreamUnreachable
+from sanctum_proxy.errors import ToolCallParseError, UpstreamError, UpstreamUnreachable
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.loop import (
     ANSWERED_IN_TEXT,
@@ -25,7 +25,7 @@ from sanctum_proxy.repair.loop import (
     Plan,
     run,
 )
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -90,7 +90,7 @@ class Script:
 def plan(**overrides: Any) -> Plan:
     body = {"model": "m", "messages": ASK, "tools": TOOLS, **overrides.pop("body", {})}
     ids = iter(range(1000))
-    fields: dict[str, Any] = {"book": SpellBook.from_tools(body["tools"]) if body.get("tools") else None,
+    fields: dict[str, Any] = {"book": Toolbox.from_tools(body["tools"]) if body.get("tools") else None,
                               "mode": "native", "auto": False, "max_rounds": 2, "constrain": "off",
                               "new_id": lambda: f"call_new{next(ids)}"}
     fields.update(overrides)
@@ -133,7 +133,7 @@ async def test_accept_repaired_yields_the_repair_omen_before_the_final():
     assert got.index(omens_of(got)[0]) < got.index(final)
 
 
-async def test_no_spells_offered_accepts_text_as_it_came():
+async def test_no_tools_offered_accepts_text_as_it_came():
     final, _ = await final_of(plan(body={"tools": None}, book=None), Script(text("Hello.")))
     assert final.message == text("Hello.") and final.outcome == "clean"
 
@@ -158,7 +158,7 @@ async def test_correction_round_carries_the_rejected_answer_and_the_correction()
     assert rejected.type == "SpellCallRejected" and rejected.fields["correction"] == second[-1]["content"]
 
 
-async def test_a_correction_about_one_known_spell_pins_the_constrained_round_to_it():
+async def test_a_correction_about_one_known_tool_pins_the_constrained_round_to_it():
     script = Script(MISSING_ARG, GOOD)
     final, got = await final_of(plan(constrain="repair", mode="prompted"), script)
     schema = script.sent[1]["response_format"]["json_schema"]["schema"]
@@ -166,11 +166,11 @@ async def test_a_correction_about_one_known_spell_pins_the_constrained_round_to_
     assert names(final.message) == ["get_weather"]
 
 
-async def test_an_unknown_spell_is_not_pinned():
+async def test_an_unknown_tool_is_not_pinned():
     script = Script(UNKNOWN, GOOD)
     await final_of(plan(constrain="repair", mode="prompted"), script)
     schema = script.sent[1]["response_format"]["json_schema"]["schema"]
-    assert "anyOf" in schema  # every spell, text and several calls still offered
+    assert "anyOf" in schema  # every tool, text and several calls still offered
 
 
 async def test_a_fresh_correction_round_leaves_the_earlier_turns_out_and_its_omen_says_so():
@@ -186,7 +186,7 @@ async def test_a_fresh_correction_round_leaves_the_earlier_turns_out_and_its_ome
 async def test_surrender_after_max_rounds_raises_422_with_every_rejected_answer():
     script = Script(UNKNOWN, call("nope", '{"city": "B"}'), call("nada", '{"city": "C"}'))
     seen: list[Any] = []
-    with pytest.raises(SpellCallParseError) as caught:
+    with pytest.raises(ToolCallParseError) as caught:
         async for event in run(plan(), script):
             seen.append(event)
     assert caught.value.status == 422 and caught.value.body()["error"]["rounds"] == 3
@@ -204,7 +204,7 @@ async def test_surrender_as_content_is_the_last_rejected_answer():
 
 async def test_repeating_the_rejected_answer_verbatim_surrenders_early():
     script = Script(UNKNOWN, UNKNOWN)
-    with pytest.raises(SpellCallParseError, match="repeated a rejected call verbatim"):
+    with pytest.raises(ToolCallParseError, match="repeated a rejected call verbatim"):
         await events(plan(max_rounds=5), script)
     assert len(script.sent) == 2
 
@@ -214,7 +214,7 @@ async def test_round_limit_counts_the_fallback_and_the_unconstrained_retry():
     tools_refused = Round(error=UpstreamError(500, "tools param requires --jinja flag"))
     prompted_unknown = text('<tool_call>{"name": "lookup_weather", "arguments": {"city": "Paris"}}</tool_call>')
     script = Script(UNKNOWN, schema_refused, tools_refused, prompted_unknown)
-    with pytest.raises(SpellCallParseError, match="round limit") as caught:
+    with pytest.raises(ToolCallParseError, match="round limit") as caught:
         await events(plan(max_rounds=1, constrain="repair", auto=True), script)
     assert len(script.sent) == 4 and caught.value.body()["error"]["rounds"] == 4  # max_rounds + 2 + 1
 

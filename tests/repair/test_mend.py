@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sanctum_proxy.repair.mend import MALFORMED, assess
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 TOOLS = [
     {
@@ -31,7 +31,7 @@ TOOLS = [
     },
     {"type": "function", "function": {"name": "get_time"}},
 ]
-BOOK = SpellBook.from_tools(TOOLS)
+BOOK = Toolbox.from_tools(TOOLS)
 
 
 def ids() -> Any:
@@ -117,7 +117,7 @@ def test_name_differing_by_case_or_prefix_is_mapped(written: str, repair: str) -
 
 def test_unknown_name_is_a_problem_naming_it() -> None:
     out = assess(native("Apply tags to a document", '{"tags": ["a"]}'), BOOK)
-    assert [(p.reason, p.spell) for p in out.problems] == [("unknown_spell", "Apply tags to a document")]
+    assert [(p.reason, p.tool) for p in out.problems] == [("unknown_spell", "Apply tags to a document")]
     assert out.calls == ()
 
 
@@ -153,12 +153,12 @@ def test_object_arguments_are_serialised() -> None:
 
 
 @pytest.mark.parametrize("args", ["", None, "  "])
-def test_empty_arguments_for_a_spell_without_parameters_are_an_empty_object(args: Any) -> None:
+def test_empty_arguments_for_a_tool_without_parameters_are_an_empty_object(args: Any) -> None:
     out = assess(native("get_time", args), BOOK)
     assert out.ok and out.calls[0].arguments == "{}"
 
 
-def test_empty_arguments_for_a_spell_with_required_parameters_are_missing() -> None:
+def test_empty_arguments_for_a_tool_with_required_parameters_are_missing() -> None:
     out = assess(native("get_weather", ""), BOOK)
     assert [p.reason for p in out.problems] == ["missing_arguments"]
 

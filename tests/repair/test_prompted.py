@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import orjson
 
-from sanctum_proxy.core.calls import Spell
+from sanctum_proxy.core.calls import Tool
 from sanctum_proxy.repair.prompted import rewrite_history, system_section, to_prompted
 
 
 class Book:
-    def __init__(self, *spells: Spell) -> None:
-        self.spells = {s.name: s for s in spells}
+    def __init__(self, *tools: Tool) -> None:
+        self.tools = {s.name: s for s in tools}
 
 
-WEATHER = Spell("get_weather", "Weather for a city",
+WEATHER = Tool("get_weather", "Weather for a city",
                 {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 
 
@@ -53,6 +53,6 @@ def test_system_section_lists_schemas_and_the_format():
     assert "```json" in text and "must answer with a call to get_weather" in text
 
 
-def test_tool_choice_none_offers_no_spells():
+def test_tool_choice_none_offers_no_tools():
     body = to_prompted({"messages": [{"role": "user", "content": "hi"}], "tools": [{}]}, None, "hermes")
     assert body["messages"] == [{"role": "user", "content": "hi"}]

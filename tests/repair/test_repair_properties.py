@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sanctum_proxy.codecs import hermes
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 
 SCHEMA = {
     "type": "object",
@@ -22,7 +22,7 @@ SCHEMA = {
     },
     "required": ["q"],
 }
-BOOK = SpellBook.from_tools(
+BOOK = Toolbox.from_tools(
     [
         {"type": "function", "function": {"name": "search", "parameters": SCHEMA}},
         {"type": "function", "function": {"name": "noop"}},

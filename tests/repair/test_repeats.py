@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from sanctum_proxy.core.calls import SpellCall
+from sanctum_proxy.core.calls import ToolCall
 from sanctum_proxy.repair.repeats import answered_calls, repeated_call
 from tests.fakes.upstream import Step, completion, content_chunks, llama_tool_chunks, native_call
 from tests.stream_rules import read_stream
@@ -21,19 +21,19 @@ ASK = {"model": "m", "messages": LOOP, "tools": [WEATHER], "sanctum": {"constrai
 
 
 def test_same_name_and_arguments_in_another_key_order_is_a_repeat():
-    problem = repeated_call([SpellCall("x", "get_weather", '{ "city":"Paris" }')], LOOP, "raw")
+    problem = repeated_call([ToolCall("x", "get_weather", '{ "city":"Paris" }')], LOOP, "raw")
     assert problem is not None and problem.reason == "repeated_call" and "Sunny, 24 C" in problem.details[0]
 
 
 def test_other_arguments_or_an_unanswered_call_are_not_repeats():
-    assert repeated_call([SpellCall("x", "get_weather", '{"city": "Rome"}')], LOOP, "raw") is None
+    assert repeated_call([ToolCall("x", "get_weather", '{"city": "Rome"}')], LOOP, "raw") is None
     unanswered = LOOP[:2]
-    assert repeated_call([SpellCall("x", "get_weather", '{"city": "Paris"}')], unanswered, "raw") is None
+    assert repeated_call([ToolCall("x", "get_weather", '{"city": "Paris"}')], unanswered, "raw") is None
     assert answered_calls("not a list") == {}
 
 
 def test_a_new_call_beside_a_repeat_goes_on():
-    calls = [SpellCall("x", "get_weather", '{"city": "Paris"}'), SpellCall("y", "get_weather", '{"city": "Rome"}')]
+    calls = [ToolCall("x", "get_weather", '{"city": "Paris"}'), ToolCall("y", "get_weather", '{"city": "Rome"}')]
     assert repeated_call(calls, LOOP, "raw") is None
 
 
@@ -47,7 +47,7 @@ def test_repeated_call_after_its_result_is_asked_for_text_and_the_loop_ends(clie
     (omen,) = body["sanctum"]["omens"]
     assert omen["reason"] == "repeated_call" and "Sunny, 24 C" in omen["correction"]
     second = fake[0].requests[1]
-    assert "tools" not in second  # asked for text: no spells offered
+    assert "tools" not in second  # asked for text: no tools offered
     assert second["messages"][-1] == {"role": "user", "content": omen["correction"]}  # exactly what was sent
 
 

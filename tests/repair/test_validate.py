@@ -1,4 +1,4 @@
-"""The spell book: names map to spells only when unambiguous; argument checks say exactly what is wrong."""
+"""The tool book: names map to tools only when unambiguous; argument checks say exactly what is wrong."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 
 from sanctum_proxy.core.legacy import to_tools
-from sanctum_proxy.repair.spellbook import SpellBook
+from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import coerce
 
 
-def book(parameters: Any = None, name: str = "f", **more: Any) -> SpellBook:
+def book(parameters: Any = None, name: str = "f", **more: Any) -> Toolbox:
     fn: dict[str, Any] = {"name": name, **more}
     if parameters is not None:
         fn["parameters"] = parameters
-    return SpellBook.from_tools([{"type": "function", "function": fn}])
+    return Toolbox.from_tools([{"type": "function", "function": fn}])
 
 
 SCHEMA = {
@@ -25,17 +25,17 @@ SCHEMA = {
 }
 
 
-def reasons(b: SpellBook, args: Any) -> list[str]:
+def reasons(b: Toolbox, args: Any) -> list[str]:
     return [p.reason for p in b.check("f", args)]
 
 
-def test_spells_keep_offered_order_and_first_of_duplicates() -> None:
-    b = SpellBook.from_tools([{"type": "function", "function": {"name": n}} for n in ("b", "a", "b")])
-    assert b.names == ("b", "a") and list(b.spells) == ["b", "a"]
+def test_tools_keep_offered_order_and_first_of_duplicates() -> None:
+    b = Toolbox.from_tools([{"type": "function", "function": {"name": n}} for n in ("b", "a", "b")])
+    assert b.names == ("b", "a") and list(b.tools) == ["b", "a"]
 
 
 def test_odd_tool_definitions_are_skipped_without_crashing() -> None:
-    b = SpellBook.from_tools(
+    b = Toolbox.from_tools(
         [
             None,
             1,
@@ -46,16 +46,16 @@ def test_odd_tool_definitions_are_skipped_without_crashing() -> None:
         ]
     )
     assert b.names == ("ok",)
-    assert SpellBook.from_tools(None).names == ()  # type: ignore[arg-type]
+    assert Toolbox.from_tools(None).names == ()  # type: ignore[arg-type]
 
 
 def test_legacy_functions_build_the_same_book() -> None:
     tools = to_tools({"functions": [{"name": "f", "parameters": SCHEMA}]})["tools"]
-    assert SpellBook.from_tools(tools).spells["f"].parameters == SCHEMA
+    assert Toolbox.from_tools(tools).tools["f"].parameters == SCHEMA
 
 
-def test_restricted_book_holds_only_that_spell() -> None:
-    b = SpellBook.from_tools([{"function": {"name": n}} for n in ("a", "b")])
+def test_restricted_book_holds_only_that_tool() -> None:
+    b = Toolbox.from_tools([{"function": {"name": n}} for n in ("a", "b")])
     assert b.restricted_to("b").names == ("b",)
     assert b.restricted_to("zzz").names == ()
 
@@ -73,12 +73,12 @@ def test_restricted_book_holds_only_that_spell() -> None:
     ],
 )
 def test_resolve_maps_only_lossless_name_differences(written: str, expected: tuple[Any, ...]) -> None:
-    b = SpellBook.from_tools([{"function": {"name": n}} for n in ("get_weather", "search")])
+    b = Toolbox.from_tools([{"function": {"name": n}} for n in ("get_weather", "search")])
     assert b.resolve(written) == expected
 
 
 def test_resolve_refuses_ambiguous_case() -> None:
-    b = SpellBook.from_tools([{"function": {"name": n}} for n in ("Search", "search")])
+    b = Toolbox.from_tools([{"function": {"name": n}} for n in ("Search", "search")])
     assert b.resolve("SEARCH") == (None, ())
 
 

@@ -1,6 +1,6 @@
-"""The spells a request offers: their names, how a name as written maps to one, and their schemas.
+"""The tools a request offers: their names, how a name as written maps to one, and their schemas.
 
-A SpellBook is built from the request's `tools` (or legacy `functions`) and is immutable. Tool-definition
+A Toolbox is built from the request's `tools` (or legacy `functions`) and is immutable. Tool-definition
 validity is the request parser's job; here odd input is tolerated (skipped or treated as unconstrained)
 so that nothing crashes. Compiled validators are cached by the schema's canonical JSON.
 """
@@ -16,8 +16,8 @@ import orjson
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
-from sanctum_proxy.core.calls import Problem, Spell
-from sanctum_proxy.core.spell_names import resolve_name
+from sanctum_proxy.core.calls import Problem, Tool
+from sanctum_proxy.core.tool_names import resolve_name
 from sanctum_proxy.repair.schemas import check_schema, refusal, validator_for
 from sanctum_proxy.repair.validate import problems_for
 
@@ -44,7 +44,7 @@ def _canonical(schema: Mapping[str, Any]) -> bytes:
         return orjson.dumps(_NO_CONSTRAINTS)
 
 
-def _spell_from(fn: Any) -> Spell | None:
+def _tool_from(fn: Any) -> Tool | None:
     if not isinstance(fn, Mapping):
         return None
     name = fn.get("name")
@@ -52,46 +52,46 @@ def _spell_from(fn: Any) -> Spell | None:
         return None
     description = fn.get("description")
     params = fn.get("parameters")
-    return Spell(
+    return Tool(
         name=name,
         description=description if isinstance(description, str) else "",
         parameters=dict(params) if isinstance(params, Mapping) else dict(_NO_CONSTRAINTS),
     )
 
 
-class SpellBook:
-    """The offered spells by name, in offered order."""
+class Toolbox:
+    """The offered tools by name, in offered order."""
 
-    __slots__ = ("spells", "names", "name_set")
+    __slots__ = ("tools", "names", "name_set")
 
-    def __init__(self, spells: Sequence[Spell]) -> None:
-        self.spells: dict[str, Spell] = {}
-        for spell in spells:
-            self.spells.setdefault(spell.name, spell)
-        self.names: tuple[str, ...] = tuple(self.spells)
+    def __init__(self, tools: Sequence[Tool]) -> None:
+        self.tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.tools.setdefault(tool.name, tool)
+        self.names: tuple[str, ...] = tuple(self.tools)
         self.name_set: frozenset[str] = frozenset(self.names)
 
     @classmethod
-    def from_tools(cls, tools: Any) -> SpellBook:
+    def from_tools(cls, tools: Any) -> Toolbox:
         items = tools if isinstance(tools, list) else []
         fns = [t.get("function") for t in items if isinstance(t, Mapping)]
-        return cls([s for s in map(_spell_from, fns) if s is not None])
+        return cls([s for s in map(_tool_from, fns) if s is not None])
 
     def __len__(self) -> int:
         return len(self.names)
 
     def __repr__(self) -> str:
-        return f"SpellBook({list(self.names)!r})"
+        return f"Toolbox({list(self.names)!r})"
 
-    def restricted_to(self, name: str) -> SpellBook:
-        return SpellBook([self.spells[name]] if name in self.spells else [])
+    def restricted_to(self, name: str) -> Toolbox:
+        return Toolbox([self.tools[name]] if name in self.tools else [])
 
     def resolve(self, written: str) -> tuple[str | None, tuple[str, ...]]:
         return resolve_name(written, self.names)
 
     def validator(self, name: str) -> Validator:
-        return _compiled(_canonical(self.spells[name].parameters))  # only for the spells actually called
+        return _compiled(_canonical(self.tools[name].parameters))  # only for the tools actually called
 
     def check(self, name: str, args: Any) -> list[Problem]:
-        """Why `args` cannot be sent to spell `name`: one Problem per reason; [] when they are valid."""
-        return problems_for(self.spells[name], self.validator(name), args)
+        """Why `args` cannot be sent to tool `name`: one Problem per reason; [] when they are valid."""
+        return problems_for(self.tools[name], self.validator(name), args)

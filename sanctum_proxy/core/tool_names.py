@@ -1,6 +1,6 @@
-"""How a spell name as a model wrote it maps to an offered one (`resolve_name`): whitespace, a
+"""How a tool name as a model wrote it maps to an offered one (`resolve_name`): whitespace, a
 `functions.` prefix, case, a name written twice. Used by the codecs (is a bare JSON object a call?) and by
-repair (which spell is meant); it belongs to neither tier. Pure, cached.
+repair (which tool is meant); it belongs to neither tier. Pure, cached.
 """
 
 from __future__ import annotations
