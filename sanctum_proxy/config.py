@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     # reasoning_content like llama.cpp's --reasoning-format deepseek (reasoning.Splitter), streamed live
     reasoning_format: Literal["keep", "split"] = "keep"
     correction_context: Literal["transcript", "fresh"] = "transcript"
+    # constrain = "always": after a first round's one call, one more constrained round per call offering
+    # another call or "done" (parallel calls one at a time); off: the one round's answer is the answer
+    follow_up_calls: bool = False
     upstream_api_key: str | None = None
     forward_client_key: bool = False
     api_keys: list[str] = Field(default_factory=list)

@@ -65,7 +65,7 @@ import orjson
 from sanctum_proxy.codecs import families
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.core.calls import Assessment, Problem, content_text
+from sanctum_proxy.core.calls import Assessment, Problem, ToolCall, content_text
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
@@ -180,6 +180,7 @@ class Plan:
     grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
     native_calls: bool = False  # the model's template takes tools (probed): tool_choice "required" holds a call
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
+    follow_up_calls: bool = False  # constrain "always": after one call, ask for another call or done (MORE)
 
     @property
     def model(self) -> str:
@@ -258,6 +259,7 @@ class Kind(Enum):
 
     ASK = "ask"  # the request as its mode sends it (constrained or not), plus the hidden correction turns
     TEXT = "text"  # the conversation without tools (plus a closing turn): its answer is accepted as it is
+    MORE = "more"  # follow_up_calls: "another call, or done" after the calls in `State.held` (constrained)
 
 
 class Phase(Enum):
@@ -280,6 +282,7 @@ class State:
     grammar_from: int = 0  # CONSTRAINING: len(turns) when the first constrained round was sent
     pin: str | None = None  # the one known tool the last correction was about
     rejected: tuple[str, ...] = ()  # every rejected answer's text, in order
+    held: Accept | None = None  # MORE: the answer so far (its calls), accepted when no other call comes
 
     @property
     def repair_rounds(self) -> int:
@@ -303,6 +306,10 @@ def next_round(plan: Plan, state: State, sent: int) -> tuple[Round, State]:
     if state.kind is Kind.TEXT:
         body = upstream_body(plan, state.mode, list(state.closing), None, tools=False)
         return Round(body, None, False), state
+    if state.kind is Kind.MORE:  # the first round's prompt, one call or text: "done"
+        assert plan.book is not None
+        more = Constraint(plan.book, text=True, parallel=False, prompt=(plan.book, True, plan.parallel))
+        return Round(upstream_body(plan, state.mode, list(state.turns), more), more, False), state
     constraint = _constraint(plan, state)
     if constraint is not None and state.phase is Phase.WAITING:
         state = replace(state, phase=Phase.CONSTRAINING, grammar_from=len(state.turns))
@@ -382,7 +389,16 @@ class Fail:
     outcome: str = "error"
 
 
-Verdict = Accept | Correct | AskForText | FallBack | Unconstrain | Surrender | Fail
+@dataclass(frozen=True)
+class AskForMore:
+    """follow_up_calls: the calls so far are held in `state`; the next round offers another call, or done."""
+
+    state: State
+    omens: tuple[om.Omen, ...] = ()
+    outcome: str = "accepted"
+
+
+Verdict = Accept | Correct | AskForText | AskForMore | FallBack | Unconstrain | Surrender | Fail
 
 
 def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number: int) -> Verdict:
@@ -402,6 +418,8 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
                               "upstream returned an empty answer to a tools request", number)
         if fallback is not None:
             return fallback
+    if state.kind is Kind.MORE:
+        return _judge_more(plan, state, answer, number)
     if plan.book is None or state.kind is Kind.TEXT or _refusal(answer.message):
         # no tools, the text round's answer, or a refusal: an answer, passed through as it came
         return Accept(answer.message, answer.finish_reason or "stop", answer)
@@ -430,8 +448,11 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if not problems:
         omens = [om.repaired(number, r) for r in assessment.repairs]
         omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
-        return Accept(_client_message(assessment, answer.message), _finish(assessment, answer), answer,
-                      tuple(omens))
+        accept = Accept(_client_message(assessment, answer.message), _finish(assessment, answer), answer,
+                        tuple(omens))
+        if _follows_up(plan, step, assessment, number):
+            return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
+        return accept
     raw = rejected_answer_text(answer.message, plan.prompt_format)  # quoted back in the prompt format
     sent = sent_answer_text(answer.message)  # what the model sent: a surrender's `rejected` (issue 20)
     repeated = bool(state.rejected) and sent == state.rejected[-1]
@@ -439,6 +460,81 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if repeated or state.repair_rounds >= plan.max_rounds:
         return _surrender(plan, state, answer, number, repeated, rejected)
     return _correct(plan, state, problems, raw, rejected, number)
+
+
+MORE_CALLS = ("If the request needs another call that the calls so far do not make (other arguments, or another "
+              'tool), answer with that one call. If nothing more is needed, answer {"content": "done"}.')
+
+
+def _follows_up(plan: Plan, step: Round, assessment: Assessment, number: int) -> bool:
+    """A first free-choice round under `constrain = "always"` made one call, parallel calls are allowed and
+    the round limit leaves room: ask for another call (Kind.MORE) before answering."""
+    return (plan.follow_up_calls and step.free_choice and step.constraint is not None
+            and step.constraint.answer_object and plan.parallel and len(assessment.calls) == 1
+            and plan.max_rounds >= 1 and number <= plan.max_rounds + 2)
+
+
+def _asked_for_more(state: State, held: Accept, call: ToolCall) -> State:
+    turns = (*state.turns, {"role": "assistant", "content": _answer_object(call)},
+             {"role": "user", "content": MORE_CALLS})
+    return replace(state, kind=Kind.MORE, turns=turns, held=held)
+
+
+def _answer_object(call: ToolCall) -> str:
+    """A call as the answer object the constrained round wrote it in (constrain.py)."""
+    return _dumps({"name": call.name, "arguments": _loads(call.arguments)})
+
+
+def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept | AskForMore:
+    """A MORE round: a new call (valid, not one already held, with a value from the conversation that no held
+    call has) joins the held answer, and one more is asked for while the round limit allows; text ("done"),
+    a broken call, a repeat or a made-up one: the held answer is the answer, as it was."""
+    held = state.held
+    assert held is not None and plan.book is not None
+    kwargs = {"new_id": plan.new_id} if plan.new_id else {}
+    assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason, parallel_tool_calls=False,
+                        max_repair_chars=plan.max_repair_bytes, asked_format=None, client_json=False, **kwargs)
+    broken = cn.broken_call(answer.message, answer.finish_reason)
+    calls = held.message.get("tool_calls") or []
+    new = assessment.calls[0] if assessment.calls and not assessment.problems and not broken else None
+    if new is None or not _novel(plan, new, calls):
+        return Accept(held.message, held.finish_reason, held.answer)
+    grown = replace(held, message={**held.message, "tool_calls": [*calls, new.to_openai()]})
+    omens = tuple(om.repaired(number, r) for r in assessment.repairs)
+    if number <= plan.max_rounds + 2:
+        return AskForMore(_asked_for_more(state, grown, new), omens)
+    return Accept(grown.message, grown.finish_reason, grown.answer, omens)
+
+
+def _novel(plan: Plan, call: ToolCall, held: list[dict[str, Any]]) -> bool:
+    """Whether a follow-up call adds something: not a held call again (nor its values swapped about), and one of
+    its values is in the conversation and in no held call (`grounding`); a call to another tool only needs
+    to be grounded."""
+    assert plan.book is not None
+    arguments = _loads(call.arguments)
+    if not isinstance(arguments, dict):
+        return False
+    evidence = Evidence.of(plan.body.get("messages"))
+    others = [c.get("function") or {} for c in held]
+    if all(f.get("name") != call.name for f in others):
+        return not ungrounded(arguments, plan.book.tools[call.name].parameters, evidence)
+    used = {_key(v) for f in others for v in _leaves(_loads(f.get("arguments") or "null"))}
+    return any(_key(v) not in used and evidence.holds(v) for v in _leaves(arguments))
+
+
+def _key(leaf: str | float) -> str | float:
+    return leaf.strip().lower() if isinstance(leaf, str) else float(leaf)
+
+
+def _leaves(value: Any) -> list[str | float]:
+    """The strings and numbers of a JSON value (booleans and nulls are no evidence of anything)."""
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    if isinstance(value, str) and value.strip() or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [value]
+    return []
 
 
 def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, rejected: tuple[str, ...],

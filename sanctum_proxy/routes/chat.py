@@ -157,7 +157,7 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
                 correction_context=settings.correction_context,
                 grammar=caps is not None and caps.server == "llama.cpp",
                 native_calls=caps is not None and caps.tools is True,
-                max_repair_bytes=settings.max_repair_bytes)
+                max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls)
 
 
 async def pick_format(request: Request, settings: Settings, model: str, mode: str, book: Any) -> str:
