@@ -468,10 +468,10 @@ MORE_CALLS = ("If the request needs another call that the calls so far do not ma
 
 def _follows_up(plan: Plan, step: Round, assessment: Assessment, number: int) -> bool:
     """A first free-choice round under `constrain = "always"` made one call, parallel calls are allowed and
-    the round limit leaves room: ask for another call (Kind.MORE) before answering."""
+    the round limit (1 + max_rounds) leaves room: ask for another call (Kind.MORE) before answering."""
     return (plan.follow_up_calls and step.free_choice and step.constraint is not None
             and step.constraint.answer_object and plan.parallel and len(assessment.calls) == 1
-            and plan.max_rounds >= 1 and number <= plan.max_rounds + 2)
+            and number <= plan.max_rounds)
 
 
 def _asked_for_more(state: State, held: Accept, call: ToolCall) -> State:
@@ -501,7 +501,7 @@ def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept
         return Accept(held.message, held.finish_reason, held.answer)
     grown = replace(held, message={**held.message, "tool_calls": [*calls, new.to_openai()]})
     omens = tuple(om.repaired(number, r) for r in assessment.repairs)
-    if number <= plan.max_rounds + 2:
+    if number <= plan.max_rounds:  # 1 + max_rounds rounds, as with corrections
         return AskForMore(_asked_for_more(state, grown, new), omens)
     return Accept(grown.message, grown.finish_reason, grown.answer, omens)
 

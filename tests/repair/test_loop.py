@@ -18,6 +18,7 @@ from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.loop import (
     ANSWERED_IN_TEXT,
     CONSTRAINED_INSTEAD,
+    MORE_CALLS,
     Answer,
     ContentDelta,
     Final,
@@ -405,3 +406,91 @@ async def test_a_native_correction_where_the_template_may_drop_the_tools_is_a_js
     final, got = await final_of(plan(constrain="repair"), script)  # native_calls unknown
     assert cn.is_constrained(script.sent[1]) and "tools" not in script.sent[1]
     assert omens_of(got)[0].fields["correction"] == CONSTRAINED_INSTEAD and names(final.message) == ["get_weather"]
+
+
+# Ask for more (follow_up_calls, under constrain "always")
+
+TWO_CITIES = [{"role": "user", "content": "Weather in Paris and in Rome?"}]
+
+
+def answer_object(name: str, **arguments: Any) -> dict[str, Any]:
+    return text(orjson.dumps({"name": name, "arguments": arguments}).decode())
+
+
+DONE = text('{"content": "done"}')
+
+
+def follow_up(**overrides: Any) -> Plan:
+    return plan(**{"body": {"messages": TWO_CITIES}, "mode": "prompted", "constrain": "always",
+                   "follow_up_calls": True, **overrides})
+
+
+async def test_after_one_call_a_more_round_adds_another_call_then_done_answers_with_both():
+    script = Script(answer_object("get_weather", city="Paris"), answer_object("get_weather", city="Rome"), DONE)
+    final, got = await final_of(follow_up(), script)
+    assert [orjson.loads(c["function"]["arguments"]) for c in final.message["tool_calls"]] == [
+        {"city": "Paris"}, {"city": "Rome"}]
+    assert final.finish_reason == "tool_calls" and final.rounds == 3 and omens_of(got) == []
+    first, second, third = script.sent
+    assert second["messages"][:-2] == first["messages"]  # the first round's prompt, byte for byte, then the turns
+    assert orjson.loads(second["messages"][-2]["content"]) == {"name": "get_weather", "arguments": {"city": "Paris"}}
+    assert second["messages"][-1] == {"role": "user", "content": MORE_CALLS}
+    assert third["messages"][:-2] == second["messages"]
+    assert all(cn.is_constrained(b) for b in script.sent)
+    schema = second["response_format"]["json_schema"]["schema"]
+    assert "tool_calls" not in orjson.dumps(schema).decode()  # one call or text: no array branch
+    assert script.live == [True, False, False]
+    assert final.usage is not None and final.usage["prompt_tokens"] == 30
+
+
+async def test_a_more_round_answered_in_text_keeps_the_one_call():
+    script = Script(answer_object("get_weather", city="Paris"), DONE)
+    final, got = await final_of(follow_up(body={"messages": ASK}), script)
+    assert names(final.message) == ["get_weather"] and final.message["content"] is None
+    assert final.rounds == 2 and final.outcome == "clean" and omens_of(got) == []
+
+
+@pytest.mark.parametrize("again", [
+    answer_object("get_weather", city="Paris"),  # the same call again
+    answer_object("get_weather", city="Atlantis"),  # a value nobody gave
+    text('{"name": "get_weather", "arguments": {"city": "Ro'),  # cut off
+    answer_object("get_weather"),  # missing its argument
+])
+async def test_a_more_round_call_that_adds_nothing_is_left_out(again: dict[str, Any]):
+    script = Script(answer_object("get_weather", city="Paris"), again)
+    final, _ = await final_of(follow_up(), script)
+    assert [c["function"]["arguments"] for c in final.message["tool_calls"]] == ['{"city":"Paris"}']
+
+
+async def test_a_more_round_may_call_another_tool_with_a_grounded_value():
+    script = Script(answer_object("get_weather", city="Paris"), answer_object("get_time", city="Paris"), DONE)
+    final, _ = await final_of(follow_up(), script)
+    assert names(final.message) == ["get_weather", "get_time"]
+
+
+async def test_more_rounds_stop_at_the_round_limit():
+    cities = [{"role": "user", "content": "Weather in Paris, Rome, Oslo and Lima?"}]
+    script = Script(*(answer_object("get_weather", city=c) for c in ("Paris", "Rome", "Oslo")))
+    final, _ = await final_of(follow_up(body={"messages": cities}, max_rounds=2), script)
+    assert [orjson.loads(c["function"]["arguments"])["city"] for c in final.message["tool_calls"]] == [
+        "Paris", "Rome", "Oslo"]
+    assert final.rounds == 3  # 1 + max_rounds, as with corrections
+
+
+@pytest.mark.parametrize("overrides", [
+    {"follow_up_calls": False},
+    {"body": {"messages": TWO_CITIES, "parallel_tool_calls": False}},
+    {"body": {"messages": TWO_CITIES, "tool_choice": "required"}},
+    {"max_rounds": 0},
+])
+async def test_no_more_round_when_off_without_parallel_calls_or_without_free_choice(overrides: dict[str, Any]):
+    script = Script(answer_object("get_weather", city="Paris"))
+    final, _ = await final_of(follow_up(**overrides), script)
+    assert names(final.message) == ["get_weather"] and final.rounds == 1
+
+
+async def test_a_repaired_first_call_keeps_its_omen_once_when_more_rounds_follow():
+    script = Script(answer_object("Get_Weather", city="Paris"), DONE)
+    final, got = await final_of(follow_up(body={"messages": ASK}), script)
+    assert names(final.message) == ["get_weather"] and final.rounds == 2
+    assert [o.type for o in omens_of(got)] == [o.type for o in final.omens] == [om.OmenType.REPAIRED]
