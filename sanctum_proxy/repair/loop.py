@@ -180,7 +180,9 @@ class Plan:
     grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
     native_calls: bool = False  # the model's template takes tools (probed): tool_choice "required" holds a call
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
-    follow_up_calls: bool = False  # constrain "always": after one call, ask for another call or done (MORE)
+    # constrain "always": after one call, MORE rounds: "ask" offers another call or done, "force" holds the
+    # model to a call and keeps it only when it adds something (_novel)
+    follow_up_calls: Literal["off", "ask", "force"] = "off"
 
     @property
     def model(self) -> str:
@@ -308,7 +310,8 @@ def next_round(plan: Plan, state: State, sent: int) -> tuple[Round, State]:
         return Round(body, None, False), state
     if state.kind is Kind.MORE:  # the first round's prompt, one call or text: "done"
         assert plan.book is not None
-        more = Constraint(plan.book, text=True, parallel=False, prompt=(plan.book, True, plan.parallel))
+        done = plan.follow_up_calls == "ask"
+        more = Constraint(plan.book, text=done, parallel=False, prompt=(plan.book, True, plan.parallel))
         return Round(upstream_body(plan, state.mode, list(state.turns), more), more, False), state
     constraint = _constraint(plan, state)
     if constraint is not None and state.phase is Phase.WAITING:
@@ -451,7 +454,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         accept = Accept(_client_message(assessment, answer.message), _finish(assessment, answer), answer,
                         tuple(omens))
         if _follows_up(plan, step, assessment, number):
-            return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
+            return AskForMore(_asked_for_more(plan, state, accept, assessment.calls[0]), accept.omens)
         return accept
     raw = rejected_answer_text(answer.message, plan.prompt_format)  # quoted back in the prompt format
     sent = sent_answer_text(answer.message)  # what the model sent: a surrender's `rejected` (issue 20)
@@ -464,19 +467,20 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
 
 MORE_CALLS = ("If the request needs another call that the calls so far do not make (other arguments, or another "
               'tool), answer with that one call. If nothing more is needed, answer {"content": "done"}.')
+NEXT_CALL = "Now make the next call the request asks for: other arguments, or another tool."
 
 
 def _follows_up(plan: Plan, step: Round, assessment: Assessment, number: int) -> bool:
     """A first free-choice round under `constrain = "always"` made one call, parallel calls are allowed and
     the round limit (1 + max_rounds) leaves room: ask for another call (Kind.MORE) before answering."""
-    return (plan.follow_up_calls and step.free_choice and step.constraint is not None
+    return (plan.follow_up_calls != "off" and step.free_choice and step.constraint is not None
             and step.constraint.answer_object and plan.parallel and len(assessment.calls) == 1
             and number <= plan.max_rounds)
 
 
-def _asked_for_more(state: State, held: Accept, call: ToolCall) -> State:
-    turns = (*state.turns, {"role": "assistant", "content": _answer_object(call)},
-             {"role": "user", "content": MORE_CALLS})
+def _asked_for_more(plan: Plan, state: State, held: Accept, call: ToolCall) -> State:
+    ask = MORE_CALLS if plan.follow_up_calls == "ask" else NEXT_CALL
+    turns = (*state.turns, {"role": "assistant", "content": _answer_object(call)}, {"role": "user", "content": ask})
     return replace(state, kind=Kind.MORE, turns=turns, held=held)
 
 
@@ -502,13 +506,13 @@ def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept
     grown = replace(held, message={**held.message, "tool_calls": [*calls, new.to_openai()]})
     omens = tuple(om.repaired(number, r) for r in assessment.repairs)
     if number <= plan.max_rounds:  # 1 + max_rounds rounds, as with corrections
-        return AskForMore(_asked_for_more(state, grown, new), omens)
+        return AskForMore(_asked_for_more(plan, state, grown, new), omens)
     return Accept(grown.message, grown.finish_reason, grown.answer, omens)
 
 
 def _novel(plan: Plan, call: ToolCall, held: list[dict[str, Any]]) -> bool:
     """Whether a follow-up call adds something: not a held call again (nor its values swapped about), and one of
-    its values is in the conversation and in no held call (`grounding`); a call to another tool only needs
+    its values is in the conversation (whole) and in no held call; a call to another tool only needs
     to be grounded."""
     assert plan.book is not None
     arguments = _loads(call.arguments)
@@ -519,7 +523,16 @@ def _novel(plan: Plan, call: ToolCall, held: list[dict[str, Any]]) -> bool:
     if all(f.get("name") != call.name for f in others):
         return not ungrounded(arguments, plan.book.tools[call.name].parameters, evidence)
     used = {_key(v) for f in others for v in _leaves(_loads(f.get("arguments") or "null"))}
-    return any(_key(v) not in used and evidence.holds(v) for v in _leaves(arguments))
+    return any(_key(v) not in used and _traced(v, evidence) for v in _leaves(arguments))
+
+
+def _traced(leaf: str | float, evidence: Evidence) -> bool:
+    """The conversation holds this value: a number as grounding reads numbers, a string whole (ignoring case and
+    spaces; not a word of it, as grounding allows: "Maroon 5" is not traced by "Maroon")."""
+    if not isinstance(leaf, str):
+        return evidence.holds(leaf)
+    low = leaf.strip().lower()
+    return low in evidence.text or "".join(low.split()) in evidence.squeezed
 
 
 def _key(leaf: str | float) -> str | float:

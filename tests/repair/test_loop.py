@@ -422,7 +422,7 @@ DONE = text('{"content": "done"}')
 
 def follow_up(**overrides: Any) -> Plan:
     return plan(**{"body": {"messages": TWO_CITIES}, "mode": "prompted", "constrain": "always",
-                   "follow_up_calls": True, **overrides})
+                   "follow_up_calls": "ask", **overrides})
 
 
 async def test_after_one_call_a_more_round_adds_another_call_then_done_answers_with_both():
@@ -478,7 +478,7 @@ async def test_more_rounds_stop_at_the_round_limit():
 
 
 @pytest.mark.parametrize("overrides", [
-    {"follow_up_calls": False},
+    {"follow_up_calls": "off"},
     {"body": {"messages": TWO_CITIES, "parallel_tool_calls": False}},
     {"body": {"messages": TWO_CITIES, "tool_choice": "required"}},
     {"max_rounds": 0},
