@@ -95,6 +95,7 @@ def test_body_over_limit_is_413(make_proxy):
     url = make_proxy(max_body_bytes=1000)
     r = httpx.post(url + "/v1/chat/completions", content=b"x" * 5000)
     assert r.status_code == 413 and error_of(r)["type"] == "invalid_request_error"
+    assert r.headers["x-should-retry"] == "false"  # the same body would be refused again
 
 
 def test_wrong_api_key_is_401_where_keys_are_configured(make_proxy):

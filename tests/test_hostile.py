@@ -465,6 +465,7 @@ def test_a_body_that_does_not_arrive_within_body_read_timeout_is_408(make_proxy,
         sock.close()
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408"), answer
+    assert b"x-should-retry" not in head.lower()  # a slow body may arrive next time: the SDK's own rule decides
     assert orjson.loads(body)["error"]["code"] == "request_timeout" and fake[0].requests == []
 
 

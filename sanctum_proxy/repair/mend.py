@@ -182,7 +182,7 @@ class _Judge:
             if not isinstance(decoded, Decoded):  # call markup around text that is not a call at all
                 return _Verdict(problems=(self._malformed(cand, None, decoded.why),))
         if name is None:
-            detail = f"there is no spell named {cand.name!r}"
+            detail = f"there is no tool named {cand.name!r}"
             return _Verdict(problems=(Problem("unknown_spell", cand.name, (detail,), cand.raw),))
         args = self._arguments(cand)
         if isinstance(args, Problem):

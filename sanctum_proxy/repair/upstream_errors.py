@@ -12,8 +12,10 @@ from sanctum_proxy.errors import UpstreamError
 
 Verdict = Literal["tools_unsupported", "upstream_parse_failure"]
 
-# Real rejection bodies (shared/research/upstreams.md): llama.cpp without --jinja, Ollama, vLLM, older
-# llama.cpp, and the generic wording other servers use.
+# Real rejection bodies: llama.cpp without --jinja (500 "tools param requires --jinja flag", its tools/server/
+# server-common.cpp), Ollama ("<model> does not support tools", 400; ollama/ollama#13578), vLLM without
+# --enable-auto-tool-choice, older llama.cpp ("Unsupported param: tools", ggml-org/llama.cpp#10920), and the
+# generic wording other servers use; the fake upstream in tests/fakes/upstream.py sends the same bodies.
 _UNSUPPORTED = re.compile(
     r"tools? param requires --jinja"
     r"|tool_choice param requires --jinja"

@@ -38,7 +38,7 @@ def problems_for(tool: Tool, validator: Validator, args: Any) -> list[Problem]:
     missing = [f"missing required argument {k!r}" for k in _required(schema) if k not in args]
     if missing:
         out.append(_problem("missing_arguments", tool.name, missing, args))
-    extra = [f"unexpected argument {k!r}: the spell has no such parameter" for k in _unexpected(schema, args)]
+    extra = [f"unexpected argument {k!r}: the tool has no such parameter" for k in _unexpected(schema, args)]
     if extra:
         out.append(_problem("unexpected_arguments", tool.name, extra, args))
     invalid = _invalid(validator, args)

@@ -16,7 +16,7 @@ import asyncio
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sanctum_proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, TooManyRequests
+from sanctum_proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, TooManyRequests, retry_headers
 from sanctum_proxy.protocols import messages_api  # the Anthropic endpoint gets its errors in Anthropic's shape
 
 
@@ -95,7 +95,8 @@ class ConcurrencyLimit:
                       extra: list[tuple[bytes, bytes]] | None = None) -> None:
         body = orjson.dumps(messages_api.error_body(error) if path == "/v1/messages" else error.body())
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        if extra is None:  # a refused body: the connection may still hold the rest of it
-            extra = [(b"x-should-retry", b"false"), (b"connection", b"close")]
+        if extra is None:  # a refused body: the connection may still hold the rest of it (retry as errors says:
+            # a 413 would fail again, a 408 may not, so the SDK's own rule decides that one)
+            extra = [*((k.encode(), v.encode()) for k, v in retry_headers(error).items()), (b"connection", b"close")]
         await send({"type": "http.response.start", "status": error.status, "headers": headers + extra})
         await send({"type": "http.response.body", "body": body})

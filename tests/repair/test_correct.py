@@ -6,6 +6,7 @@ from typing import get_args
 
 from sanctum_proxy.core.calls import Problem, Reason
 from sanctum_proxy.repair.correct import correction, rejected_answer_text, sent_answer_text
+from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.toolbox import Toolbox
 
 BOOK = Toolbox.from_tools(
@@ -37,7 +38,7 @@ BOOK = Toolbox.from_tools(
 
 
 def test_unknown_tool_gets_list_of_tools() -> None:
-    text = correction([Problem("unknown_spell", "create", ("there is no spell named 'create'",), "")], BOOK)
+    text = correction([Problem("unknown_spell", "create", ("there is no tool named 'create'",), "")], BOOK)
     assert "'create'" in text
     assert 'get_weather(city: string, unit?: "c" | "f") - Weather now' in text
     assert "search(tags?: array of string)" in text
@@ -112,3 +113,19 @@ def test_sent_answer_text_keeps_native_calls_as_the_model_sent_them() -> None:
 def test_rejected_answer_text_of_odd_messages_is_a_string() -> None:
     assert rejected_answer_text(None) == ""
     assert rejected_answer_text({"content": [{"type": "text", "text": "hi"}], "tool_calls": [5]}) == "hi"
+
+
+def test_what_the_model_reads_says_tool_never_the_contracts_word_spell() -> None:
+    """The contract says Spell where clients see it; a model was trained on "tool": the corrections it reads,
+    with the details mend and validate wrote, never say spell."""
+    answers = [
+        '<tool_call>{"name": "get_wether", "arguments": {"city": "Rome"}}</tool_call>',  # unknown name
+        '<tool_call>{"name": "get_weather", "arguments": {"town": "Rome"}}</tool_call>',  # missing, unexpected
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome", "unit": "k"}}</tool_call>',  # invalid
+        '<tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>',  # malformed
+    ]
+    for content in answers:
+        problems = assess({"role": "assistant", "content": content}, BOOK).problems
+        assert problems, content
+        text = correction(problems, BOOK)
+        assert "spell" not in text.lower(), text
