@@ -78,10 +78,10 @@ class Settings(BaseSettings):
     # reasoning_content like llama.cpp's --reasoning-format deepseek (reasoning.Splitter), streamed live
     reasoning_format: Literal["keep", "split"] = "keep"
     correction_context: Literal["transcript", "fresh"] = "transcript"
-    # constrain = "always": after a first round's one call, one more constrained round per call (parallel
-    # calls one at a time): "ask" offers another call or "done", "force" holds the model to a call, kept only
-    # when it adds a value from the conversation; off: the one round's answer is the answer
-    follow_up_calls: Literal["off", "ask", "force"] = "off"
+    # constrain = "always": after a first round's one call, one more round per call asking for the next one
+    # (constrained to one call), kept only when it adds a value from the conversation: parallel calls one at
+    # a time. Off: the first round's answer is the answer
+    follow_up_calls: bool = False
     upstream_api_key: str | None = None
     forward_client_key: bool = False
     api_keys: list[str] = Field(default_factory=list)

@@ -180,9 +180,7 @@ class Plan:
     grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
     native_calls: bool = False  # the model's template takes tools (probed): tool_choice "required" holds a call
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
-    # constrain "always": after one call, MORE rounds: "ask" offers another call or done, "force" holds the
-    # model to a call and keeps it only when it adds something (_novel)
-    follow_up_calls: Literal["off", "ask", "force"] = "off"
+    follow_up_calls: bool = False  # constrain "always": after one call, MORE rounds, one call each (_judge_more)
 
     @property
     def model(self) -> str:
@@ -261,7 +259,7 @@ class Kind(Enum):
 
     ASK = "ask"  # the request as its mode sends it (constrained or not), plus the hidden correction turns
     TEXT = "text"  # the conversation without tools (plus a closing turn): its answer is accepted as it is
-    MORE = "more"  # follow_up_calls: "another call, or done" after the calls in `State.held` (constrained)
+    MORE = "more"  # follow_up_calls: the next call after those in `State.held` (constrained to one call)
 
 
 class Phase(Enum):
@@ -308,10 +306,9 @@ def next_round(plan: Plan, state: State, sent: int) -> tuple[Round, State]:
     if state.kind is Kind.TEXT:
         body = upstream_body(plan, state.mode, list(state.closing), None, tools=False)
         return Round(body, None, False), state
-    if state.kind is Kind.MORE:  # the first round's prompt, one call or text: "done"
+    if state.kind is Kind.MORE:  # the first round's prompt; one call, kept only when it adds something
         assert plan.book is not None
-        done = plan.follow_up_calls == "ask"
-        more = Constraint(plan.book, text=done, parallel=False, prompt=(plan.book, True, plan.parallel))
+        more = Constraint(plan.book, text=False, parallel=False, prompt=(plan.book, True, plan.parallel))
         return Round(upstream_body(plan, state.mode, list(state.turns), more), more, False), state
     constraint = _constraint(plan, state)
     if constraint is not None and state.phase is Phase.WAITING:
@@ -394,7 +391,7 @@ class Fail:
 
 @dataclass(frozen=True)
 class AskForMore:
-    """follow_up_calls: the calls so far are held in `state`; the next round offers another call, or done."""
+    """follow_up_calls: the calls so far are held in `state`; the next round asks for the next call."""
 
     state: State
     omens: tuple[om.Omen, ...] = ()
@@ -454,7 +451,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         accept = Accept(_client_message(assessment, answer.message), _finish(assessment, answer), answer,
                         tuple(omens))
         if _follows_up(plan, step, assessment, number):
-            return AskForMore(_asked_for_more(plan, state, accept, assessment.calls[0]), accept.omens)
+            return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
         return accept
     raw = rejected_answer_text(answer.message, plan.prompt_format)  # quoted back in the prompt format
     sent = sent_answer_text(answer.message)  # what the model sent: a surrender's `rejected` (issue 20)
@@ -465,22 +462,20 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     return _correct(plan, state, problems, raw, rejected, number)
 
 
-MORE_CALLS = ("If the request needs another call that the calls so far do not make (other arguments, or another "
-              'tool), answer with that one call. If nothing more is needed, answer {"content": "done"}.')
 NEXT_CALL = "Now make the next call the request asks for: other arguments, or another tool."
 
 
 def _follows_up(plan: Plan, step: Round, assessment: Assessment, number: int) -> bool:
     """A first free-choice round under `constrain = "always"` made one call, parallel calls are allowed and
     the round limit (1 + max_rounds) leaves room: ask for another call (Kind.MORE) before answering."""
-    return (plan.follow_up_calls != "off" and step.free_choice and step.constraint is not None
+    return (plan.follow_up_calls and step.free_choice and step.constraint is not None
             and step.constraint.answer_object and plan.parallel and len(assessment.calls) == 1
             and number <= plan.max_rounds)
 
 
-def _asked_for_more(plan: Plan, state: State, held: Accept, call: ToolCall) -> State:
-    ask = MORE_CALLS if plan.follow_up_calls == "ask" else NEXT_CALL
-    turns = (*state.turns, {"role": "assistant", "content": _answer_object(call)}, {"role": "user", "content": ask})
+def _asked_for_more(state: State, held: Accept, call: ToolCall) -> State:
+    turns = (*state.turns, {"role": "assistant", "content": _answer_object(call)},
+             {"role": "user", "content": NEXT_CALL})
     return replace(state, kind=Kind.MORE, turns=turns, held=held)
 
 
@@ -490,9 +485,9 @@ def _answer_object(call: ToolCall) -> str:
 
 
 def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept | AskForMore:
-    """A MORE round: a new call (valid, not one already held, with a value from the conversation that no held
-    call has) joins the held answer, and one more is asked for while the round limit allows; text ("done"),
-    a broken call, a repeat or a made-up one: the held answer is the answer, as it was."""
+    """A MORE round: a new call (valid, with a value from the conversation that no held call has: `_novel`)
+    joins the held answer, and one more is asked for while the round limit allows; a call that adds nothing, a
+    broken one, or text (an upstream that ignored the schema): the held answer is the answer, as it was."""
     held = state.held
     assert held is not None and plan.book is not None
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
@@ -506,23 +501,19 @@ def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept
     grown = replace(held, message={**held.message, "tool_calls": [*calls, new.to_openai()]})
     omens = tuple(om.repaired(number, r) for r in assessment.repairs)
     if number <= plan.max_rounds:  # 1 + max_rounds rounds, as with corrections
-        return AskForMore(_asked_for_more(plan, state, grown, new), omens)
+        return AskForMore(_asked_for_more(state, grown, new), omens)
     return Accept(grown.message, grown.finish_reason, grown.answer, omens)
 
 
 def _novel(plan: Plan, call: ToolCall, held: list[dict[str, Any]]) -> bool:
-    """Whether a follow-up call adds something: not a held call again (nor its values swapped about), and one of
-    its values is in the conversation (whole) and in no held call; a call to another tool only needs
-    to be grounded."""
-    assert plan.book is not None
+    """Whether a follow-up call adds something: one of its values is in the conversation (whole) and in no held
+    call. So not a held call again, nor its values swapped about, nor one with made-up values; the same rule
+    for a call to another tool (a second tool called with the first one's values is not a second request)."""
     arguments = _loads(call.arguments)
     if not isinstance(arguments, dict):
         return False
     evidence = Evidence.of(plan.body.get("messages"))
-    others = [c.get("function") or {} for c in held]
-    if all(f.get("name") != call.name for f in others):
-        return not ungrounded(arguments, plan.book.tools[call.name].parameters, evidence)
-    used = {_key(v) for f in others for v in _leaves(_loads(f.get("arguments") or "null"))}
+    used = {_key(v) for c in held for v in _leaves(_loads((c.get("function") or {}).get("arguments") or "null"))}
     return any(_key(v) not in used and _traced(v, evidence) for v in _leaves(arguments))
 
 

@@ -18,7 +18,7 @@ from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.loop import (
     ANSWERED_IN_TEXT,
     CONSTRAINED_INSTEAD,
-    MORE_CALLS,
+    NEXT_CALL,
     Answer,
     ContentDelta,
     Final,
@@ -417,16 +417,15 @@ def answer_object(name: str, **arguments: Any) -> dict[str, Any]:
     return text(orjson.dumps({"name": name, "arguments": arguments}).decode())
 
 
-DONE = text('{"content": "done"}')
-
 
 def follow_up(**overrides: Any) -> Plan:
     return plan(**{"body": {"messages": TWO_CITIES}, "mode": "prompted", "constrain": "always",
-                   "follow_up_calls": "ask", **overrides})
+                   "follow_up_calls": True, **overrides})
 
 
-async def test_after_one_call_a_more_round_adds_another_call_then_done_answers_with_both():
-    script = Script(answer_object("get_weather", city="Paris"), answer_object("get_weather", city="Rome"), DONE)
+async def test_after_one_call_a_more_round_asks_for_the_next_and_keeps_it_while_it_adds_a_value():
+    script = Script(answer_object("get_weather", city="Paris"), answer_object("get_weather", city="Rome"),
+                    answer_object("get_weather", city="Paris"))
     final, got = await final_of(follow_up(), script)
     assert [orjson.loads(c["function"]["arguments"]) for c in final.message["tool_calls"]] == [
         {"city": "Paris"}, {"city": "Rome"}]
@@ -434,17 +433,18 @@ async def test_after_one_call_a_more_round_adds_another_call_then_done_answers_w
     first, second, third = script.sent
     assert second["messages"][:-2] == first["messages"]  # the first round's prompt, byte for byte, then the turns
     assert orjson.loads(second["messages"][-2]["content"]) == {"name": "get_weather", "arguments": {"city": "Paris"}}
-    assert second["messages"][-1] == {"role": "user", "content": MORE_CALLS}
+    assert second["messages"][-1] == {"role": "user", "content": NEXT_CALL}
     assert third["messages"][:-2] == second["messages"]
     assert all(cn.is_constrained(b) for b in script.sent)
     schema = second["response_format"]["json_schema"]["schema"]
-    assert "tool_calls" not in orjson.dumps(schema).decode()  # one call or text: no array branch
+    assert "tool_calls" not in orjson.dumps(schema).decode() and "content" not in orjson.dumps(schema).decode()
+    assert first["messages"][0] == second["messages"][0]  # the format section still offers text: same prompt
     assert script.live == [True, False, False]
     assert final.usage is not None and final.usage["prompt_tokens"] == 30
 
 
-async def test_a_more_round_answered_in_text_keeps_the_one_call():
-    script = Script(answer_object("get_weather", city="Paris"), DONE)
+async def test_a_more_round_that_adds_nothing_keeps_the_one_call():
+    script = Script(answer_object("get_weather", city="Paris"), answer_object("get_weather", city="Paris"))
     final, got = await final_of(follow_up(body={"messages": ASK}), script)
     assert names(final.message) == ["get_weather"] and final.message["content"] is None
     assert final.rounds == 2 and final.outcome == "clean" and omens_of(got) == []
@@ -453,8 +453,11 @@ async def test_a_more_round_answered_in_text_keeps_the_one_call():
 @pytest.mark.parametrize("again", [
     answer_object("get_weather", city="Paris"),  # the same call again
     answer_object("get_weather", city="Atlantis"),  # a value nobody gave
+    answer_object("get_weather", city="Rome weather"),  # not in the conversation whole
+    answer_object("get_time", city="Paris"),  # another tool, with the held call's values
     text('{"name": "get_weather", "arguments": {"city": "Ro'),  # cut off
     answer_object("get_weather"),  # missing its argument
+    text("All done."),  # an upstream that ignored the schema
 ])
 async def test_a_more_round_call_that_adds_nothing_is_left_out(again: dict[str, Any]):
     script = Script(answer_object("get_weather", city="Paris"), again)
@@ -462,9 +465,11 @@ async def test_a_more_round_call_that_adds_nothing_is_left_out(again: dict[str, 
     assert [c["function"]["arguments"] for c in final.message["tool_calls"]] == ['{"city":"Paris"}']
 
 
-async def test_a_more_round_may_call_another_tool_with_a_grounded_value():
-    script = Script(answer_object("get_weather", city="Paris"), answer_object("get_time", city="Paris"), DONE)
-    final, _ = await final_of(follow_up(), script)
+async def test_a_more_round_may_call_another_tool_with_a_new_value():
+    asked = [{"role": "user", "content": "Weather in Paris, and the time in Rome?"}]
+    script = Script(answer_object("get_weather", city="Paris"), answer_object("get_time", city="Rome"),
+                    answer_object("get_time", city="Rome"))
+    final, _ = await final_of(follow_up(body={"messages": asked}), script)
     assert names(final.message) == ["get_weather", "get_time"]
 
 
@@ -478,7 +483,7 @@ async def test_more_rounds_stop_at_the_round_limit():
 
 
 @pytest.mark.parametrize("overrides", [
-    {"follow_up_calls": "off"},
+    {"follow_up_calls": False},
     {"body": {"messages": TWO_CITIES, "parallel_tool_calls": False}},
     {"body": {"messages": TWO_CITIES, "tool_choice": "required"}},
     {"max_rounds": 0},
@@ -490,7 +495,7 @@ async def test_no_more_round_when_off_without_parallel_calls_or_without_free_cho
 
 
 async def test_a_repaired_first_call_keeps_its_omen_once_when_more_rounds_follow():
-    script = Script(answer_object("Get_Weather", city="Paris"), DONE)
+    script = Script(answer_object("Get_Weather", city="Paris"), answer_object("get_weather", city="Paris"))
     final, got = await final_of(follow_up(body={"messages": ASK}), script)
     assert names(final.message) == ["get_weather"] and final.rounds == 2
     assert [o.type for o in omens_of(got)] == [o.type for o in final.omens] == [om.OmenType.REPAIRED]
