@@ -401,3 +401,43 @@ def test_after_a_bounced_call_attempt_a_corrected_call_is_not_judged_for_made_up
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert valid(schemas_sent(fake)[0], {"content": "x"})  # text could have won, yet the model meant a call
     assert [o["reason"] for o in r.json()["sanctum"]["omens"]] == ["unknown_spell"]
+
+
+TWO_CITIES = {**ASK, "messages": [{"role": "user", "content": "Weather in Paris and in Rome?"}]}
+ROME = {"name": "get_weather", "arguments": {"city": "Rome"}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_follow_up_calls_ask_for_the_next_call_until_one_adds_nothing_streamed_or_not(make_proxy, fake, stream):
+    """follow_up_calls: after the first call, rounds constrained to one call each; a repeat ends them. Streamed
+    and unstreamed give the same calls (the follow-up rounds are hidden)."""
+    with httpx.Client(base_url=make_proxy(follow_up_calls=True), timeout=20) as client:
+        answers = [orjson.dumps(a).decode() for a in (CALL, ROME, ROME)]
+        fake[0].push(*(Step(chunks=content_chunks(a, 5)) if stream else Step(body=completion(a)) for a in answers))
+        body = {**TWO_CITIES, "sanctum": {"spell_calling": "prompted", "constrain": "always"}}
+        if stream:
+            with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+                chunks = sse_chunks(r)
+            deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+            assert not any(d.get("content") for d in deltas)
+            calls = [tc for d in deltas for tc in d.get("tool_calls") or []]
+            arguments = ["".join(tc["function"].get("arguments", "") for tc in calls if tc["index"] == i)
+                         for i in sorted({tc["index"] for tc in calls})]
+            finish = [c["choices"][0].get("finish_reason") for c in chunks if c.get("choices")]
+            assert [f for f in finish if f] == ["tool_calls"]
+        else:
+            r = post(client, TWO_CITIES, spell_calling="prompted", constrain="always")
+            arguments = [c["function"]["arguments"] for c in r.json()["choices"][0]["message"]["tool_calls"]]
+            assert r.json()["sanctum"]["rounds"] == 3 and r.json()["sanctum"]["omens"] == []
+    assert arguments == ['{"city":"Paris"}', '{"city":"Rome"}']
+    first, second, third = fake[0].requests
+    assert second["messages"][:-2] == first["messages"] and third["messages"][:-2] == second["messages"]
+    schemas = schemas_sent(fake)
+    assert valid(schemas[0], {"content": "x"}) and not valid(schemas[1], {"content": "x"})
+    assert not valid(schemas[1], {"tool_calls": [CALL, ROME]}) and valid(schemas[1], ROME)
+
+
+def test_follow_up_calls_are_off_by_default(client, fake):
+    fake[0].push(answer_for(fake, CALL))
+    r = post(client, TWO_CITIES, spell_calling="prompted", constrain="always")
+    assert len(r.json()["choices"][0]["message"]["tool_calls"]) == 1 and len(fake[0].requests) == 1
