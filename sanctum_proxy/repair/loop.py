@@ -402,7 +402,10 @@ Verdict = Accept | Correct | AskForText | AskForMore | FallBack | Unconstrain | 
 
 
 def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number: int) -> Verdict:
-    """A round that ended in an error: the same round unconstrained, a fallback to prompted, or the error."""
+    """A round that ended in an error: the same round unconstrained, a fallback to prompted, or the error. A MORE
+    round's error ends the follow-ups: the calls held so far are the answer."""
+    if state.kind is Kind.MORE and state.held is not None:
+        return Accept(state.held.message, state.held.finish_reason, state.held.answer)
     if not isinstance(error, UpstreamError):
         return Fail(error)
     if step.constraint is not None and _schema_refused(error):

@@ -499,3 +499,12 @@ async def test_a_repaired_first_call_keeps_its_omen_once_when_more_rounds_follow
     final, got = await final_of(follow_up(body={"messages": ASK}), script)
     assert names(final.message) == ["get_weather"] and final.rounds == 2
     assert [o.type for o in omens_of(got)] == [o.type for o in final.omens] == [om.OmenType.REPAIRED]
+
+
+@pytest.mark.parametrize("error", [UpstreamError(500, "boom"), UpstreamUnreachable("gone")])
+async def test_a_more_round_that_fails_leaves_the_calls_held_so_far(error: Exception):
+    script = Script(answer_object("get_weather", city="Paris"), answer_object("get_weather", city="Rome"),
+                    Round(error=error))
+    final, got = await final_of(follow_up(), script)
+    assert [orjson.loads(c["function"]["arguments"])["city"] for c in final.message["tool_calls"]] == ["Paris", "Rome"]
+    assert final.rounds == 3 and omens_of(got) == []
