@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     reasoning_format: Literal["keep", "split"] = "keep"
     correction_context: Literal["transcript", "fresh"] = "transcript"
     # constrain = "always": after a first round's one call, one more round per call asking for the next one
-    # (constrained to one call), kept only when it adds a value from the conversation: parallel calls one at
+    # (constrained to one call), kept only when it adds a value from the user's turns: parallel calls one at
     # a time. Off: the first round's answer is the answer
     follow_up_calls: bool = False
     upstream_api_key: str | None = None

@@ -509,15 +509,22 @@ def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept
 
 
 def _novel(plan: Plan, call: ToolCall, held: list[dict[str, Any]]) -> bool:
-    """Whether a follow-up call adds something: one of its values is in the conversation (whole) and in no held
+    """Whether a follow-up call adds something: one of its values is in the user's turns (whole) and in no held
     call. So not a held call again, nor its values swapped about, nor one with made-up values; the same rule
     for a call to another tool (a second tool called with the first one's values is not a second request)."""
     arguments = _loads(call.arguments)
     if not isinstance(arguments, dict):
         return False
-    evidence = Evidence.of(plan.body.get("messages"))
+    evidence = Evidence.of(_users(plan.body.get("messages")))
     used = {_key(v) for c in held for v in _leaves(_loads((c.get("function") or {}).get("arguments") or "null"))}
     return any(_key(v) not in used and _traced(v, evidence) for v in _leaves(arguments))
+
+
+def _users(messages: Any) -> list[Any]:
+    """The user's turns: what a further call's values come from (tool results hold many values no one asked
+    to call with: an agent loop would take them for more calls)."""
+    return [m for m in messages if isinstance(m, dict) and m.get("role") == "user"] if isinstance(messages, list) \
+        else []
 
 
 def _traced(leaf: str | float, evidence: Evidence) -> bool:

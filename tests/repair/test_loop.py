@@ -508,3 +508,12 @@ async def test_a_more_round_that_fails_leaves_the_calls_held_so_far(error: Excep
     final, got = await final_of(follow_up(), script)
     assert [orjson.loads(c["function"]["arguments"])["city"] for c in final.message["tool_calls"]] == ["Paris", "Rome"]
     assert final.rounds == 3 and omens_of(got) == []
+
+
+async def test_a_more_round_value_must_come_from_the_user_not_from_a_tool_result():
+    asked = [*ASK, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": "get_time", "arguments": '{"city":"Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "14:00 in Paris; it is raining in Rome"}]
+    script = Script(answer_object("get_weather", city="Paris"), answer_object("get_weather", city="Rome"))
+    final, _ = await final_of(follow_up(body={"messages": asked}), script)
+    assert [c["function"]["arguments"] for c in final.message["tool_calls"]] == ['{"city":"Paris"}']
