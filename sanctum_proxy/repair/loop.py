@@ -30,6 +30,11 @@ One request's rounds (`State.kind` is what the next round is, `State.phase` wher
     AskForText     a free-choice constrained round's call was broken or      TEXT: the conversation without tools
                    made up (grounding.py); or every call repeats one the     (+ the correction for a repeat); its
                    conversation already answered (repeats.py)                answer is accepted as it is
+    AskForMore     follow_up_calls: a first free-choice constrained round    MORE: the first round's prompt +
+                   made one call (parallel allowed); or a MORE round's call  [the call, NEXT_CALL], constrained
+                   adds a value from the user's turns (_novel), under the    to one call; a call that adds
+                   round limit                                               nothing, text or an error: Accept
+                                                                             of the calls held (State.held)
     FallBack       auto mode, native round: the upstream refused `tools`,    ASK prompted, transcript emptied;
                    could not parse the model's call, or answered empty       Lesson tools_rejected /
                                                                              upstream_parse_failure
