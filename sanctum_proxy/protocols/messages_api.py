@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy.core.openai_chat import ToolCall, tool_call
 from sanctum_proxy.errors import InvalidRequest, ProxyError
 from sanctum_proxy.protocols.reply import Reply, arguments_object
 
@@ -118,12 +119,10 @@ def _assistant(blocks: list[Any], at: str) -> list[dict[str, Any]]:
     return [message]
 
 
-def _call(block: dict[str, Any], at: str) -> dict[str, Any]:
+def _call(block: dict[str, Any], at: str) -> ToolCall:
     if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
         raise InvalidRequest(f"{at}: a tool_use block needs a string 'id' and 'name'", param=at)
-    arguments = block.get("input")
-    return {"id": block["id"], "type": "function",
-            "function": {"name": block["name"], "arguments": orjson.dumps(arguments or {}).decode()}}
+    return tool_call(block["id"], block["name"], orjson.dumps(block.get("input") or {}).decode())
 
 
 def _user(blocks: list[Any], at: str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy.core.openai_chat import tool_call
 from sanctum_proxy.errors import InvalidRequest
 from sanctum_proxy.protocols.reply import Reply
 
@@ -171,9 +172,8 @@ def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> 
     if not isinstance(name, str) or not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call item needs a string 'name' and 'call_id'", param=at)
     arguments = item.get("arguments")
-    call = {"id": call_id, "type": "function",
-            "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else
-                         orjson.dumps(arguments if arguments is not None else {}).decode()}}
+    call = tool_call(call_id, name, arguments if isinstance(arguments, str) else
+                     orjson.dumps(arguments if arguments is not None else {}).decode())
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), (str, type(None))):
         last.setdefault("tool_calls", []).append(call)

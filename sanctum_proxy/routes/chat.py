@@ -16,6 +16,7 @@ from fastapi.responses import Response
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
 from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan
@@ -220,7 +221,7 @@ def _index(choice: dict[str, Any]) -> int:
 
 
 def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, *,
-               split_reasoning: bool = False) -> dict[str, Any]:
+               split_reasoning: bool = False) -> oc.Completion:
     """The chat.completion: the answering round's own fields (logprobs, service_tier, llama.cpp's timings,
     vendor fields) as the upstream sent them, with the message and finish_reason the loop settled (with
     `split_reasoning`, reasoning markup in content moved into reasoning_content)."""
@@ -228,37 +229,21 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
         final = dataclasses.replace(final, message=split_message(final.message))
         if isinstance(final, choices.Finals):
             final.each = [dataclasses.replace(f, message=split_message(f.message)) for f in final.each]
-    message, finish = spec_message(final.message), final.finish_reason
+    message, finish = oc.message(final.message), final.finish_reason
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
-    meta = final.meta
-    body: dict[str, Any] = {
-        "id": meta.get("id") or f"chatcmpl-{trace_id}", "object": "chat.completion",
-        "created": meta.get("created") or int(time.time()), "model": meta.get("model") or chat.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, **final.choice_extra,
-                     "finish_reason": finish}],
-    }
+    each = [oc.choice(0, message, finish, final.choice_extra)]
     if isinstance(final, choices.Finals):  # n > 1: each choice in its place, as its own loop settled it
-        each = [(spec_message(f.message), f.finish_reason) for f in final.each]
+        settled = [(oc.message(f.message), f.finish_reason) for f in final.each]
         if is_legacy:
-            each = [legacy.to_function_call(m, r) for m, r in each]
-        body["choices"] = [{"index": i, "message": m, "logprobs": None, **f.choice_extra, "finish_reason": r}
-                           for i, ((m, r), f) in enumerate(zip(each, final.each, strict=True))]
-    if final.usage is not None:
-        body["usage"] = final.usage
-    if meta.get("system_fingerprint"):
-        body["system_fingerprint"] = meta["system_fingerprint"]
-    body.update((k, v) for k, v in final.extra.items() if k not in body)
-    body["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
-    return body
-
-
-def spec_message(message: dict[str, Any]) -> dict[str, Any]:
-    """The message with the keys the OpenAPI spec requires of it (ChatCompletionResponseMessage: role, content,
-    refusal) present: null where the upstream left one out (llama.cpp, Ollama and vLLM send no `refusal`)."""
-    if "content" in message and "refusal" in message:
-        return message
-    return {"role": "assistant", "content": None, **message, "refusal": message.get("refusal")}
+            settled = [legacy.to_function_call(m, r) for m, r in settled]
+        each = [oc.choice(i, m, r, f.choice_extra)
+                for i, ((m, r), f) in enumerate(zip(settled, final.each, strict=True))]
+    meta = {"id": final.meta.get("id") or f"chatcmpl-{trace_id}", "model": final.meta.get("model") or chat.model,
+            "created": final.meta.get("created") or int(time.time()),
+            "system_fingerprint": final.meta.get("system_fingerprint")}
+    sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
+    return oc.completion(meta, each, final.usage, final.extra, sanctum)
 
 
 def split_message(message: dict[str, Any]) -> dict[str, Any]:
