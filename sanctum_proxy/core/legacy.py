@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sanctum_proxy.core.openai_chat import Message, tool_call
+from sanctum_proxy.core.openai_chat import Message, function_tool, tool_call
 
 
 def uses_functions(body: dict[str, Any]) -> bool:
@@ -13,7 +13,7 @@ def uses_functions(body: dict[str, Any]) -> bool:
 
 def to_tools(body: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in body.items() if k not in ("functions", "function_call")}
-    out["tools"] = [{"type": "function", "function": f} for f in body.get("functions", [])]
+    out["tools"] = [function_tool(f) for f in body.get("functions", [])]
     choice = body.get("function_call")
     if isinstance(choice, dict) and choice.get("name"):
         out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}

@@ -19,6 +19,13 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 Json = dict[str, Any]  # a field passed on as the upstream sent it
 
 
+class FunctionTool(TypedDict):
+    """A tool of a chat request (the translators and the legacy `functions` API write them)."""
+
+    type: Literal["function"]
+    function: Json  # name, description, parameters, strict
+
+
 class FunctionCall(TypedDict):
     name: str
     arguments: str  # the JSON text of the arguments object
@@ -140,6 +147,10 @@ class Error(TypedDict):
 
 class ErrorBody(TypedDict):
     error: Error
+
+
+def function_tool(function: Json) -> FunctionTool:
+    return {"type": "function", "function": function}
 
 
 def tool_call(call_id: str, name: str, arguments: str) -> ToolCall:

@@ -19,11 +19,11 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
-from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan
+from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, Sender
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
-from sanctum_proxy.routes.rounds import kept_run, run_traced
+from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.upstreams import capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
@@ -91,7 +91,7 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     """The round loop's Final, non-streaming; ClientGone if the client leaves first. For n > 1 choices a
     Finals (routes/choices.py)."""
     later = plain_sender(request, rounds.auth)
-    events: AsyncIterator[Any]
+    events: AsyncIterator[Shown]
     if choices.count(rounds.chat.body) > 1:
         many = choices.Choices(rounds.plan, later, kept_run(request))
         events = request.app.state.recorder.watch(request, finals_only(
@@ -103,13 +103,13 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     return final
 
 
-async def finals_only(events: AsyncIterator[Any]) -> AsyncIterator[Final]:
+async def finals_only(events: AsyncIterator[tuple[int, Shown] | choices.Finals]) -> AsyncIterator[Final]:
     async for event in events:
         if isinstance(event, choices.Finals):
             yield event
 
 
-def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Any:
+def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Sender:
     """The first round of n > 1 choices: sent once with `n`; choice 0's Answer for its own loop, a loop
     started for each other choice."""
     upstream = request.state.destination.upstream
@@ -124,7 +124,7 @@ def first_of_several(request: Request, auth: str | None, many: choices.Choices) 
     return first
 
 
-async def last_event(events: AsyncIterator[Any]) -> Any:
+async def last_event(events: AsyncIterator[Shown]) -> Shown | None:
     final = None
     async for event in events:
         final = event
@@ -187,7 +187,7 @@ async def settle_by_probe(request: Request, settings: Settings, model: str) -> l
     return [om.fallback(0, "capability_probe", None, caps.source)]
 
 
-def plain_sender(request: Request, auth: str | None) -> Any:
+def plain_sender(request: Request, auth: str | None) -> Sender:
     upstream = request.state.destination.upstream
 
     async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.repair.loop import Answer, Final, Plan, Sender, summed_usage
+from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, summed_usage
 from sanctum_proxy.routes.rounds import Shown
 
 
@@ -103,7 +103,7 @@ class Choices:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._first_done = False
 
-    def spawn(self, index: int, first: Callable[[dict[str, Any], bool], AsyncIterator[Any]]) -> None:
+    def spawn(self, index: int, first: Sender) -> None:
         """Start the loop of choice `index` (> 0), whose first round is answered by `first`."""
         if index in self._tasks:
             return
@@ -113,10 +113,10 @@ class Choices:
         self.plans[index] = plan
         self._tasks[index] = asyncio.create_task(self._drive(index, plan, self._sender(first)))
 
-    def _sender(self, first: Callable[[dict[str, Any], bool], AsyncIterator[Any]]) -> Sender:
+    def _sender(self, first: Sender) -> Sender:
         used = False
 
-        def send(body: dict[str, Any], live: bool) -> AsyncIterator[Any]:
+        def send(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
             nonlocal used
             if used:
                 return self.later(alone(body), live)
@@ -125,10 +125,10 @@ class Choices:
 
         return send
 
-    def lead_sender(self, first: Callable[[dict[str, Any], bool], AsyncIterator[Any]]) -> Sender:
+    def lead_sender(self, first: Sender) -> Sender:
         """Choice 0's Sender: `first` (which sends `n` and spawns the other choices) until a round answers."""
 
-        async def send(body: dict[str, Any], live: bool) -> AsyncIterator[Any]:
+        async def send(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
             if self._first_done:
                 async for event in self.later(alone(body), live):
                     yield event
@@ -179,10 +179,10 @@ class Choices:
         yield Finals.of([finals[i] for i in sorted(finals)])
 
 
-def one_answer(answer: Answer) -> Callable[[dict[str, Any], bool], AsyncIterator[Any]]:
+def one_answer(answer: Answer) -> Sender:
     """A first round answered by an Answer already in hand."""
 
-    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[Any]:
+    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         yield answer
 
     return first

@@ -47,6 +47,7 @@ from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.choices import tagged
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
+from sanctum_proxy.upstreams.client import Upstream
 from sanctum_proxy.web.json_response import error_response
 
 DONE = b"data: [DONE]\n\n"
@@ -54,7 +55,7 @@ E = TypeVar("E")  # what a stream's events are: the loop's (Shown), or n > 1 cho
 Several = tuple[int, Shown] | choices.Finals  # the events of n > 1 choices (routes/choices.Choices.events)
 
 
-def stream_sender(upstream: Any, auth: str | None, *, lead: bool = False) -> Sender:
+def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False) -> Sender:
     """One upstream round read as a stream. Yields an empty ContentDelta once the upstream has accepted the
     round (so the client's headers and keep-alives can start), the content the assembler releases when the
     round is live, then the whole Answer. `lead`: the model's answers may open with a bare call name
@@ -155,8 +156,8 @@ async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIte
                              media_type="text/event-stream", headers=headers)
 
 
-def first_of_several(upstream: Any, auth: str | None, many: choices.Choices,
-                     lead: bool) -> Callable[[dict[str, Any], bool], AsyncIterator[ContentDelta | FieldDelta | Answer]]:
+def first_of_several(upstream: Upstream, auth: str | None, many: choices.Choices,
+                     lead: bool) -> Sender:
     """The first round of n > 1 choices, streamed: the upstream's chunks split by choice index as they come;
     choice 0's are read here, each other choice's go to the loop started for it when it first shows."""
 
@@ -189,8 +190,7 @@ def first_of_several(upstream: Any, auth: str | None, many: choices.Choices,
     return first
 
 
-def queued_round(queue: choices.ChunkQueue,
-                 lead: bool) -> Callable[[dict[str, Any], bool], AsyncIterator[ContentDelta | FieldDelta | Answer]]:
+def queued_round(queue: choices.ChunkQueue, lead: bool) -> Sender:
     """A first round read from the chunks of one choice that `first_of_several` puts in `queue`."""
 
     def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
