@@ -121,7 +121,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
         several: AsyncIterator[Several] = request.app.state.recorder.watch(
             request, many.events(many.lead_sender(first_of_several(upstream, auth, many, lead))))
         return await _respond(request, plan, trace_id, several, lambda: ChoicesWriter(
-            meta(), trace_id, many, omen_style=chat.controls.omens, include_usage=include_usage, legacy=is_legacy,
+            meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage, legacy=is_legacy,
             split_reasoning=split_reasoning), refuse)
     return await _respond(request, plan, trace_id, run_traced(request, plan, send), lambda: SseWriter(
         meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage, legacy=is_legacy,
@@ -206,9 +206,9 @@ class ChoicesWriter:
 
     keepalive = KEEPALIVE
 
-    def __init__(self, meta: dict[str, Any], trace_id: str, many: choices.Choices, *, omen_style: str,
+    def __init__(self, meta: dict[str, Any], trace_id: str, *, omen_style: str,
                  include_usage: bool, legacy: bool, split_reasoning: bool = False) -> None:
-        self.meta, self.trace_id, self.many = meta, trace_id, many
+        self.meta, self.trace_id = meta, trace_id
         self.split_reasoning = split_reasoning
         self.omen_style, self.include_usage, self.legacy = omen_style, include_usage, legacy
         self.writers: dict[int, SseWriter] = {}
