@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sanctum_proxy.core import openai_chat
+from sanctum_proxy.core.openai_chat import ErrorBody
+
 CLIENT_GONE = 499  # nginx's "client closed request": nobody reads it, the access log and traces do
 _NO_RETRY = frozenset({400, 401, 413, 422})  # the same request would fail the same way
 
@@ -37,10 +40,9 @@ class ProxyError(Exception):
         self.message = message
         self.param = param
 
-    def body(self) -> dict[str, Any]:
-        """The OpenAI-shaped error body: {"error": {message, type, param, code}}."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code, **self.extra()}}
+    def body(self) -> ErrorBody:
+        """The OpenAI-shaped error body: {"error": {message, type, param, code}}, then the error's own fields."""
+        return openai_chat.error_body(self.message, self.type, self.param, self.code, self.extra())
 
     def extra(self) -> dict[str, Any]:
         return {}

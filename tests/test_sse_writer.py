@@ -7,7 +7,8 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Problem
 from sanctum_proxy.errors import UpstreamUnreachable
 from sanctum_proxy.repair.loop import ContentDelta, Final
-from sanctum_proxy.routes.sse import SseWriter
+from sanctum_proxy.routes.choices import Finals
+from sanctum_proxy.routes.sse import ChoicesWriter, SseWriter
 
 HEAD = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
 
@@ -49,4 +50,27 @@ def test_an_omen_waits_for_the_next_event_and_an_error_ends_the_stream() -> None
     assert w.render(UpstreamUnreachable("upstream unreachable: gone")) == [
         b'data: {"error":{"message":"upstream unreachable: gone","type":"upstream_unreachable","param":null,'
         b'"code":"upstream_unreachable"}}\n\n']
+    assert w.ended
+
+
+def test_several_choices_close_with_the_last_finish_chunk_then_one_usage_chunk_by_choice_0() -> None:
+    w = ChoicesWriter({"id": "c", "created": 1, "model": "m"}, "t", omen_style="comments", include_usage=True,
+                      legacy=False)
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    first = Final({"role": "assistant", "content": "A"}, "stop", usage, "native", 1, [], {}, "clean")
+    second = Final({"role": "assistant", "content": "B"}, "length", None, "native", 1, [], {}, "clean")
+    out = [*w.render((0, ContentDelta("A"))), *w.render((1, ContentDelta("B"))), *w.render((0, first)),
+           *w.render((1, second)), *w.render(Finals.of([first, second]))]
+    head_1 = HEAD.replace(b'"choices":[{"index":0,', b'"choices":[{"index":1,')  # choice 1's chunks
+    assert out == [
+        HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+        + HEAD + b'{"content":"A"},"finish_reason":null}]}\n\n',
+        head_1 + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+        + head_1 + b'{"content":"B"},"finish_reason":null}]}\n\n',
+        HEAD + b'{},"finish_reason":"stop"}]}\n\n',  # choice 0's finish chunk goes out when choice 1's ends
+        head_1 + b'{},"finish_reason":"length"}]}\n\n',
+        b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+        b'"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5},'
+        b'"sanctum":{"mode":"native","rounds":1,"omens":[],"trace_id":"t"}}\n\n',
+        b"data: [DONE]\n\n"]
     assert w.ended

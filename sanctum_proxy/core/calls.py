@@ -6,7 +6,7 @@ the streaming assembler all speak these types, so a call looks the same whicheve
     Tool        one offered tool: name, description, parameters (a JSON Schema object)
     Candidate    a call as found in an answer, before repair (name and arguments as written)
     Found        where a codec found call markup in text, and the candidates in it
-    SpellCall    a call that passed tier 1 and validation: ready for the client
+    ToolCall     a call that passed tier 1 and validation: ready for the client (`to_openai`: core/openai_chat)
     Repair       one tier-1 mend of one call (becomes a SpellCallRepaired omen)
     Problem      why a candidate cannot be sent (becomes a tier-2 correction and a SpellCallRejected omen)
     Assessment   what tier 1 made of one upstream answer
@@ -20,6 +20,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from sanctum_proxy.core import openai_chat
 
 Reason = Literal[
     "unknown_spell",
@@ -71,12 +73,8 @@ class ToolCall:
     name: str
     arguments: str  # the JSON text sent to the client (byte-identical to the model's when it was valid)
 
-    def to_openai(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
+    def to_openai(self) -> openai_chat.ToolCall:
+        return openai_chat.tool_call(self.id, self.name, self.arguments)
 
 
 @dataclass(frozen=True)

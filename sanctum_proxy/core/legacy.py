@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
+
+from sanctum_proxy.core.openai_chat import Message, function_tool, tool_call
 
 
 def uses_functions(body: dict[str, Any]) -> bool:
@@ -11,7 +13,7 @@ def uses_functions(body: dict[str, Any]) -> bool:
 
 def to_tools(body: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in body.items() if k not in ("functions", "function_call")}
-    out["tools"] = [{"type": "function", "function": f} for f in body.get("functions", [])]
+    out["tools"] = [function_tool(f) for f in body.get("functions", [])]
     choice = body.get("function_call")
     if isinstance(choice, dict) and choice.get("name"):
         out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
@@ -26,19 +28,18 @@ def _message_to_tools(message: dict[str, Any]) -> dict[str, Any]:
     if message.get("role") == "assistant" and isinstance(message.get("function_call"), dict):
         call = message["function_call"]
         rest = {k: v for k, v in message.items() if k != "function_call"}
-        return {**rest, "tool_calls": [{"id": f"call_legacy_{call.get('name', '')}", "type": "function",
-                                        "function": {"name": call.get("name", ""),
-                                                     "arguments": call.get("arguments", "{}")}}]}
+        return {**rest, "tool_calls": [
+            tool_call(f"call_legacy_{call.get('name', '')}", call.get("name", ""), call.get("arguments", "{}"))]}
     if message.get("role") == "function":
         return {"role": "tool", "tool_call_id": f"call_legacy_{message.get('name', '')}",
                 "name": message.get("name", ""), "content": message.get("content") or ""}
     return message
 
 
-def to_function_call(message: dict[str, Any], finish_reason: str) -> tuple[dict[str, Any], str]:
+def to_function_call(message: Message, finish_reason: str) -> tuple[Message, str]:
     """A tool-calls message as a legacy function_call message."""
     calls = message.get("tool_calls")
     if not calls:
         return message, finish_reason
     rest = {k: v for k, v in message.items() if k != "tool_calls"}
-    return {**rest, "function_call": dict(calls[0]["function"])}, "function_call"
+    return cast(Message, {**rest, "function_call": dict(calls[0]["function"])}), "function_call"

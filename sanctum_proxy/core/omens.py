@@ -16,7 +16,7 @@ values are the wire strings (compare and serialise as those).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.core.calls import Problem, Repair
+from sanctum_proxy.core.openai_chat import Sanctum
 
 
 class OmenType(StrEnum):
@@ -99,5 +100,25 @@ def sse_event(omen: Omen) -> bytes:
     return b"event: omen\ndata: " + orjson.dumps(envelope) + b"\n\n"
 
 
-def sanctum_object(mode: str, rounds: int, omens: Sequence[Omen], trace_id: str) -> dict[str, Any]:
+class Held:
+    """A stream's omens, each held until the next event goes out, then rendered once before it (docs/contract.md
+    section 6: a watcher sees a mend while the hidden round still runs)."""
+
+    def __init__(self, render: Callable[[Omen], bytes] = sse_comment) -> None:
+        self.render = render
+        self.omens: list[Omen] = []  # every omen so far
+        self.sent = 0
+
+    def hold(self, omen: Omen) -> None:
+        self.omens.append(omen)
+
+    def due(self, omens: Sequence[Omen] | None = None) -> list[bytes]:
+        """The omens not sent yet, rendered (`omens`: the whole list, where the answer brings it)."""
+        omens = self.omens if omens is None else omens
+        out = [self.render(o) for o in omens[self.sent:]]
+        self.sent = max(self.sent, len(omens))
+        return out
+
+
+def sanctum_object(mode: str, rounds: int, omens: Sequence[Omen], trace_id: str) -> Sanctum:
     return {"mode": mode, "rounds": rounds, "omens": [o.to_json() for o in omens], "trace_id": trace_id}

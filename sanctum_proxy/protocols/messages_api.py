@@ -17,7 +17,9 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy.core.openai_chat import ToolCall, tool_call
 from sanctum_proxy.errors import InvalidRequest, ProxyError
+from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply, arguments_object
 
 IGNORED = frozenset({"metadata", "thinking", "service_tier", "context_management", "inference_geo"})
@@ -40,7 +42,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     chat: dict[str, Any] = {k: v for k, v in body.items() if k not in IGNORED and k not in TRANSLATED}
     chat["model"] = body.get("model")
     chat["messages"] = _system(body.get("system")) + _messages(body.get("messages"))
-    tools = _tools(body.get("tools"))
+    tools = chat_tools(body.get("tools"), _function)
     if tools:
         chat["tools"] = tools
     choice = body.get("tool_choice")
@@ -118,12 +120,10 @@ def _assistant(blocks: list[Any], at: str) -> list[dict[str, Any]]:
     return [message]
 
 
-def _call(block: dict[str, Any], at: str) -> dict[str, Any]:
+def _call(block: dict[str, Any], at: str) -> ToolCall:
     if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
         raise InvalidRequest(f"{at}: a tool_use block needs a string 'id' and 'name'", param=at)
-    arguments = block.get("input")
-    return {"id": block["id"], "type": "function",
-            "function": {"name": block["name"], "arguments": orjson.dumps(arguments or {}).decode()}}
+    return tool_call(block["id"], block["name"], orjson.dumps(block.get("input") or {}).decode())
 
 
 def _user(blocks: list[Any], at: str) -> list[dict[str, Any]]:
@@ -184,24 +184,16 @@ def _result(block: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[s
     return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}, images
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
-    out = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            raise InvalidRequest(f"tools[{i}]: tools of type {kind!r} are not supported: sanctum-proxy serves "
-                                 "client tools with an input_schema only", param=f"tools[{i}].type")
-        function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
-        if tool.get("description") is not None:
-            function["description"] = tool["description"]
-        if tool.get("strict") is not None:
-            function["strict"] = tool["strict"]
-        out.append({"type": "function", "function": function})
-    return out
+def _function(i: int, tool: Any) -> dict[str, Any]:
+    """A Messages tool as a chat function."""
+    if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
+        raise unsupported(i, tool, "client tools with an input_schema only")
+    function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
+    if tool.get("description") is not None:
+        function["description"] = tool["description"]
+    if tool.get("strict") is not None:
+        function["strict"] = tool["strict"]
+    return function
 
 
 def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:

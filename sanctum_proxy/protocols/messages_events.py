@@ -23,7 +23,8 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply
-from sanctum_proxy.repair.loop import ContentDelta, Final, Plan, StreamItem
+from sanctum_proxy.protocols.stream_writer import StreamWriter
+from sanctum_proxy.repair.loop import ContentDelta, FieldDelta, Final, Plan
 
 
 def event(kind: str, **fields: Any) -> bytes:
@@ -33,44 +34,31 @@ def event(kind: str, **fields: Any) -> bytes:
 PING = event("ping")
 
 
-class MessagesWriter:
+class MessagesWriter(StreamWriter):
     keepalive = PING
 
     def __init__(self, message: dict[str, Any], trace_id: str, plan: Plan,
                  reply_of: Callable[[Final], Reply], *, split_reasoning: bool = False) -> None:
         self.message, self.trace_id = message, trace_id
-        self.plan, self.omens_sent = plan, 0
-        self.omens: list[om.Omen] = []  # the loop's omens so far (render adds each one)
+        super().__init__()
+        self.plan = plan
         self.reply_of = reply_of
         self.blocks = 0
         self.text_open = False
         self.shown = ""
         self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
-        self.ended = False
 
     def opening(self) -> bytes:
         return event("message_start", message=self.message) + PING
 
-    def new_omens(self) -> list[bytes]:
-        omens = self.omens
-        out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
-        self.omens_sent = max(self.omens_sent, len(omens))
-        return out
-
-    def render(self, item: StreamItem) -> list[bytes]:
-        if isinstance(item, om.Omen):  # held: sent with the next event that goes out
-            self.omens.append(item)
+    def delta(self, item: ContentDelta | FieldDelta) -> list[bytes]:
+        if not isinstance(item, ContentDelta):
             return []
-        if isinstance(item, ContentDelta):
-            text = self.live.feed(item.text)
-            return self.new_omens() + (self.text(text) if text else [])
-        if isinstance(item, ProxyError):
-            self.ended = True
-            return self.new_omens() + [event("error", error=api.error_body(item)["error"])]
-        if isinstance(item, Final):
-            self.ended = True
-            return self.new_omens() + self.finish(item)
-        return []
+        text = self.live.feed(item.text)
+        return self.omens.due() + (self.text(text) if text else [])
+
+    def fail(self, error: ProxyError) -> list[bytes]:
+        return [event("error", error=api.error_body(error)["error"])]
 
     def text(self, text: str) -> list[bytes]:
         out = []
@@ -88,7 +76,7 @@ class MessagesWriter:
     def finish(self, final: Final) -> list[bytes]:
         reply = self.reply_of(final)
         rest = self.live.rest(final.message.get("content"), api.answer_text(reply))
-        out = self.text(rest) if rest or (not reply.calls and not self.text_open) else []
+        out = self.omens.due() + (self.text(rest) if rest or (not reply.calls and not self.text_open) else [])
         if self.text_open:
             out.append(event("content_block_stop", index=self.blocks - 1))
         if reply.reasoning:

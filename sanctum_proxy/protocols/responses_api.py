@@ -19,7 +19,9 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy.core.openai_chat import tool_call
 from sanctum_proxy.errors import InvalidRequest
+from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply
 
 IGNORED = frozenset({"store", "metadata", "include", "truncation", "service_tier", "user", "safety_identifier",
@@ -40,7 +42,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     chat["model"] = body.get("model")
     messages = _instructions(body.get("instructions")) + input_messages(body.get("input"))
     chat["messages"] = messages
-    tools = _tools(body.get("tools"))
+    tools = chat_tools(body.get("tools"), _function)
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         allowed = {t.get("name") for t in choice.get("tools") or [] if isinstance(t, dict)}
@@ -171,9 +173,8 @@ def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> 
     if not isinstance(name, str) or not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call item needs a string 'name' and 'call_id'", param=at)
     arguments = item.get("arguments")
-    call = {"id": call_id, "type": "function",
-            "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else
-                         orjson.dumps(arguments if arguments is not None else {}).decode()}}
+    call = tool_call(call_id, name, arguments if isinstance(arguments, str) else
+                     orjson.dumps(arguments if arguments is not None else {}).decode())
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), (str, type(None))):
         last.setdefault("tool_calls", []).append(call)
@@ -196,20 +197,11 @@ def _call_output(item: dict[str, Any], at: str) -> tuple[dict[str, Any], list[di
     return {"role": "tool", "tool_call_id": call_id, "content": output}, images
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
-    out = []
-    for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
-            raise InvalidRequest(f"tools[{i}]: tools of type {kind!r} are not supported: sanctum-proxy serves "
-                                 "function tools only (server-side tools run at OpenAI)", param=f"tools[{i}].type")
-        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
-        out.append({"type": "function", "function": function})
-    return out
+def _function(i: int, tool: Any) -> dict[str, Any]:
+    """A Responses function tool (flat: `{"type": "function", "name", ...}`) as a chat function."""
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        raise unsupported(i, tool, "function tools only (server-side tools run at OpenAI)")
+    return {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
 
 
 def _tool_choice(choice: Any) -> Any:

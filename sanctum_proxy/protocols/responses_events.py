@@ -23,20 +23,17 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import responses_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply
-from sanctum_proxy.repair.loop import ContentDelta, Final, Plan, StreamItem
+from sanctum_proxy.protocols.stream_writer import StreamWriter
+from sanctum_proxy.repair.loop import ContentDelta, FieldDelta, Final, Plan
 
-KEEPALIVE = b": keep-alive\n\n"
 
-
-class ResponsesWriter:
-    keepalive = KEEPALIVE
-
+class ResponsesWriter(StreamWriter):
     def __init__(self, response: dict[str, Any], ids: str, trace_id: str, plan: Plan,
                  reply_of: Callable[[Final], Reply], *, logprobs: bool = False,
                  split_reasoning: bool = False) -> None:
         self.response, self.ids, self.trace_id = response, ids, trace_id
-        self.plan, self.omens_sent = plan, 0
-        self.omens: list[om.Omen] = []  # the loop's omens so far (render adds each one)
+        super().__init__()
+        self.plan = plan
         self.reply_of = reply_of
         self.sequence = 0
         self.output: list[dict[str, Any]] = []
@@ -47,7 +44,6 @@ class ResponsesWriter:
         self.text_open = False
         self.logprobs = logprobs  # the request asked for the output text's logprobs (`include`)
         self.tokens: list[dict[str, Any]] = []  # the chat logprobs of the text shown so far
-        self.ended = False
 
     def event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -58,28 +54,13 @@ class ResponsesWriter:
         return (self.event("response.created", response=self.response)
                 + self.event("response.in_progress", response=self.response))
 
-    def new_omens(self) -> list[bytes]:
-        omens = self.omens
-        out = [om.sse_comment(o) for o in omens[self.omens_sent:]]
-        self.omens_sent = max(self.omens_sent, len(omens))
-        return out
-
-    def render(self, event: StreamItem) -> list[bytes]:
-        if isinstance(event, om.Omen):  # held: sent with the next event that goes out
-            self.omens.append(event)
+    def delta(self, event: ContentDelta | FieldDelta) -> list[bytes]:
+        if not isinstance(event, ContentDelta):
             return []
-        if isinstance(event, ContentDelta):
-            tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
-            text = self.live.feed(event.text)
-            self.held_tokens = [] if text else tokens
-            return self.new_omens() + (self.text(text, tokens) if text else [])
-        if isinstance(event, ProxyError):
-            self.ended = True
-            return self.new_omens() + self.fail(event)
-        if isinstance(event, Final):
-            self.ended = True
-            return self.new_omens() + self.finish(event)
-        return []
+        tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
+        text = self.live.feed(event.text)
+        self.held_tokens = [] if text else tokens
+        return self.omens.due() + (self.text(text, tokens) if text else [])
 
     def open_message(self) -> list[bytes]:
         if self.message_open:
@@ -109,7 +90,7 @@ class ResponsesWriter:
         reply = self.reply_of(final)
         rest = self.live.rest(final.message.get("content"), reply.text)
         bare = not (reply.calls or reply.refusal or self.message_open)
-        out = self.text(rest) if rest or bare else []
+        out = self.omens.due() + (self.text(rest) if rest or bare else [])
         if self.message_open or reply.refusal:
             out += self.close_message(reply.refusal)
         if reply.reasoning:

@@ -273,19 +273,3 @@ def unseen(shown: str, final: str | None) -> str:
     if not text.strip() or seen.startswith(text.rstrip()):
         return ""
     return text if not seen or seen[-1].isspace() or text[0].isspace() else "\n\n" + text
-
-
-def chunk(meta: dict[str, Any], delta: dict[str, Any], finish_reason: str | None = None,
-          **extra: Any) -> dict[str, Any]:
-    fingerprint = {"system_fingerprint": meta["system_fingerprint"]} if meta.get("system_fingerprint") else {}
-    return {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"],
-            "model": meta["model"], **fingerprint,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
-
-
-def call_deltas(index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
-    """One call as OpenAI deltas: index, id, type, name first; then the arguments."""
-    function = call["function"]
-    return [{"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                             "function": {"name": function["name"], "arguments": ""}}]},
-            {"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]}]

@@ -16,13 +16,14 @@ from fastapi.responses import Response
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
-from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan
+from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, Sender
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
-from sanctum_proxy.routes.rounds import kept_run, run_traced
+from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.upstreams import capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
@@ -90,7 +91,7 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     """The round loop's Final, non-streaming; ClientGone if the client leaves first. For n > 1 choices a
     Finals (routes/choices.py)."""
     later = plain_sender(request, rounds.auth)
-    events: AsyncIterator[Any]
+    events: AsyncIterator[Shown]
     if choices.count(rounds.chat.body) > 1:
         many = choices.Choices(rounds.plan, later, kept_run(request))
         events = request.app.state.recorder.watch(request, finals_only(
@@ -102,13 +103,13 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     return final
 
 
-async def finals_only(events: AsyncIterator[Any]) -> AsyncIterator[Final]:
+async def finals_only(events: AsyncIterator[tuple[int, Shown] | choices.Finals]) -> AsyncIterator[Final]:
     async for event in events:
         if isinstance(event, choices.Finals):
             yield event
 
 
-def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Any:
+def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Sender:
     """The first round of n > 1 choices: sent once with `n`; choice 0's Answer for its own loop, a loop
     started for each other choice."""
     upstream = request.state.destination.upstream
@@ -123,7 +124,7 @@ def first_of_several(request: Request, auth: str | None, many: choices.Choices) 
     return first
 
 
-async def last_event(events: AsyncIterator[Any]) -> Any:
+async def last_event(events: AsyncIterator[Shown]) -> Shown | None:
     final = None
     async for event in events:
         final = event
@@ -186,7 +187,7 @@ async def settle_by_probe(request: Request, settings: Settings, model: str) -> l
     return [om.fallback(0, "capability_probe", None, caps.source)]
 
 
-def plain_sender(request: Request, auth: str | None) -> Any:
+def plain_sender(request: Request, auth: str | None) -> Sender:
     upstream = request.state.destination.upstream
 
     async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
@@ -220,7 +221,7 @@ def _index(choice: dict[str, Any]) -> int:
 
 
 def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, *,
-               split_reasoning: bool = False) -> dict[str, Any]:
+               split_reasoning: bool = False) -> oc.Completion:
     """The chat.completion: the answering round's own fields (logprobs, service_tier, llama.cpp's timings,
     vendor fields) as the upstream sent them, with the message and finish_reason the loop settled (with
     `split_reasoning`, reasoning markup in content moved into reasoning_content)."""
@@ -228,37 +229,21 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
         final = dataclasses.replace(final, message=split_message(final.message))
         if isinstance(final, choices.Finals):
             final.each = [dataclasses.replace(f, message=split_message(f.message)) for f in final.each]
-    message, finish = spec_message(final.message), final.finish_reason
+    message, finish = oc.message(final.message), final.finish_reason
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
-    meta = final.meta
-    body: dict[str, Any] = {
-        "id": meta.get("id") or f"chatcmpl-{trace_id}", "object": "chat.completion",
-        "created": meta.get("created") or int(time.time()), "model": meta.get("model") or chat.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, **final.choice_extra,
-                     "finish_reason": finish}],
-    }
+    each = [oc.choice(0, message, finish, final.choice_extra)]
     if isinstance(final, choices.Finals):  # n > 1: each choice in its place, as its own loop settled it
-        each = [(spec_message(f.message), f.finish_reason) for f in final.each]
+        settled = [(oc.message(f.message), f.finish_reason) for f in final.each]
         if is_legacy:
-            each = [legacy.to_function_call(m, r) for m, r in each]
-        body["choices"] = [{"index": i, "message": m, "logprobs": None, **f.choice_extra, "finish_reason": r}
-                           for i, ((m, r), f) in enumerate(zip(each, final.each, strict=True))]
-    if final.usage is not None:
-        body["usage"] = final.usage
-    if meta.get("system_fingerprint"):
-        body["system_fingerprint"] = meta["system_fingerprint"]
-    body.update((k, v) for k, v in final.extra.items() if k not in body)
-    body["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
-    return body
-
-
-def spec_message(message: dict[str, Any]) -> dict[str, Any]:
-    """The message with the keys the OpenAPI spec requires of it (ChatCompletionResponseMessage: role, content,
-    refusal) present: null where the upstream left one out (llama.cpp, Ollama and vLLM send no `refusal`)."""
-    if "content" in message and "refusal" in message:
-        return message
-    return {"role": "assistant", "content": None, **message, "refusal": message.get("refusal")}
+            settled = [legacy.to_function_call(m, r) for m, r in settled]
+        each = [oc.choice(i, m, r, f.choice_extra)
+                for i, ((m, r), f) in enumerate(zip(settled, final.each, strict=True))]
+    meta = {"id": final.meta.get("id") or f"chatcmpl-{trace_id}", "model": final.meta.get("model") or chat.model,
+            "created": final.meta.get("created") or int(time.time()),
+            "system_fingerprint": final.meta.get("system_fingerprint")}
+    sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
+    return oc.completion(meta, each, final.usage, final.extra, sanctum)
 
 
 def split_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -26,10 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, run, summed_usage
+from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, summed_usage
+from sanctum_proxy.routes.rounds import Shown
 
-Event = ContentDelta | FieldDelta | Final
-_END = object()
+
+@dataclass(frozen=True)
+class Ended:
+    """Put on a queue after the last item: a choice's loop, or a choice's chunks, ended."""
 
 
 def count(body: dict[str, Any]) -> int:
@@ -90,18 +93,17 @@ def split_chunk(piece: dict[str, Any]) -> dict[int, dict[str, Any]]:
 class Choices:
     """The loops of one request's choices, and their events as (index, event) pairs."""
 
-    def __init__(self, plan: Plan, later: Sender,
-                 runner: Callable[[Plan, Sender], AsyncIterator[Any]] = run) -> None:
+    def __init__(self, plan: Plan, later: Sender, runner: Callable[[Plan, Sender], AsyncIterator[Shown]]) -> None:
         self.plan = plan
         self.later = later  # a round of one choice, sent upstream (body without `n`)
         self.runner = runner  # the round loop (routes: with its lessons kept, routes/rounds.kept_run)
         self.lead_omens: list[om.Omen] = []  # choice 0's omens so far: the others start with them
         self.plans: dict[int, Plan] = {0: plan}
-        self._out: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        self._out: asyncio.Queue[tuple[int, Shown | BaseException | Ended]] = asyncio.Queue()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._first_done = False
 
-    def spawn(self, index: int, first: Callable[[dict[str, Any], bool], AsyncIterator[Any]]) -> None:
+    def spawn(self, index: int, first: Sender) -> None:
         """Start the loop of choice `index` (> 0), whose first round is answered by `first`."""
         if index in self._tasks:
             return
@@ -111,10 +113,10 @@ class Choices:
         self.plans[index] = plan
         self._tasks[index] = asyncio.create_task(self._drive(index, plan, self._sender(first)))
 
-    def _sender(self, first: Callable[[dict[str, Any], bool], AsyncIterator[Any]]) -> Sender:
+    def _sender(self, first: Sender) -> Sender:
         used = False
 
-        def send(body: dict[str, Any], live: bool) -> AsyncIterator[Any]:
+        def send(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
             nonlocal used
             if used:
                 return self.later(alone(body), live)
@@ -123,10 +125,10 @@ class Choices:
 
         return send
 
-    def lead_sender(self, first: Callable[[dict[str, Any], bool], AsyncIterator[Any]]) -> Sender:
+    def lead_sender(self, first: Sender) -> Sender:
         """Choice 0's Sender: `first` (which sends `n` and spawns the other choices) until a round answers."""
 
-        async def send(body: dict[str, Any], live: bool) -> AsyncIterator[Any]:
+        async def send(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
             if self._first_done:
                 async for event in self.later(alone(body), live):
                     yield event
@@ -148,9 +150,9 @@ class Choices:
             raise
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
             await self._out.put((index, exc))
-        await self._out.put((index, _END))
+        await self._out.put((index, Ended()))
 
-    async def events(self, lead: Sender) -> AsyncIterator[tuple[int, Event] | Finals]:
+    async def events(self, lead: Sender) -> AsyncIterator[tuple[int, Shown] | Finals]:
         """Every choice's events as they come, as (index, event), then a Finals (bare: the recorder takes it
         for the trace's final); the first error of any choice ends them all (raised)."""
         self._tasks[0] = asyncio.create_task(self._drive(0, self.plan, lead))
@@ -159,7 +161,7 @@ class Choices:
         try:
             while len(ended) < len(self._tasks):
                 index, event = await self._out.get()
-                if event is _END:
+                if isinstance(event, Ended):
                     ended.add(index)
                 elif isinstance(event, BaseException):
                     raise event
@@ -177,22 +179,25 @@ class Choices:
         yield Finals.of([finals[i] for i in sorted(finals)])
 
 
-def one_answer(answer: Answer) -> Callable[[dict[str, Any], bool], AsyncIterator[Any]]:
+def one_answer(answer: Answer) -> Sender:
     """A first round answered by an Answer already in hand."""
 
-    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[Any]:
+    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         yield answer
 
     return first
 
 
-def queued_chunks(queue: asyncio.Queue[Any]) -> AsyncIterator[dict[str, Any]]:
-    """The chunks put in `queue` until None; an exception put there is raised."""
+ChunkQueue = asyncio.Queue[dict[str, Any] | BaseException | Ended]  # one choice's chunks of a streamed first round
+
+
+def queued_chunks(queue: ChunkQueue) -> AsyncIterator[dict[str, Any]]:
+    """The chunks put in `queue` until Ended; an exception put there is raised."""
 
     async def chunks() -> AsyncIterator[dict[str, Any]]:
         while True:
             item = await queue.get()
-            if item is None:
+            if isinstance(item, Ended):
                 return
             if isinstance(item, BaseException):
                 raise item

@@ -12,22 +12,25 @@ from typing import Any
 
 from fastapi import Request
 
-from sanctum_proxy.repair.loop import Event, Lesson, Plan, Sender, run
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.repair.loop import ContentDelta, Event, FieldDelta, Final, Lesson, Plan, Sender, run
+
+Shown = ContentDelta | FieldDelta | om.Omen | Final  # the loop's events but its lessons, kept here
 
 
-def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Event]:
+def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
     """`run(plan, send)` with its lessons kept and its end recorded (recorder.watch)."""
     events = _keeping(request.app.state, plan, run(plan, send))
     return request.app.state.recorder.watch(request, events)  # type: ignore[no-any-return]
 
 
-def kept_run(request: Request) -> Callable[[Plan, Sender], AsyncIterator[Event]]:
+def kept_run(request: Request) -> Callable[[Plan, Sender], AsyncIterator[Shown]]:
     """`run` with its lessons kept, not recorded: the loops of n > 1 choices (routes/choices.py), whose
     events the caller records together."""
     return lambda plan, send: _keeping(request.app.state, plan, run(plan, send))
 
 
-async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event]) -> AsyncIterator[Shown]:
     async for event in events:
         if isinstance(event, Lesson):
             keep(state, plan, event)

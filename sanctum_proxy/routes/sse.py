@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 from fastapi import Request
@@ -34,24 +34,28 @@ from fastapi.responses import Response, StreamingResponse
 from sanctum_proxy.codecs import families
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, internal, no_answer
 from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.protocols.reply import held_back, rest_after
+from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
 from sanctum_proxy.repair import constrain
-from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, StreamItem
-from sanctum_proxy.repair.streaming import PASSED, Assembler, call_deltas, chunk
+from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender
+from sanctum_proxy.repair.streaming import PASSED, Assembler
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.choices import tagged
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
-from sanctum_proxy.routes.rounds import kept_run, run_traced
+from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
+from sanctum_proxy.upstreams.client import Upstream
 from sanctum_proxy.web.json_response import error_response
 
-KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
+E = TypeVar("E")  # what a stream's events are: the loop's (Shown), or n > 1 choices' (Several)
+Several = tuple[int, Shown] | choices.Finals  # the events of n > 1 choices (routes/choices.Choices.events)
 
 
-def stream_sender(upstream: Any, auth: str | None, *, lead: bool = False) -> Sender:
+def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False) -> Sender:
     """One upstream round read as a stream. Yields an empty ContentDelta once the upstream has accepted the
     round (so the client's headers and keep-alives can start), the content the assembler releases when the
     round is live, then the whole Answer. `lead`: the model's answers may open with a bare call name
@@ -95,24 +99,42 @@ async def read_round(chunks: AsyncIterator[dict[str, Any]], assembler: Assembler
 
 
 async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_id: str,
-                        auth: str | None, *, is_legacy: bool = False, writer: Writer | None = None,
+                        auth: str | None, *, is_legacy: bool = False, writer: Writer[Shown] | None = None,
                         refuse: Callable[[ProxyError], Response] | None = None) -> Response:
     """Headers wait for the first event (the upstream accepted a round), so an error before it is a plain
     HTTP error with its status. Another protocol's endpoint passes its own `writer` (an object with
     `opening()`, `render(event)`, `ended` and `keepalive`, like SseWriter) and `refuse` (its error shape)."""
     settings: Settings = request.app.state.settings
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
     upstream, lead = request.state.destination.upstream, families.opens_bare(plan.prompt_format)
-    several = choices.count(chat.body) > 1 and writer is None
-    events: AsyncIterator[Any]
-    if several:
-        many = choices.Choices(plan, stream_sender(upstream, auth, lead=lead), kept_run(request))
-        events = request.app.state.recorder.watch(
+    send = stream_sender(upstream, auth, lead=lead)
+    if writer is not None:
+        given = writer
+        return await _respond(request, plan, trace_id, run_traced(request, plan, send), lambda: given, refuse)
+    include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
+    split_reasoning = settings.reasoning_format == "split"
+
+    def meta() -> dict[str, Any]:  # when the upstream accepted a round
+        return {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
+
+    if choices.count(chat.body) > 1:
+        many = choices.Choices(plan, send, kept_run(request))
+        several: AsyncIterator[Several] = request.app.state.recorder.watch(
             request, many.events(many.lead_sender(first_of_several(upstream, auth, many, lead))))
-    else:
-        events = run_traced(request, plan, stream_sender(upstream, auth, lead=lead))
+        return await _respond(request, plan, trace_id, several, lambda: ChoicesWriter(
+            meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage, legacy=is_legacy,
+            split_reasoning=split_reasoning), refuse)
+    return await _respond(request, plan, trace_id, run_traced(request, plan, send), lambda: SseWriter(
+        meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage, legacy=is_legacy,
+        split_reasoning=split_reasoning), refuse)
+
+
+async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIterator[E],
+                   writer_of: Callable[[], Writer[E]], refuse: Callable[[ProxyError], Response] | None) -> Response:
+    """The stream's response, once its first event is in: an error, or the headers and the pump."""
+    settings: Settings = request.app.state.settings
+    queue: asyncio.Queue[E | ProxyError] = asyncio.Queue(maxsize=64)
     task = asyncio.create_task(_produce(events, queue))
-    early: list[Any] = []  # omens before the upstream accepted a round (a probe, a fallback): held
+    early: list[E | ProxyError] = []  # omens before the upstream accepted a round (a probe, a fallback): held
     try:
         first = await unless_disconnected(request, queue.get())
         while _omen(first):
@@ -124,16 +146,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     if isinstance(first, ProxyError):
         task.cancel()
         return refuse(first) if refuse else error_response(first)
-    if writer is None:
-        include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
-        split_reasoning = settings.reasoning_format == "split"
-        meta = {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
-        if several:
-            writer = ChoicesWriter(meta, trace_id, many, omen_style=chat.controls.omens,
-                                   include_usage=include_usage, legacy=is_legacy, split_reasoning=split_reasoning)
-        else:
-            writer = SseWriter(meta, trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
-                               legacy=is_legacy, split_reasoning=split_reasoning)
+    writer = writer_of()
     for omen in early:
         writer.render(omen)
     mode = plan.records[-1].mode if plan.records else plan.mode  # after a fallback: the mode answering
@@ -143,14 +156,14 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
                              media_type="text/event-stream", headers=headers)
 
 
-def first_of_several(upstream: Any, auth: str | None, many: choices.Choices,
-                     lead: bool) -> Callable[[dict[str, Any], bool], AsyncIterator[Any]]:
+def first_of_several(upstream: Upstream, auth: str | None, many: choices.Choices,
+                     lead: bool) -> Sender:
     """The first round of n > 1 choices, streamed: the upstream's chunks split by choice index as they come;
     choice 0's are read here, each other choice's go to the loop started for it when it first shows."""
 
     async def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
-        queues: dict[int, asyncio.Queue[Any]] = {}
+        queues: dict[int, choices.ChunkQueue] = {}
 
         async def split(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
             try:
@@ -168,7 +181,7 @@ def first_of_several(upstream: Any, auth: str | None, many: choices.Choices,
                     queue.put_nowait(exc)
                 raise
             for queue in queues.values():
-                queue.put_nowait(None)
+                queue.put_nowait(choices.Ended())
 
         async with upstream.chat_stream(body, auth) as chunks:
             async for event in read_round(split(chunks), assembler_for(body, lead), live):
@@ -177,10 +190,10 @@ def first_of_several(upstream: Any, auth: str | None, many: choices.Choices,
     return first
 
 
-def queued_round(queue: asyncio.Queue[Any], lead: bool) -> Callable[[dict[str, Any], bool], AsyncIterator[Any]]:
+def queued_round(queue: choices.ChunkQueue, lead: bool) -> Sender:
     """A first round read from the chunks of one choice that `first_of_several` puts in `queue`."""
 
-    def first(body: dict[str, Any], live: bool) -> AsyncIterator[Any]:
+    def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         return read_round(choices.queued_chunks(queue), assembler_for(body, lead), live)
 
     return first
@@ -193,13 +206,14 @@ class ChoicesWriter:
 
     keepalive = KEEPALIVE
 
-    def __init__(self, meta: dict[str, Any], trace_id: str, many: choices.Choices, *, omen_style: str,
+    def __init__(self, meta: dict[str, Any], trace_id: str, *, omen_style: str,
                  include_usage: bool, legacy: bool, split_reasoning: bool = False) -> None:
-        self.meta, self.trace_id, self.many = meta, trace_id, many
+        self.meta, self.trace_id = meta, trace_id
         self.split_reasoning = split_reasoning
         self.omen_style, self.include_usage, self.legacy = omen_style, include_usage, legacy
         self.writers: dict[int, SseWriter] = {}
-        self.pending: dict[str, Any] | None = None  # the last finish chunk, held for the request's own fields
+        self.pending: tuple[oc.Chunk, SseWriter] | None = None  # the last finish chunk (and its writer), held
+        # for the request's own fields
         self.ended = False
 
     def writer(self, index: int) -> SseWriter:
@@ -212,7 +226,7 @@ class ChoicesWriter:
     def opening(self) -> bytes:
         return b""
 
-    def render(self, event: tuple[int, StreamItem] | choices.Finals | ProxyError) -> list[bytes]:
+    def render(self, event: Several | ProxyError) -> list[bytes]:
         if isinstance(event, choices.Finals):
             self.ended = True
             return self.finish(event)
@@ -225,36 +239,39 @@ class ChoicesWriter:
             return writer.render(inner)
         out, finish_reason = writer.choice_end(inner)
         out = self.flush() + out
-        self.pending = {"data": writer.chunk({}, finish_reason), "writer": writer}
+        self.pending = (writer.chunk({}, finish_reason), writer)
         return out
 
     def flush(self) -> list[bytes]:
         if self.pending is None:
             return []
-        pending, self.pending = self.pending, None
-        return [pending["writer"].data(pending["data"])]
+        (finish, writer), self.pending = self.pending, None
+        return [writer.data(finish)]
 
     def finish(self, finals: choices.Finals) -> list[bytes]:
-        sanctum = om.sanctum_object(finals.mode, finals.rounds, finals.omens, self.trace_id)
-        extra = {k: v for k, v in finals.extra.items() if k != "sanctum"}
+        """The last finish chunk (by the writer of its choice), then the usage chunk (by choice 0's)."""
         lead = self.writer(0)
-        if self.include_usage and finals.usage is not None:
-            out = self.flush()
-            usage = {**chunk(lead.meta, {}), "choices": [], "usage": finals.usage, **extra, "sanctum": sanctum}
-            out.append(lead.data(usage))
-        else:
-            assert self.pending is not None
-            self.pending["data"].update(extra, sanctum=sanctum)
-            out = self.flush()
-        return [*out, DONE]
+        assert self.pending is not None
+        (finish, writer), self.pending = self.pending, None
+        last = closing(finish, lead.meta, finals, self.trace_id, self.include_usage)
+        return [*(w.data(c) for w, c in zip((writer, lead), last, strict=False)), DONE]
 
 
-def _omen(event: Any) -> bool:
+def closing(finish: oc.Chunk, meta: dict[str, Any], final: Final, trace_id: str,
+            include_usage: bool) -> list[oc.Chunk]:
+    """The last chunks of a chat stream (SseWriter's and ChoicesWriter's): the finish chunk, the usage chunk when
+    asked for and the upstream sent usage (no usage chunk of null), the answering round's own fields and the
+    `sanctum` block on the last of them."""
+    sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
+    return oc.closing(finish, meta, final.usage if include_usage else None, final.extra, sanctum)
+
+
+def _omen(event: object) -> bool:
     """An omen, alone or of one of n > 1 choices ((index, omen))."""
     return isinstance(event, om.Omen) or isinstance(event, tuple) and isinstance(event[-1], om.Omen)
 
 
-async def _produce(events: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> None:
+async def _produce(events: AsyncIterator[E], queue: asyncio.Queue[E | ProxyError]) -> None:
     try:
         async for event in events:
             await queue.put(event)
@@ -266,8 +283,8 @@ async def _produce(events: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> Non
         await queue.put(no_answer())
 
 
-async def pump(writer: Writer, first: Any, queue: asyncio.Queue[Any], task: asyncio.Task[None],
-               keepalive: float) -> AsyncIterator[bytes]:
+async def pump(writer: Writer[E], first: E | ProxyError, queue: asyncio.Queue[E | ProxyError],
+               task: asyncio.Task[None], keepalive: float) -> AsyncIterator[bytes]:
     """The response body: rendered events until the Final or an error, keep-alives while the queue is quiet.
     Events already waiting go out in one write. Leaving early (the client went away) cancels the producer
     and with it the upstream stream."""
@@ -296,38 +313,39 @@ def _joined_logprobs(first: dict[str, Any] | None, then: dict[str, Any] | None) 
     return {**then, "content": [*(first.get("content") or []), *(then.get("content") or [])]}
 
 
-class Writer(Protocol):
-    """What `pump` writes with: SseWriter, ChoicesWriter, protocols' ResponsesWriter and MessagesWriter."""
+E_contra = TypeVar("E_contra", contravariant=True)
+
+
+class Writer(Protocol[E_contra]):
+    """What `pump` writes with: SseWriter, protocols' ResponsesWriter and MessagesWriter (Writer[Shown]: the
+    loop's events) and ChoicesWriter (Writer[Several]); each also renders the ProxyError that ends a stream."""
 
     keepalive: bytes
     ended: bool
 
     def opening(self) -> bytes: ...
 
-    def render(self, event: Any) -> list[bytes]: ...
+    def render(self, event: E_contra | ProxyError, /) -> list[bytes]: ...
 
 
-class SseWriter:
-    """The loop's events as SSE bytes. Pure but for the running record of what the client has seen."""
-
-    keepalive = KEEPALIVE
+class SseWriter(StreamWriter):
+    """The loop's events as SSE bytes (chat.completion.chunks built by core/openai_chat). Pure but for the running
+    record of what the client has seen."""
 
     def __init__(self, meta: dict[str, Any], trace_id: str, *, omen_style: str = "comments",
-                 include_usage: bool = False, legacy: bool = False, omens: list[om.Omen] | None = None,
-                 index: int = 0, split_reasoning: bool = False) -> None:
+                 include_usage: bool = False, legacy: bool = False, index: int = 0,
+                 split_reasoning: bool = False) -> None:
+        omen = om.sse_event if omen_style == "events" else om.sse_comment
+        super().__init__(omen if not index else lambda o: omen(tagged(o, index)))
         self.meta, self.trace_id = meta, trace_id
         # reasoning_format = "split": reasoning markup in content goes out as reasoning_content deltas
         self.splitter = reasoning.Splitter() if split_reasoning else None
         self.index = index  # the choice this writer's chunks are of (n > 1: routes/choices.py)
-        self.omen = om.sse_event if omen_style == "events" else om.sse_comment
         self.include_usage, self.legacy = include_usage, legacy
-        self.omens = omens if omens is not None else []  # the loop's omens so far (render adds each one)
-        self.omens_sent = 0
         self.shown = ""
         self.held = ""  # live whitespace not sent yet: it goes out with the next text, or with the final content
         self.held_logprobs: dict[str, Any] | None = None
         self.shown_reasoning: dict[str, str] = {}
-        self.ended = False
         self.opened = False  # the role chunk goes out with the first data, under the upstream's id and model
         self._heads()
 
@@ -347,13 +365,10 @@ class SseWriter:
             self.meta["system_fingerprint"] = upstream["system_fingerprint"]
         self._heads()
 
-    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        out = chunk(self.meta, delta, finish_reason)
-        if self.index:
-            out["choices"][0]["index"] = self.index
-        return out
+    def chunk(self, delta: oc.Delta, finish_reason: str | None = None) -> oc.Chunk:
+        return oc.chunk(self.meta, delta, finish_reason, self.index)
 
-    def data(self, payload: dict[str, Any]) -> bytes:
+    def data(self, payload: oc.Chunk | oc.ErrorBody) -> bytes:
         out = b"data: " + orjson.dumps(payload) + b"\n\n"
         return out if self.opened else self.opening(now=True) + out
 
@@ -362,7 +377,7 @@ class SseWriter:
         if self.opened or not now:
             return b""
         self.opened = True
-        return self.data(self.chunk({"role": "assistant", "content": ""}))
+        return self.data(self.chunk(oc.role_delta()))
 
     def content(self, text: str) -> bytes:
         self.shown += text
@@ -378,7 +393,7 @@ class SseWriter:
         if not pieces:
             return b""
         (name, first), rest = pieces[0], pieces[1:]
-        payload = self.chunk({name: first})
+        payload = self.chunk(oc.text_delta(name, first))
         payload["choices"][0]["logprobs"] = logprobs
         return self.data(payload) + b"".join(self.split(rest))
 
@@ -390,61 +405,37 @@ class SseWriter:
             if name == "content":
                 out.append(self._content_head + orjson.dumps(text) + self._content_tail)
             else:
-                out.append(self.data(self.chunk({name: text})))
+                out.append(self.data(self.chunk(oc.text_delta(name, text))))
         return out
 
     def reasoning(self, name: str, text: str) -> bytes:
         self.shown_reasoning[name] = self.shown_reasoning.get(name, "") + text
-        return self.data(self.chunk({name: text}))
+        return self.data(self.chunk(oc.text_delta(name, text)))
 
-    def new_omens(self, omens: list[om.Omen] | None = None) -> list[bytes]:
-        """The omens that happened since the last call, each sent once."""
-        omens = self.omens if omens is None else omens
-        out = [self.omen(o if not self.index else tagged(o, self.index)) for o in omens[self.omens_sent:]]
-        self.omens_sent = max(self.omens_sent, len(omens))
-        return out
-
-    def render(self, event: StreamItem) -> list[bytes]:
-        if isinstance(event, om.Omen):  # held: sent with the next event that goes out
-            self.omens.append(event)
-            return []
-        if isinstance(event, ContentDelta):
-            if event.meta:
-                self.adopt(event.meta)
-            logprobs = _joined_logprobs(self.held_logprobs, event.logprobs)
-            text, self.held = held_back(self.held, event.text)  # trailing whitespace waits for the text after it
-            self.held_logprobs = None if text else logprobs
-            if text and logprobs:
-                return self.new_omens() + [self.content_with(text, logprobs)]
-            return self.new_omens() + ([self.content(text)] if text else [])
+    def delta(self, event: ContentDelta | FieldDelta) -> list[bytes]:
         if isinstance(event, FieldDelta):
-            return self.new_omens() + [self.reasoning(event.field, event.text)]
-        if isinstance(event, ProxyError):
-            self.ended = True
-            return self.new_omens() + [self.data(event.body())]
-        if isinstance(event, Final):
-            self.ended = True
-            return self.finish(event)
-        return []
+            return self.omens.due() + [self.reasoning(event.field, event.text)]
+        if event.meta:
+            self.adopt(event.meta)
+        logprobs = _joined_logprobs(self.held_logprobs, event.logprobs)
+        text, self.held = held_back(self.held, event.text)  # trailing whitespace waits for the text after it
+        self.held_logprobs = None if text else logprobs
+        if text and logprobs:
+            return self.omens.due() + [self.content_with(text, logprobs)]
+        return self.omens.due() + ([self.content(text)] if text else [])
+
+    def fail(self, error: ProxyError) -> list[bytes]:
+        return [self.data(error.body())]
 
     def finish(self, final: Final) -> list[bytes]:
         out, finish_reason = self.choice_end(final)
-        sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, self.trace_id)
-        extra = {k: v for k, v in final.extra.items() if k != "sanctum"}  # the answering round's own fields
-        if self.include_usage and final.usage is not None:  # no usage chunk of null: the upstream sent none
-            out.append(self.data(self.chunk({}, finish_reason)))
-            usage = {**chunk(self.meta, {}), "choices": [], "usage": final.usage, **extra, "sanctum": sanctum}
-            out.append(self.data(usage))
-        else:
-            last = {**self.chunk({}, finish_reason), **extra, "sanctum": sanctum}
-            out.append(self.data(last))
-        out.append(DONE)
-        return out
+        last = closing(self.chunk({}, finish_reason), self.meta, final, self.trace_id, self.include_usage)
+        return [*out, *(self.data(c) for c in last), DONE]
 
     def choice_end(self, final: Final) -> tuple[list[bytes], str]:
         """The end of this writer's choice but its finish chunk: omens, unseen reasoning and content, calls;
         and the finish_reason that chunk is to carry."""
-        out = self.new_omens(final.omens)
+        out = self.omens.due(final.omens)
         for name in PASSED:  # the accepted round's reasoning and refusal, unless a round's was shown live
             thought, seen = final.message.get(name), self.shown_reasoning.get(name, "")
             if isinstance(thought, str) and thought.startswith(seen) and len(thought) > len(seen):
@@ -458,11 +449,9 @@ class SseWriter:
         finish_reason = final.finish_reason
         calls = final.message.get("tool_calls") or []
         if self.legacy and calls:
-            name, arguments = calls[0]["function"]["name"], calls[0]["function"]["arguments"]
-            out += [self.data(self.chunk({"function_call": {"name": name, "arguments": ""}})),
-                    self.data(self.chunk({"function_call": {"arguments": arguments}}))]
+            out += [self.data(self.chunk(delta)) for delta in oc.function_call_deltas(calls[0])]
             finish_reason = "function_call"
         else:
             for index, call in enumerate(calls):
-                out += [self.data(self.chunk(delta)) for delta in call_deltas(index, call)]
+                out += [self.data(self.chunk(delta)) for delta in oc.tool_call_deltas(index, call)]
         return out, finish_reason

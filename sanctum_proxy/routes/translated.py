@@ -11,7 +11,7 @@ response / message_delta), the X-Sanctum-* headers, and SSE comment lines (`: om
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ class Dialect:
     to_chat: Callable[[dict[str, Any]], dict[str, Any]]
     answer: Callable[[dict[str, Any], Rounds, Final, Reply], dict[str, Any]]
     writer: Callable[[dict[str, Any], Rounds], Any]
-    error_body: Callable[[ProxyError], dict[str, Any]]
+    error_body: Callable[[ProxyError], Mapping[str, Any]]
 
 
 @router.post("/v1/responses")

@@ -57,7 +57,7 @@ class Trace:
         self._end()
 
     def failed(self, error: ProxyError, status: int) -> None:
-        self.error, self.status = error.body()["error"], status
+        self.error, self.status = dict[str, Any](error.body()["error"]), status
         self.outcome = Outcome.SURRENDERED if isinstance(error, ToolCallParseError) else Outcome.ERROR
         self._end()
 

@@ -3,6 +3,7 @@ response (status, body, `x-should-retry`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -18,7 +19,7 @@ class JsonResponse(Response):
         return orjson.dumps(content)
 
 
-def error_response(error: ProxyError, body: dict[str, Any] | None = None) -> JsonResponse:
+def error_response(error: ProxyError, body: Mapping[str, Any] | None = None) -> JsonResponse:
     """The error's response; `body` when a dialect shapes its own (Anthropic Messages), else OpenAI's."""
     return JsonResponse(error.body() if body is None else body, status_code=error.status,
                         headers=retry_headers(error) or None)

@@ -1,0 +1,25 @@
+"""The `tools` of a translated request (Responses, Messages) as chat function tools: the list checked here, each
+tool read by its API's own reader."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool
+from sanctum_proxy.errors import InvalidRequest
+
+
+def chat_tools(tools: Any, function_of: Callable[[int, Any], Json]) -> list[FunctionTool]:
+    """`function_of(i, tool)`: the chat `function` of tools[i] (raising `unsupported` for one it cannot serve)."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    return [function_tool(function_of(i, tool)) for i, tool in enumerate(tools)]
+
+
+def unsupported(i: int, tool: Any, served: str) -> InvalidRequest:
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    return InvalidRequest(f"tools[{i}]: tools of type {kind!r} are not supported: sanctum-proxy serves {served}",
+                          param=f"tools[{i}].type")
