@@ -9,6 +9,8 @@ model was still thinking."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -25,6 +27,9 @@ TOOL = {"type": "function", "name": "get_weather", "parameters": PARAMETERS}
 CLAUDE_TOOL = {"name": "get_weather", "input_schema": PARAMETERS}
 PIECES = ("The user ", "wants the weather ", "in Paris.")
 THOUGHT = "".join(PIECES)
+CORPUS = json.loads((Path(__file__).parent / "corpus" / "harmony.json").read_text())
+HARMONY_TOOLS = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+                 for t in CORPUS["tools"]]
 THINK = "<think>\nThe user wants the weather in Paris.\n</think>\n\n"
 
 
@@ -183,6 +188,35 @@ def test_responses_reasoning_after_the_text_began_is_an_item_after_the_message(m
     assert [o.type for o in final.output] == ["message", "reasoning"]
     assert final.output_text == "Sunny. Yes."
     assert final.output[1].content[0].text == "Was that right?"  # type: ignore[union-attr,index]
+
+
+def test_responses_harmony_analysis_comes_first_though_it_is_read_at_the_end(proxy, fake):
+    # gpt-oss writes its analysis channel into content (vLLM test_openai_tool_parser.py, tests/corpus/harmony.json):
+    # the call markup hold keeps it back, the codec reads it as reasoning at the end; no text went out, so the
+    # reasoning item is still first.
+    case = next(c for c in CORPUS["cases"] if c["id"] == "gptoss-harmony-call-and-final-01")
+    text = case["message"]["content"]
+    fake[0].push(Step(body=completion(text)), Step(chunks=content_chunks(text, size=7)))
+    plain, final, seen = responses_both(proxy, tools=HARMONY_TOOLS)
+    output = same_output(plain, final)
+    assert [o["type"] for o in output] == ["reasoning", "message", "function_call"]
+    assert output[0]["content"][0]["text"].startswith('User asks: "What is the weather in Tokyo?"')
+    assert final.output_text == case["expect"]["content"]
+
+
+def test_responses_hidden_correction_round_keeps_the_reasoning_the_client_saw(make_proxy, fake):
+    # Round 1 reasons live, then calls without the required argument; the correction round is hidden (its
+    # reasoning differs): the stream's one reasoning item holds what the client saw, the call is round 2's.
+    proxy = make_proxy(constrain="off")
+    again = thinking_then_call()
+    again[1:4] = thinking_chunks(("Add the city.",))
+    fake[0].push(Step(chunks=thinking_then_call("{}")), Step(chunks=again))
+    with sdk(proxy) as client, client.responses.stream(model="m", input="Weather?", tools=[TOOL]) as stream:
+        final = stream.get_final_response()
+    assert final.sanctum["rounds"] == 2  # type: ignore[attr-defined]
+    assert [o.type for o in final.output] == ["reasoning", "function_call"]
+    assert final.output[0].content[0].text == THOUGHT  # type: ignore[union-attr,index]
+    assert final.output[1].arguments == '{"city": "Paris"}'  # type: ignore[union-attr]
 
 
 # The Messages API.
