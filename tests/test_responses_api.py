@@ -318,5 +318,5 @@ def test_streamed_reasoning_comes_back_as_a_reasoning_item(proxy, fake):
     fake[0].push(Step(chunks=[*thinking, *content_chunks("Sunny.")]))
     with sdk(proxy) as client, client.responses.stream(model="m", input="Weather?") as stream:
         final = stream.get_final_response()
-    assert [o.type for o in final.output] == ["message", "reasoning"] and final.output_text == "Sunny."
-    assert final.output[1].content[0].text == "The user wants weather."  # type: ignore[union-attr,index]
+    assert [o.type for o in final.output] == ["reasoning", "message"] and final.output_text == "Sunny."
+    assert final.output[0].content[0].text == "The user wants weather."  # type: ignore[union-attr,index]

@@ -170,12 +170,20 @@ RESPONSES = {
     "refusal": ([Step(body=several({"content": None, "refusal": "No."}))],
                 [Step(chunks=delta_chunks("refusal", "No."))]),
     "logprobs": ([Step(body=full("Hi there."))], [Step(chunks=with_logprobs(content_chunks("Hi there.")))]),
+    # reasoning streamed live (its item / block first), then text and a call
+    "reasoning_call": ([Step(body=full("Let me check. " + HERMES))],
+                       [Step(chunks=delta_chunks("reasoning_content", "Thinking.")[:2]
+                             + content_chunks("Let me check. " + HERMES)[1:])]),
 }
+# `<think>` in content with reasoning_format = "split": the reasoning streamed live as its own events
+SPLIT = ([Step(body=completion(THOUGHT + "Let me check. " + HERMES))],
+         [Step(chunks=content_chunks(THOUGHT + "Let me check. " + HERMES, size=3))])
 
 
-@pytest.mark.parametrize("name", list(RESPONSES))
-def test_responses_api_objects_and_events_are_valid(proxy, fake, name):
-    plain, streamed = RESPONSES[name]
+@pytest.mark.parametrize("name", [*RESPONSES, "split"])
+def test_responses_api_objects_and_events_are_valid(make_proxy, fake, name):
+    proxy = make_proxy(**({"reasoning_format": "split"} if name == "split" else {}))
+    plain, streamed = RESPONSES.get(name) or SPLIT
     ask = {"model": "m", "input": "Weather in Paris?", "tools": [TOOL], "include": ["message.output_text.logprobs"]}
     fake[0].push(*plain)
     got = httpx.post(proxy + "/v1/responses", json=ask, timeout=20)
@@ -186,6 +194,8 @@ def test_responses_api_objects_and_events_are_valid(proxy, fake, name):
     with httpx.stream("POST", proxy + "/v1/responses", json={**ask, "stream": True}, timeout=20) as r:
         got_events, _ = named_events(r.read())
     assert got_events and got_events[-1]["type"] == "response.completed"
+    if name.startswith("reasoning") or name == "split":  # the reasoning events are among those checked
+        assert "response.reasoning_text.delta" in [e["type"] for e in got_events]
     for event in got_events:
         check_event("ResponseStreamEvent", event)
         strict(ResponseStreamEvent, event)
@@ -196,9 +206,10 @@ def test_responses_api_objects_and_events_are_valid(proxy, fake, name):
 MESSAGES = RESPONSES
 
 
-@pytest.mark.parametrize("name", list(MESSAGES))
-def test_messages_api_messages_and_events_are_valid_sdk_models(proxy, fake, name):
-    plain, streamed = MESSAGES[name]
+@pytest.mark.parametrize("name", [*MESSAGES, "split"])
+def test_messages_api_messages_and_events_are_valid_sdk_models(make_proxy, fake, name):
+    proxy = make_proxy(**({"reasoning_format": "split"} if name == "split" else {}))
+    plain, streamed = MESSAGES.get(name) or SPLIT
     tool = {"name": "get_weather", "input_schema": TOOL["parameters"]}
     ask = {"model": "m", "max_tokens": 100, "tools": [tool], "messages": [{"role": "user", "content": "Weather?"}]}
     fake[0].push(*plain)
@@ -209,6 +220,8 @@ def test_messages_api_messages_and_events_are_valid_sdk_models(proxy, fake, name
     with httpx.stream("POST", proxy + "/v1/messages", json={**ask, "stream": True}, timeout=20) as r:
         got_events, _ = named_events(r.read())
     assert got_events and got_events[-1]["type"] == "message_stop"
+    if name.startswith("reasoning") or name == "split":  # the thinking events are among those checked
+        assert "thinking_delta" in [e.get("delta", {}).get("type") for e in got_events]
     for event in got_events:
         if event["type"] != "ping":  # Anthropic's keep-alive event: the SDK's stream reader skips it
             strict(RawMessageStreamEvent, event)

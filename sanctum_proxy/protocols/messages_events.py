@@ -3,9 +3,14 @@ and `data: {"type", ...}`). Pure but for the running record of what the client h
 SseWriter, whose place it takes in the same pump.
 
     opening     message_start (empty content, usage so far 0), ping
+    reasoning   (reasoning_content / reasoning deltas, or `<think>` text with reasoning_format "split", before
+                the answer's text) content_block_start (thinking, thinking "", signature ""), content_block_delta
+                (thinking_delta) as it arrives; content_block_stop when the text starts (or at the end): block 0,
+                as unstreamed
     live text   content_block_start (text), content_block_delta (text_delta)
-    the Final   the rest of the text, content_block_stop; a thinking block where the model gave reasoning;
-                per call content_block_start (tool_use, input {}), content_block_delta (input_json_delta with the
+    the Final   the reasoning not streamed yet (into its block while no text went out); the rest of the text,
+                content_block_stop; reasoning that came after the text began, as a second thinking block; per
+                call content_block_start (tool_use, input {}), content_block_delta (input_json_delta with the
                 whole arguments), content_block_stop; message_delta (stop_reason, usage), message_stop
     an error    `event: error` with Anthropic's error body
     quiet       `event: ping` while hidden correction rounds run
@@ -20,9 +25,10 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import reasoning
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api as api
-from sanctum_proxy.protocols.reply import LiveText, Reply
+from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
 from sanctum_proxy.protocols.stream_writer import StreamWriter
 from sanctum_proxy.repair.loop import ContentDelta, FieldDelta, Final, Plan
 
@@ -45,6 +51,8 @@ class MessagesWriter(StreamWriter):
         self.reply_of = reply_of
         self.blocks = 0
         self.text_open = False
+        self.thinking_open = False
+        self.thought = Thought()
         self.shown = ""
         self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
 
@@ -52,10 +60,34 @@ class MessagesWriter(StreamWriter):
         return event("message_start", message=self.message) + PING
 
     def delta(self, item: ContentDelta | FieldDelta) -> list[bytes]:
-        if not isinstance(item, ContentDelta):
+        if isinstance(item, FieldDelta):  # a refusal goes out with the answer's end
+            return self.omens.due() + self.reason(item.text) if item.field in reasoning.FIELDS else []
+        out = self.omens.due()
+        for kind, text in self.live.feed(item.text):
+            out += self.text(text) if kind == "content" else self.reason(text)
+        return out
+
+    def reason(self, text: str) -> list[bytes]:
+        """Reasoning as it arrives: live in the thinking block (the first block) until the text block starts,
+        then held for the end."""
+        if not text:
             return []
-        text = self.live.feed(item.text)
-        return self.omens.due() + (self.text(text) if text else [])
+        if self.text_open:
+            self.thought.late += text
+            return []
+        out = []
+        if not self.thinking_open:
+            self.thinking_open = True
+            out.append(self.start(api.thinking_block("")))
+        self.thought.live += text
+        return out + [event("content_block_delta", index=self.blocks - 1,
+                            delta={"type": "thinking_delta", "thinking": text})]
+
+    def close_thinking(self) -> list[bytes]:
+        if not self.thinking_open:
+            return []
+        self.thinking_open = False
+        return [event("content_block_stop", index=self.blocks - 1)]
 
     def fail(self, error: ProxyError) -> list[bytes]:
         return [event("error", error=api.error_body(error)["error"])]
@@ -63,6 +95,7 @@ class MessagesWriter(StreamWriter):
     def text(self, text: str) -> list[bytes]:
         out = []
         if not self.text_open:
+            out += self.close_thinking()
             self.text_open = True
             out.append(self.start({"type": "text", "text": ""}))
         self.shown += text
@@ -75,14 +108,15 @@ class MessagesWriter(StreamWriter):
 
     def finish(self, final: Final) -> list[bytes]:
         reply = self.reply_of(final)
+        out = self.omens.due() + self.reason(self.thought.rest(reply.reasoning)) + self.close_thinking()
         rest = self.live.rest(final.message.get("content"), api.answer_text(reply))
-        out = self.omens.due() + (self.text(rest) if rest or (not reply.calls and not self.text_open) else [])
+        out += self.text(rest) if rest or (not reply.calls and not self.text_open) else []
         if self.text_open:
             out.append(event("content_block_stop", index=self.blocks - 1))
-        if reply.reasoning:
+        if self.thought.late:  # reasoning that came after the text began: a thinking block after the text
             out += [self.start(api.thinking_block("")),
                     event("content_block_delta", index=self.blocks - 1,
-                          delta={"type": "thinking_delta", "thinking": reply.reasoning}),
+                          delta={"type": "thinking_delta", "thinking": self.thought.late}),
                     event("content_block_stop", index=self.blocks - 1)]
         for call in reply.calls:
             out += [self.start(api.tool_use_block(call.id, call.name, {})),

@@ -89,33 +89,58 @@ def held_back(held: str, text: str) -> tuple[str, str]:
 
 class LiveText:
     """The live text of a translated stream: whitespace held back (`held_back`) and, with reasoning_format
-    "split", reasoning markup taken out (its reasoning reaches the client with the answer's reasoning at the
-    end). `shown` is the text sent; `rest` what of the final text is left to send."""
+    "split", reasoning markup taken out as reasoning pieces (`feed`). `shown` is the content sent; `rest` what of
+    the final text is left to send."""
 
     def __init__(self, split_reasoning: bool = False) -> None:
         self.splitter = reasoning.Splitter() if split_reasoning else None
-        self.shown = ""  # the text sent
+        self.shown = ""  # the content sent
         self.raw = ""  # ... as the loop gave it (markup in)
         self.held = ""
 
-    def feed(self, text: str) -> str:
-        """The text to send now of a live delta (may be "")."""
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        """The (kind, text) pieces to send now of a live delta, in order: kind "content", or "reasoning" (the
+        text of reasoning markup, when splitting)."""
         text, self.held = held_back(self.held, text)
         self.raw += text
-        if self.splitter is not None:
-            text = "".join(t for f, t in self.splitter.feed(text) if f == "content")
-        self.shown += text
-        return text
+        if self.splitter is None:
+            pieces = [("content", text)] if text else []
+        else:
+            pieces = [("content" if f == "content" else "reasoning", t) for f, t in self.splitter.feed(text)]
+        self.shown += "".join(t for kind, t in pieces if kind == "content")
+        return pieces
 
     def rest(self, final_content: Any, text: str) -> str:
         """What of the answer's `text` is left to send; `final_content`: the answer's content as the loop gave it
-        (read when splitting: `text` is then the split content, or a refusal)."""
+        (read when splitting: `text` is then the split content, or a refusal). The split reasoning left is not
+        given here: it is in the answer's reasoning (`Thought.rest`)."""
         if self.splitter is None:
             return rest_after(self.shown, self.held, text)
         raw = content_text(final_content)
         pieces = self.splitter.feed(rest_after(self.raw, self.held, raw)) + self.splitter.flush()
         rest = "".join(t for f, t in pieces if f == "content")
         return rest if raw.strip() or not text else rest_after(self.shown, "", text)
+
+
+class Thought:
+    """The reasoning of a translated stream, as it arrives (the reasoning fields' deltas and, when splitting,
+    the reasoning markup's text). While no answer item / block has gone out it is live in its own item / block,
+    which comes first as in the unstreamed answer; reasoning that arrives after the answer's text began is held
+    (`late`) for an item / block after the text. `sent` is all of it so far, live or held."""
+
+    def __init__(self) -> None:
+        self.live = ""  # sent in the first reasoning item / block
+        self.late = ""  # held for the item / block after the text
+
+    @property
+    def sent(self) -> str:
+        return self.live + self.late
+
+    def rest(self, reply_reasoning: str) -> str:
+        """What of the answer's reasoning the stream has not carried: the rest when it continues what came
+        live, else nothing (a hidden round answered after a live one reasoned: the client keeps what it saw)."""
+        sent = self.sent
+        return reply_reasoning[len(sent):] if reply_reasoning.startswith(sent) else ""
 
 
 def rest_after(shown: str, held: str, final: str) -> str:

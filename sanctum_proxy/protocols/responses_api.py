@@ -242,9 +242,14 @@ def output_items(reply: Reply, ids: str, *, logprobs: bool = False) -> list[dict
     return out
 
 
-def reasoning_item(text: str, ids: str) -> dict[str, Any]:
+def reasoning_item(text: str | None, ids: str) -> dict[str, Any]:
+    """A reasoning item; `text` None: its empty start in a stream (`response.output_item.added`)."""
     return {"type": "reasoning", "id": f"rs_{ids}", "summary": [],
-            "content": [{"type": "reasoning_text", "text": text}]}
+            "content": [] if text is None else [reasoning_part(text)]}
+
+
+def reasoning_part(text: str) -> dict[str, Any]:
+    return {"type": "reasoning_text", "text": text}
 
 
 def message_item(text: str | None, ids: str, status: str) -> dict[str, Any]:

@@ -3,9 +3,15 @@
 client has seen, like routes/sse.py's SseWriter, whose place it takes in the same pump.
 
     opening     response.created, response.in_progress
+    reasoning   (reasoning_content / reasoning deltas, or `<think>` text with reasoning_format "split", before
+                the answer's text) response.output_item.added (reasoning), response.content_part.added
+                (reasoning_text), response.reasoning_text.delta as it arrives; when the text starts (or at the
+                end) response.reasoning_text.done, content_part.done, output_item.done: output item 0, as
+                unstreamed
     live text   response.output_item.added (message), response.content_part.added, response.output_text.delta
-    the Final   the rest of the text; output_text.done, content_part.done, output_item.done for the message;
-                a reasoning item where the model gave reasoning; per call output_item.added (function_call),
+    the Final   the reasoning not streamed yet (into its item while no text went out); the rest of the text;
+                output_text.done, content_part.done, output_item.done for the message; reasoning that came
+                after the text began, as a second reasoning item; per call output_item.added (function_call),
                 function_call_arguments.delta and .done, output_item.done; response.completed (or
                 response.incomplete when max_output_tokens cut the answer)
     an error    `error` (the proxy's error type, code and message) and response.failed
@@ -20,9 +26,10 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import reasoning
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import responses_api as api
-from sanctum_proxy.protocols.reply import LiveText, Reply
+from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
 from sanctum_proxy.protocols.stream_writer import StreamWriter
 from sanctum_proxy.repair.loop import ContentDelta, FieldDelta, Final, Plan
 
@@ -42,6 +49,8 @@ class ResponsesWriter(StreamWriter):
         self.held_tokens: list[dict[str, Any]] = []
         self.message_open = False
         self.text_open = False
+        self.thought = Thought()
+        self.reasoning_at: int | None = None  # the output index of the open reasoning item
         self.logprobs = logprobs  # the request asked for the output text's logprobs (`include`)
         self.tokens: list[dict[str, Any]] = []  # the chat logprobs of the text shown so far
 
@@ -55,20 +64,61 @@ class ResponsesWriter(StreamWriter):
                 + self.event("response.in_progress", response=self.response))
 
     def delta(self, event: ContentDelta | FieldDelta) -> list[bytes]:
-        if not isinstance(event, ContentDelta):
-            return []
+        if isinstance(event, FieldDelta):  # a refusal goes out with the answer's end
+            return self.omens.due() + self.reason(event.text) if event.field in reasoning.FIELDS else []
         tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
-        text = self.live.feed(event.text)
-        self.held_tokens = [] if text else tokens
-        return self.omens.due() + (self.text(text, tokens) if text else [])
+        pieces = self.live.feed(event.text)
+        shows = any(kind == "content" for kind, _ in pieces)
+        self.held_tokens = [] if shows else tokens
+        out = self.omens.due()
+        for kind, text in pieces:
+            if kind == "content":
+                out += self.text(text, tokens)
+                tokens = []
+            else:
+                out += self.reason(text)
+        return out
+
+    def reason(self, text: str) -> list[bytes]:
+        """Reasoning as it arrives: live in the reasoning item (opened first) until the message opens, then
+        held for the end."""
+        if not text:
+            return []
+        if self.message_open:
+            self.thought.late += text
+            return []
+        out = []
+        if self.reasoning_at is None:
+            self.reasoning_at = len(self.output)
+            self.output.append(api.reasoning_item(None, self.ids))
+            out += [self.event("response.output_item.added", output_index=self.reasoning_at,
+                               item=self.output[self.reasoning_at]),
+                    self.event("response.content_part.added", item_id=f"rs_{self.ids}",
+                               output_index=self.reasoning_at, content_index=0, part=api.reasoning_part(""))]
+        self.thought.live += text
+        return out + [self.event("response.reasoning_text.delta", item_id=f"rs_{self.ids}",
+                                 output_index=self.reasoning_at, content_index=0, delta=text)]
+
+    def close_reasoning(self) -> list[bytes]:
+        index = self.reasoning_at
+        if index is None or self.output[index]["content"]:
+            return []
+        text, item_id = self.thought.live, f"rs_{self.ids}"
+        self.output[index] = api.reasoning_item(text, self.ids)
+        return [self.event("response.reasoning_text.done", item_id=item_id, output_index=index, content_index=0,
+                           text=text),
+                self.event("response.content_part.done", item_id=item_id, output_index=index, content_index=0,
+                           part=api.reasoning_part(text)),
+                self.event("response.output_item.done", output_index=index, item=self.output[index])]
 
     def open_message(self) -> list[bytes]:
         if self.message_open:
             return []
+        out = self.close_reasoning()
         self.message_open = True
         index = len(self.output)
         self.output.append(api.message_item(None, self.ids, "in_progress"))
-        return [self.event("response.output_item.added", output_index=index, item=self.output[index])]
+        return out + [self.event("response.output_item.added", output_index=index, item=self.output[index])]
 
     def text(self, text: str, tokens: list[dict[str, Any]] | None = None) -> list[bytes]:
         out = self.open_message()
@@ -88,14 +138,15 @@ class ResponsesWriter(StreamWriter):
 
     def finish(self, final: Final) -> list[bytes]:
         reply = self.reply_of(final)
+        out = self.omens.due() + self.reason(self.thought.rest(reply.reasoning)) + self.close_reasoning()
         rest = self.live.rest(final.message.get("content"), reply.text)
         bare = not (reply.calls or reply.refusal or self.message_open)
-        out = self.omens.due() + (self.text(rest) if rest or bare else [])
+        out += self.text(rest) if rest or bare else []
         if self.message_open or reply.refusal:
             out += self.close_message(reply.refusal)
-        if reply.reasoning:
-            item = api.reasoning_item(reply.reasoning, self.ids)
-            out += self.item(item)
+        if self.thought.late:  # reasoning that came after the text began: an item of its own after the message
+            ids = self.ids if self.reasoning_at is None else f"{self.ids}_2"
+            out += self.item(api.reasoning_item(self.thought.late, ids))
         for call in reply.calls:
             index = len(self.output)
             item = api.call_item(call.id, call.name, "", "in_progress")
