@@ -126,7 +126,8 @@ def test_tool_loop_call_result_answer(llama_nojinja, proxy_to, stream):
                {"role": "tool", "tool_call_id": call["id"], "content": "Sunny, 24 C"}]
     status, second = ask(proxy, stream, messages=history, max_tokens=48)
     assert status == 200 and second.error is None
-    # SmolLM2 calls again with the same arguments after every result (issue 21): that repeat is bounced and
-    # the request asked for text, so the loop ends.
+    # SmolLM2 mostly calls again with the same arguments after a result (issue 21): that repeat is bounced and
+    # the request asked for text, so the loop ends. At temperature 0 it still answers at once now and then
+    # (llama.cpp's batching and cache state differ run to run): then there is no round to bounce.
     assert not second.calls and "24" in second.content, second  # "The weather in Paris is sunny, 24C."
-    assert ("SpellCallRejected", "repeated_call") in reasons(second)
+    assert second.sanctum["rounds"] == 1 or ("SpellCallRejected", "repeated_call") in reasons(second)
