@@ -19,6 +19,7 @@ reasoning that has no opener.)
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -46,18 +47,22 @@ LONGEST: int = max(len(s) for m in MARKERS for s in (m.opener, m.closer))
 OPENER = re.compile("|".join(re.escape(o) for o in OPENERS))
 
 
-def spans(text: str) -> list[tuple[int, int]]:
-    """The reasoning spans of `text` as (start, end) pairs, in order, markers included."""
+def spans(text: str, skip: Callable[[int], bool] | None = None) -> list[tuple[int, int]]:
+    """The reasoning spans of `text` as (start, end) pairs, in order, markers included. `skip`: openers at
+    these positions are not markup (a marker written inside a call's arguments is the call's text)."""
     out: list[tuple[int, int]] = []
     pos = 0
     orphan = first_orphan_closer(text)
-    if orphan is not None:
+    if orphan is not None and not (skip is not None and skip(orphan - 1)):  # (orphan - 1: in the closer)
         out.append((0, orphan))
         pos = orphan
     while True:
         match = OPENER.search(text, pos)
         if match is None:
             return out
+        if skip is not None and skip(match.start()):
+            pos = match.end()
+            continue
         closer = CLOSER_OF[match.group()]
         at = text.find(closer, match.end())
         end = len(text) if at < 0 else at + len(closer)
@@ -73,11 +78,11 @@ def first_orphan_closer(text: str) -> int | None:
     return min(ends) if ends else None
 
 
-def outside(text: str) -> list[tuple[int, int]]:
+def outside(text: str, skip: Callable[[int], bool] | None = None) -> list[tuple[int, int]]:
     """The (start, end) pieces of `text` that are not reasoning, in order (empty pieces left out)."""
     out: list[tuple[int, int]] = []
     pos = 0
-    for start, end in spans(text):
+    for start, end in spans(text, skip):
         if start > pos:
             out.append((pos, start))
         pos = end

@@ -72,10 +72,17 @@ def assess(
 
 def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found]:
     """The call markup in `text` outside its reasoning spans (reasoning.py): a model thinking about a call
-    made none. Each piece between reasoning spans is read on its own, so no call is pieced across one."""
+    made none. Each piece between reasoning spans is read on its own, so no call is pieced across one. A
+    reasoning opener inside a call read from the whole text (`{"q": "<think>"}` in its arguments) is the
+    call's text, not markup."""
     pieces = reasoning.outside(text)
     if pieces == [(0, len(text))]:
         return find_calls(text, tool_names)
+    calls = [(f.start, f.end) for f in find_calls(text, tool_names) if f.candidates]
+    if calls:
+        pieces = reasoning.outside(text, skip=lambda at: any(start < at < end for start, end in calls))
+        if pieces == [(0, len(text))]:
+            return find_calls(text, tool_names)
     found: list[Found] = []
     for start, end in pieces:
         found += [replace(f, start=f.start + start, end=f.end + start)

@@ -237,3 +237,24 @@ def test_huge_and_deep_inputs_are_bounded() -> None:
     assess(content("[" * 50_000 + "]" * 50_000), BOOK)
     assess(native("get_weather", "[" * 100_000), BOOK)
     assess(content('<tool_call>{"name": "get_time"}</tool_call>' * 2000), BOOK)
+
+
+@pytest.mark.parametrize("value", ["<think>", "[THINK]", "a <think> b </think> c", "</think> then <think>"])
+def test_reasoning_markup_inside_a_calls_arguments_is_the_calls_text(value: str) -> None:
+    """Found by the property test: `<think>` written inside an argument cut the call at the marker (read as
+    unclosed reasoning). A marker inside a call read from the whole text is part of that call."""
+    args = {"city": value}
+    call = f'<tool_call>{{"name": "get_weather", "arguments": {json.dumps(args)}}}</tool_call>'
+    for content in (call, f"Let me check.\n{call}"):
+        out = assess({"role": "assistant", "content": content}, BOOK)
+        assert [json.loads(c.arguments) for c in out.calls] == [args], content
+        assert out.problems == ()
+
+
+def test_a_call_written_inside_reasoning_is_still_no_call() -> None:
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>'
+    for content in (f"<think>I could write {call}</think>It is sunny.",
+                    f"<think>{call} with <think> inside</think>Done.",
+                    f"<think>unclosed, thinking of {call}"):
+        out = assess({"role": "assistant", "content": content}, BOOK)
+        assert out.calls == (), content
