@@ -78,11 +78,12 @@ def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found
     pieces = reasoning.outside(text)
     if pieces == [(0, len(text))]:
         return find_calls(text, tool_names)
-    calls = [(f.start, f.end) for f in find_calls(text, tool_names) if f.candidates]
+    whole = find_calls(text, tool_names)
+    calls = [(f.start, f.end) for f in whole if f.candidates]
     if calls:
         pieces = reasoning.outside(text, skip=lambda at: any(start < at < end for start, end in calls))
         if pieces == [(0, len(text))]:
-            return find_calls(text, tool_names)
+            return whole
     found: list[Found] = []
     for start, end in pieces:
         found += [replace(f, start=f.start + start, end=f.end + start)
