@@ -73,19 +73,38 @@ def stream_shapes() -> tuple[re.Pattern[str], re.Pattern[str], frozenset[str]]:
 
 def find_calls(text: str, tool_names: frozenset[str]) -> list[Found]:
     """Every call in `text`, in order, without overlapping spans; at most MAX_CANDIDATES calls."""
+    return _capped(_find(text, tool_names, CODECS, settle=True))
+
+
+def _find(text: str, tool_names: frozenset[str], readers: tuple[Codec, ...], *, settle: bool) -> list[Found]:
+    """The codecs' reading. With `settle`, a claim without calls is checked against the calls the later
+    codecs read; without, only calls are read (no claim is blanked, none checked: one such reading per
+    claiming codec, whatever the text holds)."""
     accepted: list[Found] = []
-    for codec in CODECS:
+    for i, codec in enumerate(readers):
         if not any(s in text for s in codec.starts) and not (codec.opens and codec.opens(text)):
             continue
         new: list[Found] = []
         for found in codec.find(text, tool_names):  # a codec's own finds may overlap too (a Seed-OSS think
             if not _overlaps(found, accepted + new):  # block opened inside an unclosed call)
                 new.append(found)
+        if not settle:
+            new = [f for f in new if f.candidates]
+        elif any(not f.candidates for f in new):
+            new = _calls_win(new, _find(text, tool_names, readers[i + 1 :], settle=False))
         if new:
             accepted.extend(new)
             text = blank(text, new)
     accepted.sort(key=lambda f: f.start)
-    return _capped(accepted)
+    return accepted
+
+
+def _calls_win(claims: list[Found], later: list[Found]) -> list[Found]:
+    """A claim without calls (a reasoning block, a channel header) that opens inside a call a later codec
+    reads, is that call's text ('{"q": "<seed:think>"}'), not a claim: it is left out. A call written inside
+    reasoning is the other way round: the claim opens first and stands."""
+    calls = [f for f in later if f.candidates]
+    return [f for f in claims if f.candidates or not any(c.start < f.start < c.end for c in calls)]
 
 
 def _overlaps(found: Found, accepted: list[Found]) -> bool:

@@ -239,10 +239,17 @@ def test_huge_and_deep_inputs_are_bounded() -> None:
     assess(content('<tool_call>{"name": "get_time"}</tool_call>' * 2000), BOOK)
 
 
-@pytest.mark.parametrize("value", ["<think>", "[THINK]", "a <think> b </think> c", "</think> then <think>"])
+# Codec-claimed reasoning markers (Command-R's, Seed-OSS's, harmony's) as well as the generic ones.
+CODEC_MARKERS = ["<|START_THINKING|>", "<seed:think>", "<|channel|>analysis<|message|>", "<|start|>assistant",
+                 "<|START_THINKING|> a <|END_THINKING|>", "<seed:think> a </seed:think>"]
+
+
+@pytest.mark.parametrize("value", ["<think>", "[THINK]", "a <think> b </think> c", "</think> then <think>",
+                                   *CODEC_MARKERS])
 def test_reasoning_markup_inside_a_calls_arguments_is_the_calls_text(value: str) -> None:
     """Found by the property test: `<think>` written inside an argument cut the call at the marker (read as
-    unclosed reasoning). A marker inside a call read from the whole text is part of that call."""
+    unclosed reasoning). A marker inside a call read from the whole text is part of that call (the generic
+    ones: calls_outside_reasoning; the codecs' own: codecs/registry lets the call win)."""
     args = {"city": value}
     call = f'<tool_call>{{"name": "get_weather", "arguments": {json.dumps(args)}}}</tool_call>'
     for content in (call, f"Let me check.\n{call}"):
@@ -256,5 +263,14 @@ def test_a_call_written_inside_reasoning_is_still_no_call() -> None:
     for content in (f"<think>I could write {call}</think>It is sunny.",
                     f"<think>{call} with <think> inside</think>Done.",
                     f"<think>unclosed, thinking of {call}"):
+        out = assess({"role": "assistant", "content": content}, BOOK)
+        assert out.calls == (), content
+
+
+@pytest.mark.parametrize(("opener", "closer"), [("<|START_THINKING|>", "<|END_THINKING|>"),
+                                                ("<seed:think>", "</seed:think>")])
+def test_a_call_written_inside_a_codecs_reasoning_block_is_still_no_call(opener: str, closer: str) -> None:
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>'
+    for content in (f"{opener}I could write {call}{closer}It is sunny.", f"{opener}unclosed, thinking of {call}"):
         out = assess({"role": "assistant", "content": content}, BOOK)
         assert out.calls == (), content

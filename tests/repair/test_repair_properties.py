@@ -116,8 +116,14 @@ def test_valid_native_answer_comes_back_byte_identical(args: dict[str, Any], ind
     assert [(c.id, c.name, c.arguments) for c in out.calls] == [("call_1", "search", text)]
 
 
+# Reasoning markers of every format (a string st.text rarely draws): inside a call they are its text.
+MARKERS = ("<think>", "</think>", "[THINK]", "<|START_THINKING|>", "<|END_THINKING|>", "<seed:think>",
+           "</seed:think>", "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant")
+
+
 @FAST
-@given(valid_args)
+@given(st.one_of(valid_args, st.fixed_dictionaries({"q": st.lists(
+    st.one_of(st.sampled_from(MARKERS), st.text(max_size=5)), max_size=4).map("".join)})))
 def test_rendered_hermes_call_is_read_back(args: dict[str, Any]) -> None:
     out = assess({"content": hermes.render_call("search", args)}, BOOK)
     assert [json.loads(c.arguments) for c in out.calls] == [args]
