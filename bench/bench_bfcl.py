@@ -133,7 +133,7 @@ def run(args: argparse.Namespace,
         columns: dict[str, dict[str, Any] | None]) -> tuple[dict[str, Tally], float]:
     from sanctum_proxy.upstreams.embedded import LlamaServer
 
-    per_category = [bfcl_ast.load(args.data, c, args.limit) for c in args.categories]
+    per_category = [bfcl_ast.load(args.data, c, args.skip + args.limit)[args.skip:] for c in args.categories]
     # Round-robin over categories, so that a time budget cut leaves every category about equally covered.
     entries = [e for row in itertools.zip_longest(*per_category) for e in row if e is not None]
     if args.resume and args.raw and args.raw.is_file():
@@ -198,7 +198,8 @@ def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, not
         "# BFCL tool-calling quality: llama-server direct vs through sanctum-proxy",
         "",
         f"`python bench/bench_bfcl.py{' --quick' if args.quick else ''}"
-        f"{' --constrain-modes' if args.constrain_modes else ''} --limit {args.limit} --categories "
+        f"{' --constrain-modes' if args.constrain_modes else ''} --limit {args.limit}"
+        f"{f' --skip {args.skip}' if args.skip else ''} --categories "
         f"{','.join(cats)}{' --model ' + str(args.model) if args.model else ''}` — {model_label(args)} on "
         f"llama-server (--jinja, {args.threads} threads; chat template: {args.template}), "
         f"temperature 0, "
@@ -288,6 +289,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="BFCL quality, llama-server direct vs through sanctum-proxy")
     p.add_argument("--quick", action="store_true", help="1 entry per category (CI); results not written")
     p.add_argument("--limit", type=int, help="entries per category (default 10; quick 1)")
+    p.add_argument("--skip", type=int, default=0,
+                   help="leave out each category's first N entries (a held-out set for a rule tuned on them)")
     p.add_argument("--categories", type=lambda s: s.split(","), default=list(CATEGORIES),
                    help=f"comma-separated, from {','.join(bfcl_ast.FILES)} (default {','.join(CATEGORIES)})")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA,

@@ -124,6 +124,10 @@ def new_call_id() -> str:
 
 
 _PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}
+_STRING_PLACEHOLDER = "..."
+# The placeholders that are no plausible value of their own: a call holding one the conversation does not hold
+# copied the prompt's example (repair/grounding). The others (1, true, [], {}) are common real values.
+COPIED_EXAMPLES: tuple[Any, ...] = (_PLACEHOLDERS["number"], _STRING_PLACEHOLDER)
 
 
 def example_arguments(parameters: Any) -> dict[str, Any]:
@@ -139,4 +143,4 @@ def _placeholder(spec: Any) -> Any:
     if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
         return spec["enum"][0]
     kind = spec.get("type") if isinstance(spec, dict) else None
-    return _PLACEHOLDERS.get(str(kind), "...")
+    return _PLACEHOLDERS.get(str(kind), _STRING_PLACEHOLDER)

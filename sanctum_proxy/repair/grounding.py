@@ -12,9 +12,12 @@ says so for one call when not one of its values can be traced to the conversatio
   them); a call whose only values are those, or that takes no arguments, is never flagged;
 - empty values ("", [], {}) of required arguments count as made up.
 
-It is a judgement, kept narrow on purpose: one traced value clears the call. Measured on BFCL's reference
-answers (simple, multiple, parallel: 1,140 calls), 7 (0.6%) have no traceable value at all: answers that
-need world knowledge ("a deck of cards" -> 52, "British Pounds" -> "GBP"). Pure: no I/O.
+It is a judgement, kept narrow on purpose: one traced value clears the call, unless another value is an
+example placeholder of the prompts that the conversation does not hold (`COPIED_EXAMPLES`: the number 1.5
+and the string "..."; not the integer 1, which real answers often hold unsaid: "1 room", "compounded once a
+year"). Measured on BFCL's reference answers (simple, multiple, parallel: 1,140 calls): 7 (0.6%) have no
+traceable value at all, answers that need world knowledge ("a deck of cards" -> 52, "British Pounds" ->
+"GBP"); none holds a copied placeholder. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
-from sanctum_proxy.core.calls import content_text
+from sanctum_proxy.core.calls import COPIED_EXAMPLES, content_text
 
 MAX_TEXT_CHARS = 200_000
 MAX_VALUES = 256
@@ -67,25 +71,40 @@ class Evidence:
 
 
 def ungrounded(arguments: Any, parameters: Mapping[str, Any], evidence: Evidence) -> list[str]:
-    """The made-up values of a call ("weight=1.5"), when none of its values is traced; else []."""
+    """The made-up values of a call ("weight=1.5") when none of its values is traced, or when one of them is a
+    prompt's example placeholder the conversation does not hold (copied); else []."""
     if not isinstance(arguments, dict):
         return []
     made_up: list[str] = []
+    traced = copied = False
     required = parameters.get("required") if isinstance(parameters, Mapping) else None
     properties = parameters.get("properties") if isinstance(parameters, Mapping) else None
-    for key, value in list(arguments.items())[:MAX_VALUES]:
+    for key, leaf in islice(_values(arguments, properties), MAX_VALUES):
+        if leaf is _EMPTY:
+            if isinstance(required, list) and key in required:
+                made_up.append(f"{key}={_show(arguments[key])}")
+        elif evidence.holds(leaf):
+            traced = True
+        else:
+            made_up.append(f"{key}={_show(leaf)}")
+            copied = copied or leaf in COPIED_EXAMPLES
+    return made_up if copied or not traced else []
+
+
+_EMPTY = object()
+
+
+def _values(arguments: dict[str, Any], properties: Any) -> Iterator[tuple[str, Any]]:
+    """(argument, leaf value) for every value the schema did not give; an empty value as `_EMPTY`."""
+    for key, value in arguments.items():
         schema = properties.get(key) if isinstance(properties, Mapping) else None
         if isinstance(schema, Mapping) and _given_by_schema(value, schema):
             continue
         if value in ("", [], {}):
-            if isinstance(required, list) and key in required:
-                made_up.append(f"{key}={_show(value)}")
+            yield key, _EMPTY
             continue
         for leaf in _leaves(value):
-            if evidence.holds(leaf):
-                return []
-            made_up.append(f"{key}={_show(leaf)}")
-    return made_up
+            yield key, leaf
 
 
 def _given_by_schema(value: Any, schema: Mapping[str, Any]) -> bool:

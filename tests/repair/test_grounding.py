@@ -49,8 +49,24 @@ def test_a_string_is_grounded_by_itself_or_any_longer_word_of_it_ignoring_case()
 
 
 def test_one_grounded_value_clears_the_call():
-    assert ungrounded({"radius": 1.5, "label": "Paris"}, AREA, said("Paris")) == []
-    assert ungrounded({"radius": 1.5, "label": "Rome"}, AREA, said("Paris")) == ["radius=1.5", 'label="Rome"']
+    assert ungrounded({"radius": 2.5, "label": "Paris"}, AREA, said("Paris")) == []
+    assert ungrounded({"radius": 2.5, "label": "Rome"}, AREA, said("Paris")) == ["radius=2.5", 'label="Rome"']
+
+
+@pytest.mark.parametrize("copied", [1.5, "..."])
+def test_a_copied_example_placeholder_is_made_up_even_beside_a_grounded_value(copied):
+    # The prompts show 1.5 for a number and "..." for a string (core/calls.example_arguments): a small model
+    # held to the answer schema copies them into a call nobody asked for (BFCL irrelevance_0: "the area of a
+    # triangle, base 10, height 5" -> determine_body_mass_index(weight=1.5, height=5)).
+    call = {"radius": 5, "label": copied}
+    assert ungrounded(call, AREA, said("a circle of radius 5")) == [f"label={copied!r}".replace("'", '"')]
+    assert ungrounded(call, AREA, said(f"a circle of radius 5, label {copied}")) == []
+
+
+def test_the_integer_placeholder_is_not_a_copied_example():
+    # Real answers hold 1 unsaid: BFCL simple_python_385 books a hotel room with no_of_rooms=1.
+    rooms = {"type": "object", "properties": {"hotel": {"type": "string"}, "no_of_rooms": {"type": "integer"}}}
+    assert ungrounded({"hotel": "Hilton", "no_of_rooms": 1}, rooms, said("book a room at the Hilton")) == []
 
 
 def test_schema_given_values_booleans_and_no_arguments_are_never_flagged():
