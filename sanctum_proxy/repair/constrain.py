@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import orjson
 
+from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.calls import Problem, example_arguments, new_call_id
 from sanctum_proxy.repair.toolbox import Toolbox
 
@@ -118,14 +119,7 @@ def decode(message: dict[str, Any], new_id: Callable[[], str] | None = None) -> 
     return {
         **message,
         "content": None,
-        "tool_calls": [
-            {
-                "id": make_id(),
-                "type": "function",
-                "function": {"name": c["name"], "arguments": orjson.dumps(c["arguments"]).decode()},
-            }
-            for c in calls
-        ],
+        "tool_calls": [oc.tool_call(make_id(), c["name"], orjson.dumps(c["arguments"]).decode()) for c in calls],
     }
 
 
