@@ -161,7 +161,7 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
                 max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls)
 
 
-async def pick_format(request: Request, settings: Settings, model: str, mode: str, book: Any) -> str:
+async def pick_format(request: Request, settings: Settings, model: str, mode: str, book: Toolbox | None) -> str:
     """The configured call format, or for "auto" the family the model's chat template shows (asked of the
     upstream once per model, before a prompted round needs it), else Hermes."""
     fmt = settings.prompt_format_for(model)
