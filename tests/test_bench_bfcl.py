@@ -141,3 +141,20 @@ def test_an_int_for_a_float_passes_alone_but_not_as_an_array_item() -> None:
     e = Entry("e4", "simple", [], [doc], [{"area": {"interval": [[1.0, 3.0]], "step": [1.0, ""]}}])
     assert check(e, [{"area": {"interval": [1.0, 3.0], "step": 1}}]) == (True, "")
     assert check(e, [{"area": {"interval": [1, 3]}}]) == (False, "interval: an item is not float")
+
+
+def test_grounding_replay_answers_a_copied_example_in_text_and_keeps_a_right_call() -> None:
+    from bench.bfcl_grounding_replay import flagged
+
+    bmi = {"name": "determine_body_mass_index", "description": "BMI", "parameters": {
+        "type": "dict", "required": ["weight", "height"],
+        "properties": {"weight": {"type": "float"}, "height": {"type": "float"}}}}
+    question = [{"role": "user", "content": "Calculate the area of a triangle, base 10 meters and height 5 meters."}]
+    irrelevance_0 = Entry("irrelevance_0", "irrelevance", question, [bmi], None)
+
+    def made(**arguments: Any) -> list[dict[str, Any]]:
+        return [{"function": {"name": "determine_body_mass_index", "arguments": json.dumps(arguments)}}]
+
+    assert flagged(irrelevance_0, made(weight=1.5, height=5))  # the prompt's example number, copied
+    assert not flagged(irrelevance_0, made(weight=10, height=5))  # every value from the question
+    assert not flagged(irrelevance_0, [])
