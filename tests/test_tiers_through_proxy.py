@@ -183,3 +183,33 @@ def test_prompted_json_format_fenced_call_is_clean(make_proxy, fake):
     r = httpx.post(url + "/v1/chat/completions", json=ASK)
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert r.json()["sanctum"]["omens"] == []
+
+
+LOOP = {**ASK, "messages": [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "Paris: sunny, 21 C"}]}
+# SmolLM2-135M answering the result in a prompted history echoes the wrapper the proxy wrote it in.
+ECHO = 'It is sunny.\n<tool_response name="get_weather" id="call_1">\nParis: sunny, 21 C\n</tool_response>'
+
+
+def test_prompted_answer_loses_the_echoed_result_tags_streamed_or_not(proxy, fake):
+    prompted = {"spell_calling": "prompted", "constrain": "off"}
+    fake[0].push(Step(body=completion(ECHO)))
+    fake[0].push(Step(chunks=content_chunks(ECHO, size=4)))
+    sdk = openai.OpenAI(base_url=proxy + "/v1", api_key="x")
+    plain = sdk.chat.completions.create(model="m", messages=LOOP["messages"], tools=[WEATHER],
+                                        extra_body={"sanctum": prompted})
+    streamed = "".join(c.choices[0].delta.content or "" for c in sdk.chat.completions.create(
+        model="m", messages=LOOP["messages"], tools=[WEATHER], stream=True, extra_body={"sanctum": prompted})
+        if c.choices)
+    assert plain.choices[0].message.content == streamed == "It is sunny.\nParis: sunny, 21 C"
+    sent = fake[0].requests[-1]["messages"][-1]["content"]
+    assert sent.startswith('<tool_response name="get_weather" id="call_1">')  # the tags the model echoed
+
+
+def test_native_answer_keeps_result_tags_it_was_not_given_by_the_proxy(client, fake):
+    fake[0].push(Step(body=completion(ECHO)))
+    r = post(client, {**LOOP, "sanctum": {"spell_calling": "native"}})
+    assert r.json()["choices"][0]["message"]["content"] == ECHO

@@ -60,8 +60,14 @@ def blank(text: str, spans: list[Found]) -> str:
     return "".join(pieces)
 
 
+RESULT_OPENER = "<tool_response"
+# The tags `tool_response` writes, as a model echoes them into its answer (repair/prompted.without_result_tags).
+RESULT_TAGS = re.compile(
+    r'<tool_response(?: name="[^"<>\n]*")?(?: id="[^"<>\n]*")?>[ \t]*\n?|\n?[ \t]*</tool_response>')
+
+
 def tool_response(name: str, call_id: str, text: str) -> str:
-    header = f'<tool_response name="{name}"' + (f' id="{call_id}"' if call_id else "") + ">"
+    header = f'{RESULT_OPENER} name="{name}"' + (f' id="{call_id}"' if call_id else "") + ">"
     return f"{header}\n{text}\n</tool_response>"
 
 

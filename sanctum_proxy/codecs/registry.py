@@ -26,7 +26,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     qwen_xml,
     seed,
 )
-from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, blank, codecs, formats
+from sanctum_proxy.codecs.base import MAX_CANDIDATES, RESULT_OPENER, Codec, Format, blank, codecs, formats
 from sanctum_proxy.core.calls import Found
 
 # Codecs that claim reasoning blocks (harmony's analysis, Command-R's thinking, Seed's think) read first, so
@@ -50,10 +50,11 @@ def render_call(fmt: str, name: str, arguments: Any) -> str:
 
 
 def stream_starts() -> tuple[str, ...]:
-    """The delimiters the streaming hold-back holds at: every codec's own, less the generic ones."""
+    """The delimiters the streaming hold-back holds at: every codec's own, less the generic ones, and the
+    tool-result tag the prompts wrap results in (a model that echoes it: repair/prompted.without_result_tags)."""
     generic = {g for codec in CODECS for g in codec.generic}
-    return tuple(dict.fromkeys(
-        [s for codec in CODECS for s in codec.starts if s not in generic] + [h for c in CODECS for h in c.holds]))
+    return tuple(dict.fromkeys([s for codec in CODECS for s in codec.starts if s not in generic]
+                               + [h for c in CODECS for h in c.holds] + [RESULT_OPENER]))
 
 
 def stream_lead() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:

@@ -429,8 +429,9 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if state.kind is Kind.MORE:
         return _judge_more(plan, state, answer, number)
     if plan.book is None or state.kind is Kind.TEXT or _refusal(answer.message):
-        # no tools, the text round's answer, or a refusal: an answer, passed through as it came
-        return Accept(answer.message, answer.finish_reason or "stop", answer)
+        # no tools, the text round's answer, or a refusal: an answer, passed through as it came (less the
+        # tool-result tags of a prompted history, echoed)
+        return Accept(_unechoed(answer.message, state.mode), answer.finish_reason or "stop", answer)
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     answer_object = step.constraint is not None and step.constraint.answer_object
     asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not answer_object else None
@@ -456,8 +457,8 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if not problems:
         omens = [om.repaired(number, r) for r in assessment.repairs]
         omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
-        accept = Accept(_client_message(assessment, answer.message), _finish(assessment, answer), answer,
-                        tuple(omens))
+        accept = Accept(_unechoed(_client_message(assessment, answer.message), state.mode),
+                        _finish(assessment, answer), answer, tuple(omens))
         if _follows_up(plan, step, assessment, number):
             return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
         return accept
@@ -860,6 +861,16 @@ def _client_message(assessment: Assessment, sent: dict[str, Any]) -> dict[str, A
     if assessment.calls:
         message["tool_calls"] = [c.to_openai() for c in assessment.calls]
     return message
+
+
+def _unechoed(message: dict[str, Any], mode: Mode) -> dict[str, Any]:
+    """A prompted round's message without the tool-result tags the proxy wrote into its history and the model
+    echoed (prompted.without_result_tags); any other message as it is."""
+    content = message.get("content")
+    if mode != "prompted" or not isinstance(content, str):
+        return message
+    text = prompted.without_result_tags(content)
+    return message if text == content else {**message, "content": text}
 
 
 def _finish(assessment: Assessment, answer: Answer) -> str:

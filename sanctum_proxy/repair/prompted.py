@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.codecs import families
+from sanctum_proxy.codecs.base import RESULT_TAGS
 from sanctum_proxy.codecs.registry import format_of, render_call
 from sanctum_proxy.core.calls import content_text, example_arguments
 from sanctum_proxy.repair.toolbox import Toolbox
@@ -121,3 +122,13 @@ def _merge_adjacent_results(messages: list[tuple[dict[str, Any], bool]]) -> list
             out.append(message)
         previous = result
     return out
+
+
+def without_result_tags(text: str | None) -> str | None:
+    """An answer's text without the tags a prompted history wraps tool results in (codecs/base.tool_response),
+    which a small model echoes around the result it answers with: the tags go, the text in them stays. Text
+    without them comes back as it is."""
+    if not text or "tool_response" not in text:
+        return text
+    out, tags = RESULT_TAGS.subn("", text)
+    return (out.strip() or None) if tags else text

@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 
 from sanctum_proxy.core.calls import Tool
-from sanctum_proxy.repair.prompted import rewrite_history, system_section, to_prompted
+from sanctum_proxy.codecs import families
+from sanctum_proxy.repair.prompted import rewrite_history, system_section, to_prompted, without_result_tags
 
 
 class Book:
@@ -56,3 +57,17 @@ def test_system_section_lists_schemas_and_the_format():
 def test_tool_choice_none_offers_no_tools():
     body = to_prompted({"messages": [{"role": "user", "content": "hi"}], "tools": [{}]}, None, "hermes")
     assert body["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_echoed_result_tags_go_and_their_text_stays() -> None:
+    echoed = families.render_result("hermes", "get_weather", "call_1", "Paris: sunny, 21 C")
+    assert echoed.startswith('<tool_response name="get_weather" id="call_1">')
+    assert without_result_tags(echoed) == "Paris: sunny, 21 C"
+    assert without_result_tags(f"It says:\n{echoed}\nEnjoy.") == "It says:\nParis: sunny, 21 C\nEnjoy."
+    assert without_result_tags("<tool_response>\nParis: sunny\n</tool_response>") == "Paris: sunny"
+    assert without_result_tags('<tool_response name="get_weather">\nParis: sunny') == "Paris: sunny"  # cut
+
+
+def test_text_without_result_tags_is_untouched() -> None:
+    for text in (None, "", "  Paris: sunny.  ", " a <tool_response_x> tag ", 'I said <tool_response name="x"'):
+        assert without_result_tags(text) == text
