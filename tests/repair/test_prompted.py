@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from sanctum_proxy.core.calls import Tool
 from sanctum_proxy.codecs import families
+from sanctum_proxy.core.calls import Tool
 from sanctum_proxy.repair.prompted import rewrite_history, system_section, to_prompted, without_result_tags
 
 
