@@ -4,8 +4,9 @@ its result and ends with text, streamed and not (temperature 0 and a seed, set t
 The same frameworks against the scripted fake: tests/clients/.
 
 SmolLM2 calls the tool again after every result; the proxy bounces that repeat (repair/repeats.py) and asks
-for text, so the loop ends instead of running to the framework's turn cap. Known and left (issue 21's note): at
-temperature 0 its text often echoes the prompted history's `<tool_response ...>` wrapper around the result."""
+for text, so the loop ends instead of running to the framework's turn cap. At temperature 0 its text often
+echoes the prompted history's `<tool_response ...>` wrapper around the result: the proxy takes the tags out
+(repair/prompted.without_result_tags), streamed or not."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def proxy(constrained_proxy: str) -> str:
 def ended_with_the_result(final: Any, calls: list[str]) -> None:
     text = str(final)
     assert calls and all(c.lower() == CITY.lower() for c in calls), (calls, text)
-    assert text.strip() and "tool_call" not in text, text
+    assert text.strip() and "tool_call" not in text and "tool_response" not in text, text
     assert "21" in text, text  # the tool said "Paris: sunny, 21 C, wind 7 km/h (station report 4711)"
     print("final:", repr(text))
 
