@@ -9,6 +9,8 @@ So streamed and non-streamed answers give identical calls by construction.
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,25 @@ _OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
 # answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
 # is held until it shows which (a bare word waits for the next chunk).
 _LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
+
+
+@dataclass(frozen=True)
+class _Delimiters:
+    """A tuple of starts as the hold-back reads it on every chunk: one pattern for the first of them, every
+    prefix of each (a text that ends in one may still become it), their first characters and longest length."""
+
+    pattern: re.Pattern[str]
+    prefixes: frozenset[str]
+    firsts: frozenset[str]
+    longest: int
+
+
+@functools.lru_cache(maxsize=8)
+def _delimiters_of(starts: tuple[str, ...]) -> _Delimiters:
+    starts = tuple(s for s in starts if s)
+    return _Delimiters(re.compile("|".join(re.escape(s) for s in starts) or "(?!)"),
+                       frozenset(s[:i] for s in starts for i in range(1, len(s) + 1)),
+                       frozenset(s[0] for s in starts) | _GENERIC_FIRSTS, max(map(len, starts), default=0))
 
 
 def _joined(parts: list[str]) -> str:
@@ -64,8 +85,7 @@ class Assembler:
     usage: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # the chunks' other top-level fields
-    _firsts: frozenset[str] = frozenset()
-    _longest: int = 0
+    _delimiters: _Delimiters | None = None  # `starts` read once (_delimiters_of)
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
     _branch: constrain.TextBranch = field(default_factory=constrain.TextBranch)
     _fresh: str = ""  # content of the last chunk (the text branch reads each piece once)
@@ -206,11 +226,9 @@ class Assembler:
 
     def _call_start(self, text: str) -> int | None:
         """Where the first call delimiter (or a call-shaped generic opener) in `text` begins."""
-        cut = len(text)
-        for start in self.starts:
-            at = text.find(start)
-            if 0 <= at < cut:
-                cut = at
+        delimiters = self._delimiters or self._read_starts()
+        first = delimiters.pattern.search(text)
+        cut = first.start() if first else len(text)
         match = _OPENER.search(text)
         if match and match.start() < cut:
             cut = match.start()
@@ -233,19 +251,18 @@ class Assembler:
 
     def _partial_start(self, text: str) -> int:
         """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one)."""
-        firsts = self._firsts or self._first_chars()
-        for at in range(max(0, len(text) - self._longest), len(text)):
-            if text[at] not in firsts:
+        delimiters = self._delimiters or self._read_starts()
+        for at in range(max(0, len(text) - delimiters.longest), len(text)):
+            if text[at] not in delimiters.firsts:
                 continue
             tail = text[at:]
-            if _PARTIAL_OPENER.fullmatch(tail) or any(s.startswith(tail) for s in self.starts):
+            if tail in delimiters.prefixes or _PARTIAL_OPENER.fullmatch(tail):
                 return at
         return len(text)
 
-    def _first_chars(self) -> frozenset[str]:
-        self._longest = max(len(s) for s in self.starts)
-        self._firsts = frozenset(s[0] for s in self.starts) | _GENERIC_FIRSTS
-        return self._firsts
+    def _read_starts(self) -> _Delimiters:
+        self._delimiters = _delimiters_of(self.starts)
+        return self._delimiters
 
     def message(self) -> dict[str, Any]:
         """The whole answer, shaped like a non-streaming message."""
