@@ -58,7 +58,8 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JsonResponse:
         app.state.recorder.refused(request, exc)
-        return error_response(exc)
+        trace = getattr(request.state, "trace", None)
+        return error_response(exc, trace_id=trace.id if trace is not None else None)
 
     app.include_router(chat.router)  # first: routes are matched in order, and this is the hot one
     app.include_router(translated.router)  # /v1/responses, /v1/messages: before the passthrough

@@ -125,3 +125,21 @@ def test_a_choice_that_surrenders_fails_the_request(client, fake, stream):
         return
     error = [line for line in got.text.split("\n\n") if line.startswith("data: {\"error\"")]
     assert len(error) == 1 and "spell_call_parse_error" in error[0] and not got.text.endswith("[DONE]\n\n")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_trace_of_a_surrender_keeps_every_choices_omens_and_rounds(client, fake, stream):
+    """They came only with the Finals, which a surrender never reaches: the trace had no omen and only
+    choice 0's rounds."""
+    fake[0].push(Step(body=several({"content": "Fine."}, {"content": UNKNOWN})) if not stream else
+                 Step(chunks=several_chunks("Fine.", UNKNOWN)))
+    fake[0].push(Step(body=completion(UNKNOWN)) if not stream else Step(chunks=content_chunks(UNKNOWN)))
+    body = {**ASK, "n": 2, "stream": stream, "sanctum": {"max_repair_rounds": 1}}
+    got = client.post("/v1/chat/completions", json=body)
+    assert (got.status_code == 422) != stream and "spell_call_parse_error" in got.text
+    trace = client.get(f"/sanctum/traces/{got.headers['x-sanctum-trace-id']}").json()
+    assert trace["outcome"] == "surrendered"
+    assert [(o["type"], o.get("choice")) for o in trace["omens"]] == [("SpellCallRejected", 1)]
+    # every choice's rounds, as on success: the first round as each choice judged it, choice 1's correction
+    assert [(r["number"], r["outcome"]) for r in trace["rounds"]] == [(1, "accepted"), (1, "rejected"),
+                                                                     (2, "rejected")]

@@ -138,6 +138,8 @@ def test_surrender_is_an_anthropic_error_with_every_rejected_answer(make_proxy, 
     body = r.json()
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert body["error"]["code"] == "spell_call_parse_error" and len(body["error"]["rejected"]) == 3
+    trace = httpx.get(f"{proxy}/sanctum/traces/{r.headers['x-sanctum-trace-id']}").json()  # the failed one's
+    assert trace["outcome"] == "surrendered" and len(trace["rounds"]) == 3
 
 
 def test_surrender_in_a_stream_is_an_error_event_the_sdk_raises(make_proxy, fake):

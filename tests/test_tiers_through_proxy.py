@@ -75,6 +75,8 @@ def test_surrender_after_max_rounds_is_422_with_every_rejected_answer(client, fa
     err = r.json()["error"]
     assert err["type"] == "spell_call_parse_error" and err["rounds"] == 3 and len(err["rejected"]) == 3
     assert len(fake[0].requests) == 3
+    trace = client.get(f"/sanctum/traces/{r.headers['x-sanctum-trace-id']}").json()  # a failed request's too
+    assert trace["outcome"] == "surrendered" and trace["status"] == 422 and len(trace["rounds"]) == 3
     # What the model sent (issue 20): the native call's JSON as it came, never re-rendered as <tool_call> text.
     assert [orjson.loads(r)["function"] for r in err["rejected"]] == [
         {"name": "nope", "arguments": f'{{"city":"{city}"}}'} for city in "ABC"]

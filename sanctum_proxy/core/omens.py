@@ -59,6 +59,12 @@ class Omen:
         return {"type": str(self.type), "round": self.round, **self.fields}
 
 
+def of_choice(omen: Omen, index: int) -> Omen:
+    """An omen of choice `index` of n > 1 as the client and the trace see it: choice 0's as it is, another's
+    with its `choice`."""
+    return omen if index == 0 else Omen(omen.type, omen.round, {**omen.fields, "choice": index})
+
+
 def repaired(round_no: int, repair: Repair) -> Omen:
     return Omen(OmenType.REPAIRED, round_no, {
         "spell": repair.tool, "call_id": repair.call_id, "repairs": list(repair.repairs), "raw": repair.raw})

@@ -103,10 +103,14 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     return final
 
 
-async def finals_only(events: AsyncIterator[tuple[int, Shown] | choices.Finals]) -> AsyncIterator[Final]:
+async def finals_only(events: AsyncIterator[tuple[int, Shown] | choices.Finals]) -> AsyncIterator[Final | om.Omen]:
+    """The Finals of n > 1 choices, after every choice's omens as they happen (for the trace: a surrender
+    raises before any Finals)."""
     async for event in events:
         if isinstance(event, choices.Finals):
             yield event
+        elif isinstance(event[1], om.Omen):
+            yield om.of_choice(event[1], event[0])
 
 
 def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Sender:

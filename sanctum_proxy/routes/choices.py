@@ -61,14 +61,12 @@ class Finals(Final):
             if isinstance(final.usage, dict):
                 usage = summed_usage(usage, final.usage) if usage is not None else copy.deepcopy(final.usage)
         rounds = sum(f.rounds for f in finals) - (len(finals) - 1)  # the first round was one request
-        omens = [o if i == 0 else tagged(o, i) for i, f in enumerate(finals) for o in f.omens]
+        omens = [om.of_choice(o, i) for i, f in enumerate(finals) for o in f.omens]
         outcome = next((f.outcome for f in finals if f.outcome != "clean"), head.outcome)
         return cls(head.message, head.finish_reason, usage, head.mode, rounds, omens, head.meta, outcome,
                    head.extra, head.choice_extra, each=finals)
 
 
-def tagged(omen: om.Omen, index: int) -> om.Omen:
-    return om.Omen(omen.type, omen.round, {**omen.fields, "choice": index})
 
 
 def split_chunk(piece: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -173,9 +171,9 @@ class Choices:
             for task in self._tasks.values():
                 task.cancel()
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        for index, plan in self.plans.items():  # the trace shows every choice's rounds
-            if index:
-                self.plan.records.extend(plan.records)
+            for index, plan in self.plans.items():  # the trace shows every choice's rounds, failed or not
+                if index:
+                    self.plan.records.extend(plan.records)
         yield Finals.of([finals[i] for i in sorted(finals)])
 
 

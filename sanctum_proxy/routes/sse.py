@@ -44,7 +44,6 @@ from sanctum_proxy.repair import constrain
 from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender
 from sanctum_proxy.repair.streaming import PASSED, Assembler
 from sanctum_proxy.routes import choices
-from sanctum_proxy.routes.choices import tagged
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
 from sanctum_proxy.upstreams.client import Upstream
@@ -145,7 +144,7 @@ async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIte
         return gone_response()
     if isinstance(first, ProxyError):
         task.cancel()
-        return refuse(first) if refuse else error_response(first)
+        return refuse(first) if refuse else error_response(first, trace_id=trace_id)
     writer = writer_of()
     for omen in early:
         writer.render(omen)
@@ -336,7 +335,7 @@ class SseWriter(StreamWriter):
                  include_usage: bool = False, legacy: bool = False, index: int = 0,
                  split_reasoning: bool = False) -> None:
         omen = om.sse_event if omen_style == "events" else om.sse_comment
-        super().__init__(omen if not index else lambda o: omen(tagged(o, index)))
+        super().__init__(omen if not index else lambda o: omen(om.of_choice(o, index)))
         self.meta, self.trace_id = meta, trace_id
         # reasoning_format = "split": reasoning markup in content goes out as reasoning_content deltas
         self.splitter = reasoning.Splitter() if split_reasoning else None

@@ -69,13 +69,15 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         rounds = await start_rounds(request, chat, settings)
         if chat.stream:
             return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
-                                       writer=dialect.writer(body, rounds), refuse=lambda e: refusal(dialect, e))
+                                       writer=dialect.writer(body, rounds),
+                                       refuse=lambda e: refusal(dialect, e, rounds.trace_id))
         final = await final_answer(request, rounds)
     except ClientGone:
         return gone_response()
     except ProxyError as exc:
         request.app.state.recorder.refused(request, exc)
-        return refusal(dialect, exc)
+        trace = getattr(request.state, "trace", None)
+        return refusal(dialect, exc, trace.id if trace is not None else None)
     answer = dialect.answer(body, rounds, final, reply_of(rounds, final))
     answer["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, rounds.trace_id)
     return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))
@@ -83,8 +85,8 @@ async def serve(request: Request, dialect: Dialect) -> Response:
 
 
 
-def refusal(dialect: Dialect, error: ProxyError) -> Response:
-    return error_response(error, dialect.error_body(error))
+def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) -> Response:
+    return error_response(error, dialect.error_body(error), trace_id)
 
 
 def reply_of(rounds: Rounds, final: Final) -> Reply:

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from fastapi import Request
 
-from sanctum_proxy.core.omens import Omen
+from sanctum_proxy.core.omens import Omen, of_choice
 from sanctum_proxy.errors import ProxyError, internal
 from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair.loop import Final, Plan
@@ -111,9 +111,10 @@ class Recorder:
             async for event in events:
                 if isinstance(event, Final) and trace is not None:
                     trace.final = event
-                if isinstance(event, Omen):  # kept for the trace (a surrender raises without a Final)
+                omen = _omen_of(event)
+                if omen is not None:  # kept for the trace (a surrender raises without a Final)
                     if trace is not None:
-                        trace.omens.append(event)
+                        trace.omens.append(omen)
                     yield event
                     continue
                 yield event
@@ -227,3 +228,12 @@ class Recorder:
 def _request_id(request: Request) -> str | None:
     value = request.headers.get("x-request-id")
     return value[:200] if value else None
+
+
+def _omen_of(event: object) -> Omen | None:
+    """The omen an event is: the loop's own, or one of choice `index` of n > 1 as `(index, omen)`."""
+    if isinstance(event, Omen):
+        return event
+    if isinstance(event, tuple) and len(event) == 2 and isinstance(event[1], Omen) and isinstance(event[0], int):
+        return of_choice(event[1], event[0])
+    return None

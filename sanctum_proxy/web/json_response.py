@@ -19,7 +19,12 @@ class JsonResponse(Response):
         return orjson.dumps(content)
 
 
-def error_response(error: ProxyError, body: Mapping[str, Any] | None = None) -> JsonResponse:
-    """The error's response; `body` when a dialect shapes its own (Anthropic Messages), else OpenAI's."""
-    return JsonResponse(error.body() if body is None else body, status_code=error.status,
-                        headers=retry_headers(error) or None)
+def error_response(error: ProxyError, body: Mapping[str, Any] | None = None, trace_id: str | None = None
+                   ) -> JsonResponse:
+    """The error's response; `body` when a dialect shapes its own (Anthropic Messages), else OpenAI's. A
+    request that began a trace says which (`x-sanctum-trace-id`), failed or not: a surrender's trace holds
+    every rejected round."""
+    headers = retry_headers(error)
+    if trace_id:
+        headers = {**headers, "x-sanctum-trace-id": trace_id}
+    return JsonResponse(error.body() if body is None else body, status_code=error.status, headers=headers or None)
