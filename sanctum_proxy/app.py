@@ -12,7 +12,7 @@ from starlette.middleware.cors import CORSMiddleware
 from sanctum_proxy.config import Settings
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.routes import chat, health, metrics, passthrough, sanctum, translated
-from sanctum_proxy.state.recorder import Recorder, Retention
+from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state.replicated import SharedState
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import CapabilityBook
@@ -58,8 +58,7 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JsonResponse:
         app.state.recorder.refused(request, exc)
-        trace = getattr(request.state, "trace", None)
-        return error_response(exc, trace_id=trace.id if trace is not None else None)
+        return error_response(exc, trace_id=trace_id(request))
 
     app.include_router(chat.router)  # first: routes are matched in order, and this is the hot one
     app.include_router(translated.router)  # /v1/responses, /v1/messages: before the passthrough

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -30,6 +30,7 @@ from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.json_response import JsonResponse
 
 router = APIRouter()
+E = TypeVar("E")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -91,26 +92,16 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     """The round loop's Final, non-streaming; ClientGone if the client leaves first. For n > 1 choices a
     Finals (routes/choices.py)."""
     later = plain_sender(request, rounds.auth)
-    events: AsyncIterator[Shown]
-    if choices.count(rounds.chat.body) > 1:
+    events: AsyncIterator[Shown | tuple[int, Shown]]
+    if choices.count(rounds.chat.body) > 1:  # every choice's events (the recorder keeps their omens), Finals last
         many = choices.Choices(rounds.plan, later, kept_run(request))
-        events = request.app.state.recorder.watch(request, finals_only(
-            many.events(many.lead_sender(first_of_several(request, rounds.auth, many)))))
+        events = request.app.state.recorder.watch(
+            request, many.events(many.lead_sender(first_of_several(request, rounds.auth, many))))
     else:
         events = run_traced(request, rounds.plan, later)
     final = await unless_disconnected(request, last_event(events))
     assert isinstance(final, Final)
     return final
-
-
-async def finals_only(events: AsyncIterator[tuple[int, Shown] | choices.Finals]) -> AsyncIterator[Final | om.Omen]:
-    """The Finals of n > 1 choices, after every choice's omens as they happen (for the trace: a surrender
-    raises before any Finals)."""
-    async for event in events:
-        if isinstance(event, choices.Finals):
-            yield event
-        elif isinstance(event[1], om.Omen):
-            yield om.of_choice(event[1], event[0])
 
 
 def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Sender:
@@ -128,7 +119,7 @@ def first_of_several(request: Request, auth: str | None, many: choices.Choices) 
     return first
 
 
-async def last_event(events: AsyncIterator[Shown]) -> Shown | None:
+async def last_event(events: AsyncIterator[E]) -> E | None:
     final = None
     async for event in events:
         final = event

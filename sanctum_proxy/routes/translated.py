@@ -30,6 +30,7 @@ from sanctum_proxy.routes.chat import Rounds, answer_headers, final_answer, read
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response
 from sanctum_proxy.routes.passthrough import passthrough
 from sanctum_proxy.routes.sse import stream_answer
+from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.web.auth import check_client_key
 from sanctum_proxy.web.json_response import JsonResponse, error_response
 
@@ -76,8 +77,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         return gone_response()
     except ProxyError as exc:
         request.app.state.recorder.refused(request, exc)
-        trace = getattr(request.state, "trace", None)
-        return refusal(dialect, exc, trace.id if trace is not None else None)
+        return refusal(dialect, exc, trace_id(request))
     answer = dialect.answer(body, rounds, final, reply_of(rounds, final))
     answer["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, rounds.trace_id)
     return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))

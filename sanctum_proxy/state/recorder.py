@@ -148,7 +148,7 @@ class Recorder:
 
     def refused(self, request: Request, error: ProxyError) -> None:
         """A chat request turned away before it had a trace (bad body, key, size): counted and logged only."""
-        if request.url.path not in ROUND_LOOP_PATHS or getattr(request.state, "trace", None) is not None:
+        if request.url.path not in ROUND_LOOP_PATHS or trace_id(request) is not None:
             return
         self.metrics.requests.labels("none", "error").inc()
         access_log.LOGGER.info(access_log.line({
@@ -223,6 +223,12 @@ class Recorder:
             self.store.prune(self.retention.max_count, oldest, self.retention.max_bytes)
         except Exception:
             log.exception("pruning traces in %s failed", self.path)
+
+
+def trace_id(request: Request) -> str | None:
+    """The id of the trace this request began (`begin`), if it began one."""
+    trace: Trace | None = getattr(request.state, "trace", None)
+    return trace.id if trace is not None else None
 
 
 def _request_id(request: Request) -> str | None:
