@@ -11,8 +11,11 @@ name, so the caller can report it (and refuse "unclosed_braces" when the answer 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +24,11 @@ import json_repair
 MAX_DEPTH = 200
 # json_repair is pure Python, about 5 µs a character: past this only the cheap rules run (~50 ms at most).
 MAX_FALLBACK_CHARS = 16_000
+# ... and one answer's calls (up to 128) share this many characters of it (`fallback_budget`, docs/contract.md,
+# Budgets): three calls of 16k characters of `[{` were 1.2 s each. Deeper nesting than MAX_DEPTH never reaches it.
+MAX_FALLBACK_PER_ANSWER = 48_000
+_FALLBACK_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("sanctum_json_repair_left",
+                                                                                  default=None)
 # Past this nothing is mended, only strict JSON is read (the rules cost about 3 µs and 100 bytes of memory
 # a character: a 10 MB argument was 7 s and 1.7 GB). The setting max_repair_bytes passes its own.
 MAX_REPAIR_CHARS = 64 * 1024
@@ -98,7 +106,9 @@ def _mend(text: str) -> Decoded | Undecodable:
         return _by_json_repair(s, repairs)
 
 
-_QUICK = re.compile(r"""("(?:[^"\\]|\\.)*")|('(?:[^'\\]|\\.)*')|,(\s*[}\]])|\b(True|False|None)\b""", re.S)
+# A string's closing quote is optional: an unclosed one matches to the end once (required, the regex retried it
+# from every later quote: 16k characters of `['\'\'...` were 4.7 s), and is left as it is for strict parsing.
+_QUICK = re.compile(r"""("(?:[^"\\]|\\.)*"?)|('(?:[^'\\]|\\.)*)('?)|,(\s*[}\]])|\b(True|False|None)\b""", re.S)
 
 
 def _quick(s: str, repairs: dict[str, None]) -> Decoded | None:
@@ -110,13 +120,15 @@ def _quick(s: str, repairs: dict[str, None]) -> Decoded | None:
         if m.group(1):
             return m.group(1)
         if m.group(2):
+            if not m.group(3):
+                return m.group()  # never closed: strict parsing fails on it
             found["single_quotes"] = None
-            return '"' + m.group(2)[1:-1].replace("\\'", "'").replace('"', '\\"') + '"'
-        if m.group(3) is not None:
+            return '"' + m.group(2)[1:].replace("\\'", "'").replace('"', '\\"') + '"'
+        if m.group(4) is not None:
             found["trailing_comma"] = None
-            return m.group(3)
+            return m.group(4)
         found["python_literals"] = None
-        return _PY_LITERALS[m.group(4)]
+        return _PY_LITERALS[m.group(5)]
 
     try:
         value = strict(_QUICK.sub(fix, s))
@@ -286,9 +298,43 @@ def _word(tok: str, s: str, end: int, repairs: dict[str, None]) -> str:
     raise _NeedsFallback
 
 
+@contextlib.contextmanager
+def fallback_budget(chars: int = MAX_FALLBACK_PER_ANSWER) -> Iterator[None]:
+    """Every `decode` inside shares `chars` characters of json_repair (one answer's calls, say)."""
+    token = _FALLBACK_LEFT.set([chars])
+    try:
+        yield
+    finally:
+        _FALLBACK_LEFT.reset(token)
+
+
+_BRACKETS = re.compile(r"""\"(?:[^"\\]|\\.)*\"?|'(?:[^'\\]|\\.)*'?|[{}\[\]]""", re.S)  # linear: see _QUICK
+
+
+def _nesting(s: str) -> int:
+    """How deep the brackets outside strings go (linear; a bracket that never closes counts)."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(s):
+        tok = m.group()
+        if tok in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif tok in "}]":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def _by_json_repair(s: str, repairs: dict[str, None]) -> Decoded | Undecodable:
     if len(s) > MAX_FALLBACK_CHARS:
         return Undecodable("the JSON is broken beyond the local rules")
+    if _nesting(s) > MAX_DEPTH:  # json_repair recurses per level: 8,000 levels of `[{` were 1.2 s
+        return Undecodable("the JSON is nested too deeply")
+    left = _FALLBACK_LEFT.get()
+    if left is not None:
+        if len(s) > left[0]:
+            return Undecodable(f"the answer's broken JSON is over the {MAX_FALLBACK_PER_ANSWER} characters the "
+                               "proxy repairs per answer with json_repair")
+        left[0] -= len(s)
     try:
         value, log = json_repair.repair_json(s, return_objects=True, logging=True)
     except (ValueError, RecursionError, IndexError, TypeError):

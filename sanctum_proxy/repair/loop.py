@@ -186,6 +186,7 @@ class Plan:
     grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
     native_calls: bool = False  # the model's template takes tools (probed): tool_choice "required" holds a call
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
+    max_grammar_bytes: int = 1024 * 1024  # a larger grammar is not sent: the correction round goes unconstrained
     follow_up_calls: bool = False  # constrain "always": after one call, MORE rounds, one call each (_judge_more)
 
     @property
@@ -218,7 +219,10 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         omens.append(omen)
         yield omen
     while True:
-        step, state = next_round(plan, state, len(plan.records))
+        if plan.book is not None and plan.book.schema_bytes > INLINE_SCHEMA_BYTES:  # a grammar, a prompt from them
+            step, state = await offloaded(next_round, plan, state, len(plan.records))
+        else:
+            step, state = next_round(plan, state, len(plan.records))
         record = RoundRecord(len(plan.records) + 1, state.mode, step.body, 0.0,
                              constrained=step.constraint is not None, free_choice=step.free_choice)
         plan.records.append(record)
@@ -410,6 +414,7 @@ Verdict = Accept | Correct | AskForText | AskForMore | FallBack | Unconstrain | 
 
 
 INLINE_ANSWER_CHARS = 4096  # a longer answer is judged off the event loop (core/offload.py)
+INLINE_SCHEMA_BYTES = 64 * 1024  # rounds for tools with longer schemas are built there too
 
 
 def _judged(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> tuple[Answer, Verdict]:
@@ -794,6 +799,8 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     if state.mode == "native":
         return Constraint(plan.book or book, text=False, parallel=plan.parallel, how="tool_choice", json_prompt=False)
     grammar = gbnf(book, plan.prompt_format, text=free, parallel=parallel) if plan.grammar else None
+    if grammar is not None and len(grammar) > plan.max_grammar_bytes:
+        return None  # over budget: the round goes unconstrained (its record says so), not a huge upstream request
     if grammar is not None:
         return Constraint(book, text=free, parallel=parallel, how="grammar", json_prompt=False, grammar=grammar)
     return Constraint(book, text=free, parallel=parallel, json_prompt=False)

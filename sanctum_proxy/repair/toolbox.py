@@ -62,7 +62,7 @@ def _tool_from(fn: Any) -> Tool | None:
 class Toolbox:
     """The offered tools by name, in offered order."""
 
-    __slots__ = ("tools", "names", "name_set", "_branching")
+    __slots__ = ("tools", "names", "name_set", "_branching", "_size")
 
     def __init__(self, tools: Sequence[Tool]) -> None:
         self.tools: dict[str, Tool] = {}
@@ -71,6 +71,14 @@ class Toolbox:
         self.names: tuple[str, ...] = tuple(self.tools)
         self.name_set: frozenset[str] = frozenset(self.names)
         self._branching: bool | None = None
+        self._size: int | None = None
+
+    @property
+    def schema_bytes(self) -> int:
+        """The tools' schemas as JSON, in bytes: what building a grammar or a prompt from them is linear in."""
+        if self._size is None:
+            self._size = sum(len(_canonical(tool.parameters)) for tool in self.tools.values())
+        return self._size
 
     @property
     def branching(self) -> bool:

@@ -168,7 +168,8 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
                 correction_context=settings.correction_context,
                 grammar=caps is not None and caps.server == "llama.cpp",
                 native_calls=caps is not None and caps.tools is True,
-                max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls)
+                max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls,
+                max_grammar_bytes=settings.max_grammar_bytes)
 
 
 async def pick_format(request: Request, settings: Settings, model: str, mode: str, book: Toolbox | None) -> str:
