@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import json
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -370,21 +371,36 @@ def _invents(value: Any, text: str) -> bool:
     return False
 
 
-_SCAN = re.compile(r"""\"(?:[^"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[{}\[\]"']""", re.S)
-_SCAN_PARENS = re.compile(r"""\"(?:[^"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[{}\[\]()"']""", re.S)
+SCAN_TOKENS_PER_CHAR = 0.5  # value_end's budget on one text (docs/contract.md, Budgets)
+SCAN_TOKENS_BASE = 100_000
+_STRUCTURE = re.compile(r"""[{}\[\]"']""")
+_STRUCTURE_PARENS = re.compile(r"""[{}\[\]()"']""")
 
 
 def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
     """Index just past the bracket that closes the one at `start`, or None if it never closes cleanly
-    (or nests deeper than MAX_DEPTH, so hostile input costs little)."""
+    (or nests deeper than MAX_DEPTH, so hostile input costs little). A string is passed over to its closing
+    quote, which `_Quotes` finds once per text: the codecs call this from every opener of a long answer, and
+    a string that never closes was scanned to the end again each time (300 call tags and a 1 MB tail: 5 s).
+    All the calls on one text share a budget of SCAN_TOKENS_PER_CHAR tokens a character (plus
+    SCAN_TOKENS_BASE): from each of 256 openers over a long run of short strings, the scans were 256 times the
+    text; past it, no more values are read (their text goes to repair as it is)."""
+    quotes = _quotes_of(text)
     stack: list[str] = []
-    scan = _SCAN_PARENS if parens else _SCAN
-    for m in scan.finditer(text, start):
+    search = (_STRUCTURE_PARENS if parens else _STRUCTURE).search
+    pos = start
+    while (m := search(text, pos)) is not None:
+        quotes.tokens_left -= 1
+        if quotes.tokens_left < 0:
+            return None  # the text's scan budget is spent: no more values are read from it
         tok = m.group()
-        if len(tok) > 1 or tok in "\"'":
-            if len(tok) == 1:
+        if tok in "\"'":
+            close = quotes.close(m.start(), tok)
+            if close is None:
                 return None  # a quote that never closes
+            pos = close + 1
             continue
+        pos = m.end()
         if tok in "{[(":
             if len(stack) >= MAX_DEPTH:
                 return None
@@ -392,5 +408,52 @@ def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
         elif not stack or _CLOSER[stack.pop()] != tok:
             return None
         if not stack:
-            return m.end()
+            return pos
     return None
+
+
+_QUOTE = re.compile(r"""["']""")
+
+
+class _Quotes:
+    """Where a string opened at a quote closes, in one text: at the next quote of its kind with an even run of
+    backslashes before it (what `"(?:[^"\\]|\\.)*"` matches; the run cannot reach back past the opening
+    quote, so whether a quote closes is the quote's own property). Found with str.find; each answer is kept,
+    and so is the first quote with no closing one after it (every later one has none either)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._closes: dict[int, int | None] = {}
+        self._unclosed_from = {'"': len(text), "'": len(text)}
+        self.tokens_left = int(len(text) * SCAN_TOKENS_PER_CHAR) + SCAN_TOKENS_BASE
+
+    def close(self, at: int, quote: str) -> int | None:
+        if at in self._closes:
+            return self._closes[at]
+        if at >= self._unclosed_from[quote]:
+            return None
+        text, pos, found = self.text, at + 1, None
+        while (end := text.find(quote, pos)) >= 0 and self.tokens_left > 0:
+            self.tokens_left -= 1  # an escaped quote costs a step of the budget too
+            run = end
+            while run > at + 1 and text[run - 1] == "\\":
+                run -= 1
+            if (end - run) % 2 == 0:
+                found = end
+                break
+            pos = end + 1
+        if found is None and end < 0:
+            self._unclosed_from[quote] = min(self._unclosed_from[quote], at)
+        self._closes[at] = found
+        return found
+
+
+_LAST = threading.local()
+
+
+def _quotes_of(text: str) -> _Quotes:
+    """The text's _Quotes, kept for the next call on the same text (a codec reads one text from many openers)."""
+    quotes: _Quotes | None = getattr(_LAST, "quotes", None)
+    if quotes is None or quotes.text is not text:
+        quotes = _LAST.quotes = _Quotes(text)
+    return quotes
