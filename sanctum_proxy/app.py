@@ -71,7 +71,8 @@ def create_app(settings: Settings) -> FastAPI:
 
 def retention(settings: Settings) -> Retention:
     return Retention(settings.traces_path, settings.traces_max_count, settings.traces_max_age_hours,
-                     settings.traces_max_bytes, settings.traces_max_doc_bytes, settings.traces_bodies)
+                     settings.traces_max_bytes, settings.traces_max_doc_bytes, settings.traces_bodies,
+                     settings.traces_queue_bytes)
 
 
 def upstream_pools(settings: Settings) -> UpstreamPools:

@@ -45,6 +45,7 @@ async def read_body(request: Request, limit: int) -> bytes:
         body += piece
         if len(body) > limit:
             raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
+    request.state.body_bytes = len(body)  # the trace queue's budget counts it (state/recorder.py)
     return bytes(body)
 
 
