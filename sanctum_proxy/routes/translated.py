@@ -21,7 +21,7 @@ from fastapi.responses import Response
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api, responses_api
-from sanctum_proxy.protocols.chat_request import chat_request, json_object
+from sanctum_proxy.protocols.chat_request import chat_request, check_depth, json_object
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
@@ -32,7 +32,7 @@ from sanctum_proxy.routes.passthrough import passthrough
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.web.auth import check_client_key
-from sanctum_proxy.web.json_response import JsonResponse, error_response
+from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 
 router = APIRouter()
 
@@ -66,6 +66,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     try:
         check_client_key(request)
         body = json_object(await read_body(request, settings.max_body_bytes))
+        check_depth(body)  # before translating: the answer echoes fields (metadata, text, ...) as they came
         chat = chat_request(dialect.to_chat(body), request.headers, settings)
         rounds = await start_rounds(request, chat, settings)
         if chat.stream:
@@ -73,16 +74,16 @@ async def serve(request: Request, dialect: Dialect) -> Response:
                                        writer=dialect.writer(body, rounds),
                                        refuse=lambda e: refusal(dialect, e, rounds.trace_id))
         final = await final_answer(request, rounds)
+        answer = dialect.answer(body, rounds, final, reply_of(rounds, final))
+        answer["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, rounds.trace_id)
+        return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))
     except ClientGone:
         return gone_response()
     except ProxyError as exc:
         request.app.state.recorder.refused(request, exc)
         return refusal(dialect, exc, trace_id(request))
-    answer = dialect.answer(body, rounds, final, reply_of(rounds, final))
-    answer["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, rounds.trace_id)
-    return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))
-
-
+    except Exception as exc:  # a bug: still this protocol's error shape, with the trace id
+        return refusal(dialect, unexpected(exc), trace_id(request))
 
 
 def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) -> Response:
