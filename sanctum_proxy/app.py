@@ -51,7 +51,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.capabilities = CapabilityBook(table=app.state.shared.table("capabilities"))
     app.state.recorder = Recorder(retention(settings))
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
-                       max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout)
+                       max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
+                       keys=app.state.keys, per_key=settings.max_concurrent_per_key)
     app.add_middleware(EchoRequestId)  # outside the limit: a 429 echoes X-Request-Id too
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],

@@ -91,6 +91,8 @@ class Settings(BaseSettings):
     max_messages: int = Field(2048, ge=1)
     max_tools: int = Field(128, ge=1)
     max_concurrent_requests: int = Field(256, ge=0)
+    # requests in flight per client key (where api_keys are set); unset: half of max_concurrent_requests
+    max_concurrent_per_key: int | None = Field(None, ge=1)
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     health_check_seconds: float = Field(10.0, gt=0)
     redis_url: str | None = None
