@@ -66,7 +66,9 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JsonResponse:
         """Starlette's own answers (an unknown path, a method a route does not take) in the error shape too."""
-        return shaped(request, routing_error(exc, request))
+        response = shaped(request, routing_error(exc, request))
+        response.headers.update(exc.headers or {})  # a 405's Allow
+        return response
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> JsonResponse:

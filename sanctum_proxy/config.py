@@ -103,6 +103,8 @@ class Settings(BaseSettings):
     max_repair_bytes: int = Field(64 * 1024, ge=1024, description="call text above this is not repaired locally")
     body_read_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send its body")
     header_read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send its headers")
+    # open connections per process (uvicorn's limit_concurrency); unset: half the open-file limit
+    max_connections: int | None = Field(None, ge=8)
     probe_capabilities: bool = True
     probe_timeout: float = Field(3.0, gt=0)
     auto_recheck_seconds: float | None = Field(None, gt=0)
