@@ -50,7 +50,7 @@ class UpstreamConfig(BaseModel):
     def _urls_are_http(cls, value: list[str]) -> list[str]:
         for url in value:
             if not url.startswith(("http://", "https://")):
-                raise ValueError(f"must be http:// or https:// URLs, got {url!r}")
+                raise ValueError(f"must be http:// or https:// URLs, got {redacted_url(url)!r}")
         return [url.rstrip("/") for url in value]
 
     @property
@@ -163,13 +163,14 @@ class Settings(BaseSettings):
 
 
 def redacted_url(url: str) -> str:
-    """The URL without its credentials, fit to show or log: http://user:pass@host/v1 -> http://***@host/v1."""
-    scheme, sep, rest = url.partition("://")
-    authority, slash, path = rest.partition("/")
-    userinfo, at, host = authority.rpartition("@")
-    if not sep or not at:
-        return url
-    return f"{scheme}{sep}***@{host}{slash}{path}"
+    """The URL without its credentials, fit to show or log: http://user:pass@host/v1 -> http://***@host/v1, a
+    query or fragment (`?api_key=...`) -> `?***`. Malformed URLs too: everything up to the last `@` before the
+    query goes (a password may hold `/` or `@`, or the scheme may be mistyped)."""
+    head, mark, _ = url.partition("?") if "?" in url else url.partition("#")
+    if "@" in head:
+        start = head.index("://") + 3 if "://" in head.split("@", 1)[0] else 0
+        head = f"{head[:start]}***@{head[head.rindex('@') + 1:]}"
+    return f"{head}{mark}***" if mark else head
 
 
 class SettingsError(ValueError):
@@ -206,6 +207,7 @@ def load_settings(flags: dict[str, Any] | None = None, config_file: str | Path |
 
 
 _SECRETS = ("key", "keys", "api_key", "api_keys", "admin_key", "upstream_api_key")
+_URLS = ("upstream", "urls", "url", "redis_url")  # shown without credentials, however malformed
 
 
 def _one_line(exc: Exception) -> str:
@@ -223,4 +225,5 @@ def _one_line(exc: Exception) -> str:
 def _shown(loc: list[str], value: Any) -> str:
     if any(part in _SECRETS for part in loc) or not isinstance(value, str | int | float | bool | None):
         return "the value is not shown"  # a table or list may hold a key (an [[upstreams]] entry's api_key)
-    return "got " + repr(redacted_url(value) if isinstance(value, str) and "://" in value else value)
+    url_like = isinstance(value, str) and any(part in _URLS for part in loc)
+    return "got " + repr(redacted_url(value) if url_like or isinstance(value, str) and "://" in value else value)

@@ -165,6 +165,16 @@ def retry_headers(error: ProxyError) -> dict[str, str]:
 
 
 MAX_INTERNAL_MESSAGE = 300
+MAX_SHOWN = 120
+
+
+def shown(value: Any) -> str:
+    """A client's value quoted in an error message: its repr, clipped (it may be megabytes, or deep)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deeply to show"
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "..."
 
 
 def internal(exc: BaseException) -> ProxyError:
