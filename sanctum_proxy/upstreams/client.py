@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -86,8 +87,8 @@ def _reason(exc: BaseException) -> str:
     os_error = getattr(exc, "os_error", None)
     if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError):
         os_error = exc
-    reason = getattr(os_error, "strerror", None)
-    return f"{type(exc).__name__} ({reason})" if isinstance(reason, str) and reason else type(exc).__name__
+    number = getattr(os_error, "errno", None)  # its strerror may name the address ("Connect call failed (...)")
+    return f"{type(exc).__name__} ({os.strerror(number)})" if isinstance(number, int) else type(exc).__name__
 
 
 def redirect_error(status: int) -> UpstreamError:

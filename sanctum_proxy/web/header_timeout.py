@@ -65,6 +65,7 @@ class HeadDeadline:
 
     def _too_slow(self) -> None:
         self._disarm()
+        self.connections.discard(self)  # counted out now: its connection_lost may come after a new request's head
         if not self.transport.is_closing():
             self.transport.close()
 
