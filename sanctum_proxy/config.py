@@ -225,5 +225,6 @@ def _one_line(exc: Exception) -> str:
 def _shown(loc: list[str], value: Any) -> str:
     if any(part in _SECRETS for part in loc) or not isinstance(value, str | int | float | bool | None):
         return "the value is not shown"  # a table or list may hold a key (an [[upstreams]] entry's api_key)
-    url_like = isinstance(value, str) and any(part in _URLS for part in loc)
-    return "got " + repr(redacted_url(value) if url_like or isinstance(value, str) and "://" in value else value)
+    if isinstance(value, str) and (any(part in _URLS for part in loc) or "://" in value):
+        return "got " + repr(redacted_url(value))
+    return "got " + repr(value)

@@ -148,7 +148,8 @@ def test_a_json_escaped_key_is_masked_after_decoding(make_proxy, fake):
     body = (b'{"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [{"index": 0, '
             b'"message": {"role": "assistant", "content": "key=' + escaped(KEY).encode() + b'"}, '
             b'"finish_reason": "stop"}]}')
-    fake[0].push(Step(body=body), Step(status=401, body=f'{{"error": {{"message": "bad key {escaped(KEY)}"}}}}'.encode()))
+    refusal = f'{{"error": {{"message": "bad key {escaped(KEY)}"}}}}'.encode()
+    fake[0].push(Step(body=body), Step(status=401, body=refusal))
     answer = httpx.post(f"{proxy}/v1/chat/completions", json=ASK, timeout=20)
     error = httpx.post(f"{proxy}/v1/chat/completions", json=ASK, timeout=20)
     assert answer.json()["choices"][0]["message"]["content"] == "key=***"
@@ -355,7 +356,8 @@ def responses_nested(v: Any) -> list[dict[str, Any]]:
             {"input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": v}]}]},
             {"input": [{"type": "function_call", "call_id": v, "name": "f", "arguments": v}]},
             {"input": [{"type": "function_call_output", "call_id": "c", "output": v}]}, {"input": [v]},
-            {"tools": [{"type": "function", "name": "f", "parameters": v}]}, {"tools": [{"type": "function", "name": v}]},
+            {"tools": [{"type": "function", "name": "f", "parameters": v}]},
+            {"tools": [{"type": "function", "name": v}]},
             {"text": {"format": v}}, {"text": {"format": {"type": "json_schema", "name": "x", "schema": v}}},
             {"reasoning": {"effort": v}}, {"tool_choice": {"type": "function", "name": v}}]
 

@@ -288,7 +288,7 @@ class Upstream:
         return response
 
     def _redact(self, data: bytes) -> bytes:
-        return self._mask.bytes(data) if self._mask else data
+        return self._mask.masked(data) if self._mask else data
 
     def _error(self, status: int, body: bytes) -> UpstreamError:
         return upstream_error(status, self._redact(body))

@@ -2,7 +2,7 @@
 
 A server may write the key as it is, JSON-escaped (`\\/`, `\\u0073`, any character, any case of hex),
 percent-encoded (in a `Location` header), or cut between two reads of a body or two events of a stream.
-`KeyMask` finds it in every form: `bytes` / `text` replace whole copies with `***`, `ByteStream` holds back
+`KeyMask` finds it in every form: `masked` (bytes) / `text` replace whole copies with `***`, `ByteStream` holds back
 only a tail that could still become a copy (linear: the tail is shorter than the longest form of the key),
 and `DeltaMask` does the same for the text a chat stream spreads over its events (content, reasoning, call
 arguments), so a key split between two SSE events is masked before any part of it goes out.
@@ -41,7 +41,7 @@ class KeyMask:
         self._text = re.compile(b"".join(alternatives).decode(), re.IGNORECASE)
         self.longest = sum(max(len(f) for f in forms) for forms in self._chars)
 
-    def bytes(self, data: bytes) -> bytes:
+    def masked(self, data: bytes) -> bytes:
         return self._bytes.sub(MASK.encode(), data) if data else data
 
     def text(self, value: str) -> str:
@@ -64,31 +64,7 @@ class KeyMask:
             if not step:
                 return any(f.lower().startswith(rest) for f in forms) and at + len(rest) == len(data)
             at += step
-        return False  # a whole copy: `bytes` has already masked it
-
-    def value(self, value: Any) -> Any:
-        """A parsed JSON value with the key masked in every string (keys too); no recursion (it may be deep)."""
-        if isinstance(value, str):
-            return self.text(value)
-        if not isinstance(value, dict | list):
-            return value
-        out: Any = {} if isinstance(value, dict) else []
-        stack: list[tuple[Any, Any]] = [(value, out)]
-        while stack:
-            source, target = stack.pop()
-            items = source.items() if isinstance(source, dict) else enumerate(source)
-            for name, item in items:
-                if isinstance(item, dict | list):
-                    copy: Any = {} if isinstance(item, dict) else []
-                    stack.append((item, copy))
-                    item = copy
-                elif isinstance(item, str):
-                    item = self.text(item)
-                if isinstance(target, dict):
-                    target[self.text(name)] = item
-                else:
-                    target.append(item)
-        return out
+        return False  # a whole copy: `masked` has already masked it
 
 
 class ByteStream:
@@ -99,7 +75,7 @@ class ByteStream:
         self._held = b""
 
     def feed(self, piece: bytes) -> bytes:
-        data = self.mask.bytes(self._held + piece)
+        data = self.mask.masked(self._held + piece)
         keep = self.mask.held(data)
         self._held = data[len(data) - keep:] if keep else b""
         return data[:len(data) - keep]
@@ -122,7 +98,8 @@ class DeltaMask:
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
-            index = choice.get("index") if isinstance(choice.get("index"), int) else 0
+            given = choice.get("index")
+            index = given if isinstance(given, int) else 0
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 for name in _STREAMED:
@@ -131,7 +108,8 @@ class DeltaMask:
                 for position, call in enumerate(delta.get("tool_calls") or ()):
                     function = call.get("function") if isinstance(call, dict) else None
                     if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                        slot = call.get("index") if isinstance(call.get("index"), int) else position
+                        at = call.get("index")
+                        slot = at if isinstance(at, int) else position
                         function["arguments"] = self._piece((index, "arguments", slot), function["arguments"])
             if choice.get("finish_reason"):
                 self._release(index, choice)

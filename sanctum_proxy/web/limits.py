@@ -26,7 +26,7 @@ from sanctum_proxy.web.auth import KeyRing
 
 def scope_key(scope: Scope) -> bytes:
     """The client key a request presents (auth.presented_key, read from the ASGI scope)."""
-    headers = dict(scope.get("headers") or ())
+    headers: dict[bytes, bytes] = dict(scope.get("headers") or ())
     scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
     if scheme.lower() == b"bearer":
         return token.strip()
