@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_answer_bytes: int = Field(32 * 1024 * 1024, gt=0)
     max_repair_bytes: int = Field(64 * 1024, ge=1024, description="call text above this is not repaired locally")
+    max_grammar_bytes: int = Field(1024 * 1024, ge=4096, description="a larger GBNF grammar is not sent")
+    max_models: int = Field(1024, ge=16, description="(upstream, model) rows kept for auto mode and capabilities")
+    probes_per_minute: int = Field(30, ge=1, description="capability probes of new models, all upstreams together")
     body_read_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send its body")
     header_read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send its headers")
     # open connections per process (uvicorn's limit_concurrency); unset: half the open-file limit
@@ -117,6 +120,8 @@ class Settings(BaseSettings):
     traces_max_bytes: int = Field(256 * 1024 * 1024, ge=65_536)
     traces_max_doc_bytes: int = Field(1024 * 1024, ge=4096)
     traces_bodies: bool = True
+    traces_queue_bytes: int = Field(32 * 1024 * 1024, ge=0, description="request bytes of traces waiting to be "
+                                    "written; past it a trace is queued as metadata only")
     # POST /v1/responses and /v1/messages: through the round loop (repair) or to the upstream untouched (pass).
     responses_api: Literal["repair", "pass"] = "repair"
     messages_api: Literal["repair", "pass"] = "repair"

@@ -18,15 +18,24 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api, responses_api
-from sanctum_proxy.protocols.chat_request import chat_request, check_depth, json_object
+from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, check_depth, json_object
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
 from sanctum_proxy.repair.loop import Final
-from sanctum_proxy.routes.chat import Rounds, answer_headers, final_answer, read_body, split_message, start_rounds
+from sanctum_proxy.routes.chat import (
+    Rounds,
+    answer_headers,
+    final_answer,
+    off_loop_if_heavy,
+    read_body,
+    split_message,
+    start_rounds,
+)
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response
 from sanctum_proxy.routes.passthrough import passthrough
 from sanctum_proxy.routes.sse import stream_answer
@@ -65,9 +74,8 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     request.state.protocol = dialect.name
     try:
         check_client_key(request)
-        body = json_object(await read_body(request, settings.max_body_bytes))
-        check_depth(body)  # before translating: the answer echoes fields (metadata, text, ...) as they came
-        chat = chat_request(dialect.to_chat(body), request.headers, settings)
+        body, chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
+                                             lambda raw: _read(dialect, raw, request.headers, settings))
         rounds = await start_rounds(request, chat, settings)
         if chat.stream:
             return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
@@ -84,6 +92,13 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         return refusal(dialect, exc, trace_id(request))
     except Exception as exc:  # a bug: still this protocol's error shape, with the trace id
         return refusal(dialect, unexpected(exc), trace_id(request))
+
+
+def _read(dialect: Dialect, raw: bytes, headers: Mapping[str, str],
+          settings: Settings) -> tuple[dict[str, Any], ChatRequest]:
+    body = json_object(raw)
+    check_depth(body)  # before translating: the answer echoes fields (metadata, text, ...) as they came
+    return body, chat_request(dialect.to_chat(body), headers, settings)
 
 
 def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) -> Response:
