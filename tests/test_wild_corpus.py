@@ -187,22 +187,29 @@ def _text(content: Any) -> str:
 
 
 def check_rounds(case: dict[str, Any], requests: list[dict[str, Any]]) -> None:
-    """Every round after a 200 first round is a correction: the transcript holds the rejected answer and a
-    correction after it. A first round the server failed is asked again (prompted) without a transcript."""
+    """What the proxy asked in a round after the first. A correction quotes the rejected answer (an assistant
+    turn) and ends with the correction; a re-ask (after an upstream error, or an answer the server emptied) sends
+    the conversation again, the tools listed (natively or in a prompted system turn), nothing to quote."""
     if len(requests) < 2:
         return
-    asked = len(case.get("messages") or [1])
-    if "status" in case["upstream_answer"]:
-        return
-    second = requests[1]["messages"]
-    tail = second[asked + (1 if second[0]["role"] == "system" and requests[0]["messages"][0]["role"] != "system"
-                           else 0):]
-    roles = [m["role"] for m in tail]
-    assert "assistant" in roles, f"the correction round does not quote the rejected answer: {roles}"
-    quoted = next(m for m in tail if m["role"] == "assistant")
-    assert _text(quoted.get("content")).strip() or quoted.get("tool_calls"), "the rejected answer quoted empty"
-    assert tail[-1]["role"] in ("user", "tool") and _text(tail[-1].get("content")).strip(), \
-        "the correction round ends without a correction"
+    first = requests[0]["messages"]
+    for later in requests[1:]:
+        messages = later["messages"]
+        tail = messages[len(first) + (1 if messages[0]["role"] == "system" and first[0]["role"] != "system"
+                                      else 0):]
+        if not tail:  # a re-ask: the same conversation, the tools still offered
+            assert messages[-1] == first[-1], "a re-ask that is not the client's conversation"
+            listed = later.get("tools") or [m for m in messages if m["role"] == "system"
+                                            and all(t["function"]["name"] in _text(m.get("content"))
+                                                    for t in case["tools"])]
+            assert listed, "a re-ask without the tools"
+            continue
+        roles = [m["role"] for m in tail]
+        assert "assistant" in roles, f"the correction round does not quote the rejected answer: {roles}"
+        quoted = next(m for m in tail if m["role"] == "assistant")
+        assert _text(quoted.get("content")).strip() or quoted.get("tool_calls"), "the rejected answer quoted empty"
+        assert tail[-1]["role"] in ("user", "tool") and _text(tail[-1].get("content")).strip(), \
+            "the correction round ends without a correction"
 
 
 def outcome(case: dict[str, Any], status: int, out: dict[str, Any], requests: list[dict[str, Any]]) -> str | None:
