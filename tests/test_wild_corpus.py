@@ -33,7 +33,35 @@ MODES = ("plain", "stream")
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 # Cases the proxy gets wrong today, by cause (issue 30). Keyed by case id; strict xfail.
+_PARSE_ERROR = "upstream parse failure not recovered: the server's error reaches the client as a 500"
+_NO_CODEC = "no codec reads this shape: the call stays in content, no correction asked"
 XFAIL: dict[str, str] = {
+    # llama.cpp's "Failed to parse tool call arguments as JSON" (repair/upstream_errors.py knows only
+    # "does not match the expected", "Failed to parse input at pos" and "Invalid diff")
+    "club3090-1195-glm53-flash-args-not-json-500": _PARSE_ERROR,
+    # Ollama's "error parsing tool call: raw=..., err=..." (the raw text is in the message)
+    "continue-10221-gptoss-20b-raw-shell-command": _PARSE_ERROR,
+    "continue-11783-gptoss-20b-raw-reasoning": _PARSE_ERROR,
+    # Ollama's parser errors without the "tool call" words: XML (glm46.go), JSON (qwen3.go, qwen3vl.go)
+    "ollama-13820-glm47-flash-xml-syntax-error": _PARSE_ERROR,
+    "ollama-14570-qwen3-truncated-call-500": _PARSE_ERROR,
+    "ollama-17647-qwen3-vl-bare-json-error": _PARSE_ERROR,
+    # shapes without a codec
+    "minja-11-deepseek-v32-dsml-one-call": _NO_CODEC + " (DeepSeek V3.2 DSML)",
+    "minja-11-deepseek-v32-dsml-two-calls": _NO_CODEC + " (DeepSeek V3.2 DSML)",
+    "sglang-14332-deepseek-v32-dsml-without-marker": _NO_CODEC + " (DSML without the |DSML| marker)",
+    "vllm-43104-granite33-8b-bare-pythonic": _NO_CODEC + " (bracket-less pythonic call)",
+    "omlx-581-gemma4-call-syntax": _NO_CODEC + " (Gemma 4 <|tool_call>call:NAME{...})",
+    "omlx-593-gemma4-call-quote-tokens": _NO_CODEC + " (Gemma 4 with <|\"|> string quotes)",
+    "llamacpp-15181-gptoss-20b-bare-recipient": _NO_CODEC + " (stripped harmony: a bare ' to=functions.NAME')",
+    # read, but only through a correction round where the output held the whole call
+    "continue-13057-qwen3-coder-30b-unclosed-xml": "unclosed Qwen3-Coder <parameter=..> values: a correction round "
+                                                   "where a local mend was possible",
+    "vllm-21571-qwen3-coder-hermes-parser-unclosed-xml": "Qwen3-Coder XML without </parameter></function>: a "
+                                                         "correction round where a local mend was possible",
+    # bare JSON calls, one naming no tool: the valid call is read, the other left in content, nothing asked
+    "dead-reckoning-30-llama32-3b-hallucinated-name-semicolon": "a bare JSON call naming an unknown tool beside a "
+                                                                "valid one is left in content without a correction",
 }
 
 
