@@ -39,6 +39,7 @@ XFAIL: dict[str, str] = {
     # llama.cpp's "Failed to parse tool call arguments as JSON" (repair/upstream_errors.py knows only
     # "does not match the expected", "Failed to parse input at pos" and "Invalid diff")
     "club3090-1195-glm53-flash-args-not-json-500": _PARSE_ERROR,
+    "hermes-agent-13480-llamacpp-args-missing-quote-500": _PARSE_ERROR,
     # Ollama's "error parsing tool call: raw=..., err=..." (the raw text is in the message)
     "continue-10221-gptoss-20b-raw-shell-command": _PARSE_ERROR,
     "continue-11783-gptoss-20b-raw-reasoning": _PARSE_ERROR,
