@@ -60,6 +60,9 @@ XFAIL: dict[str, str] = {
                                                    "where a local mend was possible",
     "vllm-21571-qwen3-coder-hermes-parser-unclosed-xml": "Qwen3-Coder XML without </parameter></function>: a "
                                                          "correction round where a local mend was possible",
+    # streamed differs from unstreamed: the rejected round's '<functioncall' prefix was streamed live as prose
+    "maxi1134-ha-config-66-functioncall-angle-brackets": "streamed: the '<functioncall' text of a corrected round "
+                                                         "reaches the client (unstreamed: no content)",
     # bare JSON calls, one naming no tool: the valid call is read, the other left in content, nothing asked
     "dead-reckoning-30-llama32-3b-hallucinated-name-semicolon": "a bare JSON call naming an unknown tool beside a "
                                                                 "valid one is left in content without a correction",
@@ -228,9 +231,10 @@ def check_rounds(case: dict[str, Any], requests: list[dict[str, Any]]) -> None:
                                       else 0):]
         if not tail:  # a re-ask: the same conversation, the tools still offered
             assert messages[-1] == first[-1], "a re-ask that is not the client's conversation"
+            wanted = {c["name"] for c in case["expected"].get("calls") or []} or {
+                t["function"]["name"] for t in case["tools"]}
             listed = later.get("tools") or [m for m in messages if m["role"] == "system"
-                                            and all(t["function"]["name"] in _text(m.get("content"))
-                                                    for t in case["tools"])]
+                                            and all(name in _text(m.get("content")) for name in wanted)]
             assert listed, "a re-ask without the tools"
             continue
         roles = [m["role"] for m in tail]
