@@ -55,6 +55,7 @@ XFAIL: dict[str, str] = {
     "omlx-581-gemma4-call-syntax": _NO_CODEC + " (Gemma 4 <|tool_call>call:NAME{...})",
     "omlx-593-gemma4-call-quote-tokens": _NO_CODEC + " (Gemma 4 with <|\"|> string quotes)",
     "llamacpp-15181-gptoss-20b-bare-recipient": _NO_CODEC + " (stripped harmony: a bare ' to=functions.NAME')",
+    "openclaude-380-gemma4-vllm-call-syntax": _NO_CODEC + " (Gemma 4 call:NAME{k:v} without the <|tool_call> marker)",
     # read, but only through a correction round where the output held the whole call
     "continue-13057-qwen3-coder-30b-unclosed-xml": "unclosed Qwen3-Coder <parameter=..> values: a correction round "
                                                    "where a local mend was possible",
@@ -63,6 +64,8 @@ XFAIL: dict[str, str] = {
     # streamed differs from unstreamed: the rejected round's '<functioncall' prefix was streamed live as prose
     "maxi1134-ha-config-66-functioncall-angle-brackets": "streamed: the '<functioncall' text of a corrected round "
                                                          "reaches the client (unstreamed: no content)",
+    "mlx-swift-lm-491-glm4-9b-markerless-name-json": "streamed: the bare tool name before the JSON object is streamed "
+                                                     "as prose (unstreamed reads the call, no content)",
     # bare JSON calls, one naming no tool: the valid call is read, the other left in content, nothing asked
     "dead-reckoning-30-llama32-3b-hallucinated-name-semicolon": "a bare JSON call naming an unknown tool beside a "
                                                                 "valid one is left in content without a correction",
