@@ -58,9 +58,29 @@ def required() -> bool:
     return os.environ.get(REQUIRED_ENV) == "1"
 
 
+# The same settings for what takes no flags (`kube play` has no --ulimit): podman reads this file instead of
+# containers.conf for the calls made here.
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+"""
+
+
+def containers_conf() -> Path:
+    path = cache_root() / "container" / "containers.conf"
+    if not path.is_file() or path.read_text() != CONTAINERS_CONF:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(CONTAINERS_CONF)
+    return path
+
+
 def podman(*args: str, timeout: float = 300, check: bool = True, stdin: str | None = None,
            ) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=timeout, input=stdin)
+    env = {**os.environ, "CONTAINERS_CONF": str(containers_conf())}
+    out = subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=timeout, input=stdin, env=env)
     if check and out.returncode != 0:
         raise RuntimeError(f"podman {' '.join(args[:3])} ... exited {out.returncode}:\n{out.stderr[-3000:]}")
     return out
