@@ -110,7 +110,7 @@ def test_compose_runs_the_proxy_beside_ollama_with_a_traces_volume():
     traces_dir = str(Path(env["SANCTUM_TRACES_PATH"]).parent)
     mounts = [v.split(":") for v in proxy["volumes"]]
     assert any(name in compose["volumes"] and path == traces_dir for name, path, *_ in mounts)
-    assert proxy["ports"] == [f"{docker_env()['SANCTUM_PORT']}:{docker_env()['SANCTUM_PORT']}"]
+    assert proxy["ports"] == [f"${{SANCTUM_HOST_PORT:-{docker_env()['SANCTUM_PORT']}}}:{docker_env()['SANCTUM_PORT']}"]
     assert "ollama" in proxy["depends_on"]
 
 
