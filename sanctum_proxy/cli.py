@@ -16,14 +16,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import uvicorn
 from prometheus_client import multiprocess
 
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import Settings, SettingsError, load_settings, redacted_url
 from sanctum_proxy.state.metrics import MULTIPROCESS_ENV
-from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, LlamaServer, ensure_model, find_llama_server
+from sanctum_proxy.upstreams.embedded import (
+    EmbeddedUnavailable,
+    LlamaServer,
+    ensure_model,
+    find_llama_server,
+    http_status,
+)
 from sanctum_proxy.web import access_log
 
 
@@ -73,11 +78,7 @@ def resolve(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) ->
 
 
 def _default_is_silent(settings: Settings) -> bool:
-    try:
-        httpx.get(f"{settings.upstream}/models", timeout=1.0)
-    except httpx.HTTPError:
-        return True
-    return False
+    return http_status(f"{settings.upstream}/models", timeout=1.0) is None
 
 
 def _embedded_stand_in(settings: Settings) -> Settings | None:

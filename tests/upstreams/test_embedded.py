@@ -183,3 +183,16 @@ def test_version_flag_prints_the_installed_version():
     import importlib.metadata
 
     assert out.stdout.strip() == f"sanctum-proxy {importlib.metadata.version('sanctum-proxy')}"
+
+
+def test_http_status_reports_what_answers_and_none_where_nothing_does(fake, monkeypatch):
+    """The start-up checks (is the default upstream there? is llama-server healthy?): any status counts as an
+    answer, a closed port is None, and a proxy named in the environment is not used for them."""
+    from sanctum_proxy.upstreams.embedded import free_port, http_status
+
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{free_port()}")
+    assert http_status(fake[1] + "/v1/models", timeout=5) == 200
+    assert http_status(fake[1] + "/api/tags", timeout=5) == 404
+    assert http_status(f"http://127.0.0.1:{free_port()}/v1/models", timeout=2) is None
+    assert http_status("not a url", timeout=2) is None
