@@ -61,8 +61,7 @@ def test_input_items_become_chat_history_with_calls_joined_to_the_text_before_th
         {"type": "function_call_output", "call_id": "c1", "output": "one"},
         {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "two"}]}]})
     assert chat["messages"] == [
-        {"role": "system", "content": "Be brief."},
-        {"role": "developer", "content": "Use metric units."},
+        {"role": "system", "content": "Be brief.\n\nUse metric units."},  # one leading system message
         {"role": "user", "content": [{"type": "text", "text": "Look: "},
                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]},
         {"role": "assistant", "content": "Checking.", "tool_calls": [
@@ -86,7 +85,9 @@ def test_sampling_fields_are_renamed_and_bookkeeping_fields_stay_home():
     ({"previous_response_id": "resp_1"}, "previous_response_id"),
     ({"conversation": "conv_1"}, "conversation"),
     ({"background": True}, "background"),
-    ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "tools[0].type"),
+    ({"tools": [{"type": "custom", "name": "apply_patch"}]}, "tools[0].type"),
+    ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}], "tool_choice": {"type": "file_search"}},
+     "tool_choice"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
      "input[0].content[0].image_url"),
     ({"input": [{"type": "web_search_call", "id": "w"}]}, "input[0].type"),

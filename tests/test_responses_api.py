@@ -188,7 +188,7 @@ def test_reasoning_comes_back_as_a_reasoning_item(proxy, fake):
 
 @pytest.mark.parametrize(("field", "value", "param"), [
     ("previous_response_id", "resp_123", "previous_response_id"),
-    ("tools", [{"type": "web_search"}], "tools[0].type"),
+    ("tools", [{"type": "custom", "name": "apply_patch"}], "tools[0].type"),
     ("input", [{"type": "item_reference", "id": "msg_1"}], "input[0]"),
 ])
 def test_what_needs_server_state_is_a_400_naming_the_field(proxy, fake, field, value, param):
