@@ -70,7 +70,8 @@ async function agents() {
     parameters: z.object({ city: z.string() }),
     execute: async ({ city }) => weather(city),
   });
-  const agent = new Agent({ name: "weather", instructions: "Answer with the tools.", model: "m", tools: [getWeather] });
+  const agent = new Agent({ name: "weather", instructions: "Answer with the tools.", model: "m", tools: [getWeather],
+                           modelSettings: { temperature: 0 } });  // for the real llama-server (tests/e2e)
   const runner = new Runner({ modelProvider: new OpenAIProvider({ apiKey: "x", baseURL }) });
   if (!stream) return (await runner.run(agent, ask)).finalOutput;
   const result = await runner.run(agent, ask, { stream: true });
