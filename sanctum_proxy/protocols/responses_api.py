@@ -28,6 +28,7 @@ import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool, tool_call
+from sanctum_proxy.core.tool_names import NAMESPACE_JOIN  # `<namespace>__<name>`: Codex's canonical flat name
 from sanctum_proxy.errors import InvalidRequest
 from sanctum_proxy.protocols.function_tools import unsupported
 from sanctum_proxy.protocols.reply import Reply
@@ -39,7 +40,6 @@ STATEFUL = ("previous_response_id", "conversation", "background", "prompt")
 FORWARDED = frozenset({"seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "top_k", "min_p",
                        "typical_p", "repeat_penalty", "repetition_penalty", "repeat_last_n", "min_tokens",
                        "chat_template_kwargs", "cache_prompt"})
-NAMESPACE_JOIN = "__"  # `<namespace>__<name>`: Codex's canonical flat name of a namespaced tool
 CLIENT_RUN = frozenset({"custom"})  # run by the client with free-form input: no chat form, so a 400
 
 
