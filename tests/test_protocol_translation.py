@@ -5,6 +5,7 @@ out in shapes the official SDKs' own types accept, and no input makes a translat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -369,3 +370,14 @@ def test_every_tool_type_but_function_namespace_and_custom_is_left_out(kind):
     assert [t["function"]["name"] for t in chat["tools"]] == ["f"]
     [omen] = responses_api.withheld_omens(body)
     assert omen.to_json()["type"] == "SpellsWithheld" and omen.fields["tools"] == [{"index": 1, "type": kind}]
+
+
+def test_codex_cli_request_as_captured_becomes_a_plain_chat_request():
+    # Codex CLI 0.171's first request of `codex exec` (tests/data: long texts trimmed, ids zeroed).
+    body = orjson.loads((Path(__file__).parent / "data" / "codex_0.171_request.json").read_bytes())
+    chat = responses_api.to_chat(body)
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "user"]  # two developer messages merged
+    assert len(chat["tools"]) == 12 and "multi_agent_v1__spawn_agent" in [t["function"]["name"] for t in chat["tools"]]
+    assert set(chat) == {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "stream"}
+    [omen] = responses_api.withheld_omens(body)
+    assert omen.fields["tools"] == [{"index": 8, "type": "web_search"}]
