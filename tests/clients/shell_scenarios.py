@@ -1,9 +1,9 @@
 """The model behind the coding-agent tests (Codex CLI): a responder for the fake upstream that runs one shell
 command through the agent's own shell tool, fumbling the call per scenario, then says it is done.
 
-Grounded in Codex CLI 0.171's real requests (captured through the fake upstream's log): `stream: true`, its
-instructions as two `developer` input messages (tests/data/codex_0.171_request.json, trimmed), 7 function tools (`exec_command` with a required `cmd`, ...), a
-`multi_agent_v1` namespace of 5 functions and a hosted `web_search` tool. Until a tool result is in the
+Grounded in Codex CLI 0.171's real requests (captured; tests/data/codex_0.171_request.json, trimmed): `stream:
+true`, its instructions as two `developer` input messages, 7 function tools (`exec_command` with a required
+`cmd`, ...), a `multi_agent_v1` namespace of 5 functions and a hosted `web_search` tool. Until a tool result is in the
 history the "model" calls the shell tool; once one is there it answers in text that quotes the result. The
 test then checks the command's effect on disk (the file the command writes), so a pass proves that the call
 reached the agent with the right arguments, ran, and that the agent's turn ended with the answer.
