@@ -30,6 +30,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool, tool_call
 from sanctum_proxy.core.tool_names import NAMESPACE_JOIN  # `<namespace>__<name>`: Codex's canonical flat name
 from sanctum_proxy.errors import InvalidRequest
+from sanctum_proxy.errors import shown as quoted
 from sanctum_proxy.protocols.function_tools import unsupported
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.system_messages import merge_system_messages
@@ -41,6 +42,7 @@ FORWARDED = frozenset({"seed", "stop", "presence_penalty", "frequency_penalty", 
                        "typical_p", "repeat_penalty", "repetition_penalty", "repeat_last_n", "min_tokens",
                        "chat_template_kwargs", "cache_prompt"})
 CLIENT_RUN = frozenset({"custom"})  # run by the client with free-form input: no chat form, so a 400
+MAX_TYPE_CHARS = 64  # a withheld tool's type as the omen shows it (a client's string, clipped)
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
             raise InvalidRequest(f"{at}: 'item_reference' items are not supported: sanctum-proxy keeps no items; "
                                  "send the item itself", param=at)
         else:
-            raise InvalidRequest(f"{at}: input items of type {kind!r} are not supported (only message, "
+            raise InvalidRequest(f"{at}: input items of type {quoted(kind)} are not supported (only message, "
                                  "function_call, function_call_output and reasoning)", param=f"{at}.type")
     if images:
         messages.append({"role": "user", "content": images})
@@ -164,7 +166,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
 def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
-        raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {role!r}",
+        raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {quoted(role)}",
                              param=f"{at}.role")
     content = item.get("content")
     if isinstance(content, str):
@@ -193,7 +195,7 @@ def _part(part: Any, at: str) -> dict[str, Any]:
         if part.get("detail") is not None:
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
-    raise InvalidRequest(f"{at}: content parts of type {kind!r} are not supported (input_text, output_text, "
+    raise InvalidRequest(f"{at}: content parts of type {quoted(kind)} are not supported (input_text, output_text, "
                          "refusal, input_image)", param=f"{at}.type")
 
 
@@ -255,7 +257,7 @@ def read_tools(tools: Any) -> Spells:
     names = [t["function"].get("name") for t in spells.functions]
     twice = sorted({n for n in names if names.count(n) > 1 and isinstance(n, str)})
     if twice:
-        raise InvalidRequest(f"'tools': the name {twice[0]!r} is offered twice (namespaced functions are offered as "
+        raise InvalidRequest(f"'tools': the name {quoted(twice[0])} is offered twice (namespaced functions are offered as "
                              "'<namespace>__<name>')", param="tools")
     return spells
 
@@ -269,7 +271,7 @@ def _add_namespace(spells: Spells, tool: dict[str, Any], i: int) -> None:
         at = f"tools[{i}].tools[{j}]"
         if not isinstance(member, dict) or member.get("type") != "function":
             kind = member.get("type") if isinstance(member, dict) else None
-            raise InvalidRequest(f"{at}: tools of type {kind!r} are not supported in a namespace: sanctum-proxy "
+            raise InvalidRequest(f"{at}: tools of type {quoted(kind)} are not supported in a namespace: sanctum-proxy "
                                  "serves function tools there", param=f"{at}.type")
         function = _function(member, at)
         name = function.get("name")
@@ -295,7 +297,7 @@ def withheld_omens(body: dict[str, Any]) -> list[om.Omen]:
     withheld = read_tools(body.get("tools")).withheld
     if not withheld:
         return []
-    return [om.withheld(0, [{"index": i, "type": kind} for i, kind in withheld],
+    return [om.withheld(0, [{"index": i, "type": kind[:MAX_TYPE_CHARS]} for i, kind in withheld],
                         "hosted tools run on OpenAI's servers; sanctum-proxy cannot run them, so the model is not "
                         "offered them")]
 
@@ -310,7 +312,7 @@ def _check_forced(choice: Any) -> None:
     400: the model could never make that call here."""
     kind = choice.get("type") if isinstance(choice, dict) else None
     if isinstance(kind, str) and kind not in ("function", "allowed_tools"):
-        raise InvalidRequest(f"'tool_choice' forces a tool of type {kind!r}, which sanctum-proxy cannot run: it "
+        raise InvalidRequest(f"'tool_choice' forces a tool of type {quoted(kind)}, which sanctum-proxy cannot run: it "
                              "serves function tools (hosted tools are left out of what the model is offered)",
                              param="tool_choice")
 
@@ -336,7 +338,7 @@ def _tool_choice(choice: Any) -> Any:
         namespace = choice.get("namespace")
         name = flat_name(namespace, choice["name"]) if isinstance(namespace, str) else choice["name"]
         return {"type": "function", "function": {"name": name}}
-    raise InvalidRequest(f"'tool_choice' {choice!r} is not supported (none, auto, required, "
+    raise InvalidRequest(f"'tool_choice' {quoted(choice)} is not supported (none, auto, required, "
                          "{\"type\": \"function\", \"name\": ...} or allowed_tools)", param="tool_choice")
 
 
