@@ -21,6 +21,7 @@ sampling fields upstreams read (`FORWARDED`: `seed`, `stop`, `top_k`, `min_p`, .
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,11 +255,11 @@ def read_tools(tools: Any) -> Spells:
         else:
             raise unsupported(i, tool, "function and namespace tools (hosted tools are left out of what the model "
                                        "is offered)")
-    names = [t["function"].get("name") for t in spells.functions]
-    twice = sorted({n for n in names if names.count(n) > 1 and isinstance(n, str)})
+    counts = Counter(t["function"].get("name") for t in spells.functions)
+    twice = sorted(n for n, k in counts.items() if k > 1 and isinstance(n, str))
     if twice:
-        raise InvalidRequest(f"'tools': the name {quoted(twice[0])} is offered twice (namespaced functions are offered as "
-                             "'<namespace>__<name>')", param="tools")
+        raise InvalidRequest(f"'tools': the name {quoted(twice[0])} is offered twice (namespaced functions are "
+                             "offered as '<namespace>__<name>')", param="tools")
     return spells
 
 
@@ -271,8 +272,8 @@ def _add_namespace(spells: Spells, tool: dict[str, Any], i: int) -> None:
         at = f"tools[{i}].tools[{j}]"
         if not isinstance(member, dict) or member.get("type") != "function":
             kind = member.get("type") if isinstance(member, dict) else None
-            raise InvalidRequest(f"{at}: tools of type {quoted(kind)} are not supported in a namespace: sanctum-proxy "
-                                 "serves function tools there", param=f"{at}.type")
+            raise InvalidRequest(f"{at}: tools of type {quoted(kind)} are not supported in a namespace: "
+                                 "sanctum-proxy serves function tools there", param=f"{at}.type")
         function = _function(member, at)
         name = function.get("name")
         if isinstance(name, str):
