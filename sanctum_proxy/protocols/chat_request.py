@@ -15,7 +15,7 @@ import orjson
 from jsonschema import exceptions as schema_errors
 
 from sanctum_proxy.config import Settings
-from sanctum_proxy.errors import ArrayTooLong, InvalidRequest
+from sanctum_proxy.errors import ArrayTooLong, InvalidRequest, shown
 from sanctum_proxy.repair import schemas
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -200,10 +200,10 @@ def check_function(function: Any, where: str, param: str, seen: set[str],
     if not isinstance(function, dict):
         raise InvalidRequest(f"{where} must be an object", param=param)
     name = function.get("name")
-    if not isinstance(name, str) or not TOOL_NAME.match(name):
-        raise InvalidRequest(f"{where}.name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {name!r}", param=param)
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):  # not match: $ matches before a last \n
+        raise InvalidRequest(f"{where}.name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {shown(name)}", param=param)
     if name in seen:
-        raise InvalidRequest(f"duplicate tool name {name!r}: each tool needs a unique name", param=param)
+        raise InvalidRequest(f"duplicate tool name {shown(name)}: each tool needs a unique name", param=param)
     seen.add(name)
     schema = function.get("parameters")
     if schema is None:
@@ -276,7 +276,7 @@ def _choice(value: Any, allowed: tuple[str, ...], name: str, default: str | None
     if value is None:
         return default
     if value not in allowed:
-        raise InvalidRequest(f"invalid sanctum control '{name}': {value!r} (allowed: {', '.join(allowed)})",
+        raise InvalidRequest(f"invalid sanctum control '{name}': {shown(value)} (allowed: {', '.join(allowed)})",
                              param=f"sanctum.{name}")
     return value
 
@@ -287,6 +287,6 @@ def _rounds(value: Any, default: int) -> int:
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # int() takes '²' too
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
-        raise InvalidRequest(f"invalid sanctum control 'max_repair_rounds': {value!r} (an integer 0..10)",
+        raise InvalidRequest(f"invalid sanctum control 'max_repair_rounds': {shown(value)} (an integer 0..10)",
                              param="sanctum.max_repair_rounds")
     return value

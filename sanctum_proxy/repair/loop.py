@@ -448,7 +448,7 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Fail(error)
     if step.constraint is not None and _schema_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED))
-    fallback = _fall_back(plan, state, classify(error), error.upstream_status, error.message, number)
+    fallback = _fall_back(plan, state, classify(error, step.body), error.upstream_status, error.message, number)
     return fallback if fallback is not None else Fail(error)
 
 
