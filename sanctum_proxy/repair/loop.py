@@ -436,7 +436,7 @@ def _heavy(plan: Plan, answer: Answer) -> bool:
     if size > INLINE_ANSWER_CHARS or not isinstance(message.get("content"), str | None):
         return True
     # a first check against a long schema compiles it (its meta-schema check: about 6 µs a byte)
-    return plan.book.branching or plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES
+    return plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES or plan.book.branching  # (a walk: small books only)
 
 
 def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number: int) -> Verdict:
