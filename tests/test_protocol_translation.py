@@ -132,7 +132,7 @@ def test_tools_tool_choice_and_sampling_fields_become_chat_forms():
                     "stop": ["END"], "tools": [{"type": "function", "function": {
                         "name": "f", "parameters": SCHEMA, "description": "d"}}],
                     "tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": False}
-    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    ask = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
     for given_choice, chat_choice in (({"type": "any"}, "required"), ({"type": "auto"}, "auto"),
                                       ({"type": "none"}, "none")):
         assert messages_api.to_chat({**ask, "tool_choice": given_choice})["tool_choice"] == chat_choice
@@ -166,9 +166,9 @@ FIELDS = st.dictionaries(st.sampled_from(["input", "instructions", "tools", "too
 
 @given(FIELDS)
 def test_no_body_makes_a_translator_fail_but_with_a_400(body):
-    for to_chat in (responses_api.to_chat, messages_api.to_chat):
+    for to_chat, required in ((responses_api.to_chat, {}), (messages_api.to_chat, {"max_tokens": 5})):
         try:
-            chat = to_chat({"model": "m", **body})
+            chat = to_chat({"model": "m", **required, **body})
         except InvalidRequest as exc:
             assert exc.status == 400
         else:
@@ -284,7 +284,7 @@ def test_messages_writer_streams_live_text_then_thinking_then_tool_use():
 
 def test_images_in_tool_results_follow_the_tool_messages_as_a_user_message():
     image = {"type": "image", "source": {"type": "url", "url": "http://x/screen.png"}}
-    chat = messages_api.to_chat({"model": "m", "messages": [
+    chat = messages_api.to_chat({"model": "m", "max_tokens": 5, "messages": [
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}},
                                           {"type": "tool_use", "id": "t2", "name": "f", "input": {}}]},
         {"role": "user", "content": [
