@@ -147,7 +147,7 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
     if caps is not None and caps.json_schema is False:
         constrain = "off"
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
-                max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
+                max_rounds=chat.controls.max_repair_rounds, on_surrender=chat.controls.on_surrender,
                 prompt_format=prompt_format, upstream=key,
                 opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
                 correction_context=settings.correction_context,

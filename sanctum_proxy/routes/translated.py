@@ -88,7 +88,8 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     try:
         check_client_key(request)
         body = json_object(await read_body(request, settings.max_body_bytes))
-        chat = chat_request(dialect.to_chat(body), request.headers, settings)
+        chat = chat_request(dialect.to_chat(body), request.headers, settings,
+                            on_surrender=getattr(settings, f"{dialect.name}_on_surrender"))
         rounds = await start_rounds(request, chat, settings)
         if chat.stream:
             return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
