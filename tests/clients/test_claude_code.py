@@ -22,8 +22,20 @@ import pytest
 from tests.clients.claude_code_model import FILE, SCENARIOS, TASK, TEXT, ClaudeCodeModel
 
 CLI = Path(__file__).resolve().parents[1] / "agents" / "claude-code" / "node_modules" / ".bin" / "claude"
-pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"Claude Code is not installed ({CLI}): run "
-                                "`npm ci --prefix tests/agents/claude-code` (.ci/run does where npm works)")
+VERSION = "2.1.332"  # tests/agents/claude-code/package.json
+
+
+def installed() -> bool:
+    """The pinned CLI runs (an install whose postinstall did not put the native binary in place does not)."""
+    try:
+        shown = subprocess.run([str(CLI), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return shown.returncode == 0 and VERSION in shown.stdout
+
+
+pytestmark = pytest.mark.skipif(not installed(), reason=f"Claude Code {VERSION} is not installed ({CLI}): run "
+                                "`npm ci` in tests/agents/claude-code (.ci/run does where npm and the registry work)")
 
 
 def run_claude(proxy: str, workdir: str, task: str = TASK, timeout: float = 180) -> subprocess.CompletedProcess[str]:
