@@ -302,9 +302,10 @@ def test_images_in_tool_results_follow_the_tool_messages_as_a_user_message():
     assert chat["messages"][2]["content"] == [{"type": "image_url", "image_url": {"url": "http://x/s.png"}}]
 
 
-def test_claude_code_billing_block_is_left_out_and_its_mid_conversation_system_messages_kept():
+def test_claude_code_billing_block_is_left_out_and_its_mid_conversation_system_messages_merged():
     """Claude Code's request shape (llama.cpp PR 20623; anthropics/claude-code issue 96101): a billing block whose
-    `cch` changes every request, and `role: system` reminders after the user's turn."""
+    `cch` changes every request, and `role: system` messages after the user's turn, which many chat templates
+    refuse ("System message must be at the beginning"): their text joins the leading system message (issue 29)."""
     chat = messages_api.to_chat({"model": "m", "max_tokens": 5, "system": [
         {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.37.0d9; cc_entrypoint=cli; cch=fa690;"},
         {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."}],
@@ -312,6 +313,6 @@ def test_claude_code_billing_block_is_left_out_and_its_mid_conversation_system_m
             {"type": "text", "text": "<total_tokens>9 tokens left</total_tokens>",
              "cache_control": {"type": "ephemeral"}}]}]})
     assert chat["messages"] == [
-        {"role": "system", "content": "You are Claude Code, Anthropic's official CLI for Claude."},
-        {"role": "user", "content": "hey"},
-        {"role": "system", "content": "<total_tokens>9 tokens left</total_tokens>"}]
+        {"role": "system", "content": "You are Claude Code, Anthropic's official CLI for Claude.\n\n"
+                                      "<total_tokens>9 tokens left</total_tokens>"},
+        {"role": "user", "content": "hey"}]

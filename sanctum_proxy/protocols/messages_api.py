@@ -2,8 +2,10 @@
 loop's answer as a `message`, errors in Anthropic's shape. Pure: no I/O.
 
 Served: `system` (a string or text blocks; Claude Code's `x-anthropic-billing-header:` block is left out),
-`messages` (`role: system` ones too, kept in place) with `text`, `image` (base64 or URL), `tool_use` and
-`tool_result` blocks (`thinking` blocks of earlier turns are dropped), `tools` (`input_schema`), `tool_choice`
+`messages` (`role: system` ones too: Claude Code sends one after the user's turn, which many chat templates refuse,
+so every system text goes into one leading system message, in order: protocols/system_messages.py) with `text`,
+`image` (base64 or URL), `tool_use` and `tool_result` blocks (`thinking` blocks of earlier turns are dropped),
+`tools` (`input_schema`), `tool_choice`
 (`auto`, `any`, `tool`, `none`, with `disable_parallel_tool_use`), `max_tokens`, `temperature`, `top_p`,
 `top_k`, `stop_sequences`, `stream`, `output_config.format` / `output_format` (a JSON schema: the upstream's
 `response_format` `json_schema`). `max_tokens` is required, a positive integer (400 otherwise, as Anthropic).
@@ -28,6 +30,7 @@ from sanctum_proxy.core.openai_chat import ToolCall, tool_call
 from sanctum_proxy.errors import InvalidRequest, ProxyError
 from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply, arguments_object
+from sanctum_proxy.protocols.system_messages import merge_system_messages
 
 IGNORED = frozenset({"metadata", "thinking", "service_tier", "context_management", "inference_geo", "billing_policy",
                      "cache_control", "diagnostics", "fallback_credit_token", "fallbacks", "speed"})
@@ -77,7 +80,7 @@ def chat_messages(body: dict[str, Any]) -> dict[str, Any]:
                                  "client tools only", param=name)
     chat: dict[str, Any] = {k: v for k, v in body.items() if k not in IGNORED and k not in TRANSLATED}
     chat["model"] = body.get("model")
-    chat["messages"] = _system(body.get("system")) + _messages(body.get("messages"))
+    chat["messages"] = merge_system_messages(_system(body.get("system")) + _messages(body.get("messages")))
     answer_format = _output_format(body)
     if answer_format is not None:
         chat["response_format"] = answer_format
@@ -143,7 +146,7 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
             raise InvalidRequest(f"{at} must be an object with role 'user', 'assistant' or 'system'",
                                  param=f"{at}.role")
         content = message.get("content")
-        if message["role"] == "system":  # Claude Code's mid-conversation reminders: kept where they are
+        if message["role"] == "system":  # Claude Code's environment after the user's turn: merged in to_chat
             out += _system(content, f"{at}.content")
         elif isinstance(content, str):
             out.append({"role": message["role"], "content": content})
