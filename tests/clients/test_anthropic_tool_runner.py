@@ -63,3 +63,17 @@ def test_default_thread_mode_runner_resends_the_history_and_answers_with_the_res
     history = [m for m in model.requests[-1]["messages"] if m["role"] != "system"]  # the whole history, resent
     assert history[0] == {"role": "user", "content": ASK} and history[1]["role"] == "assistant"
     assert weather(CITY) in str(history[-1]["content"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_surrender_gives_the_runner_the_last_call_and_its_own_validation_error_goes_to_the_model(scripted, stream):
+    # The model never names `city` (scenarios.py `surrender`): after the last repair round the proxy answers the
+    # last call as it was made (messages_on_surrender = "last_call"); the runner checks the input itself, answers
+    # with an error tool_result, and the run goes on to the model's answer instead of ending in an API error.
+    base_url, model = scripted("surrender")
+    calls: list[str] = []
+    final = run(base_url, calls, stream)
+    assert calls == []  # the tool never ran with bad input
+    errors = [m for r in model.requests for m in r["messages"] if m["role"] == "tool"]
+    assert errors and "Invalid arguments for function get_weather" in errors[-1]["content"]  # the SDK's words
+    assert final.startswith("The weather tool said: Error: ")
