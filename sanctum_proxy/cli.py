@@ -6,6 +6,7 @@ import argparse
 import atexit
 import gc
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -24,6 +25,8 @@ from sanctum_proxy.config import Settings, SettingsError, load_settings, redacte
 from sanctum_proxy.state.metrics import MULTIPROCESS_ENV
 from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, LlamaServer, find_llama_server, find_model
 from sanctum_proxy.web import access_log
+from sanctum_proxy.web.header_timeout import HeadDeadline
+from sanctum_proxy.web.header_timeout import protocol as header_protocol
 
 
 def parser() -> argparse.ArgumentParser:
@@ -170,14 +173,19 @@ def worker_app() -> Any:
 
 
 def http_protocol(settings: Settings) -> dict[str, Any]:
-    """uvicorn's `http` option: its httptools protocol with a deadline on request heads (web/header_timeout.py);
-    nothing (uvicorn's choice, no deadline) where httptools is not installed."""
-    try:
-        from sanctum_proxy.web.header_timeout import HeaderTimeoutProtocol
-    except ImportError:
-        return {}
-    HeaderTimeoutProtocol.seconds = settings.header_read_timeout
-    return {"http": HeaderTimeoutProtocol}
+    """uvicorn's `http` and `limit_concurrency` options: its HTTP protocol (httptools where installed, else h11)
+    with a deadline on request heads and room kept for new connections (web/header_timeout.py), and the
+    connection limit `max_connections` (unset: half the process's open-file limit)."""
+    HeadDeadline.seconds = settings.header_read_timeout
+    return {"http": header_protocol(), "limit_concurrency": settings.max_connections or default_max_connections()}
+
+
+def default_max_connections() -> int:
+    """Half the process's open-file limit (the rest: upstream connections, the trace store, logs), 64 to 65536."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 65536
+    return max(64, min(65536, soft // 2))
 
 
 def quiet_gc() -> None:

@@ -21,6 +21,7 @@ import orjson
 
 from sanctum_proxy.core.openai_chat import tool_call
 from sanctum_proxy.errors import InvalidRequest
+from sanctum_proxy.errors import shown as quoted
 from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply
 
@@ -125,7 +126,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
             raise InvalidRequest(f"{at}: 'item_reference' items are not supported: sanctum-proxy keeps no items; "
                                  "send the item itself", param=at)
         else:
-            raise InvalidRequest(f"{at}: input items of type {kind!r} are not supported (only message, "
+            raise InvalidRequest(f"{at}: input items of type {quoted(kind)} are not supported (only message, "
                                  "function_call, function_call_output and reasoning)", param=f"{at}.type")
     if images:
         messages.append({"role": "user", "content": images})
@@ -135,7 +136,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
 def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
-        raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {role!r}",
+        raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {quoted(role)}",
                              param=f"{at}.role")
     content = item.get("content")
     if isinstance(content, str):
@@ -164,7 +165,7 @@ def _part(part: Any, at: str) -> dict[str, Any]:
         if part.get("detail") is not None:
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
-    raise InvalidRequest(f"{at}: content parts of type {kind!r} are not supported (input_text, output_text, "
+    raise InvalidRequest(f"{at}: content parts of type {quoted(kind)} are not supported (input_text, output_text, "
                          "refusal, input_image)", param=f"{at}.type")
 
 
@@ -209,7 +210,7 @@ def _tool_choice(choice: Any) -> Any:
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": choice["name"]}}
-    raise InvalidRequest(f"'tool_choice' {choice!r} is not supported (none, auto, required, "
+    raise InvalidRequest(f"'tool_choice' {quoted(choice)} is not supported (none, auto, required, "
                          "{\"type\": \"function\", \"name\": ...} or allowed_tools)", param="tool_choice")
 
 

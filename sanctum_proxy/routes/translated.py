@@ -18,22 +18,31 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api, responses_api
-from sanctum_proxy.protocols.chat_request import chat_request, json_object
+from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, check_depth, json_object
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
 from sanctum_proxy.repair.loop import Final
-from sanctum_proxy.routes.chat import Rounds, answer_headers, final_answer, read_body, split_message, start_rounds
+from sanctum_proxy.routes.chat import (
+    Rounds,
+    answer_headers,
+    final_answer,
+    off_loop_if_heavy,
+    read_body,
+    split_message,
+    start_rounds,
+)
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response
 from sanctum_proxy.routes.passthrough import passthrough
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.upstreams import tokens
 from sanctum_proxy.web.auth import check_client_key
-from sanctum_proxy.web.json_response import JsonResponse, error_response
+from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 
 router = APIRouter()
 
@@ -68,16 +77,24 @@ async def count_tokens(request: Request) -> Response:
         return await passthrough("messages/count_tokens", request)
     try:
         check_client_key(request)
-        body = json_object(await read_body(request, settings.max_body_bytes))
-        chat = chat_request(messages_api.chat_messages(body), request.headers, settings)
+        chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
+                                       lambda raw: _counted(raw, request.headers, settings))
         destination = request.app.state.pools.destination(chat.model)
         upstream = destination.upstream
         counted, exact = await tokens.count(upstream, upstream.root_url, destination.rewrite(chat.body),
                                             settings.probe_timeout)
     except ProxyError as exc:
         return refusal(MESSAGES, exc)
+    except Exception as exc:  # a bug: still Anthropic's error shape
+        return refusal(MESSAGES, unexpected(exc))
     return JsonResponse({"input_tokens": counted},
                         headers={"x-sanctum-token-count": "exact" if exact else "estimate"})
+
+
+def _counted(raw: bytes, headers: Mapping[str, str], settings: Settings) -> ChatRequest:
+    body = json_object(raw)
+    check_depth(body)
+    return chat_request(messages_api.chat_messages(body), headers, settings)
 
 
 async def serve(request: Request, dialect: Dialect) -> Response:
@@ -87,25 +104,32 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     request.state.protocol = dialect.name
     try:
         check_client_key(request)
-        body = json_object(await read_body(request, settings.max_body_bytes))
-        chat = chat_request(dialect.to_chat(body), request.headers, settings,
-                            on_surrender=getattr(settings, f"{dialect.name}_on_surrender"))
+        body, chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
+                                             lambda raw: _read(dialect, raw, request.headers, settings))
         rounds = await start_rounds(request, chat, settings)
         if chat.stream:
             return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
                                        writer=dialect.writer(body, rounds),
                                        refuse=lambda e: refusal(dialect, e, rounds.trace_id))
         final = await final_answer(request, rounds)
+        answer = dialect.answer(body, rounds, final, reply_of(rounds, final))
+        answer["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, rounds.trace_id)
+        return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))
     except ClientGone:
         return gone_response()
     except ProxyError as exc:
         request.app.state.recorder.refused(request, exc)
         return refusal(dialect, exc, trace_id(request))
-    answer = dialect.answer(body, rounds, final, reply_of(rounds, final))
-    answer["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, rounds.trace_id)
-    return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))
+    except Exception as exc:  # a bug: still this protocol's error shape, with the trace id
+        return refusal(dialect, unexpected(exc), trace_id(request))
 
 
+def _read(dialect: Dialect, raw: bytes, headers: Mapping[str, str],
+          settings: Settings) -> tuple[dict[str, Any], ChatRequest]:
+    body = json_object(raw)
+    check_depth(body)  # before translating: the answer echoes fields (metadata, text, ...) as they came
+    return body, chat_request(dialect.to_chat(body), headers, settings,
+                              on_surrender=getattr(settings, f"{dialect.name}_on_surrender"))
 
 
 def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) -> Response:
