@@ -213,6 +213,22 @@ def test_a_key_split_between_streamed_call_arguments_is_masked(make_proxy, fake)
     assert orjson.loads(arguments) == {"city": "***"}, arguments
 
 
+@pytest.mark.parametrize("form", ["plain", "escaped", "percent", "slash"])
+def test_the_key_in_any_form_cut_anywhere_is_masked(form):
+    """redaction.ByteStream: the body cut at every place gives the same masked bytes as the whole."""
+    from sanctum_proxy.upstreams.redaction import ByteStream, KeyMask
+
+    written = {"plain": KEY, "escaped": escaped(KEY), "percent": "".join(f"%{ord(c):02X}" for c in KEY),
+               "slash": KEY.replace("/", "\\/")}[form].encode()
+    body = b'{"a": "\\u003c s' + written + b' \\/ ' + written[:5] + b'", "b": "' + written + b'"}'
+    mask = KeyMask(KEY)
+    whole = mask.masked(body)
+    assert whole.count(b"***") == 2 and written not in whole
+    for cut in range(1, len(body)):
+        stream = ByteStream(mask)
+        assert stream.feed(body[:cut]) + stream.feed(body[cut:]) + stream.end() == whole, cut
+
+
 def raw_answer(status: str, headers: list[tuple[str, str]], body: bytes = b"") -> list[tuple[Any, ...]]:
     head = f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
     head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

@@ -268,4 +268,4 @@ class _Judge:
 _AS_ASKED = {"json": frozenset({"code_fence"}), "deepseek": frozenset({"code_fence", MALFORMED})}
 
 # Mends that change only the name: the arguments text can still go out byte-identical.
-_NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated"})
+_NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated", "name_namespace"})

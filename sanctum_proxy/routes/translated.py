@@ -56,6 +56,7 @@ class Dialect:
     answer: Callable[[dict[str, Any], Rounds, Final, Reply], dict[str, Any]]
     writer: Callable[[dict[str, Any], Rounds], Any]
     error_body: Callable[[ProxyError], Mapping[str, Any]]
+    opening: Callable[[dict[str, Any]], list[om.Omen]] = lambda body: []  # omens of the translation itself
 
 
 @router.post("/v1/responses")
@@ -107,6 +108,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         body, chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
                                              lambda raw: _read(dialect, raw, request.headers, settings))
         rounds = await start_rounds(request, chat, settings)
+        rounds.plan.opening_omens[:0] = dialect.opening(body)
         if chat.stream:
             return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
                                        writer=dialect.writer(body, rounds),
@@ -153,17 +155,20 @@ def _model(rounds: Rounds) -> str:
 def _response(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -> dict[str, Any]:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
     return responses_api.finished(base, reply, responses_api.output_items(
-        reply, rounds.trace_id, logprobs=responses_api.wants_logprobs(body)))
+        reply, rounds.trace_id, logprobs=responses_api.wants_logprobs(body),
+        namespaced=responses_api.namespaced_names(body)))
 
 
 def _responses_writer(body: dict[str, Any], rounds: Rounds) -> ResponsesWriter:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
     return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
                            lambda final: reply_of(rounds, final), logprobs=responses_api.wants_logprobs(body),
-                           split_reasoning=rounds.split_reasoning)
+                           split_reasoning=rounds.split_reasoning,
+                           namespaced=responses_api.namespaced_names(body))
 
 
-RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_writer, lambda e: e.body())
+RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_writer, lambda e: e.body(),
+                    responses_api.withheld_omens)
 
 
 # The Messages API.

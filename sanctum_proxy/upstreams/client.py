@@ -290,9 +290,6 @@ class Upstream:
     def _redact(self, data: bytes) -> bytes:
         return self._mask.masked(data) if self._mask else data
 
-    def _error(self, status: int, body: bytes) -> UpstreamError:
-        return upstream_error(status, self._redact(body))
-
     def headers(self, client_auth: str | None = None) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         if self._key:
@@ -308,7 +305,7 @@ class Upstream:
         async with mapped_errors():
             response = await self._open("POST", "/chat/completions", data=content, headers=headers)
             try:
-                raw = self._redact(await self._read_body(response))  # a 2xx answer may echo the key too
+                raw = await self._read_body(response)  # masked: a 2xx answer may echo the key too
             finally:
                 done(response)
         latency = (time.perf_counter() - start) * 1000
@@ -324,20 +321,25 @@ class Upstream:
             raise UpstreamError(502, f"upstream sent no choices: {raw[:200]!r}")
         return Reply(response.status, parsed, latency)
 
-    async def _read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None) -> bytes:
+    async def _read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None, *,
+                         masked: bool = True) -> bytes:
         """The whole body, at most max_answer_bytes of it (or, with `cut_at`, read until past that and
         returned whole for the caller to cut), within read_timeout of the headers (a body that trickles
-        forever would dodge the per-read timeout)."""
+        forever would dodge the per-read timeout). `masked`: the key masked piece by piece as it arrives (a
+        long body never holds the event loop in one masking pass)."""
         limit = self._max_answer if cut_at is None else cut_at
         body = bytearray()
+        stream = ByteStream(self._mask) if self._mask and masked else None
+        read = 0
         async with asyncio.timeout(self._read_timeout):
             async for piece in response.content.iter_any():
-                body += piece
-                if len(body) > limit:
+                read += len(piece)
+                body += stream.feed(piece) if stream else piece
+                if read > limit:
                     if cut_at is not None:
                         break
                     raise too_long(limit)
-        return bytes(body)
+        return bytes(body + stream.end()) if stream else bytes(body)
 
     @asynccontextmanager
     async def chat_stream(
@@ -354,7 +356,7 @@ class Upstream:
             if response.status >= 400:
                 async with mapped_errors():
                     content = await self._read_body(response)
-                raise self._error(response.status, content)
+                raise upstream_error(response.status, content)
             if response.status >= 300:
                 raise redirect_error(response.status)
             yield self._chunks(response)
@@ -379,7 +381,7 @@ class Upstream:
                 if not isinstance(chunk, dict):
                     raise UpstreamError(502, f"upstream sent a stream event that is not an object: {data[:200]!r}")
                 if chunk.get("error"):
-                    raise self._error(inband_status(chunk), data)
+                    raise upstream_error(inband_status(chunk), data)
                 if pieces is not None:
                     chunk = pieces.chunk(chunk)
                 seen += 1
@@ -424,7 +426,7 @@ class Upstream:
                 return Passing(response.status, kept, _redacted(_inflated(chunks) if inflate else chunks, mask),
                                close)
             try:
-                body = await self._read_body(response, cut_at=MAX_ERROR_BODY)
+                body = await self._read_body(response, cut_at=MAX_ERROR_BODY, masked=False)  # masked once inflated
             finally:
                 done(response)
         if inflate:

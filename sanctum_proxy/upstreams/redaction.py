@@ -1,6 +1,6 @@
 """The upstream key masked in everything an upstream sends back (client.py applies it; pure).
 
-A server may write the key as it is, JSON-escaped (`\\/`, `\\u0073`, any character, any case of hex),
+A server may write the key as it is, JSON-escaped (`\\/`, `\\u0073`, any character, either case of hex),
 percent-encoded (in a `Location` header), or cut between two reads of a body or two events of a stream.
 `KeyMask` finds it in every form: `masked` (bytes) / `text` replace whole copies with `***`, `ByteStream` holds back
 only a tail that could still become a copy (linear: the tail is shorter than the longest form of the key),
@@ -18,38 +18,94 @@ _STREAMED = ("content", "reasoning_content", "reasoning", "refusal")  # delta fi
 
 
 def _forms(char: str) -> list[bytes]:
-    """Every way `char` may be written: as it is (UTF-8), a JSON escape, percent-encoded (ASCII)."""
+    """Every way `char` may be written: as it is (UTF-8), a JSON escape, percent-encoded (ASCII); hex digits in
+    either case."""
     literal = char.encode()
     forms = [literal]
     if ord(char) < 0x10000:
-        forms.append(b"\\u%04x" % ord(char))
+        forms += _cases(b"\\u", b"%04x" % ord(char))
     if char in "/\"\\":
         forms.append(b"\\" + literal)
     if ord(char) < 0x80:
-        forms.append(b"%%%02x" % ord(char))
+        forms += _cases(b"%", b"%02x" % ord(char))
     return forms
 
 
+def _cases(prefix: bytes, digits: bytes) -> list[bytes]:
+    out = [prefix]
+    for digit in digits:
+        out = [o + bytes([c]) for o in out for c in {digit, bytes([digit]).upper()[0]}]
+    return out
+
+
 class KeyMask:
-    """The key's forms, compiled once per upstream."""
+    """The key's forms, compiled once per upstream. Linear and mostly at C speed: plain copies are replaced with
+    `bytes.replace`; the full pattern (any character in any form) runs only around an escape of one of the
+    key's own characters (which an honest encoder never writes: `\\u0073` for `s`), within the longest a copy
+    can be on either side of it."""
 
     def __init__(self, key: str) -> None:
         self.key = key
+        self._literal = key.encode()
         self._chars = [_forms(c) for c in key]
         alternatives = [b"(?:" + b"|".join(re.escape(f) for f in forms) + b")" for forms in self._chars]
-        self._bytes = re.compile(b"".join(alternatives), re.IGNORECASE)
-        self._text = re.compile(b"".join(alternatives).decode(), re.IGNORECASE)
+        self._bytes = re.compile(b"".join(alternatives))
+        self._text = re.compile(b"".join(alternatives).decode())
+        self._decoded = {f: forms[0] for forms in self._chars for f in forms[1:]}
+        # the escapes of the key's own characters, by their literal prefix (re finds a literal prefix at C speed)
+        by_prefix: dict[bytes, set[bytes]] = {}
+        for escape in self._decoded:
+            prefix = escape[:4] if escape.startswith(b"\\u") else escape[:1]  # \\u00, %, or \\ of \\/
+            by_prefix.setdefault(prefix, set()).add(escape[len(prefix):])
+        self._short = [e for e in self._decoded if len(e) == 2]  # \\/ \\" \\\\
+        self._narrow = [re.compile(re.escape(prefix) + b"(?:" + b"|".join(re.escape(r) for r in sorted(rests)) + b")")
+                        for prefix, rests in by_prefix.items() if prefix != b"\\"]
+        self._split = re.compile(b"(" + b"|".join(p.pattern for p in self._narrow) + b")" if self._narrow else b"(?!)")
+        self._first = {f[:1] for f in self._chars[0]} if self._chars else set()
         self.longest = sum(max(len(f) for f in forms) for forms in self._chars)
 
     def masked(self, data: bytes) -> bytes:
-        return self._bytes.sub(MASK.encode(), data) if data else data
+        if self._literal in data:
+            data = data.replace(self._literal, MASK.encode())
+        anchors = self._escapes_at(data)
+        if not anchors:
+            return data
+        windows: list[list[int]] = []
+        for found, size in anchors:
+            start, end = max(0, found - self.longest), found + size + self.longest
+            if windows and start <= windows[-1][1]:
+                windows[-1][1] = end
+            else:
+                windows.append([start, end])
+        out, at = [], 0
+        for start, end in windows:
+            out += [data[at:start], self._bytes.sub(MASK.encode(), data[start:end])]
+            at = end
+        out.append(data[at:])
+        return b"".join(out)
+
+    def _escapes_at(self, data: bytes) -> list[tuple[int, int]]:
+        """Where an escaped copy of the key may lie: (offset, size) of each escape of one of its characters, or
+        none when even with those escapes decoded the key is not in `data` (the common case, found at C speed:
+        honest encoders write `\\u003c` and maybe `\\/`, never `\\u0073`)."""
+        plain = data
+        for escape in self._short:  # `\\/`: some encoders write every slash so; decoded by bytes.replace
+            plain = plain.replace(escape, self._decoded[escape])
+        if any(pattern.search(plain) for pattern in self._narrow):
+            plain = b"".join(self._decoded.get(piece, piece) for piece in self._split.split(plain))
+        if self._literal not in plain:
+            return []
+        patterns = [*self._narrow, *(re.compile(re.escape(e)) for e in self._short)]
+        return sorted((m.start(), m.end() - m.start()) for p in patterns for m in p.finditer(data))
 
     def text(self, value: str) -> str:
         return self._text.sub(MASK, value) if value else value
 
     def held(self, data: bytes) -> int:
         """How many last bytes of `data` could be the start of a copy of the key still arriving."""
-        for start in range(max(0, len(data) - self.longest + 1), len(data)):
+        tail = max(0, len(data) - self.longest + 1)
+        starts = sorted(at for first in self._first for at in _positions(data, first, tail))
+        for start in starts:
             if self._could_start(data, start):
                 return len(data) - start
         return 0
@@ -59,12 +115,20 @@ class KeyMask:
         for forms in self._chars:
             if at == len(data):
                 return True
-            rest = data[at:at + 8].lower()
-            step = next((len(f) for f in forms if rest.startswith(f.lower())), 0)
+            rest = data[at:at + 8]
+            step = next((len(f) for f in forms if rest.startswith(f)), 0)
             if not step:
-                return any(f.lower().startswith(rest) for f in forms) and at + len(rest) == len(data)
+                return any(f.startswith(rest) for f in forms) and at + len(rest) == len(data)
             at += step
         return False  # a whole copy: `masked` has already masked it
+
+
+def _positions(data: bytes, byte: bytes, start: int) -> list[int]:
+    out = []
+    while (start := data.find(byte, start)) >= 0:
+        out.append(start)
+        start += 1
+    return out
 
 
 class ByteStream:

@@ -16,7 +16,6 @@ send nothing useful cannot crowd out those that do.
 from __future__ import annotations
 
 import asyncio
-import functools
 import weakref
 from typing import Any
 
@@ -90,15 +89,15 @@ class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):
         super().connection_lost(exc)
 
 
-@functools.cache
-def httptools_protocol() -> type[asyncio.Protocol] | None:
-    """HttpToolsProtocol with the head deadline and room kept; None where httptools is not installed."""
-    try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError:
-        return None
-
+HTTPTOOLS: type[asyncio.Protocol] | None = None  # HeaderTimeoutProtocol where httptools is installed
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # the h11 protocol only
+    pass
+else:
     class HeaderTimeoutProtocol(HeadDeadline, HttpToolsProtocol):
+        """HttpToolsProtocol with the head deadline and room kept (module level: workers pickle it)."""
+
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._make_room()
@@ -116,12 +115,12 @@ def httptools_protocol() -> type[asyncio.Protocol] | None:
             self._disarm()
             super().connection_lost(exc)
 
-    return HeaderTimeoutProtocol
+    HTTPTOOLS = HeaderTimeoutProtocol
 
 
 def protocol(parser: str = "auto") -> type[asyncio.Protocol]:
     """The protocol class for `parser` (auto: httptools where installed, else h11)."""
-    fast = httptools_protocol() if parser != "h11" else None
+    fast = HTTPTOOLS if parser != "h11" else None
     if parser == "httptools" and fast is None:
         raise ImportError("httptools is not installed")
     return fast or H11HeaderTimeoutProtocol
