@@ -71,3 +71,20 @@ def test_claude_code_finishes_the_task_through_the_proxy(fake, make_proxy, workd
         assert len(model.tool_errors) == 1 and "content" in model.tool_errors[0], model.tool_errors
     else:
         assert model.tool_errors == []
+
+
+def test_claude_codes_request_reaches_the_upstream_as_a_plain_chat_request(fake, make_proxy, workdir):
+    # What Claude Code 2.1.332 sends (module docstring of claude_code_model.py) as the upstream sees it: its system
+    # blocks and the environment `system` message after the user's turn merged into one leading system message (no
+    # billing line), its 12 tools as functions, none of its client-only fields.
+    model = ClaudeCodeModel("malformed_args")
+    fake[0].responder = model
+    run_claude(make_proxy(), workdir)
+    first = model.requests[0]
+    roles = [m["role"] for m in first["messages"]]
+    assert roles == ["system", "user"] and "Primary working directory" in first["messages"][0]["content"]
+    assert "x-anthropic-billing-header" not in first["messages"][0]["content"]
+    names = [t["function"]["name"] for t in first["tools"]]
+    assert len(names) == 12 and {"Bash", "Read", "Write", "Edit"} <= set(names)
+    assert not {"thinking", "context_management", "output_config", "metadata", "thread"} & set(first)
+    assert first["stream"] is True and first["model"].startswith("claude-")
