@@ -141,3 +141,14 @@ def test_models_in_anthropics_shape_when_the_client_speaks_anthropic(proxy, fake
     assert page["data"][0]["type"] == "model" and page["data"][0]["display_name"] == "fake-model"
     openai_shape = httpx.get(proxy + "/v1/models").json()
     assert openai_shape == {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+
+
+def test_one_model_in_anthropics_shape_and_an_unknown_one_is_not_found(proxy, fake):
+    with sdk(proxy) as client:
+        model = client.models.retrieve("fake-model")
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            client.models.retrieve("claude-opus-4")
+    assert isinstance(model, ModelInfo) and model.id == "fake-model" and model.type == "model"
+    assert caught.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    passed = httpx.get(proxy + "/v1/models/fake-model")  # without anthropic-version: the upstream's own answer
+    assert passed.json()["path"] == "/v1/models/fake-model"

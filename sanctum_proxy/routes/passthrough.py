@@ -54,12 +54,17 @@ async def upstream_models(request: Request, upstream: Upstream) -> list[dict[str
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
     response = await upstream.send("GET", "/models", params=None, headers=headers, content=None)
+    raw = bytearray()
     try:
-        raw = b"".join([piece async for piece in response.chunks])
+        async for piece in response.chunks:
+            raw += piece
+            if len(raw) > settings.max_answer_bytes:
+                raise UpstreamError(502, f"the upstream's model list is over max_answer_bytes "
+                                         f"({settings.max_answer_bytes})")
     finally:
         await response.close()
     if response.status >= 400:
-        raise upstream_error(response.status, raw)
+        raise upstream_error(response.status, bytes(raw))
     try:
         listed = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -68,6 +73,24 @@ async def upstream_models(request: Request, upstream: Upstream) -> list[dict[str
     if isinstance(listed, dict) and isinstance(listed.get("models"), list) and data is None:
         data = listed["models"]  # Ollama's /api/tags shape, where a server answers so
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+
+
+@router.get("/v1/models/{model_id:path}")
+async def one_model(model_id: str, request: Request) -> Response:
+    """With an `anthropic-version` header, Anthropic's ModelInfo of one listed model (404 `not_found_error` for
+    another); without it, passed through like every other path."""
+    if "anthropic-version" not in request.headers:
+        return await passthrough(f"models/{model_id}", request)
+    pools: UpstreamPools = request.app.state.pools
+    try:
+        check_client_key(request)
+        data = await model_list(pools) if pools.several else await upstream_models(request, pools.default)
+        found = [m for m in messages_api.model_list(data)["data"] if m["id"] == model_id]
+        if not found:
+            raise NotFound(f"model {model_id!r} is not served here", param="model_id")
+    except ProxyError as exc:
+        return error_response(exc, messages_api.error_body(exc))
+    return JsonResponse(found[0])
 
 
 # Not in /openapi.json: it is the upstream's API, not ours (and one route for several methods would give the
