@@ -52,11 +52,7 @@ XFAIL: dict[str, str] = {
     "minja-11-deepseek-v32-dsml-two-calls": _NO_CODEC + " (DeepSeek V3.2 DSML)",
     "sglang-14332-deepseek-v32-dsml-without-marker": _NO_CODEC + " (DSML without the |DSML| marker)",
     "vllm-43104-granite33-8b-bare-pythonic": _NO_CODEC + " (bracket-less pythonic call)",
-    "omlx-581-gemma4-call-syntax": _NO_CODEC + " (Gemma 4 <|tool_call>call:NAME{...})",
-    "omlx-593-gemma4-call-quote-tokens": _NO_CODEC + " (Gemma 4 with <|\"|> string quotes)",
     "llamacpp-15181-gptoss-20b-bare-recipient": _NO_CODEC + " (stripped harmony: a bare ' to=functions.NAME')",
-    "mlx-3460-gemma4-26b-call-ascii-quotes": _NO_CODEC + ' (Gemma 4 <|tool_call>call:NAME{k:"v"} with ASCII quotes)',
-    "openclaude-380-gemma4-vllm-call-syntax": _NO_CODEC + " (Gemma 4 call:NAME{k:v} without the <|tool_call> marker)",
     # read, but only through a correction round where the output held the whole call
     "continue-13057-qwen3-coder-30b-unclosed-xml": "unclosed Qwen3-Coder <parameter=..> values: a correction round "
                                                    "where a local mend was possible",
