@@ -31,6 +31,10 @@ CLOSE = "<tool_call|>"
 QUOTE = '<|"|>'
 STARTS: tuple[str, ...] = (OPEN, "call:")
 MAX_DEPTH = 64
+MAX_MEMBERS = 4096  # members of one object or list (past it the arguments are unread)
+# The steps (values, and stops inside unquoted ones) one text's reading may take: a text of openers whose
+# values never close (`call:f{a:b,` a hundred thousand times) costs this much, not openers x text.
+MAX_STEPS = 100_000
 # After the marker: `call:NAME` (a bare `:NAME` too, vLLM #53431), then the arguments' bracket.
 _HEAD = re.compile(r"\s*(?:call)?:\s*([A-Za-z_][\w.\-]{0,255})\s*([{(])")
 # Without it: `call:NAME{` at the start of a line or after a space (never inside a word: `recall:x{`).
@@ -38,6 +42,7 @@ _BARE_HEAD = re.compile(r"(?<![\w.\-])call:([A-Za-z_][\w.\-]{0,255})\{")
 _KEY = re.compile(r"\s*(?:<\|\"\|>([^<]{1,256}?)<\|\"\|>|\"([^\"\\\n]{1,256})\"|([A-Za-z_$][\w.\-$]{0,255}))\s*:")
 _NEXT_KEY = re.compile(r",\s*(?:<\|\"\|>|\"?[A-Za-z_$][\w.\-$]{0,255}\"?\s*:)")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\Z")
+_SPACE = re.compile(r"\s+")
 _STOP = re.compile(r"[,}\])<]")
 _ASCII_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _LITERALS: dict[str, Any] = {"true": True, "false": False, "null": None, "True": True, "False": False,
@@ -57,11 +62,27 @@ class _Reader:
     def __init__(self, text: str) -> None:
         self.text = text
         self.bare = False  # an unquoted string was read (the server stripped the quote tokens)
+        self._stop = (-1, -1)  # the last stop search: (searched from, found at or len(text))
+        self.steps = MAX_STEPS
+
+    def step(self) -> None:
+        self.steps -= 1
+        if self.steps < 0:
+            raise _Unread
+
+    def next_stop(self, j: int) -> int:
+        """Where the next `,}])<` at or after j is (len(text) when none): a search is reused while j has
+        not passed what it found, so unclosed values from many openers never rescan the rest of the text."""
+        start, at = self._stop
+        if not start <= j <= at:
+            m = _STOP.search(self.text, j)
+            at = m.start() if m else len(self.text)
+            self._stop = (j, at)
+        return at
 
     def skip(self, k: int) -> int:
-        while k < len(self.text) and self.text[k].isspace():
-            k += 1
-        return k
+        m = _SPACE.match(self.text, k)
+        return m.end() if m else k
 
     def members(self, k: int, closer: str, depth: int) -> tuple[dict[str, Any], int]:
         """`key:value,...` up to `closer`, from k (after the opener); the end is after the closer."""
@@ -71,7 +92,7 @@ class _Reader:
         k = self.skip(k)
         if self.text.startswith(closer, k):
             return out, k + 1
-        while True:
+        for _ in range(MAX_MEMBERS):
             key = _KEY.match(self.text, k)
             if key is None:
                 raise _Unread
@@ -83,6 +104,7 @@ class _Reader:
             if not self.text.startswith(",", k):
                 raise _Unread
             k += 1
+        raise _Unread
 
     def items(self, k: int, depth: int) -> tuple[list[Any], int]:
         if depth > MAX_DEPTH:
@@ -91,7 +113,7 @@ class _Reader:
         k = self.skip(k)
         if self.text.startswith("]", k):
             return out, k + 1
-        while True:
+        for _ in range(MAX_MEMBERS):
             value, k = self.value(k, ",]", depth)
             out.append(value)
             k = self.skip(k)
@@ -100,9 +122,11 @@ class _Reader:
             if not self.text.startswith(",", k):
                 raise _Unread
             k += 1
+        raise _Unread
 
     def value(self, k: int, stops: str, depth: int) -> tuple[Any, int]:
         text = self.text
+        self.step()
         k = self.skip(k)
         if text.startswith(QUOTE, k):
             end = text.find(QUOTE, k + len(QUOTE))
@@ -133,10 +157,11 @@ class _Reader:
         text = self.text
         j = k
         while True:
-            m = _STOP.search(text, j)
-            if m is None:
+            self.step()
+            j = self.next_stop(j)
+            if j >= len(text):
                 raise _Unread
-            j, c = m.start(), m.group()
+            c = text[j]
             if c in stops and (c != "," or "]" in stops or _NEXT_KEY.match(text, j)):
                 break
             if c == "<" and text.startswith((CLOSE, OPEN), j):
@@ -159,7 +184,7 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     scan = Scanner(text)  # the reader only moves forward: each marker looked for about once
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):
-        if json_blocks.full(out):
+        if json_blocks.full(out) or reader.steps < 0:
             break
         marked = scan.find(OPEN, pos)
         bare = _BARE_HEAD.search(text, pos, marked if marked >= 0 else len(text))

@@ -175,6 +175,10 @@ PATHOLOGICAL = {
     "thousands_of_deepseek_calls": "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{}" * 30_000,
     "unclosed_command_r_thinking": "<|START_THINKING|>x" * 40_000 + "<|START_ACTION|>[" * 20_000,
     "thousands_of_functionary_calls": ">>>search\n{" * 60_000,
+    # Gemma 4: openers whose unquoted values never close (each read would run to the end of the text)
+    "gemma4_values_never_closed": "call:search{q:a," * 100_000,
+    "gemma4_marked_values_never_closed": "<|tool_call>call:search{q:a <" * 50_000,
+    "thousands_of_gemma4_calls": '<|tool_call>call:search{q:<|"|>a<|"|>}<tool_call|>' * 5000,
     "seed_think_and_unclosed_calls": "<seed:think>x" * 30_000 + "<seed:tool_call><function=search>" * 20_000,
     "unclosed_openers": "{ " * (MB // 2),
     "unclosed_fences": "```json\n" * (MB // 8),
