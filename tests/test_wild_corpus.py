@@ -53,11 +53,6 @@ XFAIL: dict[str, str] = {
     "sglang-14332-deepseek-v32-dsml-without-marker": _NO_CODEC + " (DSML without the |DSML| marker)",
     "vllm-43104-granite33-8b-bare-pythonic": _NO_CODEC + " (bracket-less pythonic call)",
     "llamacpp-15181-gptoss-20b-bare-recipient": _NO_CODEC + " (stripped harmony: a bare ' to=functions.NAME')",
-    # read, but only through a correction round where the output held the whole call
-    "continue-13057-qwen3-coder-30b-unclosed-xml": "unclosed Qwen3-Coder <parameter=..> values: a correction round "
-                                                   "where a local mend was possible",
-    "vllm-21571-qwen3-coder-hermes-parser-unclosed-xml": "Qwen3-Coder XML without </parameter></function>: a "
-                                                         "correction round where a local mend was possible",
     # streamed differs from unstreamed: the rejected round's '<functioncall' prefix was streamed live as prose
     "maxi1134-ha-config-66-functioncall-angle-brackets": "streamed: the '<functioncall' text of a corrected round "
                                                          "reaches the client (unstreamed: no content)",

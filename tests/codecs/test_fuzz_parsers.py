@@ -167,6 +167,7 @@ PATHOLOGICAL = {
     "thousands_of_bare_calls": '{"name": "search", "arguments": {"q": "a"}} ' * 20_000,
     "thousands_of_pythonic_calls": "[search(q='a')] " * 20_000,
     "thousands_of_qwen_calls": "<function=search><parameter=q>a</parameter></function>" * 5000,
+    "qwen_values_never_closed": "<tool_call><function=search><parameter=q> a" * 50_000,
     "thousands_of_mistral_calls": '[TOOL_CALLS][{"name": "search", "arguments": {"q": "a"}}]' * 5000,
     "harmony_messages_without_an_end": "<|channel|>analysis<|message|>x" * 40_000 + "<|call|>",
     "thousands_of_harmony_calls": '<|channel|>commentary to=functions.search<|message|>{"q": "a"}<|call|>' * 5000,
