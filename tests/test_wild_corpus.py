@@ -56,9 +56,6 @@ XFAIL: dict[str, str] = {
     # the call read, but the inline <think> block (which plans it in the same JSON) left in content
     "lmstudio-456-r1-distill-qwen-tool-request-in-and-after-think": "the <think> block holding the call's JSON is "
                                                                      "left in content beside the call read after it",
-    # bare JSON calls, one naming no tool: the valid call is read, the other left in content, nothing asked
-    "dead-reckoning-30-llama32-3b-hallucinated-name-semicolon": "a bare JSON call naming an unknown tool beside a "
-                                                                "valid one is left in content without a correction",
 }
 
 

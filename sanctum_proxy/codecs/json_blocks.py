@@ -168,6 +168,7 @@ def bare(
 ) -> list[Found]:
     """Calls written as JSON values anywhere in `text`: each balanced {...} or [...] that holds one."""
     out: list[Found] = []
+    shaped: list[Found] = []
     pos, attempts, unclosed = 0, 0, 0
     while attempts < MAX_ATTEMPTS and unclosed <= MAX_UNCLOSED:
         m = _OPEN.search(text, pos)
@@ -184,8 +185,31 @@ def bare(
         calls = candidates(payload, source=source, names=names, explicit=explicit, repairs=repairs)
         if calls:
             out.append(Found(start, end, tuple(calls)))
+        elif calls == [] and _CALL_SHAPED.match(payload):
+            shaped.append(Found(start, end, tuple(candidates(payload, source=source, names=names, explicit=True,
+                                                             repairs=repairs) or ())))
         pos = start + 1 if calls is None else end
-    return out
+    return _beside(text, out, shaped) if out and shaped else out
+
+
+# `{"name": ..., "arguments"|"parameters": ...}` naming no offered tool: prose, unless it stands in one run of
+# calls with a call that names one (`{...}; {...}`): then it is a call too, and repair asks about its name.
+_CALL_SHAPED = re.compile(r'\{\s*"name"\s*:\s*"[^"\\\n]{1,256}"\s*,\s*"(?:arguments|parameters)"\s*:')
+
+
+def _beside(text: str, calls: list[Found], shaped: list[Found]) -> list[Found]:
+    """The calls, and the call-shaped objects separated from one of them only by blanks, `;` or `,`."""
+    out = list(calls)
+    left = [f for f in shaped if f.candidates]
+    grew = True
+    while grew and left:
+        grew = False
+        for f in list(left):
+            if any(_GAP.fullmatch(text, min(f.end, c.end), max(f.start, c.start)) for c in out):
+                out.append(f)
+                left.remove(f)
+                grew = True
+    return sorted(out, key=lambda f: f.start)
 
 
 _GAP = re.compile(r"[\s;,]*")
