@@ -134,21 +134,21 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return sorted(found, key=lambda f: f.start)
 
 
-# Glaive-style function-calling fine-tunes write `<functioncall> {"name": ..., "arguments": ...}`, some with the
-# JSON inside the tag itself (`<functioncall {...}>`, home-assistant issue maxi1134/ha-config#66).
-_WRAP_OPEN = re.compile(r"<functioncall>?\s*\Z")
-_WRAP_CLOSE = re.compile(r"\s*(?:</functioncall>|>)")
+# Tags some fine-tunes and servers wrap a JSON call in: glaive's `<functioncall> {...}` (some with the JSON inside
+# the tag itself, `<functioncall {...}>`: maxi1134/ha-config#66) and LM Studio's `[TOOL_REQUEST]{...}[END_TOOL_REQUEST]`
+# (its prompt for models without a tool template: lmstudio-ai/lmstudio-bug-tracker#456, #2388).
+_WRAP_OPEN = re.compile(r"(?:<functioncall>?|\[TOOL_REQUEST\])\s*\Z")
+_WRAP_CLOSE = {"<functioncall>": re.compile(r"\s*</functioncall>"), "<functioncall": re.compile(r"\s*(?:</functioncall>|>)"),
+               "[TOOL_REQUEST]": re.compile(r"\s*\[END_TOOL_REQUEST\]")}
 
 
 def _unwrapped(text: str, found: Found) -> Found:
-    """A call's span widened over a `<functioncall>` tag around it (the tag is call markup, not content)."""
+    """A call's span widened over the tags around it (the tags are call markup, not content)."""
     opener = _WRAP_OPEN.search(text, max(0, found.start - 64), found.start)
     if opener is None:
         return found
-    closer = _WRAP_CLOSE.match(text, found.end)
-    if closer is not None and (closer.group().strip() != ">" or not opener.group().startswith("<functioncall>")):
-        return Found(opener.start(), closer.end(), found.candidates, found.reasoning)
-    return Found(opener.start(), found.end, found.candidates, found.reasoning)
+    closer = _WRAP_CLOSE[opener.group().strip()].match(text, found.end)
+    return Found(opener.start(), closer.end() if closer else found.end, found.candidates, found.reasoning)
 
 
 def _fenced(text: str, names: frozenset[str]) -> list[Found]:
@@ -291,10 +291,10 @@ INSTRUCTIONS = (
 )
 
 # `{`, `[` and a bare fence are prose too: held only as `{"`, `[{` or a fence opening on JSON. Models also
-# fence calls as ```json, ```tool_call or ```python, or wrap them in <tools> or <functioncall>.
+# fence calls as ```json, ```tool_call or ```python, or wrap them in <tools>, <functioncall> or [TOOL_REQUEST].
 CODEC = register(Codec(NAME, find, STARTS, rank=130, generic=("{", "[", "```"),
                        shape=r"\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]", partial_shape=r"\{\s*|\[\s*|```[ \t]*(\n\s*)?",
-                       holds=("<tools>", "```json", "```tool_call", "```python", "<functioncall")))
+                       holds=("<tools>", "```json", "```tool_call", "```python", "<functioncall", "[TOOL_REQUEST]")))
 register_format(Format(NAME, NAME, render_fenced, instructions=INSTRUCTIONS))
 # Constrained rounds: the JSON answer object, without markup (never a `prompt_format`).
 register_format(Format("constrained", NAME, json_call, selectable=False))
