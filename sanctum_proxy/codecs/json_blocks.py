@@ -138,7 +138,8 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
 # the tag itself, `<functioncall {...}>`: maxi1134/ha-config#66) and LM Studio's `[TOOL_REQUEST]{...}[END_TOOL_REQUEST]`
 # (its prompt for models without a tool template: lmstudio-ai/lmstudio-bug-tracker#456, #2388).
 _WRAP_OPEN = re.compile(r"(?:<functioncall>?|\[TOOL_REQUEST\])\s*\Z")
-_WRAP_CLOSE = {"<functioncall>": re.compile(r"\s*</functioncall>"), "<functioncall": re.compile(r"\s*(?:</functioncall>|>)"),
+_WRAP_CLOSE = {"<functioncall>": re.compile(r"\s*</functioncall>"),
+               "<functioncall": re.compile(r"\s*(?:</functioncall>|>)"),
                "[TOOL_REQUEST]": re.compile(r"\s*\[END_TOOL_REQUEST\]")}
 
 
