@@ -26,6 +26,9 @@ PASSED = (*reasoning.FIELDS, "refusal")
 # in prose flow on.
 STARTS = stream_starts()
 _OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
+# How far back the end of the text may still grow into a call-shaped generic opener: Gemma 4's `call:NAME{`
+# with a name of up to 256 characters (a shorter reach let a long name stream out as prose).
+_SHAPE_REACH = len("call:") + 256
 # A family whose generation prompt already holds the first call marker (Functionary v3.2 ends it with `>>>`)
 # answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
 # is held until it shows which (a bare word waits for the next chunk).
@@ -49,7 +52,8 @@ def _delimiters_of(starts: tuple[str, ...]) -> _Delimiters:
     starts = tuple(s for s in starts if s)
     return _Delimiters(re.compile("|".join(re.escape(s) for s in starts) or "(?!)"),
                        frozenset(s[:i] for s in starts for i in range(1, len(s) + 1)),
-                       frozenset(s[0] for s in starts) | _GENERIC_FIRSTS, max(map(len, starts), default=0))
+                       frozenset(s[0] for s in starts) | _GENERIC_FIRSTS,
+                       max(max(map(len, starts), default=0), _SHAPE_REACH))
 
 
 def _joined(parts: list[str]) -> str:

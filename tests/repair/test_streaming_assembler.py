@@ -85,6 +85,16 @@ def test_an_offered_tools_bare_name_first_is_held_in_any_family():
     assert shown(["all\n", "Hi"]) == ["all\n", "Hi"]  # `all\n` is markup only in Functionary's prompt
 
 
+def test_gemma4_call_without_its_tokens_is_held_whatever_the_name_length():
+    """vLLM with the special tokens stripped (openclaude PR 380): `call:NAME{...}` held, even for a name longer
+    than every literal delimiter; `call:` in prose flows on."""
+    name = "create_a_new_file_in_the_current_workspace_folder"
+    a, shown = feed_all(list(f"call:{name}{{path:a.txt}}"))
+    assert shown == [""] * len(shown) and a.message()["content"] == f"call:{name}{{path:a.txt}}"
+    _, prose = feed_all(["One call: ", "get the weather", " then recall: it.", " Done"])
+    assert "".join(prose) == "One call: get the weather then recall: it. Done"
+
+
 def test_functioncall_tag_is_held():
     """maxi1134/ha-config#66: `<functioncall {...}>` (glaive's tag) never reaches the client as prose."""
     _, shown = feed_all(["<function", 'call {"name": "HassTurnOn", ', '"arguments": {}}>'])
