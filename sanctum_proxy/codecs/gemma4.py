@@ -220,7 +220,7 @@ def _bare(reader: _Reader, m: re.Match[str], names: frozenset[str]) -> Found | N
 
 def _marked(reader: _Reader, scan: Scanner, start: int) -> Found:
     """`<|tool_call>` and the calls up to its `<tool_call|>` (or the next marker, or the end): each one read,
-    or the rest of the block kept as its arguments (repair reports it). A marker without a call is markup."""
+    or the rest of the block kept as its arguments (repair reports it). An empty block is markup."""
     text = reader.text
     body = start + len(OPEN)
     close, nxt = scan.find(CLOSE, body), scan.find(OPEN, body)
@@ -246,8 +246,10 @@ def _marked(reader: _Reader, scan: Scanner, start: int) -> Found:
         reader.bare = False
         calls.append(Candidate(name, args, NAME, text[start:end], None, repairs))
         k = end
-    if not calls:
-        k = limit
+    if not calls:  # no `call:NAME{`: JSON written between the tokens, or text repair asks about
+        end, found = json_blocks.tagged(text, body, closers=(CLOSE,), stops=(OPEN,), source=NAME,
+                                        names=frozenset())
+        return Found(start, max(end, body), tuple(found))
     if close == limit and not text[k:close].strip():
         return Found(start, close + len(CLOSE), tuple(calls))
     return Found(start, max(k, body), tuple(calls))
