@@ -152,7 +152,7 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
                 opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
                 correction_context=settings.correction_context,
                 grammar=caps is not None and caps.server == "llama.cpp",
-                native_calls=caps is not None and caps.tools is True,
+                tool_choice=caps is None or caps.tool_choice is not False,
                 max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls)
 
 
