@@ -98,8 +98,8 @@ def test_when_the_rounds_run_out_the_kept_calls_are_the_answer_and_the_bad_one_i
 def test_a_named_tool_choice_the_kept_calls_do_not_answer_still_surrenders(client, fake, stream):
     # the client asks for get_time; the (odd) upstream answers get_weather beside a bad get_time, twice
     fake[0].push(answer(stream, PARIS, BAD_TIME), answer(stream, PARIS, BAD_TIME))
-    body = {"model": "m", "messages": QUESTION, "tools": TOOLS, "stream": stream, "sanctum": {"spell_calling": "native"},
-            "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
+    body = {"model": "m", "messages": QUESTION, "tools": TOOLS, "stream": stream,
+            "sanctum": {"spell_calling": "native"}, "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
     if stream:
         with client.stream("POST", "/v1/chat/completions", json=body) as r:
             got = read_stream(r.read())
