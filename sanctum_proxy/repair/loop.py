@@ -50,8 +50,8 @@ Constraining (`plan.constrain`, `_constraint`): WAITING -> CONSTRAINING when a r
 correction under "repair"; every prompted round under "always"), remembering how many hidden turns came before
 it; any phase -> REFUSED when the upstream refuses the schema, grammar or tool_choice. A correction round is
 the first round's body byte for byte plus the new turns (so the upstream's prompt cache serves the prefix), on
-every upstream, constrained by tool_choice "required" (native), a GBNF grammar in the prompt's own format
-(llama.cpp) or the answer schema; only with `correction_context = "fresh"` is it a JSON-prompt round without
+every upstream, constrained by tool_choice "required" (native; a prompted round where the template drops the
+tools), a GBNF grammar in the prompt's own format (llama.cpp) or the answer schema; only with `correction_context = "fresh"` is it a JSON-prompt round without
 the turns before it (`_transcript`; its omen says so).
 `next_round` raises SpellCallParseError once max_rounds + 3 rounds were sent (1 + N, one fallback, one
 unconstrained retry).
@@ -187,6 +187,8 @@ class Plan:
     grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
     tool_choice: bool = True  # False: the upstream refused tool_choice "required" before (native corrections
     # then go unconstrained, with the transcript still)
+    native_calls: bool | None = None  # the model's template takes tools (probed); False: it drops them (llama.cpp
+    # --jinja, silently), so tool_choice holds nothing and a native correction round goes prompted instead
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
     follow_up_calls: bool = False  # constrain "always": after one call, MORE rounds, one call each (_judge_more)
 
@@ -440,7 +442,8 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         return Accept(_unechoed(answer.message, state.mode), answer.finish_reason or "stop", answer)
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     answer_object = step.constraint is not None and step.constraint.answer_object
-    asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not answer_object else None
+    sent_prompted = state.mode == "prompted" or step.constraint is not None and step.constraint.prompted
+    asked = families.codec_of(plan.prompt_format) if sent_prompted and not answer_object else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
                         parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
                         asked_format=asked, client_json=cn.asks_json(plan.body), **kwargs)
@@ -767,6 +770,7 @@ class Constraint:
     json_prompt: bool = True
     grammar: str | None = None
     prompt: tuple[Toolbox, bool, bool] | None = None  # json_prompt: the prompt's (tools, text, parallel)
+    prompted: bool = False  # a native request's correction sent prompted: its template drops the tools
 
     @property
     def answer_object(self) -> bool:
@@ -796,8 +800,9 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     A correction round keeps the first round's prompt and carries the transcript, on every upstream: a native
     one asks for the call with tool_choice "required" (same tools: a pin would change the tools llama.cpp
     renders into the prompt, so the correction names the tool instead; none where the upstream refused
-    tool_choice before, `plan.tool_choice`); a prompted one gets a GBNF grammar in its own format where the
-    upstream takes one (`plan.grammar`), else the answer schema. The tiny-model shortcut, a JSON-prompt round
+    tool_choice before, `plan.tool_choice`), or, where the probe said the template drops the tools
+    (`plan.native_calls` False: llama.cpp --jinja then ignores tool_choice), goes prompted; a prompted one gets
+    a GBNF grammar in its own format where the upstream takes one (`plan.grammar`), else the answer schema. The tiny-model shortcut, a JSON-prompt round
     without the transcript, only under `correction_context = "fresh"`."""
     book = plan.book
     if book is None or not book.tools or plan.constrain == "off" or state.phase is Phase.REFUSED:
@@ -817,14 +822,23 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
         return Constraint(book, text=free, parallel=parallel, prompt=(offered, required is None, plan.parallel))
     if plan.correction_context == "fresh":
         return Constraint(book, text=free, parallel=parallel)
+    if state.mode == "native" and plan.native_calls is False:  # the template drops the tools: prompted
+        return _prompted(plan, book, free, parallel, switched=True)
     if state.mode == "native":
         if not plan.tool_choice:
             return None
         return Constraint(plan.book or book, text=False, parallel=plan.parallel, how="tool_choice", json_prompt=False)
+    return _prompted(plan, book, free, parallel)
+
+
+def _prompted(plan: Plan, book: Toolbox, free: bool, parallel: bool, switched: bool = False) -> Constraint:
+    """A prompted correction round: a GBNF grammar in the prompt's format where the upstream takes one, else the
+    answer schema. `switched`: a native request's round, sent prompted (its template drops the tools)."""
     grammar = gbnf(book, plan.prompt_format, text=free, parallel=parallel) if plan.grammar else None
     if grammar is not None:
-        return Constraint(book, text=free, parallel=parallel, how="grammar", json_prompt=False, grammar=grammar)
-    return Constraint(book, text=free, parallel=parallel, json_prompt=False)
+        return Constraint(book, text=free, parallel=parallel, how="grammar", json_prompt=False, grammar=grammar,
+                          prompted=switched)
+    return Constraint(book, text=free, parallel=parallel, json_prompt=False, prompted=switched)
 
 
 _SCHEMA_REFUSAL = ("response_format", "grammar", "schema")  # "schema" covers json_schema
@@ -855,7 +869,7 @@ def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
     elif constraint is not None and constraint.how == "tool_choice":
         body = native_body(body)
         body["tool_choice"] = "required"  # (a named choice is "required" already, with its one tool)
-    elif plan.book is not None and mode == "prompted":
+    elif plan.book is not None and (mode == "prompted" or constraint is not None and constraint.prompted):
         body = prompted.to_prompted(body, plan.book, plan.prompt_format, parallel=plan.parallel,
                                     required=plan.required)
         if constraint is not None and constraint.grammar is not None:

@@ -201,3 +201,40 @@ def test_fresh_context_restores_the_json_prompt_round_without_the_transcript(mak
     assert second["messages"][0]["content"] != first["messages"][0]["content"]  # the rewritten format section
     assert [m["content"] for m in second["messages"][1:]] == [m["content"] for m in HISTORY[1:]]
     assert omens[0]["correction"] == CONSTRAINED_INSTEAD  # never a text the model did not read
+
+
+NO_TOOLS_PROPS = {"chat_template_caps": {"supports_tools": False, "supports_tool_calls": False}}  # SmolLM2's
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_native_correction_where_the_template_drops_the_tools_goes_prompted_with_the_transcript(
+        client, fake, stream):
+    """llama.cpp --jinja renders no tools for such a template and ignores tool_choice (measured on SmolLM2): the
+    correction round is the request prompted, held by a grammar, with the rejected answer and the correction."""
+    fake[0].props = NO_TOOLS_PROPS
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
+    prose = "Paris is lovely in spring."
+    fake[0].push(Step(chunks=content_chunks(prose)) if stream else Step(body=completion(prose)),
+                 Step(chunks=content_chunks(call)) if stream else Step(body=completion(call)))
+    got, omens = ask_required(client, stream)
+    assert got == ("get_weather", {"city": "Paris", "days": 2})
+    first, second = fake[0].requests
+    assert first["tools"] == TOOLS and first["tool_choice"] == "required"
+    assert "tools" not in second and "tool_choice" not in second and "<tool_call>" in second["grammar"]
+    assert "<tool_call>" in second["messages"][0]["content"]  # the format section of the prompted round
+    rejected, correction = second["messages"][-2:]
+    assert rejected == {"role": "assistant", "content": prose} and "A tool call is required" in correction["content"]
+    assert omens[0]["correction"] == correction["content"]
+    assert not [o for o in omens if o["type"] == "SpellCallRepaired"]  # the call is in the format it was asked in
+
+
+def ask_required(client: httpx.Client, stream: bool) -> tuple[tuple[str, Any], list[dict[str, Any]]]:
+    body = {**ASK, "tool_choice": "required", "stream": stream, "sanctum": {"spell_calling": "native"}}
+    if stream:
+        with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            got = read_stream(r.read())
+        return (got.calls[0]["name"], orjson.loads(got.calls[0]["arguments"])), got.omens
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    call = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]
+    return (call["name"], orjson.loads(call["arguments"])), r.json()["sanctum"]["omens"]
