@@ -51,8 +51,9 @@ correction under "repair"; every prompted round under "always"), remembering how
 it; any phase -> REFUSED when the upstream refuses the schema, grammar or tool_choice. A correction round is
 the first round's body byte for byte plus the new turns (so the upstream's prompt cache serves the prefix), on
 every upstream, constrained by tool_choice "required" (native; a prompted round where the template drops the
-tools), a GBNF grammar in the prompt's own format (llama.cpp) or the answer schema; only with `correction_context = "fresh"` is it a JSON-prompt round without
-the turns before it (`_transcript`; its omen says so).
+tools), a GBNF grammar in the prompt's own format (llama.cpp) or the answer schema; only with
+`correction_context = "fresh"` is it a JSON-prompt round without the turns before it (`_transcript`; its omen
+says so).
 `next_round` raises SpellCallParseError once max_rounds + 3 rounds were sent (1 + N, one fallback, one
 unconstrained retry).
 """
@@ -802,8 +803,8 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     renders into the prompt, so the correction names the tool instead; none where the upstream refused
     tool_choice before, `plan.tool_choice`), or, where the probe said the template drops the tools
     (`plan.native_calls` False: llama.cpp --jinja then ignores tool_choice), goes prompted; a prompted one gets
-    a GBNF grammar in its own format where the upstream takes one (`plan.grammar`), else the answer schema. The tiny-model shortcut, a JSON-prompt round
-    without the transcript, only under `correction_context = "fresh"`."""
+    a GBNF grammar in its own format where the upstream takes one (`plan.grammar`), else the answer schema. The
+    tiny-model shortcut, a JSON-prompt round without the transcript, only under `correction_context = "fresh"`."""
     book = plan.book
     if book is None or not book.tools or plan.constrain == "off" or state.phase is Phase.REFUSED:
         return None
