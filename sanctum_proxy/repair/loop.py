@@ -523,7 +523,7 @@ def _accept_kept(plan: Plan, state: State, assessment: Assessment, answer: Answe
     calls = kept[:1] if not plan.parallel else kept
     omens = [om.repaired(number, r) for r in assessment.repairs]
     omens += [om.dropped(number, p.tool, "", p.raw, "unrepaired") for p in problems]
-    omens += [om.dropped(number, c.name, c.id, c.arguments) for c in kept[len(calls):]]
+    omens += [om.dropped(number, c.name, c.id, c.arguments) for c in (*kept[len(calls):], *assessment.dropped)]
     message = _client_message(replace(assessment, calls=calls), answer.message)
     return Accept(_unechoed(message, state.mode), "tool_calls", answer, tuple(omens))
 
