@@ -59,10 +59,13 @@ async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event]) -> Asyn
 
 
 def keep(state: Any, plan: Plan, lesson: Lesson) -> None:
-    """Remember a lesson for (plan.upstream, plan.model): auto-mode decisions, a refused answer schema."""
+    """Remember a lesson for (plan.upstream, plan.model): auto-mode decisions, a refused answer schema or
+    tool_choice "required"."""
     if lesson.what == "tools_rejected":
         state.modes.settle(plan.upstream, plan.model, "prompted", "tools_rejected")
     elif lesson.what == "upstream_parse_failure":
         state.modes.parse_failure(plan.upstream, plan.model)
+    elif lesson.what == "tool_choice_refused":
+        state.capabilities.refuse_tool_choice(plan.upstream, plan.model)
     else:
         state.capabilities.refuse_schema(plan.upstream, plan.model)
