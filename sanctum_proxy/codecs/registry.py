@@ -15,6 +15,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     command_r,
     deepseek,
     functionary,
+    gemma4,
     glm,
     harmony,
     hermes,

@@ -231,7 +231,7 @@ class _Judge:
 
     def _arguments(self, cand: Candidate) -> _Args | Problem:
         args, codec_repairs = cand.arguments, cand.repairs
-        if self.truncated and "unclosed_braces" in codec_repairs:
+        if self.truncated and {"unclosed_braces", "unclosed_at_end"} & set(codec_repairs):
             return self._malformed(cand, cand.name, "the answer was cut off by max_tokens")
         if isinstance(args, dict):
             extra = ("arguments_object",) if cand.source == "native" else ()
