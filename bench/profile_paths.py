@@ -76,8 +76,8 @@ def profile(upstream: str, stream: bool, requests: int) -> tuple[cProfile.Profil
 
 
 def server_loop(server: uvicorn.Server) -> Any:
-    servers_ = server.servers
-    return servers_[0].get_loop() if servers_ else None
+    """The event loop uvicorn serves on (its listening socket's)."""
+    return server.servers[0].get_loop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             stats = pstats.Stats(profiler, stream=text)
             total = stats.total_tt  # type: ignore[attr-defined]
             print(f"## {name}: {args.requests} requests, {ms:.2f} ms each at the client (profiled), "
-                  f"{total / args.requests * 1000:.2f} ms of profiled server-thread time each (idle in select included)")
+                  f"{total / args.requests * 1000:.2f} ms of server-thread time each (idle in select included)")
             stats.sort_stats("cumulative").print_stats("sanctum_proxy", args.top)
             print(text.getvalue().split("\n", 6)[-1])
     return 0
