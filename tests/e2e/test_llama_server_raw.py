@@ -276,3 +276,29 @@ def test_the_server_closes_a_streamed_connection_itself_right_after_the_terminat
         assert b"connection: close" not in head
         sock.settimeout(5)
         assert sock.recv(1) == b""  # closed by the server, no request after the stream needed to find out
+
+
+def test_the_upstream_client_learns_from_one_dropped_stream_connection(llama_jinja: LlamaServer) -> None:
+    """Streamed rounds back to back without a /props probe (the proxy's correction rounds): the second meets the
+    connection llama-server closed after the first (unless its FIN came first and the pool dropped it), is sent
+    once more fresh, and from then on every streamed round gets a connection of its own: nothing fails."""
+    import asyncio
+
+    from sanctum_proxy.upstreams.client import Limits, Upstream
+
+    async def rounds() -> tuple[list[int], Upstream]:
+        upstream = Upstream([llama_jinja.base_url], None, Limits(5.0, 60.0, 10_000_000))
+        seen = []
+        try:
+            for _ in range(4):
+                async with upstream.chat_stream({**DETERMINISTIC, "max_tokens": 3, "messages": ASK,
+                                                 "stream": True}) as chunks:
+                    seen.append(len([c async for c in chunks]))
+        finally:
+            await upstream.aclose()
+        return seen, upstream
+
+    seen, upstream = asyncio.run(rounds())
+    assert all(n > 0 for n in seen) and len(seen) == 4
+    assert upstream.resent <= 1  # at most once: after it, streamed rounds never meet a dropped connection again
+    assert (upstream.resent == 1) == (upstream.streams_spend is not None)
