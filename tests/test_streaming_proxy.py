@@ -208,10 +208,10 @@ def test_legacy_functions_stream_as_function_call_deltas(proxy, fake):
     assert got.calls == [] and got.finish_reason == "function_call"
 
 
-def test_streamed_rounds_get_a_connection_of_their_own_and_plain_ones_share_one(make_proxy):
-    """llama-server cannot take a request on a connection that carried a stream (tests/fakes/llama_connections.py):
-    a streamed round asks for `Connection: close`; plain requests keep sharing one pooled connection."""
-    upstream, peers = FakeUpstream(), []
+def _rounds_seen(make_proxy: Any, props: Any) -> tuple[list[tuple[int, bytes | None]], list[tuple[int, bytes | None]]]:
+    """Three streamed, then three plain requests through the proxy: (client port, Connection header) of each
+    streamed and each plain round as the upstream saw them."""
+    upstream, peers = FakeUpstream(props=props), []
     app = upstream.app()
 
     async def recording(scope: Any, receive: Any, send: Any) -> None:
@@ -224,13 +224,31 @@ def test_streamed_rounds_get_a_connection_of_their_own_and_plain_ones_share_one(
         proxy = make_proxy(upstream=server.url + "/v1")
         for _ in range(3):
             upstream.push(Step(chunks=content_chunks("Hello")))
-            _, got = stream(proxy, {"model": "m", "messages": MESSAGES, "stream": True})
+            _, got = stream(proxy, {"model": "m", "messages": MESSAGES, "stream": True, "tools": [WEATHER]})
             assert got.content == "Hello"
         for _ in range(3):
             upstream.push(Step(body=completion("Hello")))
             answer = httpx.post(proxy + "/v1/chat/completions", json={"model": "m", "messages": MESSAGES})
             assert answer.json()["choices"][0]["message"]["content"] == "Hello"
-    streamed, plain = peers[:3], peers[3:]
+    return peers[:3], peers[3:]
+
+
+def test_streamed_rounds_share_a_pooled_connection_where_the_upstream_keeps_it(make_proxy):
+    """uvicorn (vLLM's server; the fake) keeps a connection working after a stream, as Go's net/http (Ollama)
+    does: streamed rounds share one pooled connection, plain ones another."""
+    streamed, plain = _rounds_seen(make_proxy, props=None)
+    assert all(connection is None for _, connection in streamed)
+    assert len({port for port, _ in streamed}) == 1, "a streamed round opened a connection of its own"
+    assert len({port for port, _ in plain}) == 1 and all(c is None for _, c in plain)
+
+
+def test_streamed_rounds_get_a_connection_of_their_own_on_llama_server(make_proxy):
+    """llama-server cannot take a request on a connection that carried a stream (tests/fakes/llama_connections.py);
+    its /props answer says it is llama.cpp: a streamed round asks for `Connection: close`, plain requests keep
+    sharing one pooled connection."""
+    props = {"default_generation_settings": {"n_ctx": 2048},
+             "chat_template_caps": {"supports_tools": True, "supports_tool_calls": True}}
+    streamed, plain = _rounds_seen(make_proxy, props=props)
     assert all(connection == b"close" for _, connection in streamed)
     assert len({port for port, _ in streamed}) == 3, "a streamed round reused a connection"
     assert len({port for port, _ in plain}) == 1 and all(c is None for _, c in plain)

@@ -8,9 +8,13 @@ reached within connect_timeout) is marked down and the next one is tried. A requ
 before any byte of an answer came back (a kept-alive connection the server had already closed) is sent once
 more on a fresh connection: nothing was generated, so nothing is lost or done twice that the client could see.
 An error after the answer's headers is the client's (the upstream may have started answering).
-Connections that carried an event stream are closed, never pooled: the real llama-server cannot take a new
-request on one (measured: the next request on it fails with "Can not write request body" or "Server
-disconnected", though its headers say `Keep-Alive: timeout=5`), and pooled connections are dropped after
+Streamed chat rounds have a pool of their own, kept while the upstream keeps its connections after an event
+stream (Ollama's Go net/http and vLLM's uvicorn do) and given up, for that upstream, once it is known not to:
+llama-server closes the connection right after the stream's `0\r\n\r\n` though its headers say
+`Keep-Alive: timeout=5` (its chunked content provider returns false after `sink.done()`, which cpp-httplib
+takes as a cancelled write; docs/upstream-connections.md). It is learned from its /props answer, or from a
+connection of the stream pool closed under the next request (sent again fresh, once, and remembered); from
+then on every streamed round opens a connection of its own. Pooled connections are dropped after
 KEEPALIVE_SECONDS idle, under the 5 s that llama-server, uvicorn and Node servers keep them. `watch()`
 checks every backend's GET /models periodically and brings a recovered backend back.
 Chat calls come back as parsed JSON or as an async iterator of parsed SSE chunks; everything else is
@@ -59,7 +63,7 @@ DRAIN_SECONDS = 0.05
 # Nothing was sent: safe to try another backend.
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 # Sent on a connection the server had closed, and no answer byte came back: safe to send again, fresh.
-STALE_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+STALE_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientConnectionResetError)
 KEEPALIVE_SECONDS = 4.0
 log = logging.getLogger("sanctum_proxy.upstream")
 
@@ -197,7 +201,10 @@ class Upstream:
                                               sock_read=limits.read_timeout)
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
+        self._stream_session: aiohttp.ClientSession | None = None
         self.resent = 0  # requests sent again on a fresh connection (the connection tests read it)
+        # Why streamed rounds get connections of their own (the upstream closes one after a stream); None: pooled.
+        self.streams_spend: str | None = None
 
     def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
@@ -217,6 +224,21 @@ class Upstream:
         return self._session
 
     @property
+    def stream_client(self) -> aiohttp.ClientSession:
+        """The pool of streamed chat rounds: only event streams ever run on its connections, so one closed
+        under the next request tells that this upstream drops a connection after a stream."""
+        if self._stream_session is None:
+            self._stream_session = self._new_session(aiohttp.TCPConnector(
+                limit=1000, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS))
+        return self._stream_session
+
+    def learn_streams_spend(self, why: str) -> None:
+        """From now on every streamed round of this upstream opens a connection of its own."""
+        if self.streams_spend is None:
+            self.streams_spend = why
+            log.info("upstream %s: streamed rounds get connections of their own (%s)", self.name, why)
+
+    @property
     def fresh_client(self) -> aiohttp.ClientSession:
         """A session that opens a new connection for every request and closes it after the answer (it sends
         `Connection: close`): streamed chat rounds, and the one resend after a stale pooled connection."""
@@ -225,7 +247,7 @@ class Upstream:
         return self._fresh_session
 
     async def aclose(self) -> None:
-        for session in (self._session, self._fresh_session):
+        for session in (self._session, self._fresh_session, self._stream_session):
             if session is not None:
                 await session.close()
 
@@ -247,13 +269,13 @@ class Upstream:
         rotated = self.backends[turn:] + self.backends[:turn]
         return [b for b in rotated if b.healthy] + [b for b in rotated if not b.healthy]
 
-    async def _open(self, method: str, path: str, *, own: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+    async def _open(self, method: str, path: str, *, stream: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
         """Send to the first backend that takes the connection; the body streams (caller runs `done`).
-        `own`: on a connection of its own, closed after the answer (an event stream's, see the docstring)."""
+        `stream`: a streamed chat round (its own pool, or its own connection; see the docstring)."""
         failure: Exception | None = None
         for backend in self.candidates():
             try:
-                response = await self._request(method, f"{backend.base_url}{path}", own, **kwargs)
+                response = await self._request(method, f"{backend.base_url}{path}", stream, **kwargs)
             except CONNECT_ERRORS as exc:
                 if backend.healthy:
                     log.warning("upstream %s: backend %s unreachable (%s), trying the next one",
@@ -265,25 +287,32 @@ class Upstream:
         assert failure is not None
         raise failure
 
-    async def _request(self, method: str, url: str, own: bool, **kwargs: Any) -> aiohttp.ClientResponse:
-        """One request (on a pooled connection, or with `own` on one of its own), sent once more on a fresh
-        connection if its connection closes before any answer byte (a connect error is the caller's: that
-        backend is down)."""
+    async def _request(self, method: str, url: str, stream: bool, **kwargs: Any) -> aiohttp.ClientResponse:
+        """One request (on a pooled connection; with `stream` on the stream pool's, or on one of its own where
+        the upstream drops them), sent once more on a fresh connection if its connection closes before any
+        answer byte (a connect error is the caller's: that backend is down). Nothing of the answer has been
+        read when that happens: `request` returns at the answer's headers, and later errors are the caller's."""
         kwargs.setdefault("allow_redirects", False)  # never followed: a redirect is the upstream's answer
         url = _with_credentials(url, kwargs)
+        session = self.client
+        if stream:
+            session = self.fresh_client if self.streams_spend else self.stream_client
         try:
-            response = await (self.fresh_client if own else self.client).request(method, url, **kwargs)
+            response = await session.request(method, url, **kwargs)
         except CONNECT_ERRORS:
             raise
         except STALE_ERRORS as exc:
             if isinstance(kwargs.get("data"), AsyncIterator):
                 raise  # a streamed request body is spent: it cannot be sent again
+            if session is self._stream_session:  # that connection carried only event streams before
+                self.learn_streams_spend("a connection that carried an event stream was closed under the next "
+                                         f"request ({type(exc).__name__})")
             self.resent += 1
             log.info("upstream %s: connection closed before an answer (%s); sending again on a fresh one",
                      self.name, type(exc).__name__)
             response = await self.fresh_client.request(method, url, **kwargs)
         protocol = response.connection.protocol if response.connection is not None else None
-        if response.content_type == "text/event-stream" and protocol is not None:
+        if session is self.client and response.content_type == "text/event-stream" and protocol is not None:
             protocol.force_close()  # a pass-through stream: its connection must not go back to the pool
         return response
 
@@ -351,7 +380,7 @@ class Upstream:
         UpstreamError from the iterator. Leaving the context closes the upstream connection."""
         content, headers = orjson.dumps(body), self.headers(client_auth)
         async with mapped_errors():
-            response = await self._open("POST", "/chat/completions", own=True, data=content, headers=headers)
+            response = await self._open("POST", "/chat/completions", stream=True, data=content, headers=headers)
         try:
             if response.status >= 400:
                 async with mapped_errors():
@@ -442,9 +471,13 @@ class Upstream:
                                            timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 if response.status >= 300:  # an error, or a redirect (never followed)
                     return None
-                return orjson.loads(await response.read())
+                answer = orjson.loads(await response.read())
         except (TimeoutError, aiohttp.ClientError, OSError, orjson.JSONDecodeError):
             return None
+        if url.endswith("/props") and isinstance(answer, dict) and (
+                isinstance(answer.get("chat_template_caps"), dict) or "default_generation_settings" in answer):
+            self.learn_streams_spend("llama.cpp's /props answered: llama-server closes a connection after a stream")
+        return answer
 
     async def ready(self) -> bool:
         """Some backend answers GET /models (below 500) now."""
@@ -473,7 +506,8 @@ class Upstream:
             await asyncio.sleep(interval)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"name": self.name, "backends": [b.to_json() for b in self.backends]}
+        return {"name": self.name, "backends": [b.to_json() for b in self.backends],
+                "streamed_connections": "own: " + self.streams_spend if self.streams_spend else "pooled"}
 
 
 def done(response: aiohttp.ClientResponse) -> None:

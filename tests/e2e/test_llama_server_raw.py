@@ -255,3 +255,50 @@ def test_a_connection_that_carried_a_stream_takes_no_next_request(llama_jinja: L
     for _ in range(2):  # plain answers leave the connection working
         assert _post(plain, {"messages": ASK}).read()
     plain.close()
+
+
+def test_the_server_closes_a_streamed_connection_itself_right_after_the_terminator(llama_jinja: LlamaServer) -> None:
+    """Reading the body to its end does not keep the connection: the FIN follows the `0\\r\\n\\r\\n` at once
+    (its content provider returns false after `sink.done()`; docs/upstream-connections.md)."""
+    import socket
+
+    body = orjson.dumps({**DETERMINISTIC, "max_tokens": 4, "messages": ASK, "stream": True})
+    with socket.create_connection((llama_jinja.host, llama_jinja.port), timeout=60) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: llama\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        answer = b""
+        while not answer.endswith(b"\r\n0\r\n\r\n"):
+            piece = sock.recv(65536)
+            assert piece, answer  # the answer arrives whole before the connection closes
+            answer += piece
+        head = answer.split(b"\r\n\r\n", 1)[0].lower()
+        assert b"transfer-encoding: chunked" in head and b"keep-alive: timeout=5" in head
+        assert b"connection: close" not in head
+        sock.settimeout(5)
+        assert sock.recv(1) == b""  # closed by the server, no request after the stream needed to find out
+
+
+def test_the_upstream_client_learns_from_one_dropped_stream_connection(llama_jinja: LlamaServer) -> None:
+    """Streamed rounds back to back without a /props probe (the proxy's correction rounds): the second meets the
+    connection llama-server closed after the first (unless its FIN came first and the pool dropped it), is sent
+    once more fresh, and from then on every streamed round gets a connection of its own: nothing fails."""
+    import asyncio
+
+    from sanctum_proxy.upstreams.client import Limits, Upstream
+
+    async def rounds() -> tuple[list[int], Upstream]:
+        upstream = Upstream([llama_jinja.base_url], None, Limits(5.0, 60.0, 10_000_000))
+        seen = []
+        try:
+            for _ in range(4):
+                async with upstream.chat_stream({**DETERMINISTIC, "max_tokens": 3, "messages": ASK,
+                                                 "stream": True}) as chunks:
+                    seen.append(len([c async for c in chunks]))
+        finally:
+            await upstream.aclose()
+        return seen, upstream
+
+    seen, upstream = asyncio.run(rounds())
+    assert all(n > 0 for n in seen) and len(seen) == 4
+    assert upstream.resent <= 1  # at most once: after it, streamed rounds never meet a dropped connection again
+    assert (upstream.resent == 1) == (upstream.streams_spend is not None)

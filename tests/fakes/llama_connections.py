@@ -2,10 +2,13 @@
 
 Measured on the real llama-server (`.ci/llama.sh`'s build; pinned by tests/e2e/test_llama_server_raw.py): it
 answers a streamed request with `Keep-Alive: timeout=5, max=100` and no `Connection: close`, yet closes the
-connection unanswered when the next request arrives on it (http.client: "Remote end closed connection without
-response"; aiohttp: "Server disconnected" or "Can not write request body"). Plain answers keep it working. A
-client pool that hands such a connection to the next round loses that round. The scripted fake (uvicorn) keeps
-connections working, so this TCP relay sits between the proxy and the fake and does what llama-server does.
+connection right after the stream's `0\r\n\r\n` (read by the client or not), so the next request sent on it
+gets no answer (http.client: "Remote end closed connection without response"; aiohttp: "Server disconnected"
+or "Can not write request body"). Why: docs/upstream-connections.md. Plain answers keep it working. A client
+pool that hands such a connection to the next round loses that round. The scripted fake (uvicorn, as vLLM's
+server) keeps connections working after a stream, as Ollama's Go net/http does, so this TCP relay sits between
+the proxy and the fake and does what llama-server does; with `spend_streams=False` it only relays and counts
+(what a keeping server does, seen from the connections).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ class _Connection:
     streamed: bool = False  # the response being relayed is an event stream
     spent: bool = False  # a streamed response ended on this connection: it takes no new request
     tail: bytes = b""
+    streams: int = 0  # streamed answers relayed on this connection
 
 
 @dataclass
@@ -28,12 +32,19 @@ class StreamSpentRelay:
 
     target_port: int
     every_answer: bool = False  # any answer spends its connection (a server whose keep-alive ran out)
+    spend_streams: bool = True  # False: a connection stays good after a stream (Ollama, vLLM)
     refused: int = 0  # requests that arrived on a spent connection and were dropped unanswered
     connections: int = 0
+    _seen: list[_Connection] = field(default_factory=list)
     port: int = 0
     _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _server: asyncio.AbstractServer | None = None
     _thread: threading.Thread | None = None
+
+    @property
+    def streams(self) -> list[int]:
+        """Per connection that carried any event stream so far: how many it carried."""
+        return [c.streams for c in self._seen if c.streams]
 
     @property
     def url(self) -> str:
@@ -73,6 +84,7 @@ class StreamSpentRelay:
         self.connections += 1
         upstream_in, upstream_out = await asyncio.open_connection("127.0.0.1", self.target_port)
         conn = _Connection()
+        self._seen.append(conn)
         up = asyncio.ensure_future(self._requests(client_in, upstream_out, client_out, conn))
         down = asyncio.ensure_future(self._answers(upstream_in, client_out, conn))
         try:
@@ -97,10 +109,15 @@ class StreamSpentRelay:
     async def _answers(self, source: asyncio.StreamReader, client: asyncio.StreamWriter, conn: _Connection) -> None:
         while piece := await source.read(65536):
             seen = conn.tail + piece
-            if b"HTTP/1.1 " in seen:  # a new response head
-                conn.streamed = conn.streamed or b"text/event-stream" in seen.lower()
-            if self.every_answer or conn.streamed and b"\r\n0\r\n\r\n" in seen:  # a chunked stream ended
-                conn.spent = True
+            head = seen.rfind(b"HTTP/1.1 ")
+            if head >= 0 and head + 9 > len(conn.tail):  # a new response head (uvicorn writes one whole)
+                conn.streamed = b"text/event-stream" in seen[head:].lower()
             conn.tail = seen[-64:]
+            if conn.streamed and b"\r\n0\r\n\r\n" in seen:  # a chunked stream ended
+                conn.streams += 1
+                conn.spent = conn.spent or self.spend_streams
+                conn.streamed, conn.tail = False, b""
+            if self.every_answer:
+                conn.spent = True
             client.write(piece)
             await client.drain()
