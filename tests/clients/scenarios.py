@@ -121,16 +121,25 @@ class Model:
 
     @staticmethod
     def _text(text: str, stream: bool) -> Step:
-        return Step(chunks=content_chunks(text, size=7)) if stream else Step(body=completion(text))
+        return text_step(text, stream)
 
     def _call(self, name: str, arguments: str, prompted: bool, stream: bool, constrained: bool = False) -> Step:
-        if constrained:  # the proxy's grammar-constrained round: one JSON object, nothing else
-            return self._text(f'{{"name": "{name}", "arguments": {arguments}}}', stream)
-        if prompted:  # the format the proxy's prompt asks for
+        if prompted and not constrained:  # the format the proxy's prompt asks for
             return self._text(f'<tool_call>{{"name": "{name}", "arguments": {arguments}}}</tool_call>', stream)
-        call_id = f"call_{self.call_rounds}_{len(self.requests)}"
-        if stream:
-            chunks = llama_tool_chunks(name, arguments)
-            chunks[1]["choices"][0]["delta"]["tool_calls"][0]["id"] = call_id
-            return Step(chunks=chunks)
-        return Step(body=completion(None, [native_call(name, arguments, call_id)], "tool_calls"))
+        return call_step(name, arguments, stream, constrained, f"call_{self.call_rounds}_{len(self.requests)}")
+
+
+def text_step(text: str, stream: bool) -> Step:
+    return Step(chunks=content_chunks(text, size=7)) if stream else Step(body=completion(text))
+
+
+def call_step(name: str, arguments: str, stream: bool, constrained: bool, call_id: str) -> Step:
+    """A model's call: native (streamed as llama.cpp streams it, or whole), or under the proxy's
+    grammar-constrained round the one JSON object it asks for."""
+    if constrained:
+        return text_step(f'{{"name": "{name}", "arguments": {arguments}}}', stream)
+    if stream:
+        chunks = llama_tool_chunks(name, arguments)
+        chunks[1]["choices"][0]["delta"]["tool_calls"][0]["id"] = call_id
+        return Step(chunks=chunks)
+    return Step(body=completion(None, [native_call(name, arguments, call_id)], "tool_calls"))

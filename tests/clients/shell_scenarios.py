@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.clients.scenarios import text_of, tool_result
-from tests.fakes.upstream import Step, completion, content_chunks, llama_tool_chunks, native_call
+from tests.clients.scenarios import call_step, text_of, text_step, tool_result
+from tests.fakes.upstream import Step
 
 SCENARIOS = ["malformed_text", "malformed_args", "missing_arg", "unknown_tool", "namespaced"]
 TOKEN = "sanctum-4711"
@@ -84,14 +84,7 @@ class ShellModel:
 
     @staticmethod
     def _text(text: str, stream: bool) -> Step:
-        return Step(chunks=content_chunks(text, size=7)) if stream else Step(body=completion(text))
+        return text_step(text, stream)
 
     def _call(self, name: str, arguments: str, stream: bool, constrained: bool) -> Step:
-        if constrained:  # the proxy's grammar-constrained round: one JSON object, nothing else
-            return self._text(f'{{"name": "{name}", "arguments": {arguments}}}', stream)
-        call_id = f"call_{self.call_rounds}_{len(self.requests)}"
-        if stream:
-            chunks = llama_tool_chunks(name, arguments)
-            chunks[1]["choices"][0]["delta"]["tool_calls"][0]["id"] = call_id
-            return Step(chunks=chunks)
-        return Step(body=completion(None, [native_call(name, arguments, call_id)], "tool_calls"))
+        return call_step(name, arguments, stream, constrained, f"call_{self.call_rounds}_{len(self.requests)}")

@@ -48,6 +48,13 @@ def _serve(jinja: bool, extra_args: tuple[str, ...] = ()) -> Iterator[LlamaServe
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def strict_template() -> Iterator[LlamaServer]:
+    """llama-server --jinja on a template that allows one leading system message (Qwen3's rule)."""
+    yield from _serve(jinja=True, extra_args=("--chat-template-file", str(Path(__file__).parent / "templates"
+                                                                            / "leading_system_only.jinja")))
+
+
 @pytest.fixture(scope="session")
 def llama_jinja() -> Iterator[LlamaServer]:
     """llama-server with --jinja (the model's own chat template; tools reach the template)."""

@@ -11,28 +11,17 @@ definitions, 7 KB of system text) is about 12,000 tokens once the tools are in t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
 
-from sanctum_proxy.upstreams.embedded import LlamaServer
-from tests.e2e.conftest import _serve
-
 pytestmark = pytest.mark.e2e
-TEMPLATE = Path(__file__).parent / "templates" / "leading_system_only.jinja"
 ENV = "# Environment\nYou have been invoked in the following environment:\n - Primary working directory: /tmp/w"
 ASK = "What's the weather in Paris?"
 TOOL = {"name": "get_weather", "description": "Current weather for a city.",
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-
-
-@pytest.fixture(scope="module")
-def strict_template() -> Iterator[LlamaServer]:
-    yield from _serve(jinja=True, extra_args=("--chat-template-file", str(TEMPLATE)))
 
 
 def test_the_template_refuses_claude_codes_late_system_message_sent_as_it_is(strict_template):

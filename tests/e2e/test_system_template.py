@@ -5,29 +5,18 @@ sent as they are, hit that error; through /v1/responses the proxy merges them in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
 
-from sanctum_proxy.upstreams.embedded import LlamaServer
-from tests.e2e.conftest import _serve
-
 pytestmark = pytest.mark.e2e
-TEMPLATE = Path(__file__).parent / "templates" / "leading_system_only.jinja"
 DEVELOPER = [{"role": "developer", "content": "You are a coding agent."},
              {"role": "developer", "content": "Skills: none."}]
 ASK = "What's the weather in Paris?"
 TOOL = {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-
-
-@pytest.fixture(scope="module")
-def strict_template() -> Iterator[LlamaServer]:
-    yield from _serve(jinja=True, extra_args=("--chat-template-file", str(TEMPLATE)))
 
 
 def test_the_template_refuses_a_second_system_message_as_llama_server_reads_developer(strict_template):
