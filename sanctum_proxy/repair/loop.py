@@ -80,7 +80,7 @@ from sanctum_proxy.repair.grounding import Evidence, ungrounded
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.repeats import repeated_call
 from sanctum_proxy.repair.toolbox import Toolbox
-from sanctum_proxy.repair.upstream_errors import classify
+from sanctum_proxy.repair.upstream_errors import classify, quoted_output
 
 Mode = Literal["native", "prompted"]
 
@@ -247,7 +247,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         for item in verdict.omens:
             omens.append(item)
             yield item
-        if isinstance(verdict, (FallBack, Unconstrain)) and verdict.lesson is not None:
+        if isinstance(verdict, (FallBack, Unconstrain, Accept)) and verdict.lesson is not None:
             yield verdict.lesson
         if isinstance(verdict, Fail):
             raise verdict.error
@@ -335,6 +335,7 @@ class Accept:
     omens: tuple[om.Omen, ...] = ()
     surrendered: bool = False  # on_surrender "content": the last rejected answer as text
     outcome: str = "accepted"
+    lesson: Lesson | None = None  # the calls were read from an upstream parse failure's quote (still one failure)
 
 
 @dataclass(frozen=True)
@@ -415,8 +416,43 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Fail(error)
     if step.constraint is not None and _schema_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED))
-    fallback = _fall_back(plan, state, classify(error), error.upstream_status, error.message, number)
+    verdict = classify(error)
+    if verdict == "upstream_parse_failure":
+        read = _read_quote(plan, state, error, number)
+        if read is not None:
+            return read
+    fallback = _fall_back(plan, state, verdict, error.upstream_status, error.message, number)
     return fallback if fallback is not None else Fail(error)
+
+
+READ_FROM_ERROR = "read_from_upstream_error"
+# Mends that close what the output left open: in a quote they may be where the quote (not the model) stopped.
+_CLOSING = frozenset({"unclosed_braces", "unclosed_tag"})
+
+
+def _read_quote(plan: Plan, state: State, error: UpstreamError, number: int) -> Accept | None:
+    """The calls of the model's output that an upstream parse failure quotes whole (upstream_errors.quoted_output),
+    read by tier 1 as if the upstream had answered it as content: valid or locally mended calls are the answer,
+    with no other round (each call's SpellCallRepaired omen says `read_from_upstream_error`). None (ask again)
+    when there is no whole quote, it holds no call, a call needs tier 2, or a mend closed what the quote left
+    open (the quote may have stopped there, not the model)."""
+    quote = quoted_output(error)
+    if quote is None or plan.book is None or state.kind is not Kind.ASK:
+        return None
+    kwargs = {"new_id": plan.new_id} if plan.new_id else {}
+    sent = {"role": "assistant", "content": quote}
+    assessment = assess(sent, plan.book, finish_reason="length", parallel_tool_calls=plan.parallel,
+                        max_repair_chars=plan.max_repair_bytes, asked_format=None,
+                        client_json=cn.asks_json(plan.body), **kwargs)
+    answer = Answer(sent, "tool_calls", None, {})
+    mends = {m for r in assessment.repairs for m in r.repairs}
+    if not assessment.calls or assessment.problems or mends & _CLOSING or _missing_call(plan, assessment, answer):
+        return None
+    omens = [om.repaired(number, replace(r, repairs=(READ_FROM_ERROR, *r.repairs))) for r in assessment.repairs]
+    omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
+    message = _client_message(assessment, sent)
+    lesson = Lesson("upstream_parse_failure") if plan.auto and state.mode == "native" else None
+    return Accept(message, "tool_calls", answer, tuple(omens), lesson=lesson)
 
 
 def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> Verdict:
