@@ -17,9 +17,10 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import MAX_CANDIDATES
 from sanctum_proxy.codecs.registry import find_calls
-from sanctum_proxy.core import reasoning
+from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, strict
 from sanctum_proxy.repair.toolbox import Toolbox
@@ -224,6 +225,9 @@ class _Judge:
 
     def _arguments(self, cand: Candidate) -> _Args | Problem:
         args, codec_repairs = cand.arguments, cand.repairs
+        if json_blocks.UNREAD in codec_repairs:
+            return self._malformed(cand, cand.name, "a string holds quotes or line breaks that are not escaped, "
+                                                    "and the call can be read more than one way")
         if self.truncated and "unclosed_braces" in codec_repairs:
             return self._malformed(cand, cand.name, "the answer was cut off by max_tokens")
         if isinstance(args, dict):
@@ -241,6 +245,9 @@ class _Judge:
 
     def _mend_text(self, cand: Candidate, args: str, codec_repairs: tuple[str, ...]) -> _Args | Problem:
         decoded = decode(args, self.max_chars)
+        if (not isinstance(decoded, Decoded) or "json_repair" in decoded.repairs) and len(args) <= self.max_chars:
+            loose = loose_json.read(args, len(args) - len(args.lstrip()), to_end=True)  # bare quotes, raw newlines
+            decoded = Decoded(loose.value, loose.repairs) if loose is not None else decoded
         if not isinstance(decoded, Decoded):
             return self._malformed(cand, cand.name, decoded.why)
         if self.truncated and "unclosed_braces" in decoded.repairs:
