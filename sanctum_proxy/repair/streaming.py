@@ -43,7 +43,7 @@ class _Delimiters:
     longest: int
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=64)  # the codecs' starts, and with each request's tool names (routes/sse.py)
 def _delimiters_of(starts: tuple[str, ...]) -> _Delimiters:
     starts = tuple(s for s in starts if s)
     return _Delimiters(re.compile("|".join(re.escape(s) for s in starts) or "(?!)"),

@@ -42,7 +42,7 @@ from sanctum_proxy.protocols.reply import held_back, rest_after
 from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
 from sanctum_proxy.repair import constrain
 from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender
-from sanctum_proxy.repair.streaming import PASSED, Assembler
+from sanctum_proxy.repair.streaming import PASSED, STARTS, Assembler
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
@@ -54,16 +54,18 @@ E = TypeVar("E")  # what a stream's events are: the loop's (Shown), or n > 1 cho
 Several = tuple[int, Shown] | choices.Finals  # the events of n > 1 choices (routes/choices.Choices.events)
 
 
-def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False) -> Sender:
+def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False,
+                  names: frozenset[str] = frozenset()) -> Sender:
     """One upstream round read as a stream. Yields an empty ContentDelta once the upstream has accepted the
     round (so the client's headers and keep-alives can start), the content the assembler releases when the
     round is live, then the whole Answer. `lead`: the model's answers may open with a bare call name
-    (`families.opens_bare`)."""
+    (`families.opens_bare`). `names`: the offered tools (a prompted round's body has none), whose bare calls
+    are held (`assembler_for`)."""
 
     async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
         async with upstream.chat_stream(body, auth) as chunks:
-            async for event in read_round(chunks, assembler_for(body, lead), live):
+            async for event in read_round(chunks, assembler_for(body, lead, names), live):
                 yield event
 
     return send_stream
@@ -73,8 +75,14 @@ def streamed(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "stream": True, "stream_options": {"include_usage": True}}
 
 
-def assembler_for(body: dict[str, Any], lead: bool) -> Assembler:
-    return Assembler(text_branch=constrain.is_constrained(body), lead=lead, client_json=constrain.asks_json(body))
+def assembler_for(body: dict[str, Any], lead: bool, names: frozenset[str] = frozenset()) -> Assembler:
+    """The round's assembler; a known tool's name before a parenthesis holds too (a bare `NAME(...)` line is a
+    call: codecs/pythonic.py), the tools being the body's and `names`."""
+    offered = names | {t["function"]["name"] for t in body.get("tools") or () if isinstance(t, dict)
+                       and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)}
+    starts = STARTS + tuple(f"{name}(" for name in sorted(offered))
+    return Assembler(starts=starts, text_branch=constrain.is_constrained(body), lead=lead,
+                     client_json=constrain.asks_json(body))
 
 
 async def read_round(chunks: AsyncIterator[dict[str, Any]], assembler: Assembler,
@@ -105,7 +113,8 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     `opening()`, `render(event)`, `ended` and `keepalive`, like SseWriter) and `refuse` (its error shape)."""
     settings: Settings = request.app.state.settings
     upstream, lead = request.state.destination.upstream, families.opens_bare(plan.prompt_format)
-    send = stream_sender(upstream, auth, lead=lead)
+    names = plan.book.name_set if plan.book is not None else frozenset()
+    send = stream_sender(upstream, auth, lead=lead, names=names)
     if writer is not None:
         given = writer
         return await _respond(request, plan, trace_id, run_traced(request, plan, send), lambda: given, refuse)
@@ -118,7 +127,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     if choices.count(chat.body) > 1:
         many = choices.Choices(plan, send, kept_run(request))
         several: AsyncIterator[Several] = request.app.state.recorder.watch(
-            request, many.events(many.lead_sender(first_of_several(upstream, auth, many, lead))))
+            request, many.events(many.lead_sender(first_of_several(upstream, auth, many, lead, names))))
         return await _respond(request, plan, trace_id, several, lambda: ChoicesWriter(
             meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage, legacy=is_legacy,
             split_reasoning=split_reasoning), refuse)
@@ -156,7 +165,7 @@ async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIte
 
 
 def first_of_several(upstream: Upstream, auth: str | None, many: choices.Choices,
-                     lead: bool) -> Sender:
+                     lead: bool, names: frozenset[str] = frozenset()) -> Sender:
     """The first round of n > 1 choices, streamed: the upstream's chunks split by choice index as they come;
     choice 0's are read here, each other choice's go to the loop started for it when it first shows."""
 
@@ -173,7 +182,7 @@ def first_of_several(upstream: Upstream, auth: str | None, many: choices.Choices
                             continue
                         if index not in queues:
                             queues[index] = asyncio.Queue()
-                            many.spawn(index, queued_round(queues[index], lead))
+                            many.spawn(index, queued_round(queues[index], lead, names))
                         queues[index].put_nowait(part)
             except Exception as exc:
                 for queue in queues.values():
@@ -183,17 +192,17 @@ def first_of_several(upstream: Upstream, auth: str | None, many: choices.Choices
                 queue.put_nowait(choices.Ended())
 
         async with upstream.chat_stream(body, auth) as chunks:
-            async for event in read_round(split(chunks), assembler_for(body, lead), live):
+            async for event in read_round(split(chunks), assembler_for(body, lead, names), live):
                 yield event
 
     return first
 
 
-def queued_round(queue: choices.ChunkQueue, lead: bool) -> Sender:
+def queued_round(queue: choices.ChunkQueue, lead: bool, names: frozenset[str] = frozenset()) -> Sender:
     """A first round read from the chunks of one choice that `first_of_several` puts in `queue`."""
 
     def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
-        return read_round(choices.queued_chunks(queue), assembler_for(body, lead), live)
+        return read_round(choices.queued_chunks(queue), assembler_for(body, lead, names), live)
 
     return first
 
