@@ -32,6 +32,12 @@ _OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
 _LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
 
 
+def with_tools(names: frozenset[str] | set[str]) -> tuple[str, ...]:
+    """The starts a round with these tools holds at: the codecs' and each tool's `NAME(` (a bare pythonic call
+    line, codecs/pythonic.py)."""
+    return STARTS + tuple(f"{name}(" for name in sorted(names))
+
+
 @dataclass(frozen=True)
 class _Delimiters:
     """A tuple of starts as the hold-back reads it on every chunk: one pattern for the first of them, every

@@ -42,7 +42,7 @@ from sanctum_proxy.protocols.reply import held_back, rest_after
 from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
 from sanctum_proxy.repair import constrain
 from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender
-from sanctum_proxy.repair.streaming import PASSED, STARTS, Assembler
+from sanctum_proxy.repair.streaming import PASSED, Assembler, with_tools
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
@@ -80,8 +80,7 @@ def assembler_for(body: dict[str, Any], lead: bool, names: frozenset[str] = froz
     call: codecs/pythonic.py), the tools being the body's and `names`."""
     offered = names | {t["function"]["name"] for t in body.get("tools") or () if isinstance(t, dict)
                        and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)}
-    starts = STARTS + tuple(f"{name}(" for name in sorted(offered))
-    return Assembler(starts=starts, text_branch=constrain.is_constrained(body), lead=lead,
+    return Assembler(starts=with_tools(offered), text_branch=constrain.is_constrained(body), lead=lead,
                      client_json=constrain.asks_json(body))
 
 

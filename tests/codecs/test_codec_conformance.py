@@ -22,7 +22,7 @@ from sanctum_proxy.codecs.families import opens_bare, render_call
 from sanctum_proxy.codecs.registry import CODECS, FORMAT_NAMES, FORMATS, find_calls
 from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.streaming import Assembler, unseen
+from sanctum_proxy.repair.streaming import Assembler, unseen, with_tools
 from sanctum_proxy.repair.toolbox import Toolbox
 from tests.codecs.test_corpus import CASES
 
@@ -36,8 +36,8 @@ def _content_chunk(text: str) -> dict[str, Any]:
     return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
 
 
-def _streamed(pieces: list[str], lead: bool) -> tuple[Assembler, str]:
-    a = Assembler(lead=lead)
+def _streamed(pieces: list[str], lead: bool, names: frozenset[str] = frozenset()) -> tuple[Assembler, str]:
+    a = Assembler(starts=with_tools(names), lead=lead)  # as routes/sse.py builds it for a round with these tools
     shown = "".join(a.feed(_content_chunk(p)) for p in pieces)
     a.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     return a, shown
@@ -66,7 +66,7 @@ def test_split_anywhere_shows_no_markup_and_ends_with_the_whole_content(tools: l
     final = whole.content or ""
     splits = [[text[:i], text[i:]] for i in range(1, len(text))] + [list(text)]
     for pieces in splits:
-        assembler, shown = _streamed(pieces, lead)
+        assembler, shown = _streamed(pieces, lead, book.name_set)
         assert assembler.content == text
         assert final.startswith(shown.strip()), f"shown live but not content (markup?): {shown!r}"
         assert (shown + unseen(shown, final)).strip() == final.strip()
@@ -128,7 +128,7 @@ def test_every_format_streamed_in_any_chunking_shows_no_markup_and_gives_the_who
     whole = assess({"role": "assistant", "content": text}, book)
     final = whole.content or ""
     for pieces in [[text[:i], text[i:]] for i in range(1, len(text))] + [list(text)]:
-        assembler, shown = _streamed(pieces, lead)
+        assembler, shown = _streamed(pieces, lead, book.name_set)
         assert final.startswith(shown.strip()), f"{fmt}: shown live but not content: {shown!r}"
         assert (shown + unseen(shown, final)).strip() == final.strip()
         again = assess(assembler.message(), book)
