@@ -51,13 +51,15 @@ def known(name: str, names: frozenset[str]) -> bool:
 
 
 def candidates(
-    payload: str, *, source: str, names: frozenset[str], explicit: bool, repairs: tuple[str, ...] = ()
+    payload: str, *, source: str, names: frozenset[str], explicit: bool, repairs: tuple[str, ...] = (),
+    whole: bool = True,
 ) -> list[Candidate] | None:
     """The calls in one JSON payload (decoded leniently): [] when it holds none, None when it is not JSON. A payload
     whose strings hold bare quotes or raw newlines is read by `loose_json` where that reading is the only one
-    (before json_repair's guess, which may cut a string's end)."""
+    (before json_repair's guess, which may cut a string's end); `whole`: the payload is the value and nothing
+    after it (not the rest of a text)."""
     decoded = decode(payload)
-    if not isinstance(decoded, Decoded) or "json_repair" in decoded.repairs:
+    if whole and (not isinstance(decoded, Decoded) or "json_repair" in decoded.repairs):
         opener = len(payload) - len(payload.lstrip())
         loose = loose_json.read(payload, opener, to_end=True)
         if loose is not None:
@@ -167,6 +169,12 @@ def bare(
         end = value_end(text, start)
         calls = None if end is None else candidates(text[start:end], source=source, names=names,
                                                      explicit=explicit, repairs=repairs)
+        if end is None and not explicit and _CALL_LIKE.match(text, start):  # a call whose braces never close
+            rest = text[start:].rstrip()
+            calls = candidates(rest, source=source, names=names, explicit=False, repairs=repairs, whole=False)
+            if calls:
+                out.append(Found(start, start + len(rest), tuple(calls)))
+                break
         if calls is None and not explicit:  # quotes left bare may pair up wrongly, or never close
             found = _unescaped(text, start, names, source, repairs)
             if found is not None:
@@ -183,6 +191,8 @@ def bare(
     return out
 
 
+# An object that opens like a call or its wrapper (`{"type": "function", ...`, `{"name": ...`).
+_CALL_LIKE = re.compile(r'\{\s*"(?:type|name|tool_name|function|tool_calls?)"\s*:')
 # A JSON call opening: `{"name": "NAME"` (the name known: checked by the caller).
 _CALL_OPEN = re.compile(r'\{\s*"(?:name|tool_name)"\s*:\s*"([^"\\\n]{1,256})"\s*,\s*"')
 

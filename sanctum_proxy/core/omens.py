@@ -82,9 +82,10 @@ def fallback(round_no: int, reason: str, upstream_status: int | None, message: s
         "message": message})
 
 
-def dropped(round_no: int, tool: str, call_id: str, raw: str) -> Omen:
-    return Omen(OmenType.DROPPED, round_no, {
-        "spell": tool, "call_id": call_id, "reason": "parallel_tool_calls_false", "raw": raw})
+def dropped(round_no: int, tool: str, call_id: str, raw: str, reason: str = "parallel_tool_calls_false") -> Omen:
+    """A valid call not sent: cut by parallel_tool_calls=false, or `duplicate_call` (it repeats the call
+    `call_id`, which is sent)."""
+    return Omen(OmenType.DROPPED, round_no, {"spell": tool, "call_id": call_id, "reason": reason, "raw": raw})
 
 
 def surrendered(round_no: int, message: str, rejected_raw: Sequence[str]) -> Omen:

@@ -450,6 +450,7 @@ def _read_quote(plan: Plan, state: State, error: UpstreamError, number: int) -> 
         return None
     omens = [om.repaired(number, replace(r, repairs=(READ_FROM_ERROR, *r.repairs))) for r in assessment.repairs]
     omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
+    omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
     message = _client_message(assessment, sent)
     lesson = Lesson("upstream_parse_failure") if plan.auto and state.mode == "native" else None
     return Accept(message, "tool_calls", answer, tuple(omens), lesson=lesson)
@@ -493,6 +494,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if not problems:
         omens = [om.repaired(number, r) for r in assessment.repairs]
         omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
+        omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
         accept = Accept(_unechoed(_client_message(assessment, answer.message), state.mode),
                         _finish(assessment, answer), answer, tuple(omens))
         if _follows_up(plan, step, assessment, number):

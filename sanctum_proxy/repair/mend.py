@@ -57,18 +57,23 @@ def assess(
     calls: list[ToolCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
-    seen: set[tuple[str, str]] = set()
+    seen: dict[tuple[str, str], ToolCall] = {}
+    duplicates: list[ToolCall] = []
     for cand in candidates:
         verdict = judge(cand)
         problems.extend(verdict.problems)
-        if verdict.call is None or _duplicate(verdict.call, cand, seen):
+        if verdict.call is None:
+            continue
+        if _duplicate(verdict.call, cand, seen):
+            duplicates.append(replace(verdict.call, id=seen[(verdict.call.name, verdict.call.arguments)].id))
             continue
         calls.append(verdict.call)
         if verdict.repair is not None:
             repairs.append(verdict.repair)
     keep = calls if parallel_tool_calls else calls[:1]
     reasoning = "\n\n".join(f.reasoning for f in found if f.reasoning) or None
-    return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]), reasoning)
+    return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]), reasoning,
+                      tuple(duplicates))
 
 
 def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found]:
@@ -92,12 +97,13 @@ def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found
     return found
 
 
-def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
-    """A call in content that repeats a native one (some servers echo the markup) is the same call."""
+def _duplicate(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], ToolCall]) -> bool:
+    """A call in content that repeats an earlier one (some servers echo the markup of a native call; a model
+    writes its call twice) is the same call: dropped, and reported (Assessment.duplicates)."""
     key = (call.name, call.arguments)
     if cand.source != "native" and key in seen:
         return True
-    seen.add(key)
+    seen.setdefault(key, call)
     return False
 
 
@@ -186,6 +192,10 @@ class _Judge:
 
     def __call__(self, cand: Candidate) -> _Verdict:
         name, name_repairs = self.book.resolve(cand.name)
+        if name is None:
+            split = _arguments_in_name(cand, self.book)
+            if split is not None:
+                cand, (name, name_repairs) = split, self.book.resolve(split.name)
         if name is None and not cand.name and isinstance(cand.arguments, str):
             decoded = decode(cand.arguments, self.max_chars)
             if not isinstance(decoded, Decoded):  # call markup around text that is not a call at all
@@ -263,9 +273,20 @@ class _Judge:
         return Problem("malformed_json", name, (why,), cand.raw)
 
 
+def _arguments_in_name(cand: Candidate, book: Toolbox) -> Candidate | None:
+    """A call whose arguments were written into its name (`get_weather{"city": "Paris"}` with no arguments of its
+    own): the name before the brace, when that is a tool, and the rest as its arguments."""
+    head, brace, tail = cand.name.partition("{")
+    empty = cand.arguments is None or cand.arguments in ("", {}) or \
+        (isinstance(cand.arguments, str) and cand.arguments.strip() in ("", "{}"))
+    if not brace or not empty or book.resolve(head.strip())[0] is None:
+        return None
+    return replace(cand, name=head.strip(), arguments=brace + tail, repairs=(*cand.repairs, "arguments_in_name"))
+
+
 # What a prompted format asks for, so no mend when a call has it: the json format asks for a fenced block, and
 # DeepSeek's puts the arguments in one.
 _AS_ASKED = {"json": frozenset({"code_fence"}), "deepseek": frozenset({"code_fence", MALFORMED})}
 
 # Mends that change only the name: the arguments text can still go out byte-identical.
-_NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated"})
+_NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated", "name_special_tokens"})
