@@ -236,3 +236,30 @@ def test_only_a_whole_quote_from_position_zero_is_read():
     cut = upstream_error(500, b'{"error":{"code":500,"message":"Failed to parse input at pos 0: ```json\\n{\\"na')
     assert quoted_output(cut) is None and classify(cut) == "upstream_parse_failure"  # a body cut short: not whole
     assert quoted_output(UpstreamError(500, "Failed to parse input at pos 0: " + FENCED)) is None  # no body
+
+
+# Ollama's harmony parser quotes the arguments it could not decode, not the tool's name (harmony/harmonyparser.go).
+def test_ollamas_quoted_arguments_are_read_when_one_tool_is_offered(proxy, fake):
+    failure = ollama_v1_error("error parsing tool call: raw='{'city': 'Paris'}', err=invalid character '\\'' "
+                              "looking for beginning of object key string")
+    with httpx.Client(base_url=proxy, timeout=20) as client:
+        fake[0].push(Step(status=failure[0], body=failure[1]))
+        r = post(client)
+        assert calls_of(r) == PARIS and len(fake[0].requests) == 1
+        assert r.json()["sanctum"]["omens"][0]["repairs"][:2] == ["read_from_upstream_error", "name_of_the_only_tool"]
+    fake[0].push(Step(status=failure[0], body=failure[1]))
+    got = streamed(proxy)
+    assert got.parsed_calls() == PARIS and len(fake[0].requests) == 2
+
+
+@pytest.mark.parametrize(("raw", "tools"), [
+    ('{"city": "Paris"', [WEATHER]),  # cut short: closing it would guess the end
+    ("{'city': 'Paris'}", [WEATHER, {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]),  # two tools: whose arguments?
+], ids=["cut-short", "two-tools"])
+def test_ollamas_quoted_arguments_are_asked_again_otherwise(client, fake, raw, tools):
+    failure = ollama_v1_error(f"error parsing tool call: raw='{raw}', err=unexpected end of JSON input")
+    fake[0].push(Step(status=failure[0], body=failure[1]), Step(body=completion(PROMPTED)))
+    r = post(client, {**ASK, "tools": tools})
+    assert calls_of(r) == PARIS and len(fake[0].requests) == 2
+    assert r.json()["sanctum"]["omens"][0]["reason"] == "upstream_parse_failure"

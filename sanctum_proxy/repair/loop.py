@@ -70,7 +70,7 @@ import orjson
 from sanctum_proxy.codecs import families
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.core.calls import Assessment, Problem, ToolCall, content_text
+from sanctum_proxy.core.calls import Assessment, Problem, Repair, ToolCall, content_text
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
@@ -80,7 +80,7 @@ from sanctum_proxy.repair.grounding import Evidence, ungrounded
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.repeats import repeated_call
 from sanctum_proxy.repair.toolbox import Toolbox
-from sanctum_proxy.repair.upstream_errors import classify, quoted_output
+from sanctum_proxy.repair.upstream_errors import classify, quoted_arguments, quoted_output
 
 Mode = Literal["native", "prompted"]
 
@@ -426,6 +426,7 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
 
 
 READ_FROM_ERROR = "read_from_upstream_error"
+ONLY_TOOL = "name_of_the_only_tool"  # Ollama's harmony error quotes the arguments alone
 # Mends that close what the output left open: in a quote they may be where the quote (not the model) stopped.
 _CLOSING = frozenset({"unclosed_braces", "unclosed_tag"})
 
@@ -433,14 +434,22 @@ _CLOSING = frozenset({"unclosed_braces", "unclosed_tag"})
 def _read_quote(plan: Plan, state: State, error: UpstreamError, number: int) -> Accept | None:
     """The calls of the model's output that an upstream parse failure quotes whole (upstream_errors.quoted_output),
     read by tier 1 as if the upstream had answered it as content: valid or locally mended calls are the answer,
-    with no other round (each call's SpellCallRepaired omen says `read_from_upstream_error`). None (ask again)
-    when there is no whole quote, it holds no call, a call needs tier 2, or a mend closed what the quote left
-    open (the quote may have stopped there, not the model)."""
-    quote = quoted_output(error)
-    if quote is None or plan.book is None or state.kind is not Kind.ASK:
+    with no other round (each call's SpellCallRepaired omen says `read_from_upstream_error`). Ollama's harmony
+    error quotes a call's arguments without its name: read only when one tool is offered (`name_of_the_only_tool`).
+    None (ask again) when there is no whole quote, it holds no call, a call needs tier 2, or a mend closed what
+    the quote left open (the quote may have stopped there, not the model)."""
+    if plan.book is None or state.kind is not Kind.ASK:
+        return None
+    quote, arguments = quoted_output(error), quoted_arguments(error)
+    only = next(iter(plan.book.tools)) if len(plan.book.tools) == 1 else None
+    if quote is not None:
+        sent: dict[str, Any] = {"role": "assistant", "content": quote}
+    elif arguments is not None and only is not None:  # the name is not quoted: the one tool offered is the one
+        sent = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "", "type": "function", "function": {"name": only, "arguments": arguments}}]}
+    else:
         return None
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
-    sent = {"role": "assistant", "content": quote}
     assessment = assess(sent, plan.book, finish_reason="length", parallel_tool_calls=plan.parallel,
                         max_repair_chars=plan.max_repair_bytes, asked_format=None,
                         client_json=cn.asks_json(plan.body), **kwargs)
@@ -448,7 +457,9 @@ def _read_quote(plan: Plan, state: State, error: UpstreamError, number: int) -> 
     mends = {m for r in assessment.repairs for m in r.repairs}
     if not assessment.calls or assessment.problems or mends & _CLOSING or _missing_call(plan, assessment, answer):
         return None
-    omens = [om.repaired(number, replace(r, repairs=(READ_FROM_ERROR, *r.repairs))) for r in assessment.repairs]
+    read = (READ_FROM_ERROR,) if quote is not None else (READ_FROM_ERROR, ONLY_TOOL)
+    repairs = assessment.repairs or tuple(Repair(c.name, c.id, (), c.arguments) for c in assessment.calls)
+    omens = [om.repaired(number, replace(r, repairs=(*read, *r.repairs))) for r in repairs]
     omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
     omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
     message = _client_message(assessment, sent)

@@ -103,6 +103,19 @@ def quoted_output(error: UpstreamError) -> str | None:
     return match.group(1) if match and match.group(1).strip() else None
 
 
+# Ollama's harmony parser quotes the call's arguments (not its name) whole: `raw='<arguments>', err=<error>`.
+_QUOTED_ARGUMENTS = re.compile(r"error parsing tool call: raw='(.*)', err=", re.DOTALL)  # greedy: the last err=
+
+
+def quoted_arguments(error: UpstreamError) -> str | None:
+    """The arguments of the one call Ollama's gpt-oss (harmony) parser could not decode, as its error quotes
+    them whole (harmony/harmonyparser.go), or None."""
+    if not _whole_json_message(error.raw, error.message):
+        return None
+    match = _QUOTED_ARGUMENTS.search(error.message)
+    return match.group(1) if match and match.group(1).strip() else None
+
+
 def _whole_json_message(raw: Any, message: str) -> bool:
     """The message is a string field of the parsed error body (llama.cpp's and /v1's `error.message`, Ollama's
     `error`), as it came."""
