@@ -236,8 +236,10 @@ class _Judge:
     def _arguments(self, cand: Candidate) -> _Args | Problem:
         args, codec_repairs = cand.arguments, cand.repairs
         if json_blocks.UNREAD in codec_repairs:
-            return self._malformed(cand, cand.name, "a string holds quotes or line breaks that are not escaped, "
-                                                    "and the call can be read more than one way")
+            why = ("the answer was cut off by max_tokens" if self.truncated else
+                   "a string holds quotes or line breaks that are not escaped, and the call can be read more than "
+                   "one way")
+            return self._malformed(cand, cand.name, why)
         if self.truncated and ("unclosed_braces" in codec_repairs or "unclosed_tag" in codec_repairs):
             return self._malformed(cand, cand.name, "the answer was cut off by max_tokens")
         if isinstance(args, dict):
