@@ -1,14 +1,16 @@
 # syntax=docker/dockerfile:1
 # sanctum-proxy: build wheels in one stage, install them into a slim runtime as a non-root user.
 # Configure with SANCTUM_<SETTING> env vars, or mount a TOML file and point SANCTUM_CONFIG at it.
-FROM python:3.11-slim AS build
+# BASE: any Debian-like image with python >= 3.11, pip and useradd (tests/deploy builds on a locally made one).
+ARG BASE=python:3.11-slim
+FROM ${BASE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sanctum_proxy ./sanctum_proxy
 # The [redis] extra: replicas share auto-mode decisions when SANCTUM_REDIS_URL is set.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[redis]"
 
-FROM python:3.11-slim
+FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 RUN useradd --create-home --uid 10001 --user-group sanctum \
     && mkdir -p /data /etc/sanctum-proxy && chown 10001:10001 /data

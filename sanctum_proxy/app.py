@@ -7,10 +7,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from sanctum_proxy.config import Settings
-from sanctum_proxy.errors import ProxyError
+from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError
+from sanctum_proxy.protocols import messages_api
 from sanctum_proxy.routes import chat, health, metrics, passthrough, sanctum, translated
 from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state.replicated import SharedState
@@ -19,7 +21,7 @@ from sanctum_proxy.upstreams.capabilities import CapabilityBook
 from sanctum_proxy.upstreams.client import Limits, Upstream
 from sanctum_proxy.upstreams.pools import UpstreamPools
 from sanctum_proxy.web.auth import KeyRing
-from sanctum_proxy.web.json_response import JsonResponse, error_response
+from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 from sanctum_proxy.web.limits import ConcurrencyLimit
 from sanctum_proxy.web.request_id import EchoRequestId
 
@@ -49,7 +51,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.capabilities = CapabilityBook(table=app.state.shared.table("capabilities"))
     app.state.recorder = Recorder(retention(settings))
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
-                       max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout)
+                       max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
+                       keys=app.state.keys, per_key=settings.max_concurrent_per_key)
     app.add_middleware(EchoRequestId)  # outside the limit: a 429 echoes X-Request-Id too
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
@@ -58,7 +61,19 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JsonResponse:
         app.state.recorder.refused(request, exc)
-        return error_response(exc, trace_id=trace_id(request))
+        return shaped(request, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JsonResponse:
+        """Starlette's own answers (an unknown path, a method a route does not take) in the error shape too."""
+        response = shaped(request, routing_error(exc, request))
+        response.headers.update(exc.headers or {})  # a 405's Allow
+        return response
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception) -> JsonResponse:
+        """A bug anywhere: the 500 in the endpoint's error shape with the trace id, never text/plain."""
+        return shaped(request, unexpected(exc))
 
     app.include_router(chat.router)  # first: routes are matched in order, and this is the hot one
     app.include_router(translated.router)  # /v1/responses, /v1/messages: before the passthrough
@@ -67,6 +82,20 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(passthrough.router)  # last: its /v1/{path} catches what the others do not
     return app
+
+
+def shaped(request: Request, error: ProxyError) -> JsonResponse:
+    """The error in the shape of the endpoint asked (Anthropic's on /v1/messages, else OpenAI's)."""
+    body = messages_api.error_body(error) if request.url.path == "/v1/messages" else None
+    return error_response(error, body, trace_id=trace_id(request))
+
+
+def routing_error(exc: StarletteHTTPException, request: Request) -> ProxyError:
+    if exc.status_code == 404:
+        return NotFound(f"Invalid URL ({request.method} {request.url.path[:200]}): no such endpoint")
+    error = InvalidRequest(str(exc.detail)[:200])
+    error.status = exc.status_code if 400 <= exc.status_code <= 599 else 400
+    return error
 
 
 def retention(settings: Settings) -> Retention:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
+import importlib.metadata
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -15,15 +17,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import uvicorn
 from prometheus_client import multiprocess
 
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import Settings, SettingsError, load_settings, redacted_url
 from sanctum_proxy.state.metrics import MULTIPROCESS_ENV
-from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, LlamaServer, find_llama_server, find_model
+from sanctum_proxy.upstreams.embedded import (
+    EmbeddedUnavailable,
+    LlamaServer,
+    ensure_model,
+    find_llama_server,
+    http_status,
+)
 from sanctum_proxy.web import access_log
+from sanctum_proxy.web.header_timeout import HeadDeadline
+from sanctum_proxy.web.header_timeout import protocol as header_protocol
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,9 +53,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", help="server processes sharing the port (default 1); give them redis_url to "
                                      "share auto-mode decisions, and a traces_path file to share traces")
     p.add_argument("--embedded", action="store_const", const=True, default=None,
-                   help="start a llama-server on the packaged SmolLM2 model as the upstream "
-                        "(bash .ci/llama.sh in a checkout builds it; elsewhere the error names the pip installs)")
+                   help="start a llama-server on the SmolLM2-135M demo model as the upstream (pip install "
+                        "'sanctum-proxy[embedded]' builds it; the model is fetched at first start)")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     return p
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("sanctum-proxy")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def resolve(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> tuple[Settings, bool]:
@@ -64,20 +81,18 @@ def resolve(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) ->
 
 
 def _default_is_silent(settings: Settings) -> bool:
-    try:
-        httpx.get(f"{settings.upstream}/models", timeout=1.0)
-    except httpx.HTTPError:
-        return True
-    return False
+    return http_status(f"{settings.upstream}/models", timeout=1.0) is None
 
 
 def _embedded_stand_in(settings: Settings) -> Settings | None:
-    """With no upstream named and none answering at the default, the embedded one if it is installed."""
+    """With no upstream named and none answering at the default, the embedded one if it is installed (the
+    llama-server binary is there; the model is fetched at start when it is not)."""
     try:
-        find_llama_server(), find_model()
+        find_llama_server()
     except EmbeddedUnavailable:
         print(f"sanctum-proxy: nothing answers at {redacted_url(settings.upstream)} (start Ollama or pass "
-              "--upstream; bash .ci/llama.sh installs the embedded demo model)", file=sys.stderr)
+              "--upstream; pip install 'sanctum-proxy[embedded]' installs the embedded demo server)",
+              file=sys.stderr)
         return None
     print(f"sanctum-proxy: nothing answers at {redacted_url(settings.upstream)}: starting the embedded "
           "llama-server (SmolLM2-135M demo model, constrained calling)", flush=True)
@@ -106,7 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedded: Any = None
     if settings.embedded:
         try:
-            embedded = LlamaServer()
+            binary = find_llama_server()  # before the model: no download for a server that is not there
+            model = ensure_model(announce=lambda line: print(f"sanctum-proxy: {line}", flush=True))
+            embedded = LlamaServer(binary=binary, model=model)
             embedded.start()
         except EmbeddedUnavailable as exc:
             print(f"sanctum-proxy: --embedded: {exc}", file=sys.stderr)
@@ -170,14 +187,19 @@ def worker_app() -> Any:
 
 
 def http_protocol(settings: Settings) -> dict[str, Any]:
-    """uvicorn's `http` option: its httptools protocol with a deadline on request heads (web/header_timeout.py);
-    nothing (uvicorn's choice, no deadline) where httptools is not installed."""
-    try:
-        from sanctum_proxy.web.header_timeout import HeaderTimeoutProtocol
-    except ImportError:
-        return {}
-    HeaderTimeoutProtocol.seconds = settings.header_read_timeout
-    return {"http": HeaderTimeoutProtocol}
+    """uvicorn's `http` and `limit_concurrency` options: its HTTP protocol (httptools where installed, else h11)
+    with a deadline on request heads and room kept for new connections (web/header_timeout.py), and the
+    connection limit `max_connections` (unset: half the process's open-file limit)."""
+    HeadDeadline.seconds = settings.header_read_timeout
+    return {"http": header_protocol(), "limit_concurrency": settings.max_connections or default_max_connections()}
+
+
+def default_max_connections() -> int:
+    """Half the process's open-file limit (the rest: upstream connections, the trace store, logs), 64 to 65536."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 65536
+    return max(64, min(65536, soft // 2))
 
 
 def quiet_gc() -> None:

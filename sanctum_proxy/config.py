@@ -50,7 +50,7 @@ class UpstreamConfig(BaseModel):
     def _urls_are_http(cls, value: list[str]) -> list[str]:
         for url in value:
             if not url.startswith(("http://", "https://")):
-                raise ValueError(f"must be http:// or https:// URLs, got {url!r}")
+                raise ValueError(f"must be http:// or https:// URLs, got {redacted_url(url)!r}")
         return [url.rstrip("/") for url in value]
 
     @property
@@ -91,6 +91,8 @@ class Settings(BaseSettings):
     max_messages: int = Field(2048, ge=1)
     max_tools: int = Field(128, ge=1)
     max_concurrent_requests: int = Field(256, ge=0)
+    # requests in flight per client key (where api_keys are set); unset: half of max_concurrent_requests
+    max_concurrent_per_key: int | None = Field(None, ge=1)
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     health_check_seconds: float = Field(10.0, gt=0)
     redis_url: str | None = None
@@ -99,8 +101,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     max_answer_bytes: int = Field(32 * 1024 * 1024, gt=0)
     max_repair_bytes: int = Field(64 * 1024, ge=1024, description="call text above this is not repaired locally")
+    max_grammar_bytes: int = Field(1024 * 1024, ge=4096, description="a larger GBNF grammar is not sent")
+    max_models: int = Field(1024, ge=16, description="(upstream, model) rows kept for auto mode and capabilities")
+    probes_per_minute: int = Field(30, ge=1, description="capability probes of new models, all upstreams together")
     body_read_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send its body")
     header_read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send its headers")
+    # open connections per process (uvicorn's limit_concurrency); unset: half the open-file limit
+    max_connections: int | None = Field(None, ge=8)
     probe_capabilities: bool = True
     probe_timeout: float = Field(3.0, gt=0)
     auto_recheck_seconds: float | None = Field(None, gt=0)
@@ -113,6 +120,8 @@ class Settings(BaseSettings):
     traces_max_bytes: int = Field(256 * 1024 * 1024, ge=65_536)
     traces_max_doc_bytes: int = Field(1024 * 1024, ge=4096)
     traces_bodies: bool = True
+    traces_queue_bytes: int = Field(32 * 1024 * 1024, ge=0, description="request bytes of traces waiting to be "
+                                    "written; past it a trace is queued as metadata only")
     # POST /v1/responses and /v1/messages: through the round loop (repair) or to the upstream untouched (pass).
     responses_api: Literal["repair", "pass"] = "repair"
     messages_api: Literal["repair", "pass"] = "repair"
@@ -159,13 +168,14 @@ class Settings(BaseSettings):
 
 
 def redacted_url(url: str) -> str:
-    """The URL without its credentials, fit to show or log: http://user:pass@host/v1 -> http://***@host/v1."""
-    scheme, sep, rest = url.partition("://")
-    authority, slash, path = rest.partition("/")
-    userinfo, at, host = authority.rpartition("@")
-    if not sep or not at:
-        return url
-    return f"{scheme}{sep}***@{host}{slash}{path}"
+    """The URL without its credentials, fit to show or log: http://user:pass@host/v1 -> http://***@host/v1, a
+    query or fragment (`?api_key=...`) -> `?***`. Malformed URLs too: everything up to the last `@` before the
+    query goes (a password may hold `/` or `@`, or the scheme may be mistyped)."""
+    head, mark, _ = url.partition("?") if "?" in url else url.partition("#")
+    if "@" in head:
+        start = head.index("://") + 3 if "://" in head.split("@", 1)[0] else 0
+        head = f"{head[:start]}***@{head[head.rindex('@') + 1:]}"
+    return f"{head}{mark}***" if mark else head
 
 
 class SettingsError(ValueError):
@@ -202,6 +212,7 @@ def load_settings(flags: dict[str, Any] | None = None, config_file: str | Path |
 
 
 _SECRETS = ("key", "keys", "api_key", "api_keys", "admin_key", "upstream_api_key")
+_URLS = ("upstream", "urls", "url", "redis_url")  # shown without credentials, however malformed
 
 
 def _one_line(exc: Exception) -> str:
@@ -219,4 +230,6 @@ def _one_line(exc: Exception) -> str:
 def _shown(loc: list[str], value: Any) -> str:
     if any(part in _SECRETS for part in loc) or not isinstance(value, str | int | float | bool | None):
         return "the value is not shown"  # a table or list may hold a key (an [[upstreams]] entry's api_key)
-    return "got " + repr(redacted_url(value) if isinstance(value, str) and "://" in value else value)
+    if isinstance(value, str) and (any(part in _URLS for part in loc) or "://" in value):
+        return "got " + repr(redacted_url(value))
+    return "got " + repr(value)

@@ -164,9 +164,26 @@ def retry_headers(error: ProxyError) -> dict[str, str]:
     return {"x-should-retry": "false"} if error.status in _NO_RETRY else {}
 
 
+MAX_INTERNAL_MESSAGE = 300
+MAX_SHOWN = 120
+
+
+def shown(value: Any) -> str:
+    """A client's value quoted in an error message: its repr, clipped (it may be megabytes, or deep)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deeply to show"
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "..."
+
+
 def internal(exc: BaseException) -> ProxyError:
-    """A bug, as the 500 error the client gets (a stream ends with it, never a silent cut)."""
-    return ProxyError(f"internal error: {type(exc).__name__}: {exc}")
+    """A bug, as the 500 error the client gets (a stream ends with it, never a silent cut); the exception's text
+    clipped (it may quote a value of the request)."""
+    text = str(exc)
+    if len(text) > MAX_INTERNAL_MESSAGE:
+        text = text[:MAX_INTERNAL_MESSAGE] + "..."
+    return ProxyError(f"internal error: {type(exc).__name__}: {text}")
 
 
 def no_answer() -> ProxyError:

@@ -417,11 +417,13 @@ def test_headers_named_in_connection_are_not_forwarded(make_proxy, fake):
     assert "x-secret-hop" not in headers and headers.get("x-kept") == "yes"
 
 
-def test_metrics_takes_the_admin_key_when_one_is_set_and_is_open_otherwise(make_proxy):
-    guarded, open_ = make_proxy(admin_key="adm", api_keys=["cli"]), make_proxy(api_keys=["cli"])
+def test_metrics_takes_the_admin_key_and_is_open_only_where_no_key_is_set(make_proxy):
+    guarded, closed, open_ = (make_proxy(admin_key="adm", api_keys=["cli"]), make_proxy(api_keys=["cli"]),
+                              make_proxy())
     assert_openai_error(httpx.get(guarded + "/metrics", timeout=10), 401, None)
     assert httpx.get(guarded + "/metrics", headers={"authorization": "Bearer cli"}, timeout=10).status_code == 401
     assert httpx.get(guarded + "/metrics", headers={"authorization": "Bearer adm"}, timeout=10).status_code == 200
+    assert httpx.get(closed + "/metrics", headers={"authorization": "Bearer cli"}, timeout=10).status_code == 401
     assert httpx.get(open_ + "/metrics", timeout=10).status_code == 200
 
 

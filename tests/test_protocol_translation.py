@@ -5,6 +5,7 @@ out in shapes the official SDKs' own types accept, and no input makes a translat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -61,8 +62,7 @@ def test_input_items_become_chat_history_with_calls_joined_to_the_text_before_th
         {"type": "function_call_output", "call_id": "c1", "output": "one"},
         {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "two"}]}]})
     assert chat["messages"] == [
-        {"role": "system", "content": "Be brief."},
-        {"role": "developer", "content": "Use metric units."},
+        {"role": "system", "content": "Be brief.\n\nUse metric units."},  # one leading system message
         {"role": "user", "content": [{"type": "text", "text": "Look: "},
                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]},
         {"role": "assistant", "content": "Checking.", "tool_calls": [
@@ -86,7 +86,9 @@ def test_sampling_fields_are_renamed_and_bookkeeping_fields_stay_home():
     ({"previous_response_id": "resp_1"}, "previous_response_id"),
     ({"conversation": "conv_1"}, "conversation"),
     ({"background": True}, "background"),
-    ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "tools[0].type"),
+    ({"tools": [{"type": "custom", "name": "apply_patch"}]}, "tools[0].type"),
+    ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}], "tool_choice": {"type": "file_search"}},
+     "tool_choice"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
      "input[0].content[0].image_url"),
     ({"input": [{"type": "web_search_call", "id": "w"}]}, "input[0].type"),
@@ -315,3 +317,67 @@ def test_claude_code_billing_block_is_left_out_and_its_mid_conversation_system_m
         {"role": "system", "content": "You are Claude Code, Anthropic's official CLI for Claude."},
         {"role": "user", "content": "hey"},
         {"role": "system", "content": "<total_tokens>9 tokens left</total_tokens>"}]
+
+
+NAMESPACED = {"type": "namespace", "name": "crm", "description": "CRM tools.", "tools": [
+    {"type": "function", "name": "find", "parameters": {"type": "object", "properties": {}}},
+    {"type": "function", "name": "_update", "parameters": {"type": "object", "properties": {}}}]}
+
+
+def test_namespace_functions_are_offered_flat_and_their_history_calls_read_back_flat():
+    chat = responses_api.to_chat({"model": "m", "tools": [NAMESPACED], "input": [
+        {"role": "user", "content": "Find Ann."},
+        {"type": "function_call", "call_id": "c1", "name": "find", "namespace": "crm", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "namespace": "crm", "output": "Ann: 42"}],
+        "tool_choice": {"type": "function", "name": "find", "namespace": "crm"}})
+    assert [t["function"]["name"] for t in chat["tools"]] == ["crm__find", "crm__update"]  # Codex's flat names
+    assert chat["messages"][1]["tool_calls"][0]["function"]["name"] == "crm__find"
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "crm__find"}}
+    assert responses_api.namespaced_names({"tools": [NAMESPACED]}) == {
+        "crm__find": ("crm", "find"), "crm__update": ("crm", "_update")}
+
+
+def test_allowed_tools_may_name_a_namespace_or_one_of_its_functions():
+    tools = [{"type": "function", "name": "f"}, NAMESPACED]
+    whole = responses_api.to_chat({"model": "m", "input": "hi", "tools": tools, "tool_choice": {
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "namespace", "name": "crm"}]}})
+    one = responses_api.to_chat({"model": "m", "input": "hi", "tools": tools, "tool_choice": {
+        "type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "find", "namespace": "crm"},
+                                                           {"type": "web_search"}]}})
+    assert [t["function"]["name"] for t in whole["tools"]] == ["crm__find", "crm__update"]
+    assert [t["function"]["name"] for t in one["tools"]] == ["crm__find"] and one["tool_choice"] == "auto"
+
+
+@pytest.mark.parametrize(("tools", "param"), [
+    ([{"type": "namespace", "name": "crm", "tools": [{"type": "custom", "name": "x"}]}], "tools[0].tools[0].type"),
+    ([{"type": "namespace", "name": "crm"}], "tools[0]"),
+    ([{"type": "function", "name": "crm__find"}, NAMESPACED], "tools"),  # one flat name twice
+    ([{"type": "function"}], "tools[0].name"),
+    (["web_search"], "tools[0].type"),
+])
+def test_namespace_and_tool_shapes_the_proxy_cannot_serve_are_a_400(tools, param):
+    with pytest.raises(InvalidRequest) as caught:
+        responses_api.to_chat({"model": "m", "input": "hi", "tools": tools})
+    assert caught.value.param == param
+
+
+@pytest.mark.parametrize("kind", ["web_search", "web_search_preview", "file_search", "code_interpreter",
+                                  "image_generation", "mcp", "computer_use_preview", "local_shell", "shell",
+                                  "apply_patch", "tool_search", "some_future_hosted_tool"])
+def test_every_tool_type_but_function_namespace_and_custom_is_left_out(kind):
+    body = {"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": kind}]}
+    chat = responses_api.to_chat(body)
+    assert [t["function"]["name"] for t in chat["tools"]] == ["f"]
+    [omen] = responses_api.withheld_omens(body)
+    assert omen.to_json()["type"] == "SpellsWithheld" and omen.fields["tools"] == [{"index": 1, "type": kind}]
+
+
+def test_codex_cli_request_as_captured_becomes_a_plain_chat_request():
+    # Codex CLI 0.171's first request of `codex exec` (tests/data: long texts trimmed, ids zeroed).
+    body = orjson.loads((Path(__file__).parent / "data" / "codex_0.171_request.json").read_bytes())
+    chat = responses_api.to_chat(body)
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "user"]  # two developer messages merged
+    assert len(chat["tools"]) == 12 and "multi_agent_v1__spawn_agent" in [t["function"]["name"] for t in chat["tools"]]
+    assert set(chat) == {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "stream"}
+    [omen] = responses_api.withheld_omens(body)
+    assert omen.fields["tools"] == [{"index": 8, "type": "web_search"}]

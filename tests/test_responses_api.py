@@ -188,7 +188,7 @@ def test_reasoning_comes_back_as_a_reasoning_item(proxy, fake):
 
 @pytest.mark.parametrize(("field", "value", "param"), [
     ("previous_response_id", "resp_123", "previous_response_id"),
-    ("tools", [{"type": "web_search"}], "tools[0].type"),
+    ("tools", [{"type": "custom", "name": "apply_patch"}], "tools[0].type"),
     ("input", [{"type": "item_reference", "id": "msg_1"}], "input[0]"),
 ])
 def test_what_needs_server_state_is_a_400_naming_the_field(proxy, fake, field, value, param):
@@ -320,3 +320,87 @@ def test_streamed_reasoning_comes_back_as_a_reasoning_item(proxy, fake):
         final = stream.get_final_response()
     assert [o.type for o in final.output] == ["reasoning", "message"] and final.output_text == "Sunny."
     assert final.output[0].content[0].text == "The user wants weather."  # type: ignore[union-attr,index]
+
+
+# Codex CLI's tools (0.171, captured): function tools, a namespace of functions and a hosted web_search.
+NAMESPACE = {"type": "namespace", "name": "multi_agent_v1", "description": "Tools for sub-agents.", "tools": [
+    {"type": "function", "name": "close_agent", "description": "Close an agent.", "strict": False,
+     "parameters": {"type": "object", "properties": {"target": {"type": "string"}}, "required": ["target"],
+                    "additionalProperties": False}}]}
+CODEX_TOOLS = [TOOL, NAMESPACE, {"type": "web_search", "external_web_access": False}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_namespaced_call_comes_back_with_its_name_and_namespace(make_proxy, fake, stream):
+    proxy = make_proxy()
+    arguments = '{"target": "a1"}'
+    fake[0].push(Step(chunks=llama_tool_chunks("multi_agent_v1__close_agent", arguments)) if stream else
+                 call("multi_agent_v1__close_agent", arguments))
+    with sdk(proxy) as client:
+        if stream:
+            with client.responses.stream(model="m", input="Close a1.", tools=CODEX_TOOLS) as events:
+                done = [e for e in events if e.type == "response.function_call_arguments.done"]
+                response = events.get_final_response()
+            assert [e.name for e in done] == ["close_agent"]
+        else:
+            response = client.responses.create(model="m", input="Close a1.", tools=CODEX_TOOLS)  # type: ignore[arg-type]
+    item = response.output[0]
+    assert item.type == "function_call" and (item.name, item.namespace) == ("close_agent", "multi_agent_v1")
+    assert item.arguments == arguments
+    sent = fake[0].requests[0]
+    assert [t["function"]["name"] for t in sent["tools"]] == ["get_weather", "multi_agent_v1__close_agent"]
+    assert sent["tools"][1]["function"]["parameters"] == NAMESPACE["tools"][0]["parameters"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_hosted_tools_are_left_out_with_an_omen(make_proxy, fake, stream):
+    proxy = make_proxy()
+    body = {"model": "m", "input": "Hi", "tools": CODEX_TOOLS}
+    if stream:
+        fake[0].push(Step(chunks=content_chunks("Hello.")))
+        events, omens, _ = raw_stream(proxy, body)
+        assert events[-1]["type"] == "response.completed"
+        sanctum = events[-1]["response"]["sanctum"]
+        assert omens[0]["type"] == "SpellsWithheld"
+    else:
+        got = httpx.post(proxy + "/v1/responses", json=body)
+        assert got.status_code == 200, got.text
+        Response.model_validate(got.json())
+        sanctum = got.json()["sanctum"]
+        assert got.headers["x-sanctum-omens"] == "SpellsWithheld=1"
+    assert sanctum["omens"][0]["type"] == "SpellsWithheld"
+    assert sanctum["omens"][0]["tools"] == [{"index": 2, "type": "web_search"}]
+    assert "web_search" not in orjson.dumps(fake[0].requests[0]["tools"]).decode()
+
+
+def test_only_hosted_tools_leave_no_tools_and_no_tool_choice(make_proxy, fake):
+    proxy = make_proxy()
+    got = httpx.post(proxy + "/v1/responses", json={
+        "model": "m", "input": "Hi", "tools": [{"type": "file_search", "vector_store_ids": ["v"]}],
+        "tool_choice": "auto", "parallel_tool_calls": True})
+    assert got.status_code == 200 and got.json()["status"] == "completed"
+    assert not {"tools", "tool_choice", "parallel_tool_calls"} & set(fake[0].requests[0])
+
+
+@pytest.mark.parametrize(("tools", "choice"), [
+    ([TOOL, {"type": "web_search"}], {"type": "web_search"}),
+    ([TOOL, {"type": "mcp", "server_label": "x"}], {"type": "mcp", "server_label": "x"}),
+    ([{"type": "web_search"}], "required"),
+])
+def test_a_tool_choice_forcing_a_left_out_tool_is_a_400(make_proxy, fake, tools, choice):
+    proxy = make_proxy()
+    with sdk(proxy) as client, pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="m", input="Hi", tools=tools, tool_choice=choice)  # type: ignore[arg-type]
+    assert caught.value.body["param"] == "tool_choice"  # type: ignore[index]
+    assert "cannot run" in caught.value.message and fake[0].requests == []
+
+
+def test_codex_client_metadata_and_other_client_fields_stay_home(make_proxy, fake):
+    proxy = make_proxy()
+    got = httpx.post(proxy + "/v1/responses", json={
+        "model": "m", "input": "Hi", "client_metadata": {"x-codex-installation-id": "i", "turn_id": "t"},
+        "prompt_cache_key": "k", "include": ["reasoning.encrypted_content"], "reasoning": {"summary": "auto"},
+        "store": False, "seed": 7, "top_k": 3, "moderation": "auto", "future_field": 1})
+    assert got.status_code == 200, got.text
+    assert fake[0].requests[0] == {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "seed": 7,
+                                   "top_k": 3, "stream": False}

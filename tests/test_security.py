@@ -61,10 +61,11 @@ def test_admin_key_guards_sanctum_and_only_there(make_proxy):
         assert c.post("/v1/chat/completions", json=ASK, headers=bearer("admin")).status_code == 401
 
 
-def test_without_admin_key_sanctum_takes_the_client_keys(make_proxy):
+def test_without_admin_key_sanctum_is_closed_to_the_client_keys(make_proxy):
     proxy = make_proxy(api_keys=["client"])
     assert httpx.get(f"{proxy}/sanctum/status").status_code == 401
-    assert httpx.get(f"{proxy}/sanctum/status", headers=bearer("client")).status_code == 200
+    refused = httpx.get(f"{proxy}/sanctum/status", headers=bearer("client"))
+    assert refused.status_code == 401 and "admin_key" in refused.json()["error"]["message"]
 
 
 class KeyEchoingUpstream:

@@ -101,11 +101,11 @@ def test_viewer_marks_a_constrained_correction_round(page, proxy, fake):
 
 
 def test_viewer_asks_for_the_key_when_the_traces_need_one(page, make_proxy, fake):
-    url = make_proxy(api_keys=["sk-good"])
+    url = make_proxy(api_keys=["sk-good"], admin_key="sk-admin")
     repaired(fake[0], url, authorization="Bearer sk-good")
     page.goto(url + "/sanctum/")
     page.locator("#key").wait_for()
-    page.fill("#key input[name=key]", "sk-good")
+    page.fill("#key input[name=key]", "sk-admin")
     page.click("#key button")
     page.locator("#rows tr").first.wait_for()
     assert page.locator("#rows .badge").all_inner_texts() == ["repaired"]

@@ -32,8 +32,10 @@ STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "assistantcommentary to=f
                            "to=functions.")
 # The role part: `<|start|>assistant to=...`, or only ` to=functions.NAME` where the generation prompt
 # already held `<|start|>assistant` (llama.cpp's test of that case).
+# (The blanks before a bare `to=` are taken by `_header_start`: in the regex, `[ \t]*to=` was tried from every
+# blank of a long run, each time to its end: quadratic.)
 _HEADER = re.compile(
-    r"(?:<\|start\|>(?P<role>[^<]{0,256})|(?P<bare>[ \t]*to=[^\s<]{1,256}[ \t]*))?"
+    r"(?:<\|start\|>(?P<role>[^<]{0,256})|(?P<bare>to=[^\s<]{1,256}[ \t]*))?"
     r"<\|channel\|>(?P<channel>[^<]{0,512})(?:<\|constrain\|>(?P<ctype>[^<]{0,64}))?<\|message\|>"
 )
 _RECIPIENT = re.compile(r"\bto=([^\s<]{1,256})")
@@ -47,6 +49,7 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         m = _HEADER.search(text, pos)
         if m is None or json_blocks.full(out):
             break
+        start = _header_start(text, m, pos)
         body_end, end = _body_end(text, m.end())
         header = (m.group("role") or m.group("bare") or "") + " " + m.group("channel")
         recipient = _RECIPIENT.search(header)
@@ -54,12 +57,12 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         if recipient:
             body = text[m.end() : body_end].strip()
             name = _name(recipient.group(1), m.group("ctype"), tool_names)
-            raw = text[m.start() : end]
-            out.append(Found(m.start(), end, (Candidate(name, body or None, NAME, raw),)))
+            raw = text[start:end]
+            out.append(Found(start, end, (Candidate(name, body or None, NAME, raw),)))
         elif channel == "analysis":
-            out.append(Found(m.start(), end, (), text[m.end() : body_end].strip()))
+            out.append(Found(start, end, (), text[m.end() : body_end].strip()))
         else:
-            out.append(Found(m.start(), m.end(), ()))
+            out.append(Found(start, m.end(), ()))
             if end > body_end:
                 out.append(Found(body_end, end, ()))
         pos = max(end, m.end())
@@ -92,6 +95,15 @@ def _stripped(text: str, names: frozenset[str], taken: list[Found]) -> list[Foun
         closed = stop.end() if stop and stop.group() not in ("<|start|>", "<|channel|>") else end
         out.append(Found(m.start(), closed, (Candidate(name, text[m.end() : end], NAME, text[m.start() : closed]),)))
     return out
+
+
+def _header_start(text: str, m: re.Match[str], pos: int) -> int:
+    """Where the header begins: a bare recipient takes the blanks before it (never before `pos`)."""
+    start = m.start()
+    if m.group("bare") is not None:
+        while start > pos and text[start - 1] in " \t":
+            start -= 1
+    return start
 
 
 def _body_end(text: str, body: int) -> tuple[int, int]:

@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.base import Codec, Format, Scanner, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text, pairs
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
@@ -38,11 +38,12 @@ _WRAP_CLOSE = re.compile(r"\s*</tool_call>")
 def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
     pos = 0
+    scan = Scanner(text)  # every closer looked for once: the reader only moves forward
     for _ in range(json_blocks.MAX_ATTEMPTS):
         m = _FUNCTION.search(text, pos)
         if m is None or json_blocks.full(out):
             break
-        end, call = _call(text, m)
+        end, call = _call(scan, m)
         start = m.start()
         wrap = _WRAP_OPEN.search(text, max(0, start - 64), start)
         if wrap:
@@ -55,7 +56,8 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return out
 
 
-def _call(text: str, m: re.Match[str]) -> tuple[int, Candidate]:
+def _call(scan: Scanner, m: re.Match[str]) -> tuple[int, Candidate]:
+    text = scan.text
     name = m.group(1).strip()
     k = m.end()
     lead = re.compile(r"\s*").match(text, k)
@@ -66,25 +68,26 @@ def _call(text: str, m: re.Match[str]) -> tuple[int, Candidate]:
             fin = _END.match(text, end)
             stop = fin.end() if fin else end
             return stop, Candidate(name, text[body:end], NAME, text[m.start() : stop])
-    args, k, repairs = _parameters(text, k)
+    args, k, repairs = _parameters(scan, k)
     fin = _END.match(text, k)
     if fin:
         k = fin.end()
     else:
-        k = _unclosed_end(text, k)
+        k = _unclosed_end(scan, k)
         repairs.append("unclosed_tag")
     raw = text[m.start() : k]
     return k, Candidate(name, args, NAME, raw, None, tuple(dict.fromkeys(repairs)))
 
 
-def _parameters(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
-    """`<parameter=name>value</parameter>` pairs from k on (found with str.find: a lazy regex would
-    rescan the rest of the text for every missing closer)."""
+def _parameters(scan: Scanner, k: int) -> tuple[dict[str, str], int, list[str]]:
+    """`<parameter=name>value</parameter>` pairs from k on (found with the Scanner: a lazy regex, or str.find
+    from each opener, would rescan the rest of the text for every missing closer)."""
+    text = scan.text
     args: dict[str, str] = {}
     repairs: list[str] = []
     while p := _PARAMETER_OPEN.match(text, k):
-        close = text.find(_PARAMETER_CLOSE, p.end())
-        cut = _next_tag(text, p.end(), close)
+        close = scan.find(_PARAMETER_CLOSE, p.end())
+        cut = _next_tag(scan, p.end(), close)
         if close < 0 and cut < 0:
             break
         if cut >= 0:  # `</parameter>` left out: the value ends where the next tag begins
@@ -101,17 +104,17 @@ def _parameters(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
     return args, k, repairs
 
 
-def _next_tag(text: str, pos: int, close: int) -> int:
+def _next_tag(scan: Scanner, pos: int, close: int) -> int:
     """Where `</function>` or the next `<parameter=` begins, if before `close` (or close is -1)."""
-    limit = close if close >= 0 else len(text)
-    hits = [i for t in ("</function>", "<parameter=") if (i := text.find(t, pos, limit)) >= 0]
+    limit = close if close >= 0 else len(scan.text)
+    hits = [i for t in ("</function>", "<parameter=") if (i := scan.find(t, pos)) >= 0 and i < limit]
     return min(hits) if hits else -1
 
 
-def _unclosed_end(text: str, k: int) -> int:
+def _unclosed_end(scan: Scanner, k: int) -> int:
     """Without `</function>` the call runs to `</tool_call>` (left for the wrapper) or the next call."""
-    ends = [i for t in ("</tool_call>", "<function=", "<tool_call>") if (i := text.find(t, k)) >= 0]
-    return min(ends) if ends else len(text)
+    ends = [i for t in ("</tool_call>", "<function=", "<tool_call>") if (i := scan.find(t, k)) >= 0]
+    return min(ends) if ends else len(scan.text)
 
 
 def render_call(name: str, arguments: Any, wrap: tuple[str, str] = ("<tool_call>", "</tool_call>")) -> str:

@@ -11,8 +11,12 @@ name, so the caller can report it (and refuse "unclosed_braces" when the answer 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +25,11 @@ import json_repair
 MAX_DEPTH = 200
 # json_repair is pure Python, about 5 µs a character: past this only the cheap rules run (~50 ms at most).
 MAX_FALLBACK_CHARS = 16_000
+# ... and one answer's calls (up to 128) share this many characters of it (`fallback_budget`, docs/contract.md,
+# Budgets): three calls of 16k characters of `[{` were 1.2 s each. Deeper nesting than MAX_DEPTH never reaches it.
+MAX_FALLBACK_PER_ANSWER = 48_000
+_FALLBACK_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("sanctum_json_repair_left",
+                                                                                  default=None)
 # Past this nothing is mended, only strict JSON is read (the rules cost about 3 µs and 100 bytes of memory
 # a character: a 10 MB argument was 7 s and 1.7 GB). The setting max_repair_bytes passes its own.
 MAX_REPAIR_CHARS = 64 * 1024
@@ -98,7 +107,9 @@ def _mend(text: str) -> Decoded | Undecodable:
         return _by_json_repair(s, repairs)
 
 
-_QUICK = re.compile(r"""("(?:[^"\\]|\\.)*")|('(?:[^'\\]|\\.)*')|,(\s*[}\]])|\b(True|False|None)\b""", re.S)
+# A string's closing quote is optional: an unclosed one matches to the end once (required, the regex retried it
+# from every later quote: 16k characters of `['\'\'...` were 4.7 s), and is left as it is for strict parsing.
+_QUICK = re.compile(r"""("(?:[^"\\]|\\.)*"?)|('(?:[^'\\]|\\.)*)('?)|,(\s*[}\]])|\b(True|False|None)\b""", re.S)
 
 
 def _quick(s: str, repairs: dict[str, None]) -> Decoded | None:
@@ -110,13 +121,15 @@ def _quick(s: str, repairs: dict[str, None]) -> Decoded | None:
         if m.group(1):
             return m.group(1)
         if m.group(2):
+            if not m.group(3):
+                return m.group()  # never closed: strict parsing fails on it
             found["single_quotes"] = None
-            return '"' + m.group(2)[1:-1].replace("\\'", "'").replace('"', '\\"') + '"'
-        if m.group(3) is not None:
+            return '"' + m.group(2)[1:].replace("\\'", "'").replace('"', '\\"') + '"'
+        if m.group(4) is not None:
             found["trailing_comma"] = None
-            return m.group(3)
+            return m.group(4)
         found["python_literals"] = None
-        return _PY_LITERALS[m.group(4)]
+        return _PY_LITERALS[m.group(5)]
 
     try:
         value = strict(_QUICK.sub(fix, s))
@@ -286,9 +299,43 @@ def _word(tok: str, s: str, end: int, repairs: dict[str, None]) -> str:
     raise _NeedsFallback
 
 
+@contextlib.contextmanager
+def fallback_budget(chars: int = MAX_FALLBACK_PER_ANSWER) -> Iterator[None]:
+    """Every `decode` inside shares `chars` characters of json_repair (one answer's calls, say)."""
+    token = _FALLBACK_LEFT.set([chars])
+    try:
+        yield
+    finally:
+        _FALLBACK_LEFT.reset(token)
+
+
+_BRACKETS = re.compile(r"""\"(?:[^"\\]|\\.)*\"?|'(?:[^'\\]|\\.)*'?|[{}\[\]]""", re.S)  # linear: see _QUICK
+
+
+def _nesting(s: str) -> int:
+    """How deep the brackets outside strings go (linear; a bracket that never closes counts)."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(s):
+        tok = m.group()
+        if tok in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif tok in "}]":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def _by_json_repair(s: str, repairs: dict[str, None]) -> Decoded | Undecodable:
     if len(s) > MAX_FALLBACK_CHARS:
         return Undecodable("the JSON is broken beyond the local rules")
+    if _nesting(s) > MAX_DEPTH:  # json_repair recurses per level: 8,000 levels of `[{` were 1.2 s
+        return Undecodable("the JSON is nested too deeply")
+    left = _FALLBACK_LEFT.get()
+    if left is not None:
+        if len(s) > left[0]:
+            return Undecodable(f"the answer's broken JSON is over the {MAX_FALLBACK_PER_ANSWER} characters the "
+                               "proxy repairs per answer with json_repair")
+        left[0] -= len(s)
     try:
         value, log = json_repair.repair_json(s, return_objects=True, logging=True)
     except (ValueError, RecursionError, IndexError, TypeError):
@@ -324,21 +371,36 @@ def _invents(value: Any, text: str) -> bool:
     return False
 
 
-_SCAN = re.compile(r"""\"(?:[^"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[{}\[\]"']""", re.S)
-_SCAN_PARENS = re.compile(r"""\"(?:[^"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[{}\[\]()"']""", re.S)
+SCAN_TOKENS_PER_CHAR = 0.5  # value_end's budget on one text (docs/contract.md, Budgets)
+SCAN_TOKENS_BASE = 100_000
+_STRUCTURE = re.compile(r"""[{}\[\]"']""")
+_STRUCTURE_PARENS = re.compile(r"""[{}\[\]()"']""")
 
 
 def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
     """Index just past the bracket that closes the one at `start`, or None if it never closes cleanly
-    (or nests deeper than MAX_DEPTH, so hostile input costs little)."""
+    (or nests deeper than MAX_DEPTH, so hostile input costs little). A string is passed over to its closing
+    quote, which `_Quotes` finds once per text: the codecs call this from every opener of a long answer, and
+    a string that never closes was scanned to the end again each time (300 call tags and a 1 MB tail: 5 s).
+    All the calls on one text share a budget of SCAN_TOKENS_PER_CHAR tokens a character (plus
+    SCAN_TOKENS_BASE): from each of 256 openers over a long run of short strings, the scans were 256 times the
+    text; past it, no more values are read (their text goes to repair as it is)."""
+    quotes = _quotes_of(text)
     stack: list[str] = []
-    scan = _SCAN_PARENS if parens else _SCAN
-    for m in scan.finditer(text, start):
+    search = (_STRUCTURE_PARENS if parens else _STRUCTURE).search
+    pos = start
+    while (m := search(text, pos)) is not None:
+        quotes.tokens_left -= 1
+        if quotes.tokens_left < 0:
+            return None  # the text's scan budget is spent: no more values are read from it
         tok = m.group()
-        if len(tok) > 1 or tok in "\"'":
-            if len(tok) == 1:
+        if tok in "\"'":
+            close = quotes.close(m.start(), tok)
+            if close is None:
                 return None  # a quote that never closes
+            pos = close + 1
             continue
+        pos = m.end()
         if tok in "{[(":
             if len(stack) >= MAX_DEPTH:
                 return None
@@ -346,5 +408,52 @@ def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
         elif not stack or _CLOSER[stack.pop()] != tok:
             return None
         if not stack:
-            return m.end()
+            return pos
     return None
+
+
+_QUOTE = re.compile(r"""["']""")
+
+
+class _Quotes:
+    """Where a string opened at a quote closes, in one text: at the next quote of its kind with an even run of
+    backslashes before it (what `"(?:[^"\\]|\\.)*"` matches; the run cannot reach back past the opening
+    quote, so whether a quote closes is the quote's own property). Found with str.find; each answer is kept,
+    and so is the first quote with no closing one after it (every later one has none either)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._closes: dict[int, int | None] = {}
+        self._unclosed_from = {'"': len(text), "'": len(text)}
+        self.tokens_left = int(len(text) * SCAN_TOKENS_PER_CHAR) + SCAN_TOKENS_BASE
+
+    def close(self, at: int, quote: str) -> int | None:
+        if at in self._closes:
+            return self._closes[at]
+        if at >= self._unclosed_from[quote]:
+            return None
+        text, pos, found = self.text, at + 1, None
+        while (end := text.find(quote, pos)) >= 0 and self.tokens_left > 0:
+            self.tokens_left -= 1  # an escaped quote costs a step of the budget too
+            run = end
+            while run > at + 1 and text[run - 1] == "\\":
+                run -= 1
+            if (end - run) % 2 == 0:
+                found = end
+                break
+            pos = end + 1
+        if found is None and end < 0:
+            self._unclosed_from[quote] = min(self._unclosed_from[quote], at)
+        self._closes[at] = found
+        return found
+
+
+_LAST = threading.local()
+
+
+def _quotes_of(text: str) -> _Quotes:
+    """The text's _Quotes, kept for the next call on the same text (a codec reads one text from many openers)."""
+    quotes: _Quotes | None = getattr(_LAST, "quotes", None)
+    if quotes is None or quotes.text is not text:
+        quotes = _LAST.quotes = _Quotes(text)
+    return quotes

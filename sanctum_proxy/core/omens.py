@@ -5,6 +5,7 @@
     SpellCallingFallback  auto mode went from native to prompted (why, the upstream's status)
     SpellCallsDropped     parallel_tool_calls=false cut extra valid calls
     SpellCallSurrendered  tier 3 gave up (on_surrender="content" keeps the last raw answer)
+    SpellsWithheld        tools the proxy cannot run (a Responses request's hosted tools) were not offered
 
 Rendered as: the `sanctum` object of a response, the X-Sanctum-Omens header summary, an SSE comment
 (`: omen {json}`) or a named SSE event whose data is a chunk-shaped envelope (`choices: []`).
@@ -33,6 +34,7 @@ class OmenType(StrEnum):
     FALLBACK = "SpellCallingFallback"
     DROPPED = "SpellCallsDropped"
     SURRENDERED = "SpellCallSurrendered"
+    WITHHELD = "SpellsWithheld"
 
 
 class Outcome(StrEnum):
@@ -90,6 +92,10 @@ def dropped(round_no: int, tool: str, call_id: str, raw: str, reason: str = "par
 
 def surrendered(round_no: int, message: str, rejected_raw: Sequence[str]) -> Omen:
     return Omen(OmenType.SURRENDERED, round_no, {"message": message, "rejected": list(rejected_raw)})
+
+
+def withheld(round_no: int, tools: list[dict[str, Any]], reason: str) -> Omen:
+    return Omen(OmenType.WITHHELD, round_no, {"tools": tools, "reason": reason})
 
 
 def header_summary(omens: Sequence[Omen]) -> str:

@@ -1,7 +1,9 @@
 """How a tool name as a model wrote it maps to an offered one (`resolve_name`): whitespace, a
-`functions.` prefix, case, a name written twice, a harmony token and what follows it (`NAME<|channel|>...`).
-Used by the codecs (is a bare JSON object a call?) and by repair (which tool is meant); it belongs to neither
-tier. Pure, cached.
+`functions.` prefix, case, a name written twice, a harmony token and what follows it
+(`NAME<|channel|>...`), a namespaced tool's name (offered flat as `<namespace>__<name>`,
+the Responses API's namespace tools) written with a dot, colon or slash, or without its namespace where only one
+namespace has it. Used by the codecs (is a bare JSON object a call?) and by
+repair (which tool is meant); it belongs to neither tier. Pure, cached.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import re
 
 MAX_NAME_CHARS = 256
 _PREFIX = re.compile(r"\A(?:functions?|tools?|default_api)[.:/]", re.I)
+_NAMESPACE_SEPARATOR = re.compile(r"[.:/]")
+NAMESPACE_JOIN = "__"
 
 
 def resolve_name(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
@@ -45,4 +49,10 @@ def _resolve(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[st
     half = len(name) // 2
     if len(name) % 2 == 0 and half and name[:half] == name[half:] and name[:half] in names:
         return name[:half], (*repairs, "name_repeated")
+    joined = _NAMESPACE_SEPARATOR.sub(NAMESPACE_JOIN, name, count=1)  # multi_agent_v1.spawn_agent
+    if joined != name and joined in names:
+        return joined, (*repairs, "name_namespace")
+    qualified = [n for n in names if n.endswith(NAMESPACE_JOIN + name)]  # spawn_agent: one namespace has it
+    if len(qualified) == 1 and NAMESPACE_JOIN not in name:
+        return qualified[0], (*repairs, "name_namespace")
     return None, ()

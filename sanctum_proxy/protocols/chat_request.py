@@ -15,13 +15,16 @@ import orjson
 from jsonschema import exceptions as schema_errors
 
 from sanctum_proxy.config import Settings
-from sanctum_proxy.errors import ArrayTooLong, InvalidRequest
+from sanctum_proxy.errors import ArrayTooLong, InvalidRequest, shown
 from sanctum_proxy.repair import schemas
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 TOOL_CALLING = ("native", "prompted", "auto")
 OMEN_STYLES = ("comments", "events")
 CONSTRAIN = ("off", "repair", "always")
+# Longer model names are refused: each name the proxy serves is kept (auto mode, capabilities, metrics,
+# the access log), and real ones (`hf.co/org/Model-GGUF:Q4_K_M`) are well under this (docs/contract.md, Budgets).
+MAX_MODEL_CHARS = 256
 
 
 def check_counts(body: dict[str, Any], max_messages: int, max_tools: int) -> None:
@@ -90,12 +93,19 @@ def json_object(raw: bytes) -> dict[str, Any]:
 def chat_request(body: dict[str, Any], headers: Mapping[str, str], settings: Settings) -> ChatRequest:
     """A chat body already read (or translated from another protocol), checked, its `sanctum` taken out."""
     check_counts(body, settings.max_messages, settings.max_tools)
+    check_model(body.get("model"))
     check_depth(body)
     check_messages(body.get("messages"))
     check_tools(body)
     check_choices(body)
     sanctum = body.pop("sanctum", None)
     return ChatRequest(body=body, controls=parse_controls(headers, sanctum, settings))
+
+
+def check_model(model: Any) -> None:
+    if isinstance(model, str) and len(model) > MAX_MODEL_CHARS:
+        raise InvalidRequest(f"'model' is {len(model)} characters long; model names of at most {MAX_MODEL_CHARS} "
+                             "characters are served", param="model")
 
 
 # orjson reads JSON 1024 levels deep but writes at most 254; the proxy writes a request again (to the upstream,
@@ -176,22 +186,24 @@ def check_tools(body: dict[str, Any]) -> None:
     if functions is not None and not isinstance(functions, list):
         raise InvalidRequest("'functions' must be an array", param="functions")
     seen: set[str] = set()
+    patterns = [0]  # the patterns of every tool so far (schemas.MAX_PATTERNS in all)
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             raise InvalidRequest(f"tools[{i}] must be an object with type 'function'", param="tools")
-        check_function(tool.get("function"), f"tools[{i}].function", "tools", seen)
+        check_function(tool.get("function"), f"tools[{i}].function", "tools", seen, patterns)
     for i, function in enumerate(functions or []):
-        check_function(function, f"functions[{i}]", "functions", seen)
+        check_function(function, f"functions[{i}]", "functions", seen, patterns)
 
 
-def check_function(function: Any, where: str, param: str, seen: set[str]) -> None:
+def check_function(function: Any, where: str, param: str, seen: set[str],
+                   patterns: list[int] | None = None) -> None:
     if not isinstance(function, dict):
         raise InvalidRequest(f"{where} must be an object", param=param)
     name = function.get("name")
-    if not isinstance(name, str) or not TOOL_NAME.match(name):
-        raise InvalidRequest(f"{where}.name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {name!r}", param=param)
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):  # not match: $ matches before a last \n
+        raise InvalidRequest(f"{where}.name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {shown(name)}", param=param)
     if name in seen:
-        raise InvalidRequest(f"duplicate tool name {name!r}: each tool needs a unique name", param=param)
+        raise InvalidRequest(f"duplicate tool name {shown(name)}: each tool needs a unique name", param=param)
     seen.add(name)
     schema = function.get("parameters")
     if schema is None:
@@ -199,6 +211,11 @@ def check_function(function: Any, where: str, param: str, seen: set[str]) -> Non
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         raise InvalidRequest(f"{where}.parameters must be a JSON Schema object with type 'object'", param=param)
     serialized = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    if patterns is not None and b'"pattern' in serialized:
+        patterns[0] += schema_patterns(serialized)
+        if patterns[0] > schemas.MAX_PATTERNS:
+            raise InvalidRequest(f"the tools hold more than {schemas.MAX_PATTERNS} patterns in all (pattern and "
+                                 "patternProperties): each is compiled when the request is read", param=param)
     problem = schema_problem(serialized) if len(serialized) <= CACHED_SCHEMA_BYTES else \
         _schema_problem(serialized)
     if problem is not None:
@@ -228,6 +245,11 @@ def _schema_problem(serialized: bytes) -> str | None:
 schema_problem = functools.lru_cache(maxsize=512)(_schema_problem)
 
 
+@functools.lru_cache(maxsize=512)
+def schema_patterns(serialized: bytes) -> int:
+    return schemas.pattern_count(orjson.loads(serialized))
+
+
 def parse_controls(headers: Mapping[str, str], sanctum: Any, settings: Settings) -> Controls:
     if sanctum is not None and not isinstance(sanctum, dict):
         raise InvalidRequest("'sanctum' must be an object", param="sanctum")
@@ -254,7 +276,7 @@ def _choice(value: Any, allowed: tuple[str, ...], name: str, default: str | None
     if value is None:
         return default
     if value not in allowed:
-        raise InvalidRequest(f"invalid sanctum control '{name}': {value!r} (allowed: {', '.join(allowed)})",
+        raise InvalidRequest(f"invalid sanctum control '{name}': {shown(value)} (allowed: {', '.join(allowed)})",
                              param=f"sanctum.{name}")
     return value
 
@@ -265,6 +287,6 @@ def _rounds(value: Any, default: int) -> int:
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # int() takes '²' too
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
-        raise InvalidRequest(f"invalid sanctum control 'max_repair_rounds': {value!r} (an integer 0..10)",
+        raise InvalidRequest(f"invalid sanctum control 'max_repair_rounds': {shown(value)} (an integer 0..10)",
                              param="sanctum.max_repair_rounds")
     return value

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool
-from sanctum_proxy.errors import InvalidRequest
+from sanctum_proxy.errors import InvalidRequest, shown
 
 
 def chat_tools(tools: Any, function_of: Callable[[int, Any], Json]) -> list[FunctionTool]:
@@ -21,5 +21,5 @@ def chat_tools(tools: Any, function_of: Callable[[int, Any], Json]) -> list[Func
 
 def unsupported(i: int, tool: Any, served: str) -> InvalidRequest:
     kind = tool.get("type") if isinstance(tool, dict) else None
-    return InvalidRequest(f"tools[{i}]: tools of type {kind!r} are not supported: sanctum-proxy serves {served}",
+    return InvalidRequest(f"tools[{i}]: tools of type {shown(kind)} are not supported: sanctum-proxy serves {served}",
                           param=f"tools[{i}].type")

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.core.openai_chat import ToolCall, tool_call
-from sanctum_proxy.errors import InvalidRequest, ProxyError
+from sanctum_proxy.errors import InvalidRequest, ProxyError, shown
 from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply, arguments_object
 
@@ -112,7 +112,7 @@ def _assistant(blocks: list[Any], at: str) -> list[dict[str, Any]]:
         elif kind in ("thinking", "redacted_thinking"):
             continue  # earlier reasoning: chat upstreams take none back
         else:
-            raise InvalidRequest(f"{where}: assistant blocks of type {kind!r} are not supported (text, tool_use, "
+            raise InvalidRequest(f"{where}: assistant blocks of type {shown(kind)} are not supported (text, tool_use, "
                                  "thinking)", param=f"{where}.type")
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if calls:
@@ -161,7 +161,7 @@ def _part(block: Any, at: str) -> dict[str, Any]:
             raise InvalidRequest(f"{at}: only base64 and url image sources are supported (sanctum-proxy keeps no "
                                  "files)", param=f"{at}.source")
         return {"type": "image_url", "image_url": {"url": url}}
-    raise InvalidRequest(f"{at}: user blocks of type {kind!r} are not supported (text, image, tool_result)",
+    raise InvalidRequest(f"{at}: user blocks of type {shown(kind)} are not supported (text, image, tool_result)",
                          param=f"{at}.type")
 
 
@@ -207,7 +207,7 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
     elif kind == "tool" and isinstance(choice.get("name"), str):
         chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     else:
-        raise InvalidRequest(f"'tool_choice' {choice!r} is not supported (auto, any, tool, none)",
+        raise InvalidRequest(f"'tool_choice' {shown(choice)} is not supported (auto, any, tool, none)",
                              param="tool_choice")
     if choice.get("disable_parallel_tool_use") is True:
         chat["parallel_tool_calls"] = False

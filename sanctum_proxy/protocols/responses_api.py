@@ -5,31 +5,54 @@ Served: `input` (a string, or message items with text / image parts, `function_c
 `function_call_output` items), `instructions`, function `tools` (the flat `{"type": "function", "name", ...}`
 form), `tool_choice` (`none` / `auto` / `required`, `{"type": "function", "name"}`, `allowed_tools`),
 `parallel_tool_calls`, `max_output_tokens`, `temperature`, `top_p`, `text.format` (as `response_format`),
-`reasoning.effort` (as `reasoning_effort`), `stream`. Accepted and ignored: `store`, `metadata`, `include`,
-`truncation`, `service_tier`, `user`, `safety_identifier`, `prompt_cache_*`, `top_logprobs`,
-`context_management`, `stream_options`, and `reasoning` items in the input. Refused with a 400 naming the
-field: what needs state on the server (`previous_response_id`, `conversation`, `background`, `prompt`,
-`item_reference` items, `file_id` parts) and server-side tools (web_search, file_search, ...). Any other
-field passes to the upstream unchanged, as on the chat endpoint.
+`reasoning.effort` (as `reasoning_effort`), `stream`. Namespace tools are offered to the model flat, each of
+their functions as `<namespace>__<name>` (Codex's own flat spelling), and a call of one comes back as a
+`function_call` with `name` and `namespace`. Tools of any other type (hosted ones that run at OpenAI:
+web_search, file_search, code_interpreter, image_generation, mcp, ...) are left out of what the model is
+offered (`withheld`: a SpellsWithheld omen names them), unless `tool_choice` forces one (a 400); `custom`
+tools, which the client runs, are a 400. The developer and system messages become one leading system message
+(`system_messages`). Accepted and ignored: the rest of the Responses API's fields (`store`, `metadata`,
+`include`, `truncation`, `service_tier`, `user`, ...), and `reasoning` items in the input. Refused with a 400
+naming the field: what needs state on the server (`previous_response_id`, `conversation`, `background`,
+`prompt`, `item_reference` items, `file_id` parts). Of the fields outside the Responses API only the chat
+sampling fields upstreams read (`FORWARDED`: `seed`, `stop`, `top_k`, `min_p`, ...) go on; the rest (Codex's
+`client_metadata`) stay home.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from sanctum_proxy.core.openai_chat import tool_call
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool, tool_call
+from sanctum_proxy.core.tool_names import NAMESPACE_JOIN  # `<namespace>__<name>`: Codex's canonical flat name
 from sanctum_proxy.errors import InvalidRequest
-from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
+from sanctum_proxy.errors import shown as quoted
+from sanctum_proxy.protocols.function_tools import unsupported
 from sanctum_proxy.protocols.reply import Reply
+from sanctum_proxy.protocols.system_messages import merge_system_messages
 
-IGNORED = frozenset({"store", "metadata", "include", "truncation", "service_tier", "user", "safety_identifier",
-                     "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options", "top_logprobs",
-                     "context_management", "stream_options", "max_tool_calls"})
 STATEFUL = ("previous_response_id", "conversation", "background", "prompt")
-TRANSLATED = frozenset({"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
-                        "max_output_tokens", "temperature", "top_p", "text", "reasoning", "stream", "sanctum"})
+# Fields outside the Responses API that go on to the upstream: the chat sampling fields llama.cpp, vLLM, Ollama
+# and LM Studio read. Any other field is the client's own (Codex's `client_metadata`) and stays here.
+FORWARDED = frozenset({"seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "top_k", "min_p",
+                       "typical_p", "repeat_penalty", "repetition_penalty", "repeat_last_n", "min_tokens",
+                       "chat_template_kwargs", "cache_prompt"})
+CLIENT_RUN = frozenset({"custom"})  # run by the client with free-form input: no chat form, so a 400
+MAX_TYPE_CHARS = 64  # a withheld tool's type as the omen shows it (a client's string, clipped)
+
+
+@dataclass(frozen=True)
+class Spells:
+    """The request's `tools` as the model is offered them."""
+
+    functions: list[FunctionTool] = field(default_factory=list)
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)  # flat name -> (namespace, name)
+    withheld: list[tuple[int, str]] = field(default_factory=list)  # (index, type) of each tool left out
 
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
@@ -38,21 +61,30 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         if body.get(name) not in (None, False):
             raise InvalidRequest(f"'{name}' is not supported: sanctum-proxy keeps no responses or conversations; "
                                  "send the whole conversation in 'input'", param=name)
-    chat: dict[str, Any] = {k: v for k, v in body.items() if k not in IGNORED and k not in TRANSLATED}
+    chat: dict[str, Any] = {k: v for k, v in body.items() if k in FORWARDED}
     chat["model"] = body.get("model")
     messages = _instructions(body.get("instructions")) + input_messages(body.get("input"))
-    chat["messages"] = messages
-    tools = chat_tools(body.get("tools"), _function)
+    chat["messages"] = merge_system_messages(messages)
+    spells = read_tools(body.get("tools"))
+    tools = spells.functions
     choice = body.get("tool_choice")
+    _check_forced(choice)
     if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
-        allowed = {t.get("name") for t in choice.get("tools") or [] if isinstance(t, dict)}
+        allowed = _allowed(choice.get("tools"), spells)
         tools = [t for t in tools if t["function"]["name"] in allowed]
         choice = choice.get("mode", "auto")
     if tools:
         chat["tools"] = tools
+    elif spells.withheld:  # every tool was left out: nothing to choose from
+        if choice == "required":
+            raise InvalidRequest("'tool_choice' is 'required' but every tool offered is one sanctum-proxy cannot "
+                                 f"run ({_kinds(spells.withheld)})", param="tool_choice")
+        choice = None
     if choice is not None:
         chat["tool_choice"] = _tool_choice(choice)
-    _copy(body, chat, ("parallel_tool_calls", "temperature", "top_p", "stream", "sanctum"))
+    _copy(body, chat, ("temperature", "top_p", "stream", "sanctum"))
+    if tools or not spells.withheld:
+        _copy(body, chat, ("parallel_tool_calls",))
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     response_format = _response_format(body.get("text"))
@@ -125,7 +157,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
             raise InvalidRequest(f"{at}: 'item_reference' items are not supported: sanctum-proxy keeps no items; "
                                  "send the item itself", param=at)
         else:
-            raise InvalidRequest(f"{at}: input items of type {kind!r} are not supported (only message, "
+            raise InvalidRequest(f"{at}: input items of type {quoted(kind)} are not supported (only message, "
                                  "function_call, function_call_output and reasoning)", param=f"{at}.type")
     if images:
         messages.append({"role": "user", "content": images})
@@ -135,7 +167,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
 def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
-        raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {role!r}",
+        raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {quoted(role)}",
                              param=f"{at}.role")
     content = item.get("content")
     if isinstance(content, str):
@@ -164,14 +196,16 @@ def _part(part: Any, at: str) -> dict[str, Any]:
         if part.get("detail") is not None:
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
-    raise InvalidRequest(f"{at}: content parts of type {kind!r} are not supported (input_text, output_text, "
+    raise InvalidRequest(f"{at}: content parts of type {quoted(kind)} are not supported (input_text, output_text, "
                          "refusal, input_image)", param=f"{at}.type")
 
 
 def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> None:
-    name, call_id = item.get("name"), item.get("call_id")
+    name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
     if not isinstance(name, str) or not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call item needs a string 'name' and 'call_id'", param=at)
+    if isinstance(namespace, str) and namespace:  # a call of a namespaced function: the name it was offered as
+        name = flat_name(namespace, name)
     arguments = item.get("arguments")
     call = tool_call(call_id, name, arguments if isinstance(arguments, str) else
                      orjson.dumps(arguments if arguments is not None else {}).decode())
@@ -197,19 +231,115 @@ def _call_output(item: dict[str, Any], at: str) -> tuple[dict[str, Any], list[di
     return {"role": "tool", "tool_call_id": call_id, "content": output}, images
 
 
-def _function(i: int, tool: Any) -> dict[str, Any]:
+def flat_name(namespace: str, name: str) -> str:
+    """The name a namespaced function is offered upstream under (`multi_agent_v1__spawn_agent`)."""
+    return namespace.rstrip("_") + NAMESPACE_JOIN + name.lstrip("_")
+
+
+def read_tools(tools: Any) -> Spells:
+    """The chat functions of a request's `tools`: function tools as they are, each namespace's functions under
+    their flat names, every other type left out (`withheld`) but `custom` (a 400)."""
+    if tools is None:
+        return Spells()
+    if not isinstance(tools, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    spells = Spells()
+    for i, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "function":
+            spells.functions.append(function_tool(_function(tool, f"tools[{i}]")))
+        elif kind == "namespace":
+            _add_namespace(spells, tool, i)
+        elif isinstance(kind, str) and kind not in CLIENT_RUN:
+            spells.withheld.append((i, kind))
+        else:
+            raise unsupported(i, tool, "function and namespace tools (hosted tools are left out of what the model "
+                                       "is offered)")
+    counts = Counter(t["function"].get("name") for t in spells.functions)
+    twice = sorted(n for n, k in counts.items() if k > 1 and isinstance(n, str))
+    if twice:
+        raise InvalidRequest(f"'tools': the name {quoted(twice[0])} is offered twice (namespaced functions are "
+                             "offered as '<namespace>__<name>')", param="tools")
+    return spells
+
+
+def _add_namespace(spells: Spells, tool: dict[str, Any], i: int) -> None:
+    namespace, members = tool.get("name"), tool.get("tools")
+    if not isinstance(namespace, str) or not namespace or not isinstance(members, list):
+        raise InvalidRequest(f"tools[{i}]: a namespace tool needs a string 'name' and a 'tools' array",
+                             param=f"tools[{i}]")
+    for j, member in enumerate(members):
+        at = f"tools[{i}].tools[{j}]"
+        if not isinstance(member, dict) or member.get("type") != "function":
+            kind = member.get("type") if isinstance(member, dict) else None
+            raise InvalidRequest(f"{at}: tools of type {quoted(kind)} are not supported in a namespace: "
+                                 "sanctum-proxy serves function tools there", param=f"{at}.type")
+        function = _function(member, at)
+        name = function.get("name")
+        if isinstance(name, str):
+            function["name"] = flat_name(namespace, name)
+            spells.namespaced[function["name"]] = (namespace, name)
+        spells.functions.append(function_tool(function))
+
+
+def _function(tool: dict[str, Any], at: str) -> Json:
     """A Responses function tool (flat: `{"type": "function", "name", ...}`) as a chat function."""
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        raise unsupported(i, tool, "function tools only (server-side tools run at OpenAI)")
+    if not isinstance(tool.get("name"), str):
+        raise InvalidRequest(f"{at}: a function tool needs a string 'name'", param=f"{at}.name")
     return {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+
+
+def _kinds(withheld: list[tuple[int, str]]) -> str:
+    return ", ".join(dict.fromkeys(kind for _, kind in withheld))
+
+
+def withheld_omens(body: dict[str, Any]) -> list[om.Omen]:
+    """The SpellsWithheld omen of a request (read by to_chat already) whose tools were partly left out."""
+    withheld = read_tools(body.get("tools")).withheld
+    if not withheld:
+        return []
+    return [om.withheld(0, [{"index": i, "type": kind[:MAX_TYPE_CHARS]} for i, kind in withheld],
+                        "hosted tools run on OpenAI's servers; sanctum-proxy cannot run them, so the model is not "
+                        "offered them")]
+
+
+def namespaced_names(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Flat name -> (namespace, name) of the request's namespaced functions (the request read by to_chat)."""
+    return read_tools(body.get("tools")).namespaced
+
+
+def _check_forced(choice: Any) -> None:
+    """A tool_choice that forces a tool of another type than function (a hosted tool, left out; a custom tool) is a
+    400: the model could never make that call here."""
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if isinstance(kind, str) and kind not in ("function", "allowed_tools"):
+        raise InvalidRequest(f"'tool_choice' forces a tool of type {quoted(kind)}, which sanctum-proxy cannot run: it "
+                             "serves function tools (hosted tools are left out of what the model is offered)",
+                             param="tool_choice")
+
+
+def _allowed(tools: Any, spells: Spells) -> set[str]:
+    """The flat names an allowed_tools choice lists (a namespace entry: all of its functions)."""
+    names: set[str] = set()
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            continue
+        if tool.get("type") == "function":
+            namespace = tool.get("namespace")
+            names.add(flat_name(namespace, tool["name"]) if isinstance(namespace, str) else tool["name"])
+        elif tool.get("type") == "namespace":
+            names |= {flat for flat, (namespace, _) in spells.namespaced.items() if namespace == tool["name"]}
+    return names
 
 
 def _tool_choice(choice: Any) -> Any:
     if choice in ("none", "auto", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    raise InvalidRequest(f"'tool_choice' {choice!r} is not supported (none, auto, required, "
+        namespace = choice.get("namespace")
+        name = flat_name(namespace, choice["name"]) if isinstance(namespace, str) else choice["name"]
+        return {"type": "function", "function": {"name": name}}
+    raise InvalidRequest(f"'tool_choice' {quoted(choice)} is not supported (none, auto, required, "
                          "{\"type\": \"function\", \"name\": ...} or allowed_tools)", param="tool_choice")
 
 
@@ -225,9 +355,10 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 
 # The answer.
 
-def output_items(reply: Reply, ids: str, *, logprobs: bool = False) -> list[dict[str, Any]]:
+def output_items(reply: Reply, ids: str, *, logprobs: bool = False,
+                 namespaced: dict[str, tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """The `output` of a response: reasoning, the message (its text, with the tokens' logprobs when asked; a
-    refusal as a `refusal` part), then each function call."""
+    refusal as a `refusal` part), then each function call (`namespaced`: flat name -> (namespace, name))."""
     out = []
     if reply.reasoning:
         out.append(reasoning_item(reply.reasoning, ids))
@@ -238,7 +369,7 @@ def output_items(reply: Reply, ids: str, *, logprobs: bool = False) -> list[dict
         parts.append(refusal_part(reply.refusal))
     if parts:
         out.append({**message_item(None, ids, "completed"), "content": parts})
-    out += [call_item(call.id, call.name, call.arguments, "completed") for call in reply.calls]
+    out += [call_item(call.id, call.name, call.arguments, "completed", namespaced) for call in reply.calls]
     return out
 
 
@@ -284,9 +415,14 @@ def _logprob(token: dict[str, Any]) -> dict[str, Any]:
             "bytes": raw if isinstance(raw, list) else list(token["token"].encode())}
 
 
-def call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+def call_item(call_id: str, name: str, arguments: str, status: str,
+              namespaced: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+    """A function_call item; a namespaced function's call with its own `name` and its `namespace`."""
+    item = {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
             "arguments": arguments, "status": status}
+    if namespaced and name in namespaced:
+        item["namespace"], item["name"] = namespaced[name]
+    return item
 
 
 def usage(reply: Reply) -> dict[str, Any]:

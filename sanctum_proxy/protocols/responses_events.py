@@ -37,7 +37,7 @@ from sanctum_proxy.repair.loop import ContentDelta, FieldDelta, Final, Plan
 class ResponsesWriter(StreamWriter):
     def __init__(self, response: dict[str, Any], ids: str, trace_id: str, plan: Plan,
                  reply_of: Callable[[Final], Reply], *, logprobs: bool = False,
-                 split_reasoning: bool = False) -> None:
+                 split_reasoning: bool = False, namespaced: dict[str, tuple[str, str]] | None = None) -> None:
         self.response, self.ids, self.trace_id = response, ids, trace_id
         super().__init__()
         self.plan = plan
@@ -53,6 +53,7 @@ class ResponsesWriter(StreamWriter):
         self.reasoning_at: int | None = None  # the output index of the open reasoning item
         self.logprobs = logprobs  # the request asked for the output text's logprobs (`include`)
         self.tokens: list[dict[str, Any]] = []  # the chat logprobs of the text shown so far
+        self.namespaced = namespaced or {}  # flat name -> (namespace, name) of the namespaced functions
 
     def event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -149,14 +150,14 @@ class ResponsesWriter(StreamWriter):
             out += self.item(api.reasoning_item(self.thought.late, ids))
         for call in reply.calls:
             index = len(self.output)
-            item = api.call_item(call.id, call.name, "", "in_progress")
+            item = api.call_item(call.id, call.name, "", "in_progress", self.namespaced)
             self.output.append(item)
-            done = api.call_item(call.id, call.name, call.arguments, "completed")
+            done = api.call_item(call.id, call.name, call.arguments, "completed", self.namespaced)
             out += [self.event("response.output_item.added", output_index=index, item=item),
                     self.event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
                                delta=call.arguments),
                     self.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                               name=call.name, arguments=call.arguments),
+                               name=item["name"], arguments=call.arguments),
                     self.event("response.output_item.done", output_index=index, item=done)]
             self.output[index] = done
         response = api.finished(self.response, reply, self.output)

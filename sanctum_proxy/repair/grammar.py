@@ -144,10 +144,15 @@ class _Schema:
         if required:
             body = ' "," ws '.join(pairs[k] for k in required)
             body += "".join(f' ("," ws {pairs[k]})?' for k in optional)
-        else:  # which optional property comes first decides where the commas go
-            body = "(" + " | ".join(
-                pairs[k] + "".join(f' ("," ws {pairs[o]})?' for o in optional[i + 1:])
-                for i, k in enumerate(optional)) + ")?"
+        else:  # which optional property comes first decides where the commas go: after it, a chain of rules,
+            # each one optional property (with its comma) and the rule for those after it (linear in the
+            # properties; spelling the rest out after each first one grew as their square)
+            rest, firsts = "", []
+            for i in range(len(optional) - 1, -1, -1):
+                firsts.append(f"{pairs[optional[i]]} {rest}".rstrip())
+                if i:
+                    rest = self.rules.add(f'("," ws {pairs[optional[i]]})? {rest}'.rstrip())
+            body = "(" + " | ".join(reversed(firsts)) + ")?"
         return self.rules.add(f'"{{" ws {body} "}}"')
 
     def _array(self, schema: dict[str, Any]) -> str:

@@ -71,6 +71,7 @@ from sanctum_proxy.codecs import families
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.calls import Assessment, Problem, Repair, ToolCall, content_text
+from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
@@ -185,6 +186,7 @@ class Plan:
     grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
     native_calls: bool = False  # the model's template takes tools (probed): tool_choice "required" holds a call
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
+    max_grammar_bytes: int = 1024 * 1024  # a larger grammar is not sent: the correction round goes unconstrained
     follow_up_calls: bool = False  # constrain "always": after one call, MORE rounds, one call each (_judge_more)
 
     @property
@@ -217,7 +219,10 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         omens.append(omen)
         yield omen
     while True:
-        step, state = next_round(plan, state, len(plan.records))
+        if plan.book is not None and plan.book.schema_bytes > INLINE_SCHEMA_BYTES:  # a grammar, a prompt from them
+            step, state = await offloaded(next_round, plan, state, len(plan.records))
+        else:
+            step, state = next_round(plan, state, len(plan.records))
         record = RoundRecord(len(plan.records) + 1, state.mode, step.body, 0.0,
                              constrained=step.constraint is not None, free_choice=step.free_choice)
         plan.records.append(record)
@@ -236,13 +241,15 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         record.latency_ms = (time.perf_counter() - start) * 1000
         if error is not None:
             record.error = {**error.body()["error"], "status": error.status}
-            verdict = judge_error(plan, state, step, error, record.number)
+            verdict = await offloaded(judge_error, plan, state, step, error, record.number)  # may read a quote
         else:
             assert answer is not None, "a sender ends every round with an Answer"
-            answer = _decoded(answer, step, plan)
-            record.answer, record.finish_reason, record.usage = answer.message, answer.finish_reason, answer.usage
-            usage = _added(usage, answer.usage)
-            verdict = judge(plan, state, step, answer, record.number)
+            if _heavy(plan, answer):  # off the event loop: a long answer, or a schema whose branches multiply
+                judged, verdict = await offloaded(_judged, plan, state, step, answer, record.number)
+            else:
+                judged, verdict = _judged(plan, state, step, answer, record.number)
+            record.answer, record.finish_reason, record.usage = judged.message, judged.finish_reason, judged.usage
+            usage = _added(usage, judged.usage)
         record.outcome = verdict.outcome
         for item in verdict.omens:
             omens.append(item)
@@ -407,6 +414,30 @@ class AskForMore:
 Verdict = Accept | Correct | AskForText | AskForMore | FallBack | Unconstrain | Surrender | Fail
 
 
+INLINE_ANSWER_CHARS = 4096  # a longer answer is judged off the event loop (core/offload.py)
+INLINE_SCHEMA_BYTES = 64 * 1024  # rounds for tools with longer schemas are built there too
+
+
+def _judged(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> tuple[Answer, Verdict]:
+    answer = _decoded(answer, step, plan)
+    return answer, judge(plan, state, step, answer, number)
+
+
+def _heavy(plan: Plan, answer: Answer) -> bool:
+    """Whether judging this answer may take more than a few milliseconds: a long answer (lenient JSON, codec
+    scans), or tools whose schemas branch (validation walks their branches, within validate.MAX_STEPS)."""
+    if plan.book is None:
+        return False
+    message = answer.message if isinstance(answer.message, dict) else {}
+    size = len(message.get("content") or "") if isinstance(message.get("content"), str) else 0
+    for call in message.get("tool_calls") or []:
+        arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+        size += len(arguments) if isinstance(arguments, str) else INLINE_ANSWER_CHARS
+    if size > INLINE_ANSWER_CHARS or not isinstance(message.get("content"), str | None):
+        return True
+    return plan.book.branching
+
+
 def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number: int) -> Verdict:
     """A round that ended in an error: the same round unconstrained, a fallback to prompted, or the error. A MORE
     round's error ends the follow-ups: the calls held so far are the answer."""
@@ -416,7 +447,7 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Fail(error)
     if step.constraint is not None and _schema_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED))
-    verdict = classify(error)
+    verdict = classify(error, step.body)  # the upstream's own words only (a quote of the request is not)
     if verdict == "upstream_parse_failure":
         read = _read_quote(plan, state, error, number)
         if read is not None:
@@ -817,6 +848,8 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     if state.mode == "native":
         return Constraint(plan.book or book, text=False, parallel=plan.parallel, how="tool_choice", json_prompt=False)
     grammar = gbnf(book, plan.prompt_format, text=free, parallel=parallel) if plan.grammar else None
+    if grammar is not None and len(grammar) > plan.max_grammar_bytes:
+        return None  # over budget: the round goes unconstrained (its record says so), not a huge upstream request
     if grammar is not None:
         return Constraint(book, text=free, parallel=parallel, how="grammar", json_prompt=False, grammar=grammar)
     return Constraint(book, text=free, parallel=parallel, json_prompt=False)

@@ -22,7 +22,7 @@ from sanctum_proxy.codecs.base import MAX_CANDIDATES
 from sanctum_proxy.codecs.registry import find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
-from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, strict
+from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, fallback_budget, strict
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import coerce
 
@@ -46,6 +46,13 @@ def assess(
     client asked for a JSON answer (response_format); content that is JSON (opens with `{` or `[`) is that
     answer and never read for calls, while call markup in content is still read (an agent SDK sends
     response_format beside its tools)."""
+    with fallback_budget():  # the answer's calls share one json_repair budget (lenient_json)
+        return _assess(message, book, finish_reason == "length", parallel_tool_calls, new_id, max_repair_chars,
+                       asked_format, client_json)
+
+
+def _assess(message: Any, book: Toolbox, cut: bool, parallel_tool_calls: bool, new_id: Callable[[], str],
+            max_repair_chars: int, asked_format: str | None, client_json: bool) -> Assessment:
     msg = message if isinstance(message, dict) else {}
     native = native_candidates(msg.get("tool_calls"))
     text = content_text(msg.get("content"))
@@ -53,7 +60,7 @@ def assess(
     found = calls_outside_reasoning(text, book.name_set) if text and not json_answer else []
     content = strip_calls(text, found)
     candidates = (native + [c for f in found for c in f.candidates])[:MAX_CANDIDATES]
-    judge = _Judge(book, finish_reason == "length", new_id, max_repair_chars, asked_format)
+    judge = _Judge(book, cut, new_id, max_repair_chars, asked_format)
     calls: list[ToolCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
@@ -291,4 +298,5 @@ def _arguments_in_name(cand: Candidate, book: Toolbox) -> Candidate | None:
 _AS_ASKED = {"json": frozenset({"code_fence"}), "deepseek": frozenset({"code_fence", MALFORMED})}
 
 # Mends that change only the name: the arguments text can still go out byte-identical.
-_NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated", "name_special_tokens"})
+_NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated", "name_namespace",
+                        "name_special_tokens"})

@@ -5,14 +5,24 @@ A tool schema may refer only inside itself (`#...`: a JSON pointer, `$defs` / `d
 nothing is ever fetched or read, whatever the `$ref` says (the registry refuses every retrieval as well).
 Every `pattern` and `patternProperties` key runs on RE2, a linear-time engine: `^(a+)+$` costs microseconds,
 not minutes. A pattern RE2 cannot compile (lookaround, backreferences) is refused, never skipped.
+
+Budgets (docs/contract.md, Budgets): a pattern compiles within RE2_MAX_MEM (a bigger program is refused, so
+no pattern costs more than a few milliseconds or a megabyte), one request's tools hold at most
+MAX_PATTERNS patterns, and a schema whose `$ref`s and `anyOf` / `allOf` / `oneOf` branches expand to more
+than MAX_SCHEMA_EXPANSION subschemas is refused (a chain of `anyOf` of two `$ref`s doubles at each link:
+checking arguments against it would walk 2^n branches). What an instance can still multiply (a recursive
+schema and deeply nested arguments) is cut by a step budget: `steps(n)` around a validation raises
+StepsExhausted once n keywords have been applied.
 `refusal(schema)` says why a schema is refused (None when it is not); `validator_class(schema)` is the
 jsonschema class to validate with. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import re2
@@ -26,6 +36,9 @@ from jsonschema.protocols import Validator
 REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 MAX_PATTERN_CHARS = 1000
 MAX_SCHEMA_DEPTH = 64
+MAX_SCHEMA_EXPANSION = 100_000  # subschemas, with every $ref followed and every branch counted
+MAX_PATTERNS = 128  # patterns (and patternProperties keys) in one request's tools
+RE2_MAX_MEM = 1 << 20  # bytes RE2 may use for one pattern's program
 
 
 def refusal(schema: Any) -> str | None:
@@ -49,7 +62,82 @@ def refusal(schema: Any) -> str | None:
         unevaluated = unevaluated or key == "unevaluatedProperties"
     if unevaluated and patterned:
         return "unevaluatedProperties together with patternProperties is not supported"
-    return _unresolvable(schema) if isinstance(schema, Mapping) else None
+    if not isinstance(schema, Mapping):
+        return None
+    return _unresolvable(schema) or _over_expanded(schema)
+
+
+def _over_expanded(schema: Mapping[str, Any]) -> str | None:
+    try:
+        size = expansion(schema)
+    except RecursionError:
+        return "its $refs lead through one another too deeply"
+    if size <= MAX_SCHEMA_EXPANSION:
+        return None
+    return (f"its $refs and anyOf / allOf / oneOf branches expand to more than {MAX_SCHEMA_EXPANSION} subschemas "
+            f"(about {min(size, 10**12)}): checking arguments against it would take too long")
+
+
+def expansion(schema: Mapping[str, Any]) -> int:
+    """How many subschemas validation may visit for one value: the schema's nodes with each local `$ref`
+    replaced by what it points at, counted once per use (a ref back into itself counts 1: that recursion
+    goes only as deep as the arguments). Linear in the schema (each node is sized once)."""
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+
+    def target(ref: str) -> Any:
+        node: Any = schema
+        if ref == "#":
+            return node
+        if not ref.startswith("#/"):
+            return None  # an anchor or a relative $id: counted as one
+        for part in ref[2:].split("/"):
+            key = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping):
+                node = node.get(key)
+            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            else:
+                return None
+        return node
+
+    def size(node: Any) -> int:  # the depth is bounded (MAX_SCHEMA_DEPTH) before this runs
+        if not isinstance(node, Mapping | list):
+            return 0
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in busy:
+            return 1
+        busy.add(key)
+        total = 1 + sum(size(child) for child in (node.values() if isinstance(node, Mapping) else node))
+        ref = node.get("$ref") if isinstance(node, Mapping) else None
+        if isinstance(ref, str):
+            total += size(target(ref))
+        busy.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(schema)
+
+
+_BRANCHING = frozenset({"anyOf", "oneOf", "allOf", "if", "not", "dependentSchemas", *REF_KEYWORDS})
+
+
+def branches(schema: Any) -> bool:
+    """Whether the schema uses a keyword whose validation may visit a subschema more than once per value."""
+    return any(key in _BRANCHING for key, _ in _keywords(schema))
+
+
+def pattern_count(schema: Any) -> int:
+    """The patterns a schema holds (`pattern` values and `patternProperties` keys)."""
+    count = 0
+    for key, value in _keywords(schema):
+        if key == "pattern" and isinstance(value, str):
+            count += 1
+        elif key == "patternProperties" and isinstance(value, Mapping):
+            count += len(value)
+    return count
 
 
 def _unresolvable(schema: Mapping[str, Any]) -> str | None:
@@ -103,12 +191,15 @@ def _pattern_problem(pattern: str) -> str | None:
         compiled(pattern)
     except re2.error as exc:
         why = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        if "too large" in str(why):
+            return (f"pattern {pattern[:80]!r} compiles to a program larger than the proxy's budget of "
+                    f"{RE2_MAX_MEM // 1024} KiB per pattern (RE2): {why}")
         return (f"pattern {pattern!r} cannot be run in linear time (the proxy checks patterns with RE2, "
                 f"which has no lookaround or backreferences): {why}")
     return None
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=256)
 def compiled(pattern: str) -> Any:
     """The RE2 program for `pattern` (raises re2.error when RE2 cannot compile it)."""
     return re2.compile(pattern, _QUIET)
@@ -116,6 +207,7 @@ def compiled(pattern: str) -> Any:
 
 _QUIET = re2.Options()
 _QUIET.log_errors = False  # a refused pattern is the client's answer, not a line on the proxy's stderr
+_QUIET.max_mem = RE2_MAX_MEM  # `(\pL|\pN){400}` was 8 MB and ~0.2 s to compile; now refused in ~10 ms
 
 
 def search(pattern: str, text: str) -> bool:
@@ -182,9 +274,40 @@ _ON_RE2 = {"pattern": _pattern, "patternProperties": _pattern_properties,
            "additionalProperties": _additional_properties}
 
 
+# --- the step budget ---------------------------------------------------------------------------------------
+
+class StepsExhausted(Exception):
+    """Validation applied more keywords than its budget allowed (`steps`)."""
+
+
+_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("sanctum_schema_steps", default=None)
+
+
+@contextlib.contextmanager
+def steps(budget: int) -> Iterator[None]:
+    """Validations run inside may apply at most `budget` keywords in all; the next one raises StepsExhausted."""
+    token = _LEFT.set([budget])
+    try:
+        yield
+    finally:
+        _LEFT.reset(token)
+
+
+def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        left = _LEFT.get()
+        if left is not None:
+            left[0] -= 1
+            if left[0] < 0:
+                raise StepsExhausted
+        return keyword(validator, value, instance, schema)
+    return counted
+
+
 @functools.cache
 def _on_re2(base: type[Validator]) -> type[Validator]:
-    cls: type[Validator] = validators.extend(base, _ON_RE2)
+    keywords = {**base.VALIDATORS, **_ON_RE2}
+    cls: type[Validator] = validators.extend(base, {k: _counted(v) for k, v in keywords.items()})
     return cls
 
 

@@ -18,7 +18,7 @@ from jsonschema.protocols import Validator
 
 from sanctum_proxy.core.calls import Problem, Tool
 from sanctum_proxy.core.tool_names import resolve_name
-from sanctum_proxy.repair.schemas import check_schema, refusal, validator_for
+from sanctum_proxy.repair.schemas import branches, check_schema, refusal, validator_for
 from sanctum_proxy.repair.validate import problems_for
 
 _NO_CONSTRAINTS: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -62,7 +62,7 @@ def _tool_from(fn: Any) -> Tool | None:
 class Toolbox:
     """The offered tools by name, in offered order."""
 
-    __slots__ = ("tools", "names", "name_set")
+    __slots__ = ("tools", "names", "name_set", "_branching", "_size")
 
     def __init__(self, tools: Sequence[Tool]) -> None:
         self.tools: dict[str, Tool] = {}
@@ -70,6 +70,23 @@ class Toolbox:
             self.tools.setdefault(tool.name, tool)
         self.names: tuple[str, ...] = tuple(self.tools)
         self.name_set: frozenset[str] = frozenset(self.names)
+        self._branching: bool | None = None
+        self._size: int | None = None
+
+    @property
+    def schema_bytes(self) -> int:
+        """The tools' schemas as JSON, in bytes: what building a grammar or a prompt from them is linear in."""
+        if self._size is None:
+            self._size = sum(len(_canonical(tool.parameters)) for tool in self.tools.values())
+        return self._size
+
+    @property
+    def branching(self) -> bool:
+        """Whether a tool's schema branches or refers (anyOf, oneOf, allOf, $ref, if, not): validating against it
+        may cost many steps (validate.MAX_STEPS), so the round loop judges its answers off the event loop."""
+        if self._branching is None:
+            self._branching = any(branches(tool.parameters) for tool in self.tools.values())
+        return self._branching
 
     @classmethod
     def from_tools(cls, tools: Any) -> Toolbox:

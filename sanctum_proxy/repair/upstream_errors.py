@@ -27,12 +27,23 @@ docs/contract.md section 4):
     vLLM (its tool parsers return unparsed output as content, read by the codecs; gpt-oss's harmony parser raises)
         openai_harmony              unexpected tokens remaining in message header: ... / Unexpected token N while
                                     expecting start token 200006
+
+Only the upstream's own words count: a server that quotes the request in its errors (a validation message
+that echoes a field) must not let one client flip a model to prompted for every client by writing "does not
+support tools" in a message. Every string the request sent holds (4 characters or more, as decoded and as
+JSON-escaped) is cut out of the message before it is read, so a phrase made of the client's text, whole or
+pieced together from several fields, never matches. Kept: keys that are plain words (`tools`, `tool_choice`)
+and the chat protocol's own values (`user`, `function`, `auto`): none of them makes a phrase alone. A quote
+(`quoted_output`) is read only after `classify` found the failure in the upstream's own words.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any, Literal
+
+import orjson
 
 from sanctum_proxy.errors import UpstreamError
 
@@ -76,20 +87,81 @@ _BARE_PARSE_FAILURE = re.compile(
     r"|tool \".{1,200}\" is not declared)",
     re.IGNORECASE,
 )
+
 # llama.cpp quotes the output from the failing position on: from position 0 that is the whole output.
 _QUOTED_FROM_START = re.compile(r"Failed to parse input at pos 0: (.*)\Z", re.DOTALL)
 
+MAX_MESSAGE = 4000  # of the upstream's message read (its own verdict comes first, not after pages of echo)
+MIN_ECHO = 4  # shorter strings of the request are not cut out (a model name "m" would cut every m)
+MAX_STRINGS = 100_000  # a request with more strings than this teaches nothing (the walk would cost too much)
+_WORD_KEY = re.compile(r"[a-z_]+")
+_PROTOCOL_VALUES = frozenset({
+    "user", "assistant", "system", "developer", "tool", "function", "auto", "none", "required", "object",
+    "string", "number", "integer", "boolean", "array", "null", "text", "image_url", "json_object", "json_schema",
+})
 
-def classify(error: UpstreamError) -> Verdict | None:
+
+def classify(error: UpstreamError, sent: Any = None) -> Verdict | None:
+    """The verdict on `error`, an answer to the request body `sent` (None: read the message as it is)."""
     if error.upstream_status < 400:
         return None
-    if _PARSE_FAILURE.search(error.message):
+    message = error.message[:MAX_MESSAGE].lower()
+    bare = error.upstream_status >= 500 and _BARE_PARSE_FAILURE.fullmatch(message.strip()) is not None
+    if not (bare or _PARSE_FAILURE.search(message) or _UNSUPPORTED.search(message)):
+        return None
+    if sent is not None:
+        own = without_echoes(message, sent)
+        if own is None:
+            return None
+        message = own
+    if _PARSE_FAILURE.search(message):
         return "upstream_parse_failure"
-    if error.upstream_status >= 500 and _BARE_PARSE_FAILURE.fullmatch(error.message.strip()):
+    if error.upstream_status >= 500 and _BARE_PARSE_FAILURE.fullmatch(message.strip()):
         return "upstream_parse_failure"
-    if _UNSUPPORTED.search(error.message):
+    if _UNSUPPORTED.search(message):
         return "tools_unsupported"
     return None
+
+
+def without_echoes(message: str, sent: Any) -> str | None:
+    """`message` (lower case) with every string of `sent` found in it replaced by NUL (so the pieces around
+    it do not join); None when `sent` holds too many strings to check. Linear: a string is compared only when
+    its first MIN_ECHO characters occur in the message."""
+    grams = {message[i:i + MIN_ECHO] for i in range(len(message) - MIN_ECHO + 1)}
+    found: set[str] = set()
+    for count, text in enumerate(_strings(sent)):
+        if count >= MAX_STRINGS:
+            return None
+        if len(text) < MIN_ECHO:
+            continue
+        for form in _forms(text.lower()):
+            if form[:MIN_ECHO] in grams and form in message:
+                found.add(form)
+    for text in sorted(found, key=len, reverse=True):
+        message = message.replace(text, "\0")
+    return message
+
+
+def _forms(text: str) -> tuple[str, ...]:
+    """The text as decoded, and as a JSON string's inside (a server may quote the raw body)."""
+    escaped = orjson.dumps(text).decode()[1:-1]
+    return (text,) if escaped == text else (text, escaped)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string of a JSON value that the client may have written: values but the protocol's own, keys but
+    plain words (no recursion: the value may be deep)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if item not in _PROTOCOL_VALUES:
+                yield item
+        elif isinstance(item, dict):
+            yield from (k for k in item if isinstance(k, str) and not _WORD_KEY.fullmatch(k))
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def quoted_output(error: UpstreamError) -> str | None:

@@ -20,9 +20,13 @@ from referencing.exceptions import Unresolvable
 
 from sanctum_proxy.core.calls import Problem, Reason, Tool
 from sanctum_proxy.core.lenient_json import Decoded, decode
-from sanctum_proxy.repair.schemas import search
+from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 
 MAX_ERRORS = 20
+# Keywords one call's arguments may cost the validator (docs/contract.md, Budgets): about 0.1 s. The schema's own
+# expansion is bounded when the request is read (schemas.MAX_SCHEMA_EXPANSION); this bounds what nested
+# arguments multiply under anyOf / oneOf / allOf, and what jsonschema keeps of each branch's errors.
+MAX_STEPS = 30_000
 MAX_MESSAGE_CHARS = 200
 _COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "unevaluatedProperties", "not")
 
@@ -133,12 +137,17 @@ def _unexpected(schema: Mapping[str, Any], args: dict[str, Any]) -> list[str]:
 def _invalid(validator: Validator, args: dict[str, Any]) -> list[str]:
     details: list[str] = []
     try:
-        for err in validator.iter_errors(args):
-            if not err.absolute_path and err.validator in ("required", "additionalProperties"):
-                continue  # reported as missing / unexpected
-            details.append(_describe(err))
-            if len(details) >= MAX_ERRORS:
-                break
+        with steps(MAX_STEPS):
+            for err in validator.iter_errors(args):
+                if not err.absolute_path and err.validator in ("required", "additionalProperties"):
+                    continue  # reported as missing / unexpected
+                details.append(_describe(err))
+                if len(details) >= MAX_ERRORS:
+                    break
+    except StepsExhausted:
+        return [*sorted(details), f"the arguments: checking them against the schema took more than the proxy's "
+                f"budget of {MAX_STEPS} steps (nested values under anyOf / oneOf / allOf multiply the work); "
+                "send simpler arguments"]
     except (Unresolvable, RecursionError, re.error):
         return details  # the schema, not the model, is at fault; the request parser owns that
     return sorted(details)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -17,6 +17,7 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
+from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
 from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, Sender
@@ -31,6 +32,7 @@ from sanctum_proxy.web.json_response import JsonResponse
 
 router = APIRouter()
 E = TypeVar("E")
+T = TypeVar("T")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -46,11 +48,24 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
+# A body longer than this, or one with schema patterns (each compiled with RE2 when first seen), is read off
+# the event loop (core/offload.py): JSON, depth, every tool schema's checks.
+INLINE_PARSE_BYTES = 16 * 1024
+
+
+async def off_loop_if_heavy(raw: bytes, parse: Callable[[bytes], T]) -> T:
+    """`parse(raw)`: inline for a small body, on the CPU pool for a long one or one that holds patterns."""
+    if len(raw) > INLINE_PARSE_BYTES or b'"pattern' in raw:
+        return await offloaded(parse, raw)
+    return parse(raw)
+
+
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     settings: Settings = request.app.state.settings
     check_client_key(request)
-    chat = parse_chat_request(await read_body(request, settings.max_body_bytes), request.headers, settings)
+    raw = await read_body(request, settings.max_body_bytes)
+    chat = await off_loop_if_heavy(raw, lambda data: parse_chat_request(data, request.headers, settings))
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:
         chat = chat.with_body(legacy.to_tools(chat.body))
@@ -153,7 +168,8 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
                 correction_context=settings.correction_context,
                 grammar=caps is not None and caps.server == "llama.cpp",
                 native_calls=caps is not None and caps.tools is True,
-                max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls)
+                max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls,
+                max_grammar_bytes=settings.max_grammar_bytes)
 
 
 async def pick_format(request: Request, settings: Settings, model: str, mode: str, book: Toolbox | None) -> str:

@@ -1,5 +1,5 @@
-"""GET /metrics: Prometheus text of this app's registry (see sanctum_proxy/state/metrics.py). Guarded by
-`admin_key` when one is set, open otherwise (web/auth.py)."""
+"""GET /metrics: Prometheus text of this app's registry (see sanctum_proxy/state/metrics.py). Guarded like
+/sanctum/*: the admin key only, open where no key is configured at all (web/auth.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from fastapi.responses import Response
 
 from sanctum_proxy.state.metrics import CONTENT_TYPE
 from sanctum_proxy.state.recorder import Recorder
-from sanctum_proxy.web.auth import check_metrics_key
+from sanctum_proxy.web.auth import check_admin_key
 
 router = APIRouter()
 
 
 @router.get("/metrics", responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}})
 async def metrics(request: Request) -> Response:
-    check_metrics_key(request)
+    check_admin_key(request)
     recorder: Recorder = request.app.state.recorder
     # Counters are fed by the trace writer thread: let it catch up, so a finished request is counted.
     await asyncio.to_thread(recorder.flush, 2.0)

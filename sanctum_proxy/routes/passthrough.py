@@ -24,6 +24,9 @@ from sanctum_proxy.web.json_response import JsonResponse
 
 router = APIRouter()
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+# An upstream's answer is served from the proxy's origin, where the trace viewer runs: an HTML page it sends
+# (an error page, a web UI) must not run scripts there, nor be sniffed into a type that would.
+CONFINED = {"content-security-policy": "sandbox; default-src 'none'", "x-content-type-options": "nosniff"}
 
 
 @router.get("/v1/models")
@@ -49,6 +52,7 @@ async def passthrough(path: str, request: Request) -> StreamingResponse:
     query = list(request.query_params.multi_items())
     response = await upstream.send(request.method, f"/{path}", params=query, headers=headers, content=content)
     back = {k: v for k, v in response.headers if k not in HOP_BY_HOP}
+    back.update(CONFINED)
     return StreamingResponse(response.chunks, status_code=response.status, headers=back,
                              background=BackgroundTask(response.close))
 

@@ -38,7 +38,7 @@ VIEWER_HEADERS = {
 
 
 def check_admin(request: Request) -> None:
-    """Who may read /sanctum/*: `admin_key` when set, else the client keys (web/auth.py)."""
+    """Who may read /sanctum/*: `admin_key` only; open where no key is configured at all (web/auth.py)."""
     check_admin_key(request)
 
 

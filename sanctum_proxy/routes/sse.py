@@ -36,7 +36,7 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, internal, no_answer
+from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, no_answer
 from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.protocols.reply import held_back, rest_after
 from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
@@ -47,7 +47,7 @@ from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
 from sanctum_proxy.upstreams.client import Upstream
-from sanctum_proxy.web.json_response import error_response
+from sanctum_proxy.web.json_response import error_response, unexpected
 
 DONE = b"data: [DONE]\n\n"
 E = TypeVar("E")  # what a stream's events are: the loop's (Shown), or n > 1 choices' (Several)
@@ -285,7 +285,7 @@ async def _produce(events: AsyncIterator[E], queue: asyncio.Queue[E | ProxyError
     except ProxyError as exc:
         await queue.put(exc)
     except Exception as exc:  # a bug must end the stream with an error, never a silent cut
-        await queue.put(internal(exc))
+        await queue.put(unexpected(exc))
     else:  # the events ended without an answer or an error: a bug, said in the stream
         await queue.put(no_answer())
 
@@ -296,10 +296,10 @@ async def pump(writer: Writer[E], first: E | ProxyError, queue: asyncio.Queue[E 
     Events already waiting go out in one write. Leaving early (the client went away) cancels the producer
     and with it the upstream stream."""
     try:
-        out = [writer.opening(), *writer.render(first)]
+        out = [*_rendered(writer, None), *_rendered(writer, first)]
         while True:
             while not writer.ended and not queue.empty():
-                out += writer.render(queue.get_nowait())
+                out += _rendered(writer, queue.get_nowait())
             if out:
                 yield b"".join(out)
                 out = []
@@ -307,11 +307,25 @@ async def pump(writer: Writer[E], first: E | ProxyError, queue: asyncio.Queue[E 
                 return
             try:
                 async with asyncio.timeout(keepalive):  # not wait_for: that wraps each get in a new task
-                    out = writer.render(await queue.get())
+                    out = _rendered(writer, await queue.get())
             except TimeoutError:
                 yield writer.keepalive
     finally:
         task.cancel()
+
+
+def _rendered(writer: Writer[E], event: E | ProxyError | None) -> list[bytes]:
+    """`writer.render(event)` (its opening for None); a writer that fails on an event ends the stream with the
+    500 error in its own shape (or, failing that too, a bare error event), never a silent cut."""
+    try:
+        return [writer.opening()] if event is None else writer.render(event)
+    except Exception as exc:
+        error = unexpected(exc)
+    writer.ended = True
+    try:
+        return writer.render(error)
+    except Exception:
+        return [b"event: error\ndata: " + orjson.dumps({"type": "error", "error": error.body()["error"]}) + b"\n\n"]
 
 
 def _joined_logprobs(first: dict[str, Any] | None, then: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -18,21 +18,30 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api, responses_api
-from sanctum_proxy.protocols.chat_request import chat_request, json_object
+from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, check_depth, json_object
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
 from sanctum_proxy.repair.loop import Final
-from sanctum_proxy.routes.chat import Rounds, answer_headers, final_answer, read_body, split_message, start_rounds
+from sanctum_proxy.routes.chat import (
+    Rounds,
+    answer_headers,
+    final_answer,
+    off_loop_if_heavy,
+    read_body,
+    split_message,
+    start_rounds,
+)
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response
 from sanctum_proxy.routes.passthrough import passthrough
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.web.auth import check_client_key
-from sanctum_proxy.web.json_response import JsonResponse, error_response
+from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 
 router = APIRouter()
 
@@ -46,6 +55,7 @@ class Dialect:
     answer: Callable[[dict[str, Any], Rounds, Final, Reply], dict[str, Any]]
     writer: Callable[[dict[str, Any], Rounds], Any]
     error_body: Callable[[ProxyError], Mapping[str, Any]]
+    opening: Callable[[dict[str, Any]], list[om.Omen]] = lambda body: []  # omens of the translation itself
 
 
 @router.post("/v1/responses")
@@ -65,24 +75,32 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     request.state.protocol = dialect.name
     try:
         check_client_key(request)
-        body = json_object(await read_body(request, settings.max_body_bytes))
-        chat = chat_request(dialect.to_chat(body), request.headers, settings)
+        body, chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
+                                             lambda raw: _read(dialect, raw, request.headers, settings))
         rounds = await start_rounds(request, chat, settings)
+        rounds.plan.opening_omens[:0] = dialect.opening(body)
         if chat.stream:
             return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
                                        writer=dialect.writer(body, rounds),
                                        refuse=lambda e: refusal(dialect, e, rounds.trace_id))
         final = await final_answer(request, rounds)
+        answer = dialect.answer(body, rounds, final, reply_of(rounds, final))
+        answer["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, rounds.trace_id)
+        return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))
     except ClientGone:
         return gone_response()
     except ProxyError as exc:
         request.app.state.recorder.refused(request, exc)
         return refusal(dialect, exc, trace_id(request))
-    answer = dialect.answer(body, rounds, final, reply_of(rounds, final))
-    answer["sanctum"] = om.sanctum_object(final.mode, final.rounds, final.omens, rounds.trace_id)
-    return JsonResponse(answer, headers=answer_headers(final, rounds.trace_id))
+    except Exception as exc:  # a bug: still this protocol's error shape, with the trace id
+        return refusal(dialect, unexpected(exc), trace_id(request))
 
 
+def _read(dialect: Dialect, raw: bytes, headers: Mapping[str, str],
+          settings: Settings) -> tuple[dict[str, Any], ChatRequest]:
+    body = json_object(raw)
+    check_depth(body)  # before translating: the answer echoes fields (metadata, text, ...) as they came
+    return body, chat_request(dialect.to_chat(body), headers, settings)
 
 
 def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) -> Response:
@@ -106,17 +124,20 @@ def _model(rounds: Rounds) -> str:
 def _response(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -> dict[str, Any]:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
     return responses_api.finished(base, reply, responses_api.output_items(
-        reply, rounds.trace_id, logprobs=responses_api.wants_logprobs(body)))
+        reply, rounds.trace_id, logprobs=responses_api.wants_logprobs(body),
+        namespaced=responses_api.namespaced_names(body)))
 
 
 def _responses_writer(body: dict[str, Any], rounds: Rounds) -> ResponsesWriter:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
     return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
                            lambda final: reply_of(rounds, final), logprobs=responses_api.wants_logprobs(body),
-                           split_reasoning=rounds.split_reasoning)
+                           split_reasoning=rounds.split_reasoning,
+                           namespaced=responses_api.namespaced_names(body))
 
 
-RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_writer, lambda e: e.body())
+RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_writer, lambda e: e.body(),
+                    responses_api.withheld_omens)
 
 
 # The Messages API.

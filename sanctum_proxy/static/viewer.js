@@ -7,6 +7,7 @@ const LABELS = {clean: "clean", repaired: "repaired", rejected: "corrected", fal
 const REPAIR_WORDS = {
   __malformed_json__: "malformed JSON", trailing_comma: "trailing comma", single_quotes: "single quotes",
   unclosed_braces: "unclosed braces", name_case: "name case", name_prefix: "name prefix",
+  name_namespace: "namespace",
   double_encoded: "double-encoded", arguments_object: "arguments as object", empty_arguments: "empty arguments",
 };
 const REASON_WORDS = {

@@ -15,8 +15,14 @@ KEEPALIVE_SECONDS idle, under the 5 s that llama-server, uvicorn and Node server
 checks every backend's GET /models periodically and brings a recovered backend back.
 Chat calls come back as parsed JSON or as an async iterator of parsed SSE chunks; everything else is
 passed through as a `Passing` (status, headers, raw body chunks). The upstream key never leaves this
-module: every body that echoes it (error or not, whole or streamed) is redacted before it is raised or
-relayed, and credentials in an upstream URL are never shown or logged.
+module: every body that echoes it (error or not, whole or streamed, JSON-escaped or cut between two reads or
+two stream events) and every pass-through header is masked (redaction.py) before it is raised or relayed; a
+keyed pass-through asks for `Accept-Encoding: identity` and inflates a gzip/deflate answer sent anyway (any
+other encoding is a 502), so nothing compressed goes out unchecked. Redirects are never followed (a chat,
+stream or probe request answered 3xx is an upstream error, its body not shown; pass-through relays the 3xx).
+Upstream error text reaches a client masked and clipped, and the HTTP client's own messages (which name the
+upstream's host and port) never do. Credentials in an upstream URL are never shown or logged; they are sent
+as Basic auth unless a key is sent (the key wins).
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,9 +40,11 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yarl
 
 from sanctum_proxy.config import redacted_url
 from sanctum_proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable, inband_status
+from sanctum_proxy.upstreams.redaction import ByteStream, DeltaMask, KeyMask
 
 # Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
 HOP_BY_HOP = frozenset({
@@ -43,6 +53,8 @@ HOP_BY_HOP = frozenset({
 })
 MAX_SSE_LINE = 16 * 1024 * 1024
 MAX_ERROR_BODY = 1024 * 1024
+MAX_ERROR_TEXT = 2000  # characters of an upstream's error message (and of each of its other fields) shown
+INFLATE_STEP = 1024 * 1024  # at most this much inflated per step of a compressed pass-through body
 DRAIN_SECONDS = 0.05
 # Nothing was sent: safe to try another backend.
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
@@ -67,7 +79,22 @@ async def mapped_errors() -> AsyncIterator[None]:
     except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
         raise UpstreamTimeout(f"upstream did not answer in time ({type(exc).__name__})") from exc
     except (aiohttp.ClientError, OSError) as exc:
-        raise UpstreamUnreachable(f"upstream unreachable: {exc or type(exc).__name__}") from exc
+        raise UpstreamUnreachable(f"upstream unreachable: {_reason(exc)}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, without the HTTP client's text (it names the upstream's host and port)."""
+    os_error = getattr(exc, "os_error", None)
+    if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError):
+        os_error = exc
+    number = getattr(os_error, "errno", None)  # its strerror may name the address ("Connect call failed (...)")
+    return f"{type(exc).__name__} ({os.strerror(number)})" if isinstance(number, int) else type(exc).__name__
+
+
+def redirect_error(status: int) -> UpstreamError:
+    """A chat, stream or probe request answered with a redirect: never followed, its body and target not shown
+    (they may point inside the upstream's network)."""
+    return UpstreamError(502, f"upstream answered with a redirect ({status}); redirects are not followed")
 
 
 def error_message(body: bytes) -> str:
@@ -76,22 +103,44 @@ def error_message(body: bytes) -> str:
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace").strip()[:2000] or "upstream error with an empty body"
+        return _clip(body.decode("utf-8", "replace").strip()) or "upstream error with an empty body"
     if isinstance(parsed, dict):
         err = parsed.get("error", parsed.get("detail", parsed.get("message")))
         if isinstance(err, dict):
-            return str(err.get("message") or err)
+            message = err.get("message")
+            return _clip(message if isinstance(message, str) and message else _shown(err))
         if err is not None:
-            return str(err)
-    return str(parsed)[:2000]
+            return _clip(err if isinstance(err, str) else _shown(err))
+    return _clip(_shown(parsed))
 
 
 def upstream_error(status: int, body: bytes) -> UpstreamError:
+    """The upstream's error (its body already masked): its message and its error object's scalar fields,
+    each clipped; nested values are dropped."""
     try:
         raw: Any = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raw = body.decode("utf-8", "replace")[:2000]
+        raw = _clip(body.decode("utf-8", "replace"))
+    if isinstance(raw, dict) and isinstance(raw.get("error"), dict):
+        raw = {"error": {k: _clip(v) if isinstance(v, str) else v for k, v in raw["error"].items()
+                         if isinstance(k, str) and (v is None or isinstance(v, str | int | float | bool))}}
+    elif not isinstance(raw, str):
+        raw = None
     return UpstreamError(status, error_message(body), raw)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_TEXT else text[:MAX_ERROR_TEXT] + "..."
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as text for a message: its JSON, clipped (str() of a deep value would recurse)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value).decode()[:MAX_ERROR_TEXT]
+    except orjson.JSONEncodeError:
+        return "(an error object too deep to show)"
 
 
 @dataclass(frozen=True)
@@ -139,6 +188,7 @@ class Upstream:
         self.name = name
         self.backends = [Backend(url) for url in urls]
         self._key = key
+        self._mask = KeyMask(key) if key else None
         self._turn = itertools.count()
         self._check_timeout = min(limits.connect_timeout, 5.0)
         self._read_timeout = limits.read_timeout
@@ -219,6 +269,8 @@ class Upstream:
         """One request (on a pooled connection, or with `own` on one of its own), sent once more on a fresh
         connection if its connection closes before any answer byte (a connect error is the caller's: that
         backend is down)."""
+        kwargs.setdefault("allow_redirects", False)  # never followed: a redirect is the upstream's answer
+        url = _with_credentials(url, kwargs)
         try:
             response = await (self.fresh_client if own else self.client).request(method, url, **kwargs)
         except CONNECT_ERRORS:
@@ -236,10 +288,7 @@ class Upstream:
         return response
 
     def _redact(self, data: bytes) -> bytes:
-        return data.replace(self._key.encode(), b"***") if self._key else data
-
-    def _error(self, status: int, body: bytes) -> UpstreamError:
-        return upstream_error(status, self._redact(body))
+        return self._mask.masked(data) if self._mask else data
 
     def headers(self, client_auth: str | None = None) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -256,12 +305,14 @@ class Upstream:
         async with mapped_errors():
             response = await self._open("POST", "/chat/completions", data=content, headers=headers)
             try:
-                raw = self._redact(await self._read_body(response))  # a 2xx answer may echo the key too
+                raw = await self._read_body(response)  # masked: a 2xx answer may echo the key too
             finally:
                 done(response)
         latency = (time.perf_counter() - start) * 1000
         if response.status >= 400:
             raise upstream_error(response.status, raw)
+        if response.status >= 300:
+            raise redirect_error(response.status)
         try:
             parsed = loads_lenient(raw)
         except orjson.JSONDecodeError as exc:
@@ -270,20 +321,25 @@ class Upstream:
             raise UpstreamError(502, f"upstream sent no choices: {raw[:200]!r}")
         return Reply(response.status, parsed, latency)
 
-    async def _read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None) -> bytes:
+    async def _read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None, *,
+                         masked: bool = True) -> bytes:
         """The whole body, at most max_answer_bytes of it (or, with `cut_at`, read until past that and
         returned whole for the caller to cut), within read_timeout of the headers (a body that trickles
-        forever would dodge the per-read timeout)."""
+        forever would dodge the per-read timeout). `masked`: the key masked piece by piece as it arrives (a
+        long body never holds the event loop in one masking pass)."""
         limit = self._max_answer if cut_at is None else cut_at
         body = bytearray()
+        stream = ByteStream(self._mask) if self._mask and masked else None
+        read = 0
         async with asyncio.timeout(self._read_timeout):
             async for piece in response.content.iter_any():
-                body += piece
-                if len(body) > limit:
+                read += len(piece)
+                body += stream.feed(piece) if stream else piece
+                if read > limit:
                     if cut_at is not None:
                         break
                     raise too_long(limit)
-        return bytes(body)
+        return bytes(body + stream.end()) if stream else bytes(body)
 
     @asynccontextmanager
     async def chat_stream(
@@ -300,7 +356,9 @@ class Upstream:
             if response.status >= 400:
                 async with mapped_errors():
                     content = await self._read_body(response)
-                raise self._error(response.status, content)
+                raise upstream_error(response.status, content)
+            if response.status >= 300:
+                raise redirect_error(response.status)
             yield self._chunks(response)
         finally:
             done(response)
@@ -309,6 +367,7 @@ class Upstream:
         async with mapped_errors():
             events = sse_data(response.content.iter_any(), limit=self._max_answer, idle=self._read_timeout)
             seen, finished = 0, False
+            pieces = DeltaMask(self._mask) if self._mask else None  # a key cut between two events
             async for data in events:
                 if data.startswith(b"[DONE]"):
                     await _drain(events)
@@ -322,7 +381,9 @@ class Upstream:
                 if not isinstance(chunk, dict):
                     raise UpstreamError(502, f"upstream sent a stream event that is not an object: {data[:200]!r}")
                 if chunk.get("error"):
-                    raise self._error(inband_status(chunk), data)
+                    raise upstream_error(inband_status(chunk), data)
+                if pieces is not None:
+                    chunk = pieces.chunk(chunk)
                 seen += 1
                 finished = finished or any(isinstance(c, dict) and c.get("finish_reason")
                                            for c in chunk.get("choices") or ())
@@ -339,22 +400,37 @@ class Upstream:
     ) -> Passing:
         """Pass-through: the body streams as it arrives; the caller runs `close`. An error answer is read
         whole and redacted (servers echo a wrong key in their 401 message)."""
+        if self._mask:  # an answer must come uncompressed to be checked for the key
+            headers = {**headers, "accept-encoding": "identity"}
         async with mapped_errors():
             # A redirect is relayed, never followed: it could point outside the upstream's base path.
             response = await self._open(method, path, params=params, headers=headers, data=content,
                                         allow_redirects=False)
             kept = [(k.lower(), v) for k, v in response.headers.items()]
-            if response.status < 400 or not self._key:
-                async def close() -> None:
-                    done(response)
 
+            async def close() -> None:
+                done(response)
+
+            if self._mask is None:
+                return Passing(response.status, kept, _relayed(response), close)
+            mask = self._mask
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
+                done(response)
+                raise UpstreamError(502, f"upstream sent a {encoding[:40]!r}-encoded answer though asked for "
+                                         "identity; it cannot be checked for the upstream key")
+            inflate = encoding not in ("", "identity")
+            kept = [(k, mask.text(v)) for k, v in kept if not (inflate and k == "content-encoding")]
+            if response.status < 400:
                 chunks = _relayed(response)
-                return Passing(response.status, kept, _redacted(chunks, self._key.encode()) if self._key
-                               else chunks, close)
+                return Passing(response.status, kept, _redacted(_inflated(chunks) if inflate else chunks, mask),
+                               close)
             try:
-                body = await self._read_body(response, cut_at=MAX_ERROR_BODY)
+                body = await self._read_body(response, cut_at=MAX_ERROR_BODY, masked=False)  # masked once inflated
             finally:
                 done(response)
+        if inflate:
+            body = _inflated_whole(body, MAX_ERROR_BODY)
         kept = [(k, v) for k, v in kept
                 if k not in ("content-length", "content-encoding", "transfer-encoding")]
         return Passing(response.status, kept, _once(self._redact(body)[:MAX_ERROR_BODY]), _nothing)
@@ -364,7 +440,7 @@ class Upstream:
         try:
             async with await self._request(method, url, False, json=body, headers=self.headers(),
                                            timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-                if response.status >= 400:
+                if response.status >= 300:  # an error, or a redirect (never followed)
                     return None
                 return orjson.loads(await response.read())
         except (TimeoutError, aiohttp.ClientError, OSError, orjson.JSONDecodeError):
@@ -376,10 +452,11 @@ class Upstream:
 
     async def check(self, backend: Backend, timeout: float | None = None) -> bool:
         """One health check of one backend; marks it up or down."""
+        kwargs: dict[str, Any] = {"headers": self.headers(), "allow_redirects": False,
+                                  "timeout": aiohttp.ClientTimeout(total=timeout or self._check_timeout)}
+        url = _with_credentials(f"{backend.base_url}/models", kwargs)
         try:
-            async with self.client.get(f"{backend.base_url}/models", headers=self.headers(),
-                                       timeout=aiohttp.ClientTimeout(total=timeout or self._check_timeout)
-                                       ) as response:
+            async with self.client.get(url, **kwargs) as response:
                 healthy = response.status < 500
         except (TimeoutError, aiohttp.ClientError, OSError):
             healthy = False
@@ -417,28 +494,55 @@ async def _relayed(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         done(response)
 
 
-async def _redacted(chunks: AsyncIterator[bytes], key: bytes) -> AsyncIterator[bytes]:
-    """`chunks` with every copy of `key` masked, also one split between chunks: only a tail that could be the
-    start of the key waits for the next chunk (linear: at most len(key) bytes are looked at twice)."""
-    held = b""
+async def _redacted(chunks: AsyncIterator[bytes], key: bytes | KeyMask) -> AsyncIterator[bytes]:
+    """`chunks` with every copy of the key masked, in any of its forms, also one split between chunks: only a
+    tail that could be the start of one waits for the next chunk (redaction.ByteStream)."""
+    stream = ByteStream(key if isinstance(key, KeyMask) else KeyMask(key.decode()))
     async for chunk in chunks:
-        data = (held + chunk).replace(key, b"***")
-        keep = _key_prefix_at_end(data, key)
-        held = data[len(data) - keep:] if keep else b""
-        if len(data) > keep:
-            yield data[:len(data) - keep]
-    if held:
+        if data := stream.feed(chunk):
+            yield data
+    if held := stream.end():
         yield held
 
 
-def _key_prefix_at_end(data: bytes, key: bytes) -> int:
-    """How many last bytes of `data` are the first bytes of `key` (0 when none)."""
-    start = max(0, len(data) - len(key) + 1)
-    while (start := data.find(key[:1], start)) >= 0:
-        if key.startswith(data[start:]):
-            return len(data) - start
-        start += 1
-    return 0
+async def _inflated(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A gzip or zlib body inflated as it arrives, at most INFLATE_STEP bytes held at a time."""
+    inflater = zlib.decompressobj(wbits=47)  # 32 + 15: a gzip or a zlib header, whichever it has
+    try:
+        async for chunk in chunks:
+            data = chunk
+            while data:
+                out = inflater.decompress(data, INFLATE_STEP)
+                data = inflater.unconsumed_tail
+                if out:
+                    yield out
+        if tail := inflater.flush():
+            yield tail
+    except zlib.error as exc:
+        raise UpstreamError(502, "upstream sent a compressed body that does not inflate") from exc
+
+
+def _inflated_whole(body: bytes, limit: int) -> bytes:
+    """A compressed error body inflated, at most `limit` bytes of it (a bomb stops there)."""
+    try:
+        return zlib.decompressobj(wbits=47).decompress(body, limit)
+    except zlib.error:
+        return b"upstream error body that does not inflate"
+
+
+def _with_credentials(url: str, kwargs: dict[str, Any]) -> str:
+    """`url` without `user:password@`, which go in `kwargs`' headers as Basic auth unless the request already
+    sends an Authorization header (a key wins; aiohttp refuses both at once, with a 500 once)."""
+    if "@" not in url:
+        return url
+    parsed = yarl.URL(url)
+    if parsed.user is None and parsed.password is None:
+        return url
+    headers = dict(kwargs.get("headers") or {})
+    if not any(k.lower() == "authorization" for k in headers):
+        headers["authorization"] = aiohttp.encode_basic_auth(parsed.user or "", parsed.password or "")
+        kwargs["headers"] = headers
+    return str(parsed.with_user(None))
 
 
 async def _once(body: bytes) -> AsyncIterator[bytes]:

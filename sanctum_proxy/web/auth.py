@@ -1,10 +1,11 @@
 """Who may call what: client keys for /v1/*, the admin key for /sanctum/* and /metrics.
 
 Client keys come from `api_keys` and `api_keys_file` (one key per line, `#` comments; re-read when the
-file changes, so a rotated Kubernetes Secret needs no restart). `/sanctum/*` takes `admin_key` when one
-is set, else the client keys, else it is open like the rest. `/metrics` takes `admin_key` when one is set
-and is open otherwise (a Prometheus scraper holds no client key; `check_metrics_key`). Keys are compared in
-constant time, each against every key, so neither the answer nor its timing tells which key came close.
+file changes, so a rotated Kubernetes Secret needs no restart). Tenants stay apart: the traces (every
+client's prompts and answers), `/sanctum/status` and `/metrics` take only `admin_key`, never a client key.
+Where client keys are set and no `admin_key` is, they are closed (401, the message says to set one); with
+no key configured at all (a proxy on localhost) they are open like the rest. Keys are compared in constant
+time, each against every key, so neither the answer nor its timing tells which key came close.
 `check_client_key` / `check_admin_key` raise Unauthorized (401 invalid_api_key).
 """
 
@@ -46,9 +47,6 @@ class KeyRing:
             self._stamp = stamp
         return self._from_file
 
-    def admin_keys(self) -> tuple[bytes, ...]:
-        return (self.admin,) if self.admin else self.client_keys()
-
     def client_required(self) -> bool:
         return bool(self._listed or self._file)
 
@@ -87,12 +85,12 @@ def check_client_key(request: Request) -> None:
 
 
 def check_admin_key(request: Request) -> None:
+    """/sanctum/* JSON and /metrics: the admin key only (a client key never reads another client's traces)."""
     ring: KeyRing = request.app.state.keys
-    if (ring.admin or ring.client_required()) and not matches(presented_key(request), ring.admin_keys()):
-        raise Unauthorized("Missing or incorrect admin key: send 'Authorization: Bearer <admin key>'")
-
-
-def check_metrics_key(request: Request) -> None:
-    ring: KeyRing = request.app.state.keys
-    if ring.admin and not matches(presented_key(request), (ring.admin,)):
+    if ring.admin is None:
+        if ring.client_required():
+            raise Unauthorized("Traces, status and metrics take the admin key, and none is set: set admin_key "
+                               "(client keys never read them)")
+        return
+    if not matches(presented_key(request), (ring.admin,)):
         raise Unauthorized("Missing or incorrect admin key: send 'Authorization: Bearer <admin key>'")

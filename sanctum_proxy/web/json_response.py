@@ -3,13 +3,16 @@ response (status, body, `x-should-retry`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 
-from sanctum_proxy.errors import ProxyError, retry_headers
+from sanctum_proxy.errors import ProxyError, internal, retry_headers
+
+log = logging.getLogger("sanctum_proxy.errors")
 
 
 class JsonResponse(Response):
@@ -28,3 +31,9 @@ def error_response(error: ProxyError, body: Mapping[str, Any] | None = None, tra
     if trace_id:
         headers = {**headers, "x-sanctum-trace-id": trace_id}
     return JsonResponse(error.body() if body is None else body, status_code=error.status, headers=headers or None)
+
+
+def unexpected(exc: BaseException) -> ProxyError:
+    """An exception that is a bug: logged with its traceback, answered as the 500 `internal` makes of it."""
+    log.error("unexpected error: %s", type(exc).__name__, exc_info=exc)
+    return internal(exc)

@@ -1,6 +1,9 @@
 """Limits on what all requests together may take: requests in flight on /v1/* (`ConcurrencyLimit`).
 (Messages and tools per request are checked with the request: protocols/chat_request.py `check_counts`.)
 
+Where client keys are configured, each key gets a share of the slots (`per_key`, the setting
+`max_concurrent_per_key`, by default half of them): one client cannot hold every slot and lock the others out.
+
 413 is what it is in the contract, a body over `max_body_bytes` refused before it is parsed.
 Too many requests in flight is a 429 `rate_limit_exceeded` with `Retry-After` (the OpenAI SDKs wait and
 retry it); a streaming answer holds its slot until its last byte. The limit is per process.
@@ -18,16 +21,30 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, TooManyRequests, retry_headers
 from sanctum_proxy.protocols import messages_api  # the Anthropic endpoint gets its errors in Anthropic's shape
+from sanctum_proxy.web.auth import KeyRing
+
+
+def scope_key(scope: Scope) -> bytes:
+    """The client key a request presents (auth.presented_key, read from the ASGI scope)."""
+    headers: dict[bytes, bytes] = dict(scope.get("headers") or ())
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    if scheme.lower() == b"bearer":
+        return token.strip()
+    return headers.get(b"x-api-key", b"").strip()
 
 
 class ConcurrencyLimit:
     """ASGI middleware: at most `limit` requests under `prefix` at once; the rest get 429 at once."""
 
     def __init__(self, app: ASGIApp, limit: int, prefix: str = "/v1/", retry_after: int = 1,
-                 max_body_bytes: int | None = None, body_timeout: float | None = None) -> None:
+                 max_body_bytes: int | None = None, body_timeout: float | None = None,
+                 keys: KeyRing | None = None, per_key: int | None = None) -> None:
         self.app, self.limit, self.prefix, self.retry_after = app, limit, prefix, retry_after
         self.max_body_bytes, self.body_timeout = max_body_bytes, body_timeout
+        self.keys = keys
+        self.per_key = per_key if per_key is not None else max(1, limit // 2)
         self.in_flight = 0
+        self.by_key: dict[bytes, int] = {}  # requests in flight per presented key (only keys with some)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
@@ -48,11 +65,21 @@ class ConcurrencyLimit:
         if self.in_flight >= self.limit:
             await self._refuse(send, scope["path"])
             return
+        key = scope_key(scope) if self.keys is not None and self.keys.client_required() else None
+        if key is not None and self.by_key.get(key, 0) >= self.per_key:
+            await self._refuse(send, scope["path"], f"{self.per_key} per client key")
+            return
         self.in_flight += 1
+        if key is not None:
+            self.by_key[key] = self.by_key.get(key, 0) + 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+            if key is not None:
+                self.by_key[key] -= 1
+                if not self.by_key[key]:
+                    del self.by_key[key]
 
     async def _body_first(self, scope: Scope, receive: Receive) -> Receive | None:
         """The whole body, read before the request takes a slot; a receive that hands it to the app (None:
@@ -85,8 +112,8 @@ class ConcurrencyLimit:
 
         return replay
 
-    async def _refuse(self, send: Send, path: str) -> None:
-        error = TooManyRequests(f"Too many requests in flight (limit {self.limit} per proxy process); "
+    async def _refuse(self, send: Send, path: str, share: str | None = None) -> None:
+        error = TooManyRequests(f"Too many requests in flight (limit {share or self.limit} per proxy process); "
                                 f"retry after {self.retry_after} s")
         await self._answer(send, error, path, [(b"retry-after", str(self.retry_after).encode()),
                                                (b"x-should-retry", b"true")])

@@ -15,6 +15,8 @@ Scenarios (each streamed when the request asks for it):
 - `no_tools`: llama-server without `--jinja` (500 `tools param requires --jinja flag` whenever `tools` is sent);
   the proxy falls back to prompted mode, where the model answers in the `<tool_call>` format the prompt asks for.
 - `surrender`: every call round lacks `city` (a different wrong argument each time): the proxy gives up with 422.
+- `unknown_tool` (not in SCENARIOS: the agent tiers add it): the first call names a tool that does not exist
+  (`weather_report`); the proxy's correction round lists the tools and the model then calls properly.
 
 smolagents ends a run only through its own `final_answer` tool, pydantic-ai with a structured output type through
 its `final_result` tool (`{"summary": ...}` in the tests): when the request offers one of them (natively or in the
@@ -102,14 +104,16 @@ class Model:
         if self.scenario == "malformed_text":
             return self._text(f"Let me check. <tool_call>{{'name': 'get_weather', 'arguments': {{'city': '{CITY}',}}}}"
                               "</tool_call>", stream)
-        arguments = json.dumps({"city": CITY})
+        arguments, name = json.dumps({"city": CITY}), "get_weather"
+        if self.scenario == "unknown_tool" and self.call_rounds == 1:
+            name = "weather_report"
         if self.scenario == "malformed_args":
             arguments = f"{{'city': '{CITY}',}}"
         elif self.scenario == "missing_arg" and self.call_rounds == 1:
             arguments = "{}"
         elif self.scenario == "surrender":
             arguments = json.dumps({f"place{self.call_rounds}": CITY})
-        return self._call("get_weather", arguments, prompted, stream, constrained)
+        return self._call(name, arguments, prompted, stream, constrained)
 
     def streamed(self, stream: bool) -> bool:
         """Whether every request (the client's and the proxy's own rounds) was streamed as the client asked."""

@@ -1,10 +1,12 @@
-"""openai-agents (its chat-completions model) runs its tool loop through the proxy, streamed and not."""
+"""openai-agents runs its tool loop through the proxy, streamed and not: with its default model (the Responses API,
+`/v1/responses`) and with its chat-completions model."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.clients.scenarios import ASK, CITY, WORKING, weather
@@ -17,7 +19,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::P
 agents.set_tracing_disabled(True)  # no trace export to api.openai.com
 
 
-async def run(base_url: str, calls: list[str], stream: bool, output_type: Any = None) -> Any:
+async def run(base_url: str, calls: list[str], stream: bool, output_type: Any = None, api: str = "chat") -> Any:
+    """`api` "responses": the SDK's default model (a model name, the default OpenAIProvider); "chat": its
+    OpenAIChatCompletionsModel."""
     @agents.function_tool
     def get_weather(city: str) -> str:
         """Current weather for a city."""
@@ -25,12 +29,13 @@ async def run(base_url: str, calls: list[str], stream: bool, output_type: Any = 
         return weather(city)
 
     async with openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0) as client:
-        model = agents.OpenAIChatCompletionsModel(model="m", openai_client=client)
+        model: Any = "m" if api == "responses" else agents.OpenAIChatCompletionsModel(model="m", openai_client=client)
         agent = agents.Agent(name="weather", instructions="Answer with the tools.", model=model, tools=[get_weather],
                              output_type=output_type)
+        config = agents.RunConfig(model_provider=agents.OpenAIProvider(openai_client=client))  # Responses: default
         if not stream:
-            return (await agents.Runner.run(agent, ASK)).final_output
-        result = agents.Runner.run_streamed(agent, ASK)
+            return (await agents.Runner.run(agent, ASK, run_config=config)).final_output
+        result = agents.Runner.run_streamed(agent, ASK, run_config=config)
         async for _ in result.stream_events():
             pass
         return result.final_output
@@ -75,6 +80,36 @@ def test_surrender_surfaces_as_an_api_error(scripted, stream):
         asyncio.run(run(base_url, calls, stream))
     assert calls == []
     assert "could not be repaired" in raised.value.message
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("scenario", [*WORKING, "unknown_tool"])
+def test_default_responses_model_runs_the_tool_and_answers_with_its_result(scripted, scenario, stream):
+    base_url, model = scripted(scenario)
+    calls: list[str] = []
+    final = asyncio.run(run(base_url, calls, stream, api="responses"))
+    assert calls == [CITY]
+    assert weather(CITY) in str(final)
+    assert model.streamed(stream)
+    assert protocols(base_url) == {"responses"}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_default_responses_model_meets_a_surrender_as_an_error(scripted, stream):
+    # Unstreamed: the 422 as openai.APIError; streamed: the `error` event, which the SDK raises as
+    # ModelBehaviorError ("Responses stream ended with terminal event `error`").
+    base_url, model = scripted("surrender")
+    calls: list[str] = []
+    expected = agents.exceptions.ModelBehaviorError if stream else openai.APIError
+    with pytest.raises(expected) as raised:
+        asyncio.run(run(base_url, calls, stream, api="responses"))
+    assert calls == [] and "could not be repaired" in str(raised.value)
+
+
+def protocols(base_url: str) -> set[str]:
+    """The protocols of the requests the proxy traced (`responses`: the client spoke the Responses API)."""
+    traces = httpx.get(base_url.removesuffix("/v1") + "/sanctum/traces").json()["data"]
+    return {t["protocol"] for t in traces}
 
 
 def debug_run(base_url: str, calls: list[str], stream: bool) -> str:

@@ -32,8 +32,8 @@ def _required() -> bool:
     return os.environ.get("SANCTUM_E2E_REQUIRED") == "1"
 
 
-def _serve(jinja: bool) -> Iterator[LlamaServer]:
-    server = LlamaServer(jinja=jinja)
+def _serve(jinja: bool, extra_args: tuple[str, ...] = ()) -> Iterator[LlamaServer]:
+    server = LlamaServer(jinja=jinja, extra_args=extra_args)
     try:
         server.start()
     except LlamaServerError as exc:

@@ -48,6 +48,30 @@ def test_openai_agents_chat_completions_model(proxy, stream, monkeypatch):
     ended_with_the_result(asyncio.run(test_openai_agents.run(proxy, calls, stream)), calls)
 
 
+@STREAM
+def test_openai_agents_default_responses_model(proxy, stream, monkeypatch):
+    agents = pytest.importorskip("agents")
+    from tests.clients import test_openai_agents
+
+    deterministic = agents.ModelSettings(temperature=0, extra_body={"seed": 42})  # a Responses field: no seed
+    real_agent = agents.Agent
+    monkeypatch.setattr(test_openai_agents.agents, "Agent",
+                        lambda **kw: real_agent(**kw, model_settings=deterministic))
+    calls: list[str] = []
+    ended_with_the_result(asyncio.run(test_openai_agents.run(proxy, calls, stream, api="responses")), calls)
+
+
+@STREAM
+def test_openai_agents_js_default_responses_model(proxy, stream):
+    from tests.clients.node_loops import NODE_DIR, run_loop
+
+    if not (NODE_DIR / "node_modules" / "@openai" / "agents").is_dir():
+        pytest.skip("tests/node/node_modules/@openai/agents missing (npm ci in tests/node)")
+    out = run_loop(proxy, "agents", stream)
+    assert "error" not in out, out
+    ended_with_the_result(out["text"], out["calls"])
+
+
 @pytest.fixture
 def deterministic_langchain(monkeypatch):
     langchain_openai = pytest.importorskip("langchain_openai")

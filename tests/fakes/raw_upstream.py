@@ -32,6 +32,7 @@ class RawUpstream:
     def __init__(self) -> None:
         self.scripts: deque[list[Action]] = deque()
         self.requests = 0
+        self.heads: list[bytes] = []  # each request's head as it came (request line and headers)
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(64)
@@ -74,6 +75,7 @@ class RawUpstream:
                            if line.lower().startswith(b"content-length:")), 0)
             await reader.readexactly(length)
             self.requests += 1
+            self.heads.append(head)
             script = self.scripts.popleft() if self.scripts else [("reset",)]
             for action in script:
                 if action[0] == "send":

@@ -230,3 +230,48 @@ class FakeUpstream:
         except asyncio.CancelledError:
             self.disconnected += 1
             raise
+
+
+# --- standalone: `python -m tests.fakes.upstream --port N` (a fake Ollama for the container tier) ------------
+
+# What a small model behind Ollama writes when its template does not parse its own call: the Hermes call left
+# in content, with Python quoting and a trailing comma (tier 1 mends it into tool_calls).
+BROKEN_HERMES = "<tool_call>\n{'name': 'get_weather', 'arguments': {'city': 'Paris',}}\n</tool_call>"
+
+
+def ollama_responder(body: dict[str, Any]) -> Step:
+    """An Ollama serving two models, the way its OpenAI-compatible endpoint answers: a model whose template
+    has no tools (`gemma*`) refuses `tools` with Ollama's 400; every other model, asked with tools (native,
+    or prompted: the tools in the system prompt), writes a broken Hermes call into content; without tools it
+    answers in words."""
+    model = str(body.get("model", ""))
+    if body.get("tools") and model.startswith("gemma"):
+        return Step(status=OLLAMA_NO_TOOLS[0], body=OLLAMA_NO_TOOLS[1])
+    text = orjson.dumps(body.get("messages", [])).decode()
+    if body.get("tools") or "<tool_call>" in text:
+        return Step(body=completion(BROKEN_HERMES, model=model))
+    return Step(body=completion("Sunny.", model=model))
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    import uvicorn
+
+    p = argparse.ArgumentParser(description="The scripted fake upstream as a server: a fake Ollama (see "
+                                            "ollama_responder); GET /fake/requests lists the chat bodies it got.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=11434)
+    args = p.parse_args(argv)
+    upstream = FakeUpstream(responder=ollama_responder)
+    app = upstream.app()
+
+    async def recorded(request: Request) -> Response:
+        return JSONResponse(upstream.requests)
+
+    app.router.routes.insert(0, Route("/fake/requests", recorded, methods=["GET"]))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

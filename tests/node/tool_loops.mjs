@@ -1,7 +1,9 @@
-// Tool loops of the JS clients against the proxy, for tests/clients/test_ai_sdk.py and test_openai_node.py.
-// Usage: node tool_loops.mjs BASE_URL LOOP STREAM  (LOOP: ai-sdk | runTools; STREAM: 0 | 1)
+// Tool loops of the JS clients against the proxy, for tests/clients/test_ai_sdk.py, test_openai_node.py and
+// test_openai_agents_js.py.
+// Usage: node tool_loops.mjs BASE_URL LOOP STREAM  (LOOP: ai-sdk | runTools | agents; STREAM: 0 | 1)
 // Prints one JSON line: {calls, text} when the loop ended, {calls, error: {name, message, status}} when it failed.
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool as agentTool } from "@openai/agents";
 import { generateText, stepCountIs, streamText, tool } from "ai";
 import OpenAI from "openai";
 import { z } from "zod";
@@ -59,8 +61,29 @@ async function runTools() {
   return await runner.finalContent();
 }
 
+// The OpenAI Agents SDK (@openai/agents) with its default model, the Responses API.
+async function agents() {
+  setTracingDisabled(true);  // no trace export to api.openai.com
+  const getWeather = agentTool({
+    name: "get_weather",
+    description: "Current weather for a city.",
+    parameters: z.object({ city: z.string() }),
+    execute: async ({ city }) => weather(city),
+  });
+  const agent = new Agent({ name: "weather", instructions: "Answer with the tools.", model: "m", tools: [getWeather],
+                           modelSettings: { temperature: 0 } });  // for the real llama-server (tests/e2e)
+  const runner = new Runner({ modelProvider: new OpenAIProvider({ apiKey: "x", baseURL }) });
+  if (!stream) return (await runner.run(agent, ask)).finalOutput;
+  const result = await runner.run(agent, ask, { stream: true });
+  for await (const _ of result) { /* drain the events */ }
+  await result.completed;
+  if (result.error) throw result.error;
+  return result.finalOutput;
+}
+
+const loops = { "ai-sdk": aiSdk, runTools, agents };
 try {
-  const text = await (loop === "ai-sdk" ? aiSdk() : runTools());
+  const text = await loops[loop]();
   console.log(JSON.stringify({ calls, text }));
 } catch (error) {
   const status = error.statusCode ?? error.status ?? null;

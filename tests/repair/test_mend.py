@@ -115,6 +115,28 @@ def test_name_differing_by_case_or_prefix_is_mapped(written: str, repair: str) -
     assert repair in out.repairs[0].repairs
 
 
+NAMESPACED = Toolbox.from_tools([
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+    for n in ("multi_agent_v1__spawn_agent", "multi_agent_v1__close_agent", "crm__close_agent", "get_time")])
+
+
+@pytest.mark.parametrize(("written", "meant"), [
+    ("multi_agent_v1.spawn_agent", "multi_agent_v1__spawn_agent"),  # Codex's namespaces, offered flat
+    ("multi_agent_v1:spawn_agent", "multi_agent_v1__spawn_agent"),
+    ("crm/close_agent", "crm__close_agent"),
+    ("spawn_agent", "multi_agent_v1__spawn_agent"),  # one namespace has it
+])
+def test_a_namespaced_name_written_another_way_is_mapped(written: str, meant: str) -> None:
+    out = assess(native(written, "{}"), NAMESPACED)
+    assert [c.name for c in out.calls] == [meant] and "name_namespace" in out.repairs[0].repairs
+
+
+@pytest.mark.parametrize("written", ["close_agent", "other.spawn_agent", "time"])
+def test_a_name_two_namespaces_share_or_none_has_stays_unknown(written: str) -> None:
+    out = assess(native(written, "{}"), NAMESPACED)
+    assert out.calls == () and [p.reason for p in out.problems] == ["unknown_spell"]
+
+
 def test_unknown_name_is_a_problem_naming_it() -> None:
     out = assess(native("Apply tags to a document", '{"tags": ["a"]}'), BOOK)
     assert [(p.reason, p.tool) for p in out.problems] == [("unknown_spell", "Apply tags to a document")]

@@ -272,12 +272,13 @@ def test_a_document_of_many_short_strings_falls_back_to_metadata_only():
     assert len(orjson.dumps(out)) <= 8192
 
 
-def test_traces_need_the_api_key_where_keys_are_set_and_the_page_does_not(make_proxy, fake):
-    url = make_proxy(api_keys=["sk-good"])
+def test_traces_need_the_admin_key_where_keys_are_set_and_the_page_does_not(make_proxy, fake):
+    url = make_proxy(api_keys=["sk-good"], admin_key="sk-admin")
     r = repaired(fake[0], url, authorization="Bearer sk-good")
     assert httpx.get(url + "/sanctum/traces").status_code == 401
     assert httpx.get(f"{url}/sanctum/traces/{r.headers['x-sanctum-trace-id']}").status_code == 401
-    assert trace_of(url, r, authorization="Bearer sk-good")["outcome"] == "repaired"
+    assert httpx.get(url + "/sanctum/traces", headers=KEY).status_code == 401  # a client key reads none
+    assert trace_of(url, r, authorization="Bearer sk-admin")["outcome"] == "repaired"
     page = httpx.get(url + "/sanctum/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
 
@@ -296,18 +297,19 @@ def test_one_json_access_log_line_per_request(proxy, fake, caplog):
 
 def test_refused_request_gets_a_log_line_and_a_count_but_no_trace(make_proxy, fake, caplog):
     caplog.set_level(logging.INFO, logger="sanctum_proxy.access")
-    url = make_proxy(api_keys=["sk-good"])
+    url = make_proxy(api_keys=["sk-good"], admin_key="sk-admin")
     chat = url + "/v1/chat/completions"
     assert httpx.post(chat, json=ASK, headers={"X-Request-Id": "bad-1"}).status_code == 401
     assert httpx.post(chat, content=b"{", headers=KEY).status_code == 400
     first, second = access_lines(caplog)
     assert (first["status"], first["request_id"], first["outcome"]) == (401, "bad-1", "error")
     assert second["status"] == 400 and second["trace_id"] is None
-    assert httpx.get(url + "/sanctum/traces", headers=KEY).json()["data"] == []
-    assert 'sanctum_requests_total{mode="none",outcome="error"} 2.0' in httpx.get(url + "/metrics").text
+    assert httpx.get(url + "/sanctum/traces", headers=ADMIN).json()["data"] == []
+    assert 'sanctum_requests_total{mode="none",outcome="error"} 2.0' in httpx.get(url + "/metrics", headers=ADMIN).text
 
 
 KEY = {"authorization": "Bearer sk-good"}
+ADMIN = {"authorization": "Bearer sk-admin"}
 
 
 def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
