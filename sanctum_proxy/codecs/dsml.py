@@ -12,7 +12,8 @@ and sglang's `deepseekv32` parsers read them):
 text, for repair to coerce or report). An invoke may hold a JSON object instead of parameters. Variants read
 (sgl-project/sglang#40236, anomalyco/opencode#24566): V4's `tool_calls` block name (and `tool_use`, `calls`), no
 block at all (a bare invoke), an unterminated block or invoke, the block opener missing its `>`, ASCII or doubled
-bars and spaces in the token (`<|DSML|`, `<｜｜DSML｜｜ invoke`).
+bars and spaces in the token (`<|DSML|`, `<｜｜DSML｜｜ invoke`), and no token at all inside a
+`<function_calls>` block.
 """
 
 from __future__ import annotations
@@ -30,45 +31,70 @@ from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
 NAME = "dsml"
 TOKEN = "｜DSML｜"
 _T = r"[ \t]*[｜|]{1,2}[ \t]*DSML[ \t]*[｜|]{1,2}[ \t]*"  # the token as models spell it
-STARTS: tuple[str, ...] = (f"<{TOKEN}", "<|DSML|", "<｜｜DSML", "<||DSML", "< | DSML")
 _BLOCK = r"(?:function_calls|tool_calls|tool_use|calls)"
-_BLOCK_OPEN = re.compile(rf"<{_T}{_BLOCK}[ \t]*>?")
-_BLOCK_CLOSE = re.compile(rf"\s*</{_T}{_BLOCK}[ \t]*>")
-_INVOKE = re.compile(rf'<{_T}invoke\s+name="([^"\n]{{1,256}})"\s*>')
-_INVOKE_CLOSE = re.compile(rf"</{_T}invoke\s*>")
-_PARAMETER = re.compile(rf'\s*<{_T}parameter\s+name="([^"\n]{{1,256}})"(?:\s+string="(true|false)")?\s*>')
-_PARAMETER_CLOSE = re.compile(rf"</{_T}parameter\s*>")
-_ANY_TAG = re.compile(rf"</?{_T}(?:invoke|parameter|{_BLOCK})\b")
+STARTS: tuple[str, ...] = (f"<{TOKEN}", "<|DSML|", "<｜｜DSML", "<||DSML", "< | DSML", "<function_calls>")
+
+
+class _Tags:
+    """The DSML tags, written with the token (`<｜DSML｜invoke`) or, inside a `<function_calls>` block, without
+    it (the rare V3.2 output sgl-project/sglang PR 14332 shows, Claude's old XML shape too)."""
+
+    def __init__(self, token: str, block: str) -> None:
+        self.block_open = re.compile(rf"<{token}{block}[ \t]*>?")
+        self.block_close = re.compile(rf"\s*</{token}{block}[ \t]*>")
+        self.invoke = re.compile(rf'<{token}invoke\s+name="([^"\n]{{1,256}})"\s*>')
+        self.invoke_close = re.compile(rf"</{token}invoke\s*>")
+        self.parameter = re.compile(
+            rf'\s*<{token}parameter\s+name="([^"\n]{{1,256}})"(?:\s+string="(true|false)")?\s*>')
+        self.parameter_close = re.compile(rf"</{token}parameter\s*>")
+        self.any_tag = re.compile(rf"</?{token}(?:invoke|parameter|{block})\b")
+
+
+_DSML = _Tags(_T, _BLOCK)
+_PLAIN = _Tags("", "function_calls")
+_PLAIN_BLOCK = re.compile(r"<function_calls>\s*(?=<invoke\s+name=)")
 
 
 def find(text: str, tool_names: frozenset[str]) -> list[Found]:
+    out = _find(text, _DSML, None)
+    if "<function_calls>" in text:
+        blocks = [m.end() for m in _PLAIN_BLOCK.finditer(text)]
+        out += [f for f in _find(text, _PLAIN, blocks) if not any(f.start < g.end and g.start < f.end for g in out)]
+    return sorted(out, key=lambda f: f.start)
+
+
+def _find(text: str, tags: _Tags, only_at: list[int] | None) -> list[Found]:
+    """Blocks of invokes (`only_at`: only those whose first invoke starts at one of these places)."""
     out: list[Found] = []
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):
-        m = _INVOKE.search(text, pos)
+        m = tags.invoke.search(text, pos)
         if m is None or json_blocks.full(out):
             break
+        if only_at is not None and m.start() not in only_at:
+            pos = m.end()
+            continue
         start = m.start()
-        opener = _last_block_open(text, pos, start)
+        opener = _last_block_open(text, pos, start, tags)
         if opener is not None:
             start = opener
         calls: list[Candidate] = []
         k = m.start()
-        while (inv := _INVOKE.match(text, k)) is not None and len(calls) < json_blocks.MAX_ATTEMPTS:
-            end, call = _invoke(text, inv)
+        while (inv := tags.invoke.match(text, k)) is not None and len(calls) < json_blocks.MAX_ATTEMPTS:
+            end, call = _invoke(text, inv, tags)
             calls.append(call)
             k = _skip_ws(text, end)
-        close = _BLOCK_CLOSE.match(text, _last_end(text, k))
+        close = tags.block_close.match(text, _last_end(text, k))
         end = close.end() if close else _last_end(text, k)
         out.append(Found(start, end, tuple(calls)))
         pos = max(end, m.end())
     return out
 
 
-def _last_block_open(text: str, pos: int, invoke: int) -> int | None:
+def _last_block_open(text: str, pos: int, invoke: int, tags: _Tags) -> int | None:
     """The block opener right before the first invoke (whitespace between), if any."""
     best = None
-    for b in _BLOCK_OPEN.finditer(text, pos, invoke):
+    for b in tags.block_open.finditer(text, pos, invoke):
         if not text[b.end() : invoke].strip():
             best = b.start()
     return best
@@ -87,7 +113,7 @@ def _last_end(text: str, k: int) -> int:
     return k
 
 
-def _invoke(text: str, m: re.Match[str]) -> tuple[int, Candidate]:
+def _invoke(text: str, m: re.Match[str], tags: _Tags) -> tuple[int, Candidate]:
     name = html.unescape(m.group(1).strip())
     body = _skip_ws(text, m.end())
     repairs: list[str] = []
@@ -95,8 +121,8 @@ def _invoke(text: str, m: re.Match[str]) -> tuple[int, Candidate]:
         args: str | dict[str, Any] = text[body:end]
         k = end
     else:
-        args, k, repairs = _parameters(text, m.end())
-    close = _INVOKE_CLOSE.match(text, _skip_ws(text, k))
+        args, k, repairs = _parameters(text, m.end(), tags)
+    close = tags.invoke_close.match(text, _skip_ws(text, k))
     if close:
         k = close.end()
     else:
@@ -104,12 +130,12 @@ def _invoke(text: str, m: re.Match[str]) -> tuple[int, Candidate]:
     return k, Candidate(name, args, NAME, text[m.start() : k], None, tuple(dict.fromkeys(repairs)))
 
 
-def _parameters(text: str, k: int) -> tuple[dict[str, Any], int, list[str]]:
+def _parameters(text: str, k: int, tags: _Tags) -> tuple[dict[str, Any], int, list[str]]:
     args: dict[str, Any] = {}
     repairs: list[str] = []
-    while (p := _PARAMETER.match(text, k)) is not None:
-        close = _PARAMETER_CLOSE.search(text, p.end())
-        cut = _ANY_TAG.search(text, p.end(), close.start() if close else len(text))
+    while (p := tags.parameter.match(text, k)) is not None:
+        close = tags.parameter_close.search(text, p.end())
+        cut = tags.any_tag.search(text, p.end(), close.start() if close else len(text))
         if cut is not None or close is None:
             repairs.append("unclosed_tag")
             stop = cut.start() if cut is not None else len(text)

@@ -78,10 +78,20 @@ _STRIPPED = re.compile(
 )
 
 
+# The whole answer a recipient and nothing else (llama.cpp before its harmony parser, ggml-org/llama.cpp#15181:
+# ` to=functions.get_weather` and spaces): a call whose arguments never came.
+_RECIPIENT_ONLY = re.compile(r"[\s\u200b]*(?:assistant)?(?:commentary)?[ \t]*to=functions\.([^\s<{\[]{1,256})"
+                             r"(?:[ \t]*(?:<\|constrain\|>)?json)?[\s\u200b]*")
+
+
 def _stripped(text: str, names: frozenset[str], taken: list[Found]) -> list[Found]:
     """Calls left without their channel tokens, to a known tool, with a JSON body (outside what the token-full
-    reading took). The text before them stays content: without its tokens nothing marks where reasoning ended."""
+    reading took); or an answer that is only a recipient (a call without arguments, for tier 2 to ask for them).
+    The text before them stays content: without its tokens nothing marks where reasoning ended."""
     out: list[Found] = []
+    alone = _RECIPIENT_ONLY.fullmatch(text) if not taken else None
+    if alone is not None and json_blocks.known(name := _name(alone.group(1), None, names), names):
+        return [Found(0, len(text), (Candidate(name, None, NAME, text),))]
     if "commentary" not in text:
         return out
     for m in _STRIPPED.finditer(text):
