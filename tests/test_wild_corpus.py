@@ -40,11 +40,6 @@ XFAIL: dict[str, str] = {
     "omlx-593-gemma4-call-quote-tokens": _NO_CODEC + " (Gemma 4 with <|\"|> string quotes)",
     "mlx-3460-gemma4-26b-call-ascii-quotes": _NO_CODEC + ' (Gemma 4 <|tool_call>call:NAME{k:"v"} with ASCII quotes)',
     "openclaude-380-gemma4-vllm-call-syntax": _NO_CODEC + " (Gemma 4 call:NAME{k:v} without the <|tool_call> marker)",
-    # read, but only through a correction round where the output held the whole call
-    "continue-13057-qwen3-coder-30b-unclosed-xml": "unclosed Qwen3-Coder <parameter=..> values: a correction round "
-                                                   "where a local mend was possible",
-    "vllm-21571-qwen3-coder-hermes-parser-unclosed-xml": "Qwen3-Coder XML without </parameter></function>: a "
-                                                         "correction round where a local mend was possible",
     # streamed differs from unstreamed: the rejected round's '<functioncall' prefix was streamed live as prose
     "maxi1134-ha-config-66-functioncall-angle-brackets": "streamed: the '<functioncall' text of a corrected round "
                                                          "reaches the client (unstreamed: no content)",
@@ -53,9 +48,6 @@ XFAIL: dict[str, str] = {
     # the call read, but the inline <think> block (which plans it in the same JSON) left in content
     "lmstudio-456-r1-distill-qwen-tool-request-in-and-after-think": "the <think> block holding the call's JSON is "
                                                                      "left in content beside the call read after it",
-    # bare JSON calls, one naming no tool: the valid call is read, the other left in content, nothing asked
-    "dead-reckoning-30-llama32-3b-hallucinated-name-semicolon": "a bare JSON call naming an unknown tool beside a "
-                                                                "valid one is left in content without a correction",
 }
 
 

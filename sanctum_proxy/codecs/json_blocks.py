@@ -161,6 +161,7 @@ def bare(
 ) -> list[Found]:
     """Calls written as JSON values anywhere in `text`: each balanced {...} or [...] that holds one."""
     out: list[Found] = []
+    unknown: list[Found] = []  # call-shaped objects naming no offered tool (`_with_neighbours`)
     pos, attempts, unclosed = 0, 0, 0
     while attempts < MAX_ATTEMPTS and unclosed <= MAX_UNCLOSED:
         m = _OPEN.search(text, pos)
@@ -189,8 +190,38 @@ def bare(
             continue
         if calls:
             out.append(Found(start, end, tuple(calls)))
+        elif calls == [] and not explicit and (shaped := _shaped(text[start:end], source, repairs)) is not None:
+            unknown.append(Found(start, end, (shaped,)))
         pos = start + 1 if calls is None else end
-    return out
+    return _with_neighbours(text, out, unknown)
+
+
+def _shaped(payload: str, source: str, repairs: tuple[str, ...]) -> Candidate | None:
+    """A JSON object shaped exactly like a call (`{"name": str, "arguments" | "parameters": {...}}`) whose name is
+    no offered tool."""
+    decoded = decode(payload)
+    value = decoded.value if isinstance(decoded, Decoded) else None
+    if not isinstance(value, dict) or len(value) != 2 or not isinstance(value.get("name"), str):
+        return None
+    key = next((k for k in ("arguments", "parameters") if isinstance(value.get(k), dict)), None)
+    return Candidate(value["name"], value[key], source, payload, None, repairs) if key else None
+
+
+def _with_neighbours(text: str, calls: list[Found], unknown: list[Found]) -> list[Found]:
+    """The calls, and each call-shaped object to an unknown tool written in the same run of calls (only `;`, `,`
+    or space between it and a call): one call list with a made-up name in it, for tier 2 (dead-reckoning#30)."""
+    if not calls or not unknown:
+        return calls
+    spans = sorted(calls + unknown, key=lambda f: f.start)
+    kept = {id(f) for f in calls}
+    changed = True
+    while changed:
+        changed = False
+        for a, b in zip(spans, spans[1:], strict=False):
+            if (id(a) in kept) != (id(b) in kept) and _GAP.fullmatch(text, a.end, b.start):
+                kept |= {id(a), id(b)}
+                changed = True
+    return [f for f in spans if id(f) in kept]
 
 
 # An object that opens like a call or its wrapper (`{"type": "function", ...`, `{"name": ...`).

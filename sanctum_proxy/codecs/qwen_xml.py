@@ -88,20 +88,29 @@ def _parameters(scan: Scanner, k: int) -> tuple[dict[str, str], int, list[str]]:
     while p := _PARAMETER_OPEN.match(text, k):
         close = scan.find(_PARAMETER_CLOSE, p.end())
         cut = _next_tag(scan, p.end(), close)
-        if close < 0 and cut < 0:
+        if close < 0 and cut < 0:  # the last value never closed: it runs to the call's end (continuedev/continue
+            stop = _unclosed_end(scan, p.end())  # #13057, vllm-project/vllm#21571); cut by max_tokens: tier 2
+            repairs.append("unclosed_tag")
+            args.setdefault(p.group(1).strip(), _trimmed(text[p.end() : stop].rstrip()))
+            k = stop
             break
         if cut >= 0:  # `</parameter>` left out: the value ends where the next tag begins
             repairs.append("unclosed_tag")
             close = cut
-        value = text[p.end() : close]
-        value = value[1:] if value.startswith("\n") else value
-        args.setdefault(p.group(1).strip(), value[:-1] if value.endswith("\n") else value)
+        args.setdefault(p.group(1).strip(), _trimmed(text[p.end() : close]))
         k = close if cut >= 0 else close + len(_PARAMETER_CLOSE)
         stray = _STRAY.match(text, k)
         if stray and stray.end() > k:
             repairs.append("stray_closing_tag")
             k = stray.end()
     return args, k, repairs
+
+
+def _trimmed(value: str) -> str:
+    """A value as written between its tags, less the one newline (or space) after the opening tag and the one
+    newline before the closing one."""
+    value = value[1:] if value.startswith(("\n", " ")) else value
+    return value[:-1] if value.endswith("\n") else value
 
 
 def _next_tag(scan: Scanner, pos: int, close: int) -> int:
