@@ -35,11 +35,6 @@ USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 # Cases the proxy gets wrong today, by cause (issue 30). Keyed by case id; strict xfail.
 _NO_CODEC = "no codec reads this shape: the call stays in content, no correction asked"
 XFAIL: dict[str, str] = {
-    # shapes without a codec
-    "omlx-581-gemma4-call-syntax": _NO_CODEC + " (Gemma 4 <|tool_call>call:NAME{...})",
-    "omlx-593-gemma4-call-quote-tokens": _NO_CODEC + " (Gemma 4 with <|\"|> string quotes)",
-    "mlx-3460-gemma4-26b-call-ascii-quotes": _NO_CODEC + ' (Gemma 4 <|tool_call>call:NAME{k:"v"} with ASCII quotes)',
-    "openclaude-380-gemma4-vllm-call-syntax": _NO_CODEC + " (Gemma 4 call:NAME{k:v} without the <|tool_call> marker)",
     # streamed differs from unstreamed: the rejected round's '<functioncall' prefix was streamed live as prose
     "maxi1134-ha-config-66-functioncall-angle-brackets": "streamed: the '<functioncall' text of a corrected round "
                                                          "reaches the client (unstreamed: no content)",

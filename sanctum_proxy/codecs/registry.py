@@ -16,6 +16,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     deepseek,
     dsml,
     functionary,
+    gemma4,
     glm,
     harmony,
     hermes,
