@@ -38,8 +38,6 @@ XFAIL: dict[str, str] = {
     # streamed differs from unstreamed: the rejected round's '<functioncall' prefix was streamed live as prose
     "maxi1134-ha-config-66-functioncall-angle-brackets": "streamed: the '<functioncall' text of a corrected round "
                                                          "reaches the client (unstreamed: no content)",
-    "mlx-swift-lm-491-glm4-9b-markerless-name-json": "streamed: the bare tool name before the JSON object is streamed "
-                                                     "as prose (unstreamed reads the call, no content)",
     # the call read, but the inline <think> block (which plans it in the same JSON) left in content
     "lmstudio-456-r1-distill-qwen-tool-request-in-and-after-think": "the <think> block holding the call's JSON is "
                                                                      "left in content beside the call read after it",

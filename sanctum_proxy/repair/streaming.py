@@ -34,8 +34,9 @@ _LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
 
 def with_tools(names: frozenset[str] | set[str]) -> tuple[str, ...]:
     """The starts a round with these tools holds at: the codecs' and each tool's `NAME(` (a bare pythonic call
-    line, codecs/pythonic.py)."""
-    return STARTS + tuple(f"{name}(" for name in sorted(names))
+    line, codecs/pythonic.py) and `NAME\n` (a call that opens with the bare name, its JSON on the next line:
+    codecs/functionary.py reads it at the start of an answer)."""
+    return STARTS + tuple(f"{name}{after}" for name in sorted(names) for after in ("(", "\n"))
 
 
 @dataclass(frozen=True)
