@@ -33,11 +33,7 @@ MODES = ("plain", "stream")
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 # Cases the proxy gets wrong today, by cause (issue 30). Keyed by case id; strict xfail.
-_NO_CODEC = "no codec reads this shape: the call stays in content, no correction asked"
 XFAIL: dict[str, str] = {
-    # streamed differs from unstreamed: the rejected round's '<functioncall' prefix was streamed live as prose
-    "maxi1134-ha-config-66-functioncall-angle-brackets": "streamed: the '<functioncall' text of a corrected round "
-                                                         "reaches the client (unstreamed: no content)",
     # the call read, but the inline <think> block (which plans it in the same JSON) left in content
     "lmstudio-456-r1-distill-qwen-tool-request-in-and-after-think": "the <think> block holding the call's JSON is "
                                                                      "left in content beside the call read after it",

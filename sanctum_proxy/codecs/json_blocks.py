@@ -331,10 +331,10 @@ INSTRUCTIONS = (
 )
 
 # `{`, `[` and a bare fence are prose too: held only as `{"`, `[{` or a fence opening on JSON. Models also
-# fence calls as ```json, ```tool_call or ```python, or wrap them in <tools>.
+# fence calls as ```json, ```tool_call or ```python, or wrap them in <tools> or `<functioncall {...}>`.
 CODEC = register(Codec(NAME, find, STARTS, rank=130, generic=("{", "[", "```"),
                        shape=r"\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]", partial_shape=r"\{\s*|\[\s*|```[ \t]*(\n\s*)?",
-                       holds=("<tools>", "```json", "```tool_call", "```python")))
+                       holds=("<tools>", "<functioncall", "```json", "```tool_call", "```python")))
 register_format(Format(NAME, NAME, render_fenced, instructions=INSTRUCTIONS))
 # Constrained rounds: the JSON answer object, without markup (never a `prompt_format`).
 register_format(Format("constrained", NAME, json_call, selectable=False))
