@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import as_object, pairs, to_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
@@ -80,7 +80,7 @@ def _find(text: str, tags: _Tags, only_at: list[int] | None) -> list[Found]:
             start = opener
         calls: list[Candidate] = []
         k = m.start()
-        while (inv := tags.invoke.match(text, k)) is not None and len(calls) < json_blocks.MAX_ATTEMPTS:
+        while (inv := tags.invoke.match(text, k)) is not None and len(calls) < MAX_CANDIDATES:
             end, call = _invoke(text, inv, tags)
             calls.append(call)
             k = _skip_ws(text, end)
@@ -134,11 +134,11 @@ def _parameters(text: str, k: int, tags: _Tags) -> tuple[dict[str, Any], int, li
     args: dict[str, Any] = {}
     repairs: list[str] = []
     while (p := tags.parameter.match(text, k)) is not None:
-        close = tags.parameter_close.search(text, p.end())
-        cut = tags.any_tag.search(text, p.end(), close.start() if close else len(text))
-        if cut is not None or close is None:
+        nxt = tags.any_tag.search(text, p.end())  # its closer, or the tag that cuts it short (linear: no rescan)
+        close = tags.parameter_close.match(text, nxt.start()) if nxt is not None else None
+        if close is None:
             repairs.append("unclosed_tag")
-            stop = cut.start() if cut is not None else len(text)
+            stop = nxt.start() if nxt is not None else len(text)
             value, k = text[p.end() : stop], stop
         else:
             value, k = text[p.end() : close.start()], close.end()

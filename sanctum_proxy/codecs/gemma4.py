@@ -30,6 +30,7 @@ _CALL = re.compile(r"call:([A-Za-z_][\w.\-]{0,255})\{")
 _BARE_CALL = re.compile(r"(?m)^[ \t]*call:([A-Za-z_][\w.\-]{0,255})\{")
 _KEY = re.compile(r"\s*(?:\"([^\"\n]{1,256})\"|([A-Za-z_][\w.\-]{0,255}))\s*:")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_WORD = re.compile(r"[^,}\]\n<]*")  # a bare value runs to a separator (or any tag: `<|"|>` among them)
 _LITERALS = {"true": True, "false": False, "null": None}
 MAX_DEPTH = 32
 
@@ -52,11 +53,16 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         found = _call(text, start, m, explicit=True)
         out.append(found)
         pos = found.end
+    explicit, last = list(out), 0  # the wrapped calls (at most MAX_ATTEMPTS), the end of the last bare one
     for m in _BARE_CALL.finditer(text):
+        if json_blocks.full(out) or len(out) >= json_blocks.MAX_ATTEMPTS:
+            break
         at = m.start(0) + len(m.group(0)) - len(m.group(0).lstrip())
-        if any(f.start <= at < f.end for f in out) or not json_blocks.known(m.group(1), tool_names):
+        if at < last or any(f.start <= at < f.end for f in explicit) or not json_blocks.known(m.group(1), tool_names):
             continue
-        out.append(_call(text, at, _CALL.match(text, at), explicit=False))  # type: ignore[arg-type]
+        found = _call(text, at, _CALL.match(text, at), explicit=False)  # type: ignore[arg-type]
+        out.append(found)
+        last = found.end
     return sorted(out, key=lambda f: f.start)
 
 
@@ -105,9 +111,7 @@ class _Reader:
             return self.object(k, depth + 1)
         if text.startswith("[", k):
             return self.array(k, depth + 1)
-        end = k
-        while end < len(text) and text[end] not in ",}]\n" and not text.startswith(QUOTE, end):
-            end += 1
+        end = _WORD.match(text, k).end()  # type: ignore[union-attr]
         word = text[k:end].strip()
         if not word:
             raise _Unreadable
