@@ -66,8 +66,13 @@ class Tally:
     errors: int = 0
     seconds: list[float] = field(default_factory=list)
     reasons: Counter[str] = field(default_factory=Counter)
+    passed_half: Counter[tuple[str, str]] = field(default_factory=Counter)  # (category, half)
+    seen_half: Counter[tuple[str, str]] = field(default_factory=Counter)
 
-    def accuracy(self, category: str) -> float:
+    def accuracy(self, category: str, half: str | None = None) -> float:
+        if half is not None:
+            seen = self.seen_half[category, half]
+            return self.passed_half[category, half] / seen if seen else float("nan")
         return self.passed[category] / self.seen[category] if self.seen[category] else float("nan")
 
 
@@ -98,6 +103,7 @@ def score(tally: Tally, entry: bfcl_ast.Entry, message: dict[str, Any] | None, e
     """Count one answer; returns why it failed ("" when it passed)."""
     calls = bfcl_ast.decode_calls(message) if message is not None else None
     tally.seen[entry.category] += 1
+    tally.seen_half[entry.category, bfcl_ast.half(entry.id)] += 1
     if error:
         tally.errors += 1
         tally.reasons[error] += 1
@@ -109,6 +115,7 @@ def score(tally: Tally, entry: bfcl_ast.Entry, message: dict[str, Any] | None, e
     ok, why = bfcl_ast.check(entry, calls)
     if ok:
         tally.passed[entry.category] += 1
+        tally.passed_half[entry.category, bfcl_ast.half(entry.id)] += 1
     elif not error:
         tally.reasons[why if why.startswith(("no ", "made")) else why.split(":")[0][:40]] += 1
     return "" if ok else error or why
@@ -221,6 +228,17 @@ def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, not
         lines.append(f"| {name} | {cell(t, valid, base_valid)} | "
                      + " | ".join(cell(t, t.accuracy(c), base.accuracy(c)) for c in cats)
                      + f" | {cell(t, mean, base_mean)} | {statistics.mean(t.seconds):.2f} | {t.errors} |")
+    lines += ["", "The same answers by half (bfcl_ast.half: even entries of each category are the tuning half, odd "
+              "ones held out; a rule is kept only when it does not lose on the held-out half):", "",
+              "| column | half | " + " | ".join(f"{c} AST" for c in cats) + " | mean of categories |",
+              "|---|---|" + "---:|" * len(cats) + "---:|"]
+    for name, t in tallies.items():
+        for part in bfcl_ast.HALVES:
+            scores = [t.accuracy(c, part) for c in cats]
+            known = [x for x in scores if x == x]  # (nan: no entry of that half scored)
+            mean = f"{statistics.mean(known):.0%}" if known else "–"
+            lines.append(f"| {name} | {part} | " + " | ".join("–" if x != x else f"{x:.0%}" for x in scores)
+                         + f" | {mean} |")
     lines += ["", "Most common failures per column:", ""]
     for name, t in tallies.items():
         lines.append(f"- {name}: " + ", ".join(f"{why} ×{n}" for why, n in t.reasons.most_common(4)))

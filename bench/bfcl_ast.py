@@ -10,6 +10,7 @@ dropped; function names get `.` -> `_` (OpenAI's name pattern), the checker comp
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,17 @@ def load(root: Path, category: str, limit: int | None = None) -> list[Entry]:
                else {})
     return [Entry(q["id"], category, q["question"][0], q["function"],
                   answers.get(q["id"]) if category != "irrelevance" else None) for q in questions]
+
+
+HALVES = ("tuning", "held-out")
+_INDEX = re.compile(r"_(\d+)(?:-\d+)*$")
+
+
+def half(entry_id: str) -> str:
+    """Which half of its category an entry is in: "tuning" (even entries: `simple_python_0`, `_2`, ...; the rules
+    of tier 2 and constrained decoding may be chosen on these) or "held-out" (odd: what a rule is judged on)."""
+    found = _INDEX.search(entry_id)
+    return HALVES[int(found.group(1)) % 2] if found else HALVES[0]
 
 
 def _lines(path: Path, limit: int | None) -> list[dict[str, Any]]:

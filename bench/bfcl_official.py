@@ -182,6 +182,17 @@ def report(verdicts: list[Verdict], args: argparse.Namespace, mismatched: list[s
             disagree = sum(v.ours != v.official for v in rows)
             lines.append(f"| {column} | " + " | ".join(cells) + f" | {mean} | {len(rows)} | "
                          f"{statistics.mean(v.seconds for v in rows):.2f} | {disagree} |")
+        lines += ["", "By half (bfcl_ast.half: even entries tune, odd ones are held out), official:", "",
+                  "| column | half | " + " | ".join(cats) + " | mean of categories |",
+                  "|---|---|" + "---:|" * len(cats) + "---:|"]
+        for column in columns:
+            for part in bfcl_ast.HALVES:
+                rows = [v for v in mine if v.column == column and bfcl_ast.half(v.id) == part]
+                shares = [(sum(v.official for v in in_cat), len(in_cat))
+                          for in_cat in ([v for v in rows if v.category == c] for c in cats)]
+                means = [passed / seen for passed, seen in shares if seen]
+                lines.append(f"| {column} | {part} | " + " | ".join(pct(*share) for share in shares)
+                             + f" | {f'{statistics.mean(means):.0%}' if means else '–'} |")
         lines.append("")
     split = [v for v in verdicts if v.ours != v.official]
     lines += ["## Where the two checkers disagree", ""]

@@ -22,6 +22,7 @@ from pydantic_settings import (
 from sanctum_proxy.codecs.families import PromptFormat
 
 ToolCalling = Literal["native", "prompted", "auto"]
+Surrender = Literal["error", "content", "last_call"]
 
 
 class UpstreamConfig(BaseModel):
@@ -70,7 +71,11 @@ class Settings(BaseSettings):
     spell_calling: ToolCalling = "auto"
     max_repair_rounds: int = Field(2, ge=0, le=10)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
-    on_surrender: Literal["error", "content"] = "error"
+    # after the last repair round: an error, the last raw answer as content, or the last call as the model made it
+    # (repair/surrender.py); /v1/chat/completions, then /v1/messages and /v1/responses, which agents use
+    on_surrender: Surrender = "error"
+    messages_on_surrender: Surrender = "last_call"
+    responses_on_surrender: Surrender = "last_call"
     prompt_format: PromptFormat = "auto"  # auto: the family the upstream's chat template shows, else hermes
     prompt_formats: dict[str, PromptFormat] = Field(default_factory=dict)
     constrain: Literal["off", "repair", "always"] = "repair"

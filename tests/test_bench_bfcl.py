@@ -158,3 +158,29 @@ def test_grounding_replay_answers_a_copied_example_in_text_and_keeps_a_right_cal
     assert flagged(irrelevance_0, made(weight=1.5, height=5))  # the prompt's example number, copied
     assert not flagged(irrelevance_0, made(weight=10, height=5))  # every value from the question
     assert not flagged(irrelevance_0, [])
+
+
+def test_even_entries_of_a_category_tune_and_odd_ones_are_held_out() -> None:
+    from bench.bfcl_ast import half
+
+    assert [half(f"simple_python_{i}") for i in range(4)] == ["tuning", "held-out", "tuning", "held-out"]
+    assert half("irrelevance_61") == "held-out" and half("live_multiple_12-4-2") == "tuning"
+
+
+def test_the_report_shows_both_halves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_bfcl's report over hand-made tallies: a row per column and half."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import argparse
+
+    import bench_bfcl
+
+    tally = bench_bfcl.Tally(seconds=[1.0])
+    a_call = {"role": "assistant", "content": None,
+              "tool_calls": [{"id": "c", "type": "function", "function": {"name": "math_hypot", "arguments": "{}"}}]}
+    for i, message in enumerate([None, {"role": "assistant", "content": "no call"}, None, a_call]):
+        bench_bfcl.score(tally, Entry(f"irrelevance_{i}", "irrelevance", [], [DOC], None), message,
+                         "HTTP 422" if i == 0 else "")
+    args = argparse.Namespace(quick=False, constrain_modes=False, limit=4, skip=0, categories=["irrelevance"],
+                              model=None, threads=2, template={}, max_tokens=128, minutes=1)
+    text = bench_bfcl.report({"direct native": tally}, args, 1.0, [])
+    assert "| direct native | tuning | 100% | 100% |" in text and "| direct native | held-out | 50% | 50% |" in text

@@ -134,7 +134,7 @@ def test_tools_tool_choice_and_sampling_fields_become_chat_forms():
                     "stop": ["END"], "tools": [{"type": "function", "function": {
                         "name": "f", "parameters": SCHEMA, "description": "d"}}],
                     "tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": False}
-    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    ask = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
     for given_choice, chat_choice in (({"type": "any"}, "required"), ({"type": "auto"}, "auto"),
                                       ({"type": "none"}, "none")):
         assert messages_api.to_chat({**ask, "tool_choice": given_choice})["tool_choice"] == chat_choice
@@ -168,9 +168,9 @@ FIELDS = st.dictionaries(st.sampled_from(["input", "instructions", "tools", "too
 
 @given(FIELDS)
 def test_no_body_makes_a_translator_fail_but_with_a_400(body):
-    for to_chat in (responses_api.to_chat, messages_api.to_chat):
+    for to_chat, required in ((responses_api.to_chat, {}), (messages_api.to_chat, {"max_tokens": 5})):
         try:
-            chat = to_chat({"model": "m", **body})
+            chat = to_chat({"model": "m", **required, **body})
         except InvalidRequest as exc:
             assert exc.status == 400
         else:
@@ -286,7 +286,7 @@ def test_messages_writer_streams_live_text_then_thinking_then_tool_use():
 
 def test_images_in_tool_results_follow_the_tool_messages_as_a_user_message():
     image = {"type": "image", "source": {"type": "url", "url": "http://x/screen.png"}}
-    chat = messages_api.to_chat({"model": "m", "messages": [
+    chat = messages_api.to_chat({"model": "m", "max_tokens": 5, "messages": [
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}},
                                           {"type": "tool_use", "id": "t2", "name": "f", "input": {}}]},
         {"role": "user", "content": [
@@ -304,9 +304,10 @@ def test_images_in_tool_results_follow_the_tool_messages_as_a_user_message():
     assert chat["messages"][2]["content"] == [{"type": "image_url", "image_url": {"url": "http://x/s.png"}}]
 
 
-def test_claude_code_billing_block_is_left_out_and_its_mid_conversation_system_messages_kept():
+def test_claude_code_billing_block_is_left_out_and_its_mid_conversation_system_messages_merged():
     """Claude Code's request shape (llama.cpp PR 20623; anthropics/claude-code issue 96101): a billing block whose
-    `cch` changes every request, and `role: system` reminders after the user's turn."""
+    `cch` changes every request, and `role: system` messages after the user's turn, which many chat templates
+    refuse ("System message must be at the beginning"): their text joins the leading system message (issue 29)."""
     chat = messages_api.to_chat({"model": "m", "max_tokens": 5, "system": [
         {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.37.0d9; cc_entrypoint=cli; cch=fa690;"},
         {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."}],
@@ -314,9 +315,9 @@ def test_claude_code_billing_block_is_left_out_and_its_mid_conversation_system_m
             {"type": "text", "text": "<total_tokens>9 tokens left</total_tokens>",
              "cache_control": {"type": "ephemeral"}}]}]})
     assert chat["messages"] == [
-        {"role": "system", "content": "You are Claude Code, Anthropic's official CLI for Claude."},
-        {"role": "user", "content": "hey"},
-        {"role": "system", "content": "<total_tokens>9 tokens left</total_tokens>"}]
+        {"role": "system", "content": "You are Claude Code, Anthropic's official CLI for Claude.\n\n"
+                                      "<total_tokens>9 tokens left</total_tokens>"},
+        {"role": "user", "content": "hey"}]
 
 
 NAMESPACED = {"type": "namespace", "name": "crm", "description": "CRM tools.", "tools": [

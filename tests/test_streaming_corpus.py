@@ -108,7 +108,8 @@ async def answer_streamed(tools: list[dict[str, Any]], case: dict[str, Any], siz
     body = [writer.opening()]
     lead = case.get("family") == "functionary-v3.2"  # what families.opens_bare says for its prompt format
     try:
-        async for event in run(plan_for(tools), stream_sender(upstream, None, lead=lead)):
+        names = Toolbox.from_tools(tools).name_set  # the offered tools, as routes/sse.py passes them
+        async for event in run(plan_for(tools), stream_sender(upstream, None, lead=lead, names=names)):
             body += writer.render(event)
     except ToolCallParseError as exc:
         body += writer.render(exc)

@@ -108,12 +108,12 @@ def test_a_streamed_refusal_is_refusal_events_and_part(proxy, fake):
     assert message.content[0].refusal == REFUSAL
 
 
-def test_messages_carry_thinking_cached_tokens_the_upstreams_model_and_a_refusal(proxy, fake):
+def test_messages_carry_thinking_cached_tokens_the_asked_model_and_a_refusal(proxy, fake):
     fake[0].push(Step(body=full("Hi there.")), Step(body=several({"content": None, "refusal": REFUSAL})))
     client = anthropic.Anthropic(base_url=proxy, api_key="none", max_retries=0)
     ask: dict[str, Any] = {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "Hi"}]}
     message = client.messages.create(**ask)
-    assert message.model == "fake-model"
+    assert message.model == "m"  # the client's, as a stream's message_start names it (issue 29)
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.content[0].type == "thinking" and message.content[0].thinking == "Thinking."
     assert message.usage.cache_read_input_tokens == 8 and message.usage.input_tokens == 2

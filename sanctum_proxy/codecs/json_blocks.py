@@ -140,8 +140,26 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         for f in found:
             masked[f.start : f.end] = " " * (f.end - f.start)
         text = "".join(masked)
-    found.extend(bare(text, tool_names, source=NAME))
+    found.extend(_unwrapped(text, f) for f in bare(text, tool_names, source=NAME))
     return sorted(found, key=lambda f: f.start)
+
+
+# Tags some fine-tunes and servers wrap a JSON call in: glaive's `<functioncall> {...}` (some with the JSON inside
+# the tag itself, `<functioncall {...}>`: maxi1134/ha-config#66) and LM Studio's `[TOOL_REQUEST]{...}[END_TOOL_REQUEST]`
+# (its prompt for models without a tool template: lmstudio-ai/lmstudio-bug-tracker#456, #2388).
+_WRAP_OPEN = re.compile(r"(?:<functioncall>?|\[TOOL_REQUEST\])\s*\Z")
+_WRAP_CLOSE = {"<functioncall>": re.compile(r"\s*</functioncall>"),
+               "<functioncall": re.compile(r"\s*(?:</functioncall>|>)"),
+               "[TOOL_REQUEST]": re.compile(r"\s*\[END_TOOL_REQUEST\]")}
+
+
+def _unwrapped(text: str, found: Found) -> Found:
+    """A call's span widened over the tags around it (the tags are call markup, not content)."""
+    opener = _WRAP_OPEN.search(text, max(0, found.start - 64), found.start)
+    if opener is None:
+        return found
+    closer = _WRAP_CLOSE[opener.group().strip()].match(text, found.end)
+    return Found(opener.start(), closer.end() if closer else found.end, found.candidates, found.reasoning)
 
 
 def _fenced(text: str, names: frozenset[str]) -> list[Found]:
@@ -161,7 +179,7 @@ def bare(
 ) -> list[Found]:
     """Calls written as JSON values anywhere in `text`: each balanced {...} or [...] that holds one."""
     out: list[Found] = []
-    unknown: list[Found] = []  # call-shaped objects naming no offered tool (`_with_neighbours`)
+    shaped: list[Found] = []
     pos, attempts, unclosed = 0, 0, 0
     while attempts < MAX_ATTEMPTS and unclosed <= MAX_UNCLOSED:
         m = _OPEN.search(text, pos)
@@ -190,38 +208,31 @@ def bare(
             continue
         if calls:
             out.append(Found(start, end, tuple(calls)))
-        elif calls == [] and not explicit and (shaped := _shaped(text[start:end], source, repairs)) is not None:
-            unknown.append(Found(start, end, (shaped,)))
+        elif calls == [] and _CALL_SHAPED.match(text, start):
+            shaped.append(Found(start, end, tuple(candidates(text[start:end], source=source, names=names,
+                                                             explicit=True, repairs=repairs) or ())))
         pos = start + 1 if calls is None else end
-    return _with_neighbours(text, out, unknown)
+    return _beside(text, out, shaped) if out and shaped else out
 
 
-def _shaped(payload: str, source: str, repairs: tuple[str, ...]) -> Candidate | None:
-    """A JSON object shaped exactly like a call (`{"name": str, "arguments" | "parameters": {...}}`) whose name is
-    no offered tool."""
-    decoded = decode(payload)
-    value = decoded.value if isinstance(decoded, Decoded) else None
-    if not isinstance(value, dict) or len(value) != 2 or not isinstance(value.get("name"), str):
-        return None
-    key = next((k for k in ("arguments", "parameters") if isinstance(value.get(k), dict)), None)
-    return Candidate(value["name"], value[key], source, payload, None, repairs) if key else None
+# `{"name": ..., "arguments"|"parameters": ...}` naming no offered tool: prose, unless it stands in one run of
+# calls with a call that names one (`{...}; {...}`): then it is a call too, and repair asks about its name.
+_CALL_SHAPED = re.compile(r'\{\s*"name"\s*:\s*"[^"\\\n]{1,256}"\s*,\s*"(?:arguments|parameters)"\s*:')
 
 
-def _with_neighbours(text: str, calls: list[Found], unknown: list[Found]) -> list[Found]:
-    """The calls, and each call-shaped object to an unknown tool written in the same run of calls (only `;`, `,`
-    or space between it and a call): one call list with a made-up name in it, for tier 2 (dead-reckoning#30)."""
-    if not calls or not unknown:
-        return calls
-    spans = sorted(calls + unknown, key=lambda f: f.start)
-    kept = {id(f) for f in calls}
-    changed = True
-    while changed:
-        changed = False
-        for a, b in zip(spans, spans[1:], strict=False):
-            if (id(a) in kept) != (id(b) in kept) and _GAP.fullmatch(text, a.end, b.start):
-                kept |= {id(a), id(b)}
-                changed = True
-    return [f for f in spans if id(f) in kept]
+def _beside(text: str, calls: list[Found], shaped: list[Found]) -> list[Found]:
+    """The calls, and the call-shaped objects separated from one of them only by blanks, `;` or `,`."""
+    out = list(calls)
+    left = [f for f in shaped if f.candidates]
+    grew = True
+    while grew and left:
+        grew = False
+        for f in list(left):
+            if any(_GAP.fullmatch(text, min(f.end, c.end), max(f.start, c.start)) for c in out):
+                out.append(f)
+                left.remove(f)
+                grew = True
+    return sorted(out, key=lambda f: f.start)
 
 
 # An object that opens like a call or its wrapper (`{"type": "function", ...`, `{"name": ...`).
@@ -331,10 +342,10 @@ INSTRUCTIONS = (
 )
 
 # `{`, `[` and a bare fence are prose too: held only as `{"`, `[{` or a fence opening on JSON. Models also
-# fence calls as ```json, ```tool_call or ```python, or wrap them in <tools> or `<functioncall {...}>`.
+# fence calls as ```json, ```tool_call or ```python, or wrap them in <tools>, <functioncall> or [TOOL_REQUEST].
 CODEC = register(Codec(NAME, find, STARTS, rank=130, generic=("{", "[", "```"),
                        shape=r"\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]", partial_shape=r"\{\s*|\[\s*|```[ \t]*(\n\s*)?",
-                       holds=("<tools>", "<functioncall", "```json", "```tool_call", "```python")))
+                       holds=("<tools>", "```json", "```tool_call", "```python", "<functioncall", "[TOOL_REQUEST]")))
 register_format(Format(NAME, NAME, render_fenced, instructions=INSTRUCTIONS))
 # Constrained rounds: the JSON answer object, without markup (never a `prompt_format`).
 register_format(Format("constrained", NAME, json_call, selectable=False))

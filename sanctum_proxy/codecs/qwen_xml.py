@@ -10,7 +10,8 @@
 
 Parameter values are kept as the strings written (one newline trimmed each side); repair coerces them
 to the types the schema asks for ("14" -> 14, "['a']" -> ["a"]). Stray duplicate closing tags, a missing
-`</function>` and the optional `<tool_call>` wrapper are tolerated.
+`</function>` and the optional `<tool_call>` wrapper are tolerated; a value without `</parameter>` ends at the
+next tag or the end of the text (its layout blanks trimmed).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _STRAY = re.compile(r"(?:\s*</parameter>)+")
 _END = re.compile(r"\s*</function>")
 _WRAP_OPEN = re.compile(r"<tool_call>\s*\Z")
 _WRAP_CLOSE = re.compile(r"\s*</tool_call>")
+_LEAD = re.compile(r"[ \t]*\n?")
 
 
 def find(text: str, tool_names: frozenset[str]) -> list[Found]:
@@ -81,24 +83,27 @@ def _call(scan: Scanner, m: re.Match[str]) -> tuple[int, Candidate]:
 
 def _parameters(scan: Scanner, k: int) -> tuple[dict[str, str], int, list[str]]:
     """`<parameter=name>value</parameter>` pairs from k on (found with the Scanner: a lazy regex, or str.find
-    from each opener, would rescan the rest of the text for every missing closer)."""
+    from each opener, would rescan the rest of the text for every missing closer). A value whose
+    `</parameter>` is left out ends where the next tag begins, or at the end of the text (then the answer
+    holds nothing else: a cut answer's value is refused by repair, `unclosed_at_end`)."""
     text = scan.text
     args: dict[str, str] = {}
     repairs: list[str] = []
     while p := _PARAMETER_OPEN.match(text, k):
         close = scan.find(_PARAMETER_CLOSE, p.end())
         cut = _next_tag(scan, p.end(), close)
-        if close < 0 and cut < 0:  # the last value never closed: it runs to the call's end (continuedev/continue
-            stop = _unclosed_end(scan, p.end())  # #13057, vllm-project/vllm#21571); cut by max_tokens: tier 2
+        if cut >= 0 or close < 0:  # `</parameter>` left out: the value ends at the next tag, or the end
             repairs.append("unclosed_tag")
-            args.setdefault(p.group(1).strip(), _trimmed(text[p.end() : stop].rstrip()))
-            k = stop
-            break
-        if cut >= 0:  # `</parameter>` left out: the value ends where the next tag begins
-            repairs.append("unclosed_tag")
-            close = cut
-        args.setdefault(p.group(1).strip(), _trimmed(text[p.end() : close]))
-        k = close if cut >= 0 else close + len(_PARAMETER_CLOSE)
+            if cut < 0:
+                cut = len(text)
+                repairs.append("unclosed_at_end")
+            args.setdefault(p.group(1).strip(), _unclosed_value(text[p.end() : cut]))
+            k = cut
+            continue
+        value = text[p.end() : close]
+        value = value[1:] if value.startswith("\n") else value
+        args.setdefault(p.group(1).strip(), value[:-1] if value.endswith("\n") else value)
+        k = close + len(_PARAMETER_CLOSE)
         stray = _STRAY.match(text, k)
         if stray and stray.end() > k:
             repairs.append("stray_closing_tag")
@@ -106,17 +111,21 @@ def _parameters(scan: Scanner, k: int) -> tuple[dict[str, str], int, list[str]]:
     return args, k, repairs
 
 
-def _trimmed(value: str) -> str:
-    """A value as written between its tags, less the one newline (or space) after the opening tag and the one
-    newline before the closing one."""
-    value = value[1:] if value.startswith(("\n", " ")) else value
-    return value[:-1] if value.endswith("\n") else value
+def _unclosed_value(value: str) -> str:
+    """A value without its closer: the blanks after `<parameter=...>` (a space, or the template's newline)
+    and before the next tag (the newlines the closer would have followed) are layout, not the value."""
+    lead = _LEAD.match(value)
+    return value[lead.end() if lead else 0 :].rstrip()
+
+
+_CUTS = ("</function>", "<parameter=", "</tool_call>", "<function=", "<tool_call>")
 
 
 def _next_tag(scan: Scanner, pos: int, close: int) -> int:
-    """Where `</function>` or the next `<parameter=` begins, if before `close` (or close is -1)."""
+    """Where the next tag that ends an unclosed value begins (`</function>`, the next `<parameter=`, the
+    call's wrapper or the next call), if before `close` (or close is -1)."""
     limit = close if close >= 0 else len(scan.text)
-    hits = [i for t in ("</function>", "<parameter=") if (i := scan.find(t, pos)) >= 0 and i < limit]
+    hits = [i for t in _CUTS if (i := scan.find(t, pos)) >= 0 and i < limit]
     return min(hits) if hits else -1
 
 

@@ -3,7 +3,8 @@
     SpellCallRepaired     tier 1 mended a call locally (what was mended)
     SpellCallRejected     tier 2 bounced an answer (why, and the correction sent)
     SpellCallingFallback  auto mode went from native to prompted (why, the upstream's status)
-    SpellCallsDropped     parallel_tool_calls=false cut extra valid calls
+    SpellCallsDropped     parallel_tool_calls=false cut extra valid calls, or a bad call of a partly bad
+                          answer was left out (reason unrepaired)
     SpellCallSurrendered  tier 3 gave up (on_surrender="content" keeps the last raw answer)
     SpellsWithheld        tools the proxy cannot run (a Responses request's hosted tools) were not offered
 
@@ -84,9 +85,11 @@ def fallback(round_no: int, reason: str, upstream_status: int | None, message: s
         "message": message})
 
 
-def dropped(round_no: int, tool: str, call_id: str, raw: str, reason: str = "parallel_tool_calls_false") -> Omen:
-    """A valid call not sent: cut by parallel_tool_calls=false, or `duplicate_call` (it repeats the call
-    `call_id`, which is sent)."""
+def dropped(round_no: int, tool: str | None, call_id: str, raw: str,
+            reason: str = "parallel_tool_calls_false") -> Omen:
+    """A call left out of the answer: cut by parallel_tool_calls=false, `duplicate_call` (it repeats the call
+    `call_id`, which is sent), or (`unrepaired`) a bad call of a partly bad answer whose valid calls are the
+    answer (repair/loop.py)."""
     return Omen(OmenType.DROPPED, round_no, {"spell": tool, "call_id": call_id, "reason": reason, "raw": raw})
 
 

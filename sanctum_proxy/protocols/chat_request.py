@@ -22,6 +22,7 @@ TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 TOOL_CALLING = ("native", "prompted", "auto")
 OMEN_STYLES = ("comments", "events")
 CONSTRAIN = ("off", "repair", "always")
+SURRENDER = ("error", "content", "last_call")
 # Longer model names are refused: each name the proxy serves is kept (auto mode, capabilities, metrics,
 # the access log), and real ones (`hf.co/org/Model-GGUF:Q4_K_M`) are well under this (docs/contract.md, Budgets).
 MAX_MODEL_CHARS = 256
@@ -45,6 +46,7 @@ class Controls:
     max_repair_rounds: int
     omens: str = "comments"
     constrain: str | None = None
+    on_surrender: str = "error"
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,10 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def chat_request(body: dict[str, Any], headers: Mapping[str, str], settings: Settings) -> ChatRequest:
-    """A chat body already read (or translated from another protocol), checked, its `sanctum` taken out."""
+def chat_request(body: dict[str, Any], headers: Mapping[str, str], settings: Settings, *,
+                 on_surrender: str | None = None) -> ChatRequest:
+    """A chat body already read (or translated from another protocol), checked, its `sanctum` taken out.
+    `on_surrender`: the endpoint's own default (settings.on_surrender when None)."""
     check_counts(body, settings.max_messages, settings.max_tools)
     check_model(body.get("model"))
     check_depth(body)
@@ -99,7 +103,7 @@ def chat_request(body: dict[str, Any], headers: Mapping[str, str], settings: Set
     check_tools(body)
     check_choices(body)
     sanctum = body.pop("sanctum", None)
-    return ChatRequest(body=body, controls=parse_controls(headers, sanctum, settings))
+    return ChatRequest(body=body, controls=parse_controls(headers, sanctum, settings, on_surrender))
 
 
 def check_model(model: Any) -> None:
@@ -250,11 +254,12 @@ def schema_patterns(serialized: bytes) -> int:
     return schemas.pattern_count(orjson.loads(serialized))
 
 
-def parse_controls(headers: Mapping[str, str], sanctum: Any, settings: Settings) -> Controls:
+def parse_controls(headers: Mapping[str, str], sanctum: Any, settings: Settings,
+                   on_surrender: str | None = None) -> Controls:
     if sanctum is not None and not isinstance(sanctum, dict):
         raise InvalidRequest("'sanctum' must be an object", param="sanctum")
     given = dict(sanctum or {})
-    unknown = set(given) - {"spell_calling", "max_repair_rounds", "omens", "constrain"}
+    unknown = set(given) - {"spell_calling", "max_repair_rounds", "omens", "constrain", "on_surrender"}
     if unknown:
         raise InvalidRequest(f"unknown sanctum control(s): {sorted(unknown)}", param="sanctum")
 
@@ -269,6 +274,8 @@ def parse_controls(headers: Mapping[str, str], sanctum: Any, settings: Settings)
                                   settings.max_repair_rounds),
         omens=_choice(pick("omens", "x-sanctum-omens"), OMEN_STYLES, "omens", "comments"),
         constrain=_choice(pick("constrain", "x-sanctum-constrain"), CONSTRAIN, "constrain", None),
+        on_surrender=_choice(pick("on_surrender", "x-sanctum-on-surrender"), SURRENDER, "on_surrender",
+                             on_surrender or settings.on_surrender),
     )
 
 

@@ -2,17 +2,26 @@
 loop's answer as a `message`, errors in Anthropic's shape. Pure: no I/O.
 
 Served: `system` (a string or text blocks; Claude Code's `x-anthropic-billing-header:` block is left out),
-`messages` (`role: system` ones too, kept in place) with `text`, `image` (base64 or URL), `tool_use` and
-`tool_result` blocks (`thinking` blocks of earlier turns are dropped), `tools` (`input_schema`), `tool_choice`
+`messages` (`role: system` ones too: Claude Code sends one after the user's turn, which many chat templates refuse,
+so every system text goes into one leading system message, in order: protocols/system_messages.py) with `text`,
+`image` (base64 or URL), `tool_use` and `tool_result` blocks (`thinking` blocks of earlier turns are dropped),
+`tools` (`input_schema`), `tool_choice`
 (`auto`, `any`, `tool`, `none`, with `disable_parallel_tool_use`), `max_tokens`, `temperature`, `top_p`,
-`top_k`, `stop_sequences`, `stream`. Accepted and ignored: `metadata`, `thinking`, `service_tier`,
-`context_management`, `cache_control` on blocks and tools. Refused with a 400 naming the field: server and
-Anthropic-defined tools (web_search, bash, text_editor, ...), `mcp_servers`, `container`, and `document` /
-file blocks. Any other field passes to the upstream unchanged, as on the chat endpoint.
+`top_k`, `stop_sequences`, `stream`, `output_config.format` / `output_format` (a JSON schema: the upstream's
+`response_format` `json_schema`). `max_tokens` is required, a positive integer (400 otherwise, as Anthropic).
+Accepted and not sent upstream (client-only: what they ask of Anthropic's servers has no meaning to a chat
+upstream, and the answer is valid without them): `metadata`, `thinking`, `service_tier`, `context_management`,
+`inference_geo`, `billing_policy`, top-level `cache_control`, `diagnostics`, `fallback_credit_token`,
+`fallbacks`, `speed`, `output_config.effort` / `.task_budget`, `cache_control` on blocks and tools. Refused
+with a 400 naming the field: state kept on the server (`thread`, with `details.error_code`
+`thread_unsupported_request`, which makes the anthropic SDK's tool runner send the whole history instead;
+`container`, `mcp_servers`, `compaction`), server and Anthropic-defined tools (web_search, bash, text_editor,
+...), and `document` / file blocks. Any other field passes to the upstream unchanged, as on the chat endpoint.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -21,27 +30,60 @@ from sanctum_proxy.core.openai_chat import ToolCall, tool_call
 from sanctum_proxy.errors import InvalidRequest, ProxyError, shown
 from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply, arguments_object
+from sanctum_proxy.protocols.system_messages import merge_system_messages
 
-IGNORED = frozenset({"metadata", "thinking", "service_tier", "context_management", "inference_geo"})
-STATEFUL = ("mcp_servers", "container")
+IGNORED = frozenset({"metadata", "thinking", "service_tier", "context_management", "inference_geo", "billing_policy",
+                     "cache_control", "diagnostics", "fallback_credit_token", "fallbacks", "speed"})
+STATEFUL = ("mcp_servers", "container", "compaction")
 BILLING_HEADER = "x-anthropic-billing-header:"
 TRANSLATED = frozenset({"model", "system", "messages", "tools", "tool_choice", "max_tokens", "temperature",
-                        "top_p", "top_k", "stop_sequences", "stream", "sanctum"})
+                        "top_p", "top_k", "stop_sequences", "stream", "sanctum", "output_config", "output_format",
+                        "thread"})
+MAX_TIMESTAMP = 253402300799  # 9999-12-31T23:59:59Z
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn",
                 "content_filter": "refusal"}
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error",
-               429: "rate_limit_error", 529: "overloaded_error"}
+               429: "rate_limit_error", 402: "billing_error", 504: "timeout_error", 529: "overloaded_error"}
+# Anthropic's documented types: 400 invalid_request_error, 401 authentication_error, 402 billing_error,
+# 403 permission_error, 404 not_found_error, 413 request_too_large, 429 rate_limit_error, 500 api_error,
+# 504 timeout_error, 529 overloaded_error; the proxy's own 408 and 422 are invalid requests, other 5xx api_error.
+
+
+class ThreadUnsupported(InvalidRequest):
+    """`thread` (server-held conversation state): refused the way Anthropic refuses a request Threads cannot
+    serve, so a client that threads by default (the anthropic SDK's tool runner) sends the whole history."""
+
+    code = "thread_unsupported_request"
+
+    def extra(self) -> dict[str, Any]:
+        return {"details": {"error_code": self.code}}
 
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """The chat-completions body for a Messages request (InvalidRequest naming the field it cannot serve)."""
+    max_tokens = body.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise InvalidRequest("max_tokens: a positive integer is required" if "max_tokens" in body
+                             else "max_tokens: Field required", param="max_tokens")
+    return chat_messages(body)
+
+
+def chat_messages(body: dict[str, Any]) -> dict[str, Any]:
+    """`to_chat` without the check of `max_tokens` (POST /v1/messages/count_tokens takes none)."""
+    if body.get("thread") is not None and body.get("thread") is not False:
+        raise ThreadUnsupported("'thread' is not supported: sanctum-proxy keeps no conversation state; send the "
+                                "whole conversation without 'thread'", param="thread")
     for name in STATEFUL:
         if body.get(name):
-            raise InvalidRequest(f"'{name}' is not supported: sanctum-proxy serves client tools only", param=name)
+            raise InvalidRequest(f"'{name}' is not supported: sanctum-proxy keeps no state on the server and serves "
+                                 "client tools only", param=name)
     chat: dict[str, Any] = {k: v for k, v in body.items() if k not in IGNORED and k not in TRANSLATED}
     chat["model"] = body.get("model")
-    chat["messages"] = _system(body.get("system")) + _messages(body.get("messages"))
+    chat["messages"] = merge_system_messages(_system(body.get("system")) + _messages(body.get("messages")))
+    answer_format = _output_format(body)
+    if answer_format is not None:
+        chat["response_format"] = answer_format
     tools = chat_tools(body.get("tools"), _function)
     if tools:
         chat["tools"] = tools
@@ -54,6 +96,23 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         if body.get(key) is not None:
             chat[target] = body[key]
     return chat
+
+
+def _output_format(body: dict[str, Any]) -> dict[str, Any] | None:
+    """`output_config.format` (or the older top-level `output_format`), `{"type": "json_schema", "schema": ...}`,
+    as the chat `response_format` (Claude Code's title request asks for one). `effort` and `task_budget` mean
+    nothing to a chat upstream: left out."""
+    config = body.get("output_config")
+    if config is not None and not isinstance(config, dict):
+        raise InvalidRequest("'output_config' must be an object", param="output_config")
+    given, where = (config or {}).get("format"), "output_config.format"
+    if given is None:
+        given, where = body.get("output_format"), "output_format"
+    if given is None:
+        return None
+    if not isinstance(given, dict) or given.get("type") != "json_schema" or not isinstance(given.get("schema"), dict):
+        raise InvalidRequest(f"'{where}' must be {{\"type\": \"json_schema\", \"schema\": {{...}}}}", param=where)
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": given["schema"], "strict": True}}
 
 
 def _system(system: Any, where: str = "system") -> list[dict[str, Any]]:
@@ -87,7 +146,7 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
             raise InvalidRequest(f"{at} must be an object with role 'user', 'assistant' or 'system'",
                                  param=f"{at}.role")
         content = message.get("content")
-        if message["role"] == "system":  # Claude Code's mid-conversation reminders: kept where they are
+        if message["role"] == "system":  # Claude Code's environment after the user's turn: merged in to_chat
             out += _system(content, f"{at}.content")
         elif isinstance(content, str):
             out.append({"role": message["role"], "content": content})
@@ -255,7 +314,9 @@ def usage(reply: Reply) -> dict[str, Any]:
 
 
 def message(reply: Reply, ids: str, model: str) -> dict[str, Any]:
-    return {"id": f"msg_{ids}", "type": "message", "role": "assistant", "model": reply.model or model,
+    """The Message; `model` is the one the client asked for (a stream's message_start names it before the
+    upstream answers: both say the same)."""
+    return {"id": f"msg_{ids}", "type": "message", "role": "assistant", "model": model,
             "content": content_blocks(reply), "stop_reason": stop_reason(reply), "stop_sequence": None,
             "usage": usage(reply)}
 
@@ -268,3 +329,19 @@ def error_body(error: ProxyError) -> dict[str, Any]:
     extra = {k: v for k, v in body.items() if k not in ("message", "type")}
     return {"type": "error", "error": {"type": kind, "message": error.message, "sanctum_type": body["type"],
                                        **extra}}
+
+
+def model_list(data: list[dict[str, Any]]) -> dict[str, Any]:
+    """OpenAI's model list `data` as Anthropic's page of ModelInfo (the whole list: `has_more` false). A model
+    without a `created` time gets the epoch, as Anthropic's docs allow for an unknown release date."""
+    models = []
+    for item in data:
+        if not isinstance(item.get("id"), str):
+            continue
+        created = item.get("created")
+        seconds = created if isinstance(created, int) and not isinstance(created, bool) and created >= 0 else 0
+        stamp = datetime.fromtimestamp(min(seconds, MAX_TIMESTAMP), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        models.append({"type": "model", "id": item["id"], "display_name": item["id"], "created_at": stamp,
+                       "lifecycle": "active"})
+    return {"data": models, "first_id": models[0]["id"] if models else None,
+            "last_id": models[-1]["id"] if models else None, "has_more": False}

@@ -25,6 +25,7 @@ import orjson
 
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.calls import Problem, example_arguments, new_call_id
+from sanctum_proxy.repair.reading import object_keys
 from sanctum_proxy.repair.toolbox import Toolbox
 
 Constrain = Literal["off", "repair", "always"]
@@ -66,6 +67,8 @@ def answer_schema(book: Toolbox, *, text: bool, parallel: bool) -> dict[str, Any
 
 def _call_schema(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     arguments = parameters if parameters else {"type": "object", "properties": {}}
+    if "additionalProperties" not in arguments and object_keys(arguments, top=True).others is False:
+        arguments = {**arguments, "additionalProperties": False}  # closed, as validation reads it (reading.py)
     return {
         "type": "object",
         "properties": {"name": {"const": name}, "arguments": arguments},

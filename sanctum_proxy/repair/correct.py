@@ -27,8 +27,12 @@ _CLOSING = "Answer again with only the corrected tool call, and nothing else."
 ESCAPE_HINT = 'Inside a JSON string, write a quote as \\" and a line break as \\n.'
 
 
-def correction(problems: Sequence[Problem], book: Toolbox) -> str:
+def correction(problems: Sequence[Problem], book: Toolbox, kept: Sequence[str] = ()) -> str:
+    """The correction of `problems`; `kept`: the names of the answer's valid calls, kept (a partly bad answer)."""
     lines: list[str] = []
+    if kept:
+        calls = ", ".join(dict.fromkeys(kept))
+        lines.append(f"Your valid calls ({calls}) are kept; do not repeat them. Correct only the call(s) below.")
     for problem in problems:
         lines.extend(_lines(problem, book))
     if any(p.reason != "repeated_call" for p in problems):  # a repeat is asked for text, not a better call

@@ -6,28 +6,43 @@ was sent stays, byte for byte, and the grammar holds the model to what that sect
 prompt cache serves everything before the new turns (docs/contract.md section 5).
 
     gbnf(book, prompt_format, text=..., parallel=...)   the grammar, or None where the format has none
+    arguments_gbnf(parameters)                          a grammar of one arguments object alone
 
 A format has a grammar when its call is `PREFIX arguments-JSON SUFFIX` as the round's prompt renders it
 (families.render_call), with no special tokens (whose text a grammar can match only on some builds) and no
 opening that the chat template writes for the model (Functionary v3.2 begins inside `>>>`). The arguments follow
-each tool's JSON Schema: objects with their declared properties (required ones always, in order), enums,
-consts, anyOf/oneOf, local $refs, arrays, the JSON scalar types; what a grammar cannot hold (pattern, format,
-bounds) is left to validation. Pure: no I/O.
+each tool's JSON Schema, read as validation reads it (reading.py), so that every answer the grammar allows
+passes validation but for the keywords in NOT_HELD: objects with their declared properties (required ones
+always, in order; the arguments object closed unless `additionalProperties` opens it, so a tool without
+properties takes `{}`), enums and consts (of the schema's own type), anyOf, oneOf (as anyOf), allOf (merged),
+local $refs, arrays (minItems, maxItems), the JSON scalar types. What a grammar cannot hold is left to
+validation, whose correction then names it. tests/repair/test_grammar_agrees.py samples grammars and validates
+what they write. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
 
 from sanctum_proxy.codecs import families
+from sanctum_proxy.repair.reading import object_keys, typed_values
 from sanctum_proxy.repair.toolbox import Toolbox
 
 # Formats whose call is plain text around JSON arguments (see the module docstring for why not the others).
 GRAMMAR_FORMATS = frozenset({"hermes", "json", "llama3", "functionary_v31"})
 MAX_PARALLEL_CALLS = 8  # several calls at once: a bound, so a small model cannot loop on calls to max_tokens
 _ARGS = "\x00SANCTUM_ARGUMENTS\x00"  # not JSON: render_call keeps it verbatim where the arguments go
+
+# Keywords a grammar does not hold (left to validation); oneOf is held as anyOf, several allOf sub-schemas
+# as their merged keywords, anyOf beside the arguments' own properties as each branch merged into them.
+NOT_HELD = frozenset({"pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                      "multipleOf", "minLength", "maxLength", "uniqueItems", "minProperties", "maxProperties",
+                      "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "not", "if",
+                      "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
+                      "unevaluatedItems", "prefixItems"})
 
 _JSON_RULES = r"""ws ::= | " " | "\n" [ \t]{0,20}
 string ::= "\"" char* "\""
@@ -51,9 +66,10 @@ def gbnf(book: Toolbox, prompt_format: str, *, text: bool, parallel: bool) -> st
     rules = _Rules()
     calls: list[str] = []
     openings: set[str] = set()
-    for name, tool in book.tools.items():
+    written = {name: _Schema(rules, tool.parameters).arguments(tool.parameters) for name, tool in book.tools.items()}
+    callable_ = {n: a for n, a in written.items() if a != NEVER} or {n: "object" for n in written}
+    for name, arguments in callable_.items():  # a tool no arguments can satisfy is left out (all: validation says)
         prefix, _, suffix = families.render_call(prompt_format, name, _ARGS).partition(_ARGS)
-        arguments = _Schema(rules, tool.parameters).rule_for(tool.parameters or {"type": "object"})
         calls.append(rules.add(" ".join(p for p in (_literal(prefix), arguments, _literal(suffix)) if p != '""')))
         openings.add(prefix[:1])
     call = rules.add(" | ".join(calls))
@@ -62,6 +78,20 @@ def gbnf(book: Toolbox, prompt_format: str, *, text: bool, parallel: bool) -> st
         first = "".join(_class_char(c) for c in sorted(openings | {" ", "\t", "\n", "\r"}))
         answer = f"{answer} | [^{first}] [^\\x00]*"
     return f"root ::= {answer}\n" + rules.text() + _JSON_RULES
+
+
+def arguments_gbnf(parameters: Any) -> str:
+    """A GBNF grammar for one arguments object of a tool whose schema is `parameters` (what gbnf writes between
+    a call's prefix and suffix)."""
+    rules = _Rules()
+    arguments = _Schema(rules, parameters).arguments(parameters)
+    return f"root ::= {'object' if arguments == NEVER else arguments}\n" + rules.text() + _JSON_RULES
+
+
+def writable(parameters: Any) -> bool:
+    """Whether some arguments object satisfies `parameters` as the grammar reads it (False: a required argument
+    whose enum contradicts its type, say; gbnf leaves such a tool out)."""
+    return _Schema(_Rules(), parameters).arguments(parameters) != NEVER
 
 
 class _Rules:
@@ -90,32 +120,44 @@ class _Rules:
 
 
 class _Schema:
-    """One tool's arguments schema as grammar rules (a $ref becomes a rule of its own, so recursion holds)."""
+    """One tool's arguments schema as grammar rules (a $ref becomes a rule of its own, so recursion holds).
+    Objects, enums and consts are read as validation reads them (reading.py)."""
 
     def __init__(self, rules: _Rules, root: Any) -> None:
         self.rules = rules
         self.root = root if isinstance(root, dict) else {}
         self.refs: dict[str, str] = {}
 
-    def rule_for(self, schema: Any) -> str:
-        """An expression (a rule name or a group) for a value of `schema`."""
+    def arguments(self, schema: Any) -> str:
+        """The rule of a tool's arguments object (closed unless the schema opens it: reading.object_keys)."""
+        return self.rule_for(schema if isinstance(schema, dict) and schema else {"type": "object"}, top=True)
+
+    def rule_for(self, schema: Any, top: bool = False) -> str:
+        """An expression (a rule name or a group) for a value of `schema`; NEVER where no value is valid."""
         if not isinstance(schema, dict) or not schema:
             return "value"
         if isinstance(schema.get("$ref"), str):
             return self._ref(schema["$ref"])
         if "const" in schema:
-            return _literal(_json(schema["const"]))
+            return _group(_literal(_json(v)) for v in typed_values([schema["const"]], schema))
         if isinstance(schema.get("enum"), list) and schema["enum"]:
-            return "(" + " | ".join(_literal(_json(v)) for v in schema["enum"]) + ")"
-        for key in ("anyOf", "oneOf"):
+            return _group(_literal(_json(v)) for v in typed_values(schema["enum"], schema))
+        if isinstance(schema.get("allOf"), list) and all(isinstance(s, dict) for s in schema["allOf"]):
+            merged = {k: v for k, v in schema.items() if k != "allOf"}  # one sub-schema (pydantic's $ref
+            for sub in schema["allOf"]:  # wrapper) exactly; several: their keywords merged, the rest to validation
+                merged.update(sub)
+            return self.rule_for(merged, top)
+        for key in ("anyOf", "oneOf"):  # oneOf is written as anyOf: a value two branches take is validation's
             if isinstance(schema.get(key), list) and schema[key]:
-                return "(" + " | ".join(self.rule_for(s) for s in schema[key]) + ")"
+                rest = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
+                return _group(self.rule_for({**rest, **s} if isinstance(s, dict) else s, top) for s in schema[key])
         kind = schema.get("type")
         if isinstance(kind, list):
-            return "(" + " | ".join(self.rule_for({**schema, "type": k}) for k in kind if isinstance(k, str)) + ")"
-        if kind == "object" or kind is None and isinstance(schema.get("properties"), dict):
-            return self._object(schema)
-        if kind == "array":
+            kinds = [k for k in kind if isinstance(k, str)]
+            return _group(self.rule_for({**schema, "type": k}, top) for k in kinds)
+        if kind == "object" or kind is None and any(k in schema for k in _OBJECT_KEYWORDS):
+            return self._object(schema, top)
+        if kind == "array" or kind is None and any(k in schema for k in _ARRAY_KEYWORDS):
             return self._array(schema)
         return {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean",
                 "null": "null"}.get(str(kind), "value")
@@ -131,40 +173,87 @@ class _Schema:
             target = None
         name = self.rules.reserve("ref")
         self.refs[ref] = name
-        self.rules.add(self.rule_for(target) if isinstance(target, dict) else "value", name)
+        body = self.rule_for(target) if isinstance(target, dict) else "value"
+        self.rules.add("value" if body == NEVER else body, name)  # (a recursive use may have named it already)
         return name
 
-    def _object(self, schema: dict[str, Any]) -> str:
-        properties = schema.get("properties")
-        if not isinstance(properties, dict) or not properties:
-            return "object" if schema.get("additionalProperties") is not False else '"{" ws "}"'
-        required = [k for k in properties if k in (schema.get("required") or [])]
-        optional = [k for k in properties if k not in required]
-        pairs = {k: f'{_literal(_json(k))} ws ":" ws {self.rule_for(properties[k])} ws' for k in properties}
-        if required:
-            body = ' "," ws '.join(pairs[k] for k in required)
-            body += "".join(f' ("," ws {pairs[k]})?' for k in optional)
-        else:  # which optional property comes first decides where the commas go: after it, a chain of rules,
-            # each one optional property (with its comma) and the rule for those after it (linear in the
-            # properties; spelling the rest out after each first one grew as their square)
-            rest, firsts = "", []
-            for i in range(len(optional) - 1, -1, -1):
-                firsts.append(f"{pairs[optional[i]]} {rest}".rstrip())
-                if i:
-                    rest = self.rules.add(f'("," ws {pairs[optional[i]]})? {rest}'.rstrip())
-            body = "(" + " | ".join(reversed(firsts)) + ")?"
+    def _object(self, schema: dict[str, Any], top: bool) -> str:
+        """Required keys first (in the schema's order), then each optional one or not, in order: one rule per
+        optional property (`_optional`), so the grammar grows linearly with them."""
+        keys = object_keys(schema, top=top)
+        if not keys.properties and not keys.required:
+            if keys.others is True:
+                return "object"
+            if keys.others is False:
+                return '"{" ws "}"'
+            value = self.rule_for(keys.others)
+            if value == NEVER:
+                return '"{" ws "}"'
+            pair = f'string ws ":" ws {value} ws'
+            return self.rules.add(f'"{{" ws ({pair} ("," ws {pair})*)? "}}"')
+        others = keys.others if isinstance(keys.others, dict) else {}
+        values = {k: self.rule_for(keys.properties.get(k, others)) for k in (*keys.required, *keys.optional)}
+        if any(values[k] == NEVER for k in keys.required):
+            return NEVER
+        optional = [k for k in keys.optional if values[k] != NEVER]  # no value valid: never written
+        pairs = {k: f'{_literal(_json(k))} ws ":" ws {values[k]} ws' for k in (*keys.required, *optional)}
+        if not pairs:
+            return '"{" ws "}"'
+        if keys.required:
+            body = ' "," ws '.join(pairs[k] for k in keys.required)
+            if optional:
+                body += " " + self._optional([pairs[k] for k in optional], first=False)
+        else:
+            body = self._optional([pairs[k] for k in optional], first=True) + "?"
         return self.rules.add(f'"{{" ws {body} "}}"')
+
+    def _optional(self, pairs: list[str], *, first: bool) -> str:
+        """The optional properties, in order, each there or not: after a key (`first` False) each with its comma,
+        `after_i ::= ("," ws pair_i)? after_i+1`; at the start of the object, the first one there goes without,
+        `start_i ::= pair_i after_i+1 | start_i+1` (`start_1` may match nothing only when made optional)."""
+        after = [""] * (len(pairs) + 1)
+        for i in range(len(pairs) - 1, -1, -1):
+            after[i] = self.rules.add(f'("," ws {pairs[i]})?' + (f" {after[i + 1]}" if after[i + 1] else ""))
+        if not first:
+            return after[0]
+        start = ""
+        for i in range(len(pairs) - 1, -1, -1):
+            head = pairs[i] + (f" {after[i + 1]}" if after[i + 1] else "")
+            start = self.rules.add(f"{head} | {start}" if start else head)
+        return start
 
     def _array(self, schema: dict[str, Any]) -> str:
         item = self.rule_for(schema.get("items"))
-        minimum = schema.get("minItems")
-        more = f'{item} ws ("," ws {item} ws)*'
-        body = more if isinstance(minimum, int) and minimum >= 1 else f"({more})?"
-        return self.rules.add(f'"[" ws {body} "]"')
+        least = schema.get("minItems")
+        if item == NEVER:
+            return NEVER if isinstance(least, int) and least > 0 else '"[" ws "]"'
+        most = schema.get("maxItems")
+        least = least if isinstance(least, int) and not isinstance(least, bool) and least > 0 else 0
+        most = most if isinstance(most, int) and not isinstance(most, bool) and most >= least else None
+        if most == 0:
+            return '"[" ws "]"'
+        more = "*" if most is None and least <= 1 else f"{{{max(least - 1, 0)},{'' if most is None else most - 1}}}"
+        items = f'{item} ws' if most == 1 else f'{item} ws ("," ws {item} ws){more}'
+        return self.rules.add(f'"[" ws {items if least else f"({items})?"} "]"')
+
+
+_OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternProperties")
+_ARRAY_KEYWORDS = ("items", "minItems", "maxItems", "prefixItems")
+
+
+NEVER = "\x00never"  # not GBNF: what rule_for says of a schema no value satisfies (an enum against its type)
+
+
+def _group(alternatives: Any) -> str:
+    options = [o for o in dict.fromkeys(alternatives) if o != NEVER]
+    return NEVER if not options else options[0] if len(options) == 1 else "(" + " | ".join(options) + ")"
 
 
 def _json(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # an integer past 64 bits: Python's json writes it (and what else orjson refuses)
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def _literal(text: str) -> str:

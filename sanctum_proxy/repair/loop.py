@@ -38,8 +38,9 @@ One request's rounds (`State.kind` is what the next round is, `State.phase` wher
     FallBack       auto mode, native round: the upstream refused `tools`,    ASK prompted, transcript emptied;
                    could not parse the model's call, or answered empty       Lesson tools_rejected /
                                                                              upstream_parse_failure
-    Unconstrain    a constrained round's schema or grammar was refused       the same round unconstrained
-                                                                             (phase REFUSED); Lesson schema_refused
+    Unconstrain    a constrained round's schema, grammar or tool_choice      the same round unconstrained
+                   was refused                                               (phase REFUSED); Lesson schema_refused
+                                                                             / tool_choice_refused
     Surrender      problems again after max_rounds corrections, or the       SpellCallParseError (422); with
                    same rejected text twice in a row                         on_surrender "content" an Accept of
                                                                              that text instead (outcome surrendered)
@@ -47,11 +48,12 @@ One request's rounds (`State.kind` is what the next round is, `State.phase` wher
 
 Constraining (`plan.constrain`, `_constraint`): WAITING -> CONSTRAINING when a round is first constrained (a
 correction under "repair"; every prompted round under "always"), remembering how many hidden turns came before
-it; any phase -> REFUSED when the upstream refuses the schema or grammar. A correction round is the first
-round's body byte for byte plus the new turns (so the upstream's prompt cache serves the prefix), constrained
-by tool_choice "required" (native, where the template takes tools), a GBNF grammar in the prompt's own format
-(llama.cpp) or the answer schema; with `correction_context = "fresh"`, or natively where the template may drop
-the tools, it is a JSON-prompt round without the turns before it (`_transcript`; its omen says so).
+it; any phase -> REFUSED when the upstream refuses the schema, grammar or tool_choice. A correction round is
+the first round's body byte for byte plus the new turns (so the upstream's prompt cache serves the prefix), on
+every upstream, constrained by tool_choice "required" (native; a prompted round where the template drops the
+tools), a GBNF grammar in the prompt's own format (llama.cpp) or the answer schema; only with
+`correction_context = "fresh"` is it a JSON-prompt round without the turns before it (`_transcript`; its omen
+says so).
 `next_round` raises SpellCallParseError once max_rounds + 3 rounds were sent (1 + N, one fallback, one
 unconstrained retry).
 """
@@ -122,9 +124,10 @@ class Lesson:
         tools_rejected          the upstream refused `tools`: the model goes prompted for good
         upstream_parse_failure  the upstream could not parse the model's own call: one failure counted
         schema_refused          the upstream refused the answer schema: stop constraining for this model
+        tool_choice_refused     the upstream refused tool_choice "required": native corrections go without it
     """
 
-    what: Literal["tools_rejected", "upstream_parse_failure", "schema_refused"]
+    what: Literal["tools_rejected", "upstream_parse_failure", "schema_refused", "tool_choice_refused"]
 
 
 class Sender(Protocol):
@@ -184,7 +187,10 @@ class Plan:
     constrain: cn.Constrain = "off"
     correction_context: Literal["transcript", "fresh"] = "transcript"  # fresh: JSON-prompt rounds, no transcript
     grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
-    native_calls: bool = False  # the model's template takes tools (probed): tool_choice "required" holds a call
+    tool_choice: bool = True  # False: the upstream refused tool_choice "required" before (native corrections
+    # then go unconstrained, with the transcript still)
+    native_calls: bool | None = None  # the model's template takes tools (probed); False: it drops them (llama.cpp
+    # --jinja, silently), so tool_choice holds nothing and a native correction round goes prompted instead
     max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
     max_grammar_bytes: int = 1024 * 1024  # a larger grammar is not sent: the correction round goes unconstrained
     follow_up_calls: bool = False  # constrain "always": after one call, MORE rounds, one call each (_judge_more)
@@ -295,6 +301,7 @@ class State:
     pin: str | None = None  # the one known tool the last correction was about
     rejected: tuple[str, ...] = ()  # every rejected answer's text, in order
     held: Accept | None = None  # MORE: the answer so far (its calls), accepted when no other call comes
+    kept: tuple[ToolCall, ...] = ()  # the valid calls of partly bad answers so far (their bad ones corrected)
 
     @property
     def repair_rounds(self) -> int:
@@ -445,6 +452,8 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Accept(state.held.message, state.held.finish_reason, state.held.answer)
     if not isinstance(error, UpstreamError):
         return Fail(error)
+    if step.constraint is not None and step.constraint.how == "tool_choice" and _tool_choice_refused(error):
+        return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("tool_choice_refused"))
     if step.constraint is not None and _schema_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED))
     verdict = classify(error, step.body)  # the upstream's own words only (a quote of the request is not)
@@ -459,7 +468,7 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
 READ_FROM_ERROR = "read_from_upstream_error"
 ONLY_TOOL = "name_of_the_only_tool"  # Ollama's harmony error quotes the arguments alone
 # Mends that close what the output left open: in a quote they may be where the quote (not the model) stopped.
-_CLOSING = frozenset({"unclosed_braces", "unclosed_tag"})
+_CLOSING = frozenset({"unclosed_braces", "unclosed_tag", "unclosed_at_end"})
 
 
 def _read_quote(plan: Plan, state: State, error: UpstreamError, number: int) -> Accept | None:
@@ -486,7 +495,8 @@ def _read_quote(plan: Plan, state: State, error: UpstreamError, number: int) -> 
                         client_json=cn.asks_json(plan.body), **kwargs)
     answer = Answer(sent, "tool_calls", None, {})
     mends = {m for r in assessment.repairs for m in r.repairs}
-    if not assessment.calls or assessment.problems or mends & _CLOSING or _missing_call(plan, assessment, answer):
+    if (not assessment.calls or assessment.problems or mends & _CLOSING
+            or _missing_call(plan, assessment, answer, state)):
         return None
     read = (READ_FROM_ERROR,) if quote is not None else (READ_FROM_ERROR, ONLY_TOOL)
     repairs = assessment.repairs or tuple(Repair(c.name, c.id, (), c.arguments) for c in assessment.calls)
@@ -513,12 +523,13 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         return Accept(_unechoed(answer.message, state.mode), answer.finish_reason or "stop", answer)
     kwargs = {"new_id": plan.new_id} if plan.new_id else {}
     answer_object = step.constraint is not None and step.constraint.answer_object
-    asked = families.codec_of(plan.prompt_format) if state.mode == "prompted" and not answer_object else None
+    sent_prompted = state.mode == "prompted" or step.constraint is not None and step.constraint.prompted
+    asked = families.codec_of(plan.prompt_format) if sent_prompted and not answer_object else None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
                         parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
                         asked_format=asked, client_json=cn.asks_json(plan.body), **kwargs)
     broken = cn.broken_call(answer.message, answer.finish_reason) if answer_object else None
-    problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer)
+    problems = [broken] if broken else list(assessment.problems) or _missing_call(plan, assessment, answer, state)
     # The grammar made the model choose between text and a call, and it began a call it could not finish
     # (a string looping until max_tokens, which the same grammar would only repeat) or filled one with values
     # nobody gave: the request is asked again without tools, and that text is the answer. (After a call
@@ -527,13 +538,15 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if unmeant is not None:
         text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent_answer_text(answer.message)))
         return AskForText(text_round, (om.rejected(number, unmeant, ANSWERED_IN_TEXT),))
-    repeat = _repeat(plan, assessment, answer) if not problems else None
+    repeat = _repeat(plan, assessment, answer) if not problems and not state.kept else None
     if repeat is not None:  # an answered call again: the result is there, the request is asked for text
         text = correction([repeat], plan.book)
         closing = ({"role": "user", "content": text},)  # without the repeat: see repeats.py
         text_round = replace(state, kind=Kind.TEXT, closing=closing, rejected=(*state.rejected, repeat.raw))
         return AskForText(text_round, (om.rejected(number, repeat, text),))
     if not problems:
+        if state.kept:  # the correction of a partly bad answer: its calls join those kept
+            assessment = replace(assessment, calls=_joined(state.kept, assessment.calls))
         omens = [om.repaired(number, r) for r in assessment.repairs]
         omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
         omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
@@ -542,13 +555,58 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         if _follows_up(plan, step, assessment, number):
             return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
         return accept
+    # A partly bad answer: its valid calls are kept, and only the bad ones are corrected (or, where the request
+    # takes one call, or the rounds ran out, left out with an omen, when the kept calls still do what it asks)
+    kept = _joined(state.kept, assessment.calls)
+    if kept and not plan.parallel and _allows(plan, kept):
+        return _accept_kept(plan, state, assessment, answer, kept, problems, number)
     raw = rejected_answer_text(answer.message, plan.prompt_format)  # quoted back in the prompt format
     sent = sent_answer_text(answer.message)  # what the model sent: a surrender's `rejected` (issue 20)
     repeated = bool(state.rejected) and sent == state.rejected[-1]
     rejected = (*state.rejected, sent)
     if repeated or state.repair_rounds >= plan.max_rounds:
+        if kept and _allows(plan, kept):
+            return _accept_kept(plan, state, assessment, answer, kept, problems, number)
         return _surrender(plan, state, answer, number, repeated, rejected)
-    return _correct(plan, state, problems, raw, rejected, number)
+    repaired = tuple(om.repaired(number, r) for r in assessment.repairs)  # of the calls kept
+    return _correct(plan, replace(state, kept=kept), problems, raw, rejected, number, repaired)
+
+
+def _joined(kept: tuple[ToolCall, ...], calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """The calls kept so far and a new answer's valid calls, a call equal to one kept (same name, same arguments
+    as JSON) only once."""
+    out = list(kept)
+    seen = {_call_key(c) for c in kept}
+    for call in calls:
+        if _call_key(call) not in seen:
+            seen.add(_call_key(call))
+            out.append(call)
+    return tuple(out)
+
+
+def _call_key(call: ToolCall) -> tuple[str, str]:
+    arguments = _loads(call.arguments)
+    try:
+        return call.name, orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return call.name, call.arguments
+
+
+def _allows(plan: Plan, calls: tuple[ToolCall, ...]) -> bool:
+    """Whether these calls alone answer the request as its tool_choice asks (a named tool: a call to it)."""
+    required = plan.required
+    return bool(calls) and (required in (None, "any") or any(c.name == required for c in calls))
+
+
+def _accept_kept(plan: Plan, state: State, assessment: Assessment, answer: Answer, kept: tuple[ToolCall, ...],
+                 problems: list[Problem], number: int) -> Accept:
+    """The kept calls are the answer; each call still bad is left out (SpellCallsDropped, reason unrepaired)."""
+    calls = kept[:1] if not plan.parallel else kept
+    omens = [om.repaired(number, r) for r in assessment.repairs]
+    omens += [om.dropped(number, p.tool, "", p.raw, "unrepaired") for p in problems]
+    omens += [om.dropped(number, c.name, c.id, c.arguments) for c in (*kept[len(calls):], *assessment.dropped)]
+    message = _client_message(replace(assessment, calls=calls), answer.message)
+    return Accept(_unechoed(message, state.mode), "tool_calls", answer, tuple(omens))
 
 
 NEXT_CALL = "Now make the next call the request asks for: other arguments, or another tool."
@@ -638,9 +696,9 @@ def _leaves(value: Any) -> list[str | float]:
 
 
 def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, rejected: tuple[str, ...],
-             number: int) -> Correct:
+             number: int, first: tuple[om.Omen, ...] = ()) -> Correct:
     assert plan.book is not None
-    text = correction(problems, plan.book)
+    text = correction(problems, plan.book, [c.name for c in state.kept])
     tools = {p.tool for p in problems}
     pin = problems[0].tool if len(tools) == 1 and problems[0].tool in plan.book.tools \
         and problems[0].reason != "unknown_spell" else None
@@ -650,8 +708,8 @@ def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, reject
     # correction the model did not read.
     following = _constraint(plan, after)
     dropped = after.phase is Phase.WAITING and following is not None and following.json_prompt
-    return Correct(after, tuple(om.rejected(number, p, CONSTRAINED_INSTEAD if dropped else text)
-                                for p in problems))
+    return Correct(after, first + tuple(om.rejected(number, p, CONSTRAINED_INSTEAD if dropped else text)
+                                        for p in problems))
 
 
 CONSTRAINED_INSTEAD = ("(not sent to the model: the next round was constrained to a valid call by a grammar, "
@@ -717,11 +775,11 @@ def _repeat(plan: Plan, assessment: Assessment, answer: Answer) -> Problem | Non
     return repeated_call(assessment.calls, plan.body.get("messages"), sent_answer_text(answer.message))
 
 
-def _missing_call(plan: Plan, assessment: Assessment, answer: Answer) -> list[Problem]:
+def _missing_call(plan: Plan, assessment: Assessment, answer: Answer, state: State) -> list[Problem]:
     required = plan.required
     if required is None:
         return []
-    names = {c.name for c in assessment.calls}
+    names = {c.name for c in (*state.kept, *assessment.calls)}
     if required == "any" and names or required in names:
         return []
     tool = None if required == "any" else required
@@ -794,6 +852,7 @@ class Constraint:
     json_prompt: bool = True
     grammar: str | None = None
     prompt: tuple[Toolbox, bool, bool] | None = None  # json_prompt: the prompt's (tools, text, parallel)
+    prompted: bool = False  # a native request's correction sent prompted: its template drops the tools
 
     @property
     def answer_object(self) -> bool:
@@ -820,13 +879,13 @@ def _transcript(state: State, constraint: Constraint | None) -> list[dict[str, A
 def _constraint(plan: Plan, state: State) -> Constraint | None:
     """`repair`: correction rounds are constrained; `always`: prompted rounds from the first one too.
     A client's own response_format wins; a refused schema turns constraining off for the request.
-    A correction round keeps the first round's prompt: a native one asks for the call with tool_choice
-    "required" where the model's template is known to take tools (`plan.native_calls`; same tools: a pin would
-    change the tools llama.cpp renders into the prompt, so the correction names the tool instead); a prompted
-    one gets a GBNF grammar in its own format where the upstream takes one (`plan.grammar`), else the answer
-    schema. A JSON-prompt round without the transcript instead: `correction_context = "fresh"`, or a native
-    round whose template may drop the tools (llama.cpp --jinja does, silently: tool_choice holds nothing, and
-    on SmolLM2 the transcript round then repeats its prose verbatim, where this round comes back valid)."""
+    A correction round keeps the first round's prompt and carries the transcript, on every upstream: a native
+    one asks for the call with tool_choice "required" (same tools: a pin would change the tools llama.cpp
+    renders into the prompt, so the correction names the tool instead; none where the upstream refused
+    tool_choice before, `plan.tool_choice`), or, where the probe said the template drops the tools
+    (`plan.native_calls` False: llama.cpp --jinja then ignores tool_choice), goes prompted; a prompted one gets
+    a GBNF grammar in its own format where the upstream takes one (`plan.grammar`), else the answer schema. The
+    tiny-model shortcut, a JSON-prompt round without the transcript, only under `correction_context = "fresh"`."""
     book = plan.book
     if book is None or not book.tools or plan.constrain == "off" or state.phase is Phase.REFUSED:
         return None
@@ -843,19 +902,37 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     parallel = plan.parallel and state.pin is None
     if first_round_too:  # every round keeps the first round's prompt: a pin narrows only the schema
         return Constraint(book, text=free, parallel=parallel, prompt=(offered, required is None, plan.parallel))
-    if plan.correction_context == "fresh" or state.mode == "native" and not plan.native_calls:
+    if plan.correction_context == "fresh":
         return Constraint(book, text=free, parallel=parallel)
+    if state.mode == "native" and plan.native_calls is False:  # the template drops the tools: prompted
+        return _prompted(plan, book, free, parallel, switched=True)
     if state.mode == "native":
+        if not plan.tool_choice:
+            return None
         return Constraint(plan.book or book, text=False, parallel=plan.parallel, how="tool_choice", json_prompt=False)
+    return _prompted(plan, book, free, parallel)
+
+
+def _prompted(plan: Plan, book: Toolbox, free: bool, parallel: bool, switched: bool = False) -> Constraint | None:
+    """A prompted correction round: a GBNF grammar in the prompt's format where the upstream takes one, else the
+    answer schema. `switched`: a native request's round, sent prompted (its template drops the tools)."""
     grammar = gbnf(book, plan.prompt_format, text=free, parallel=parallel) if plan.grammar else None
     if grammar is not None and len(grammar) > plan.max_grammar_bytes:
         return None  # over budget: the round goes unconstrained (its record says so), not a huge upstream request
     if grammar is not None:
-        return Constraint(book, text=free, parallel=parallel, how="grammar", json_prompt=False, grammar=grammar)
-    return Constraint(book, text=free, parallel=parallel, json_prompt=False)
+        return Constraint(book, text=free, parallel=parallel, how="grammar", json_prompt=False, grammar=grammar,
+                          prompted=switched)
+    return Constraint(book, text=free, parallel=parallel, json_prompt=False, prompted=switched)
 
 
 _SCHEMA_REFUSAL = ("response_format", "grammar", "schema")  # "schema" covers json_schema
+
+
+def _tool_choice_refused(error: UpstreamError) -> bool:
+    """vLLM before 0.8 ("tool_choice = \"required\" is not supported!"), "Currently only named tools are
+    supported", llama.cpp without --jinja ("tool_choice param requires --jinja flag"), and the like."""
+    text = error.message.lower()
+    return 400 <= error.upstream_status < 600 and any(w in text for w in ("tool_choice", "tool choice", "named tools"))
 
 
 def _schema_refused(error: UpstreamError) -> bool:
@@ -876,7 +953,7 @@ def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
     elif constraint is not None and constraint.how == "tool_choice":
         body = native_body(body)
         body["tool_choice"] = "required"  # (a named choice is "required" already, with its one tool)
-    elif plan.book is not None and mode == "prompted":
+    elif plan.book is not None and (mode == "prompted" or constraint is not None and constraint.prompted):
         body = prompted.to_prompted(body, plan.book, plan.prompt_format, parallel=plan.parallel,
                                     required=plan.required)
         if constraint is not None and constraint.grammar is not None:

@@ -247,7 +247,7 @@ class _Judge:
                    "a string holds quotes or line breaks that are not escaped, and the call can be read more than "
                    "one way")
             return self._malformed(cand, cand.name, why)
-        if self.truncated and ("unclosed_braces" in codec_repairs or "unclosed_tag" in codec_repairs):
+        if self.truncated and {"unclosed_braces", "unclosed_tag", "unclosed_at_end"} & set(codec_repairs):
             return self._malformed(cand, cand.name, "the answer was cut off by max_tokens")
         if isinstance(args, dict):
             extra = ("arguments_object",) if cand.source == "native" else ()

@@ -26,17 +26,20 @@ PASSED = (*reasoning.FIELDS, "refusal")
 # in prose flow on.
 STARTS = stream_starts()
 _OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
+# How far back the end of the text may still grow into a call-shaped generic opener: Gemma 4's `call:NAME{`
+# with a name of up to 256 characters (a shorter reach let a long name stream out as prose).
+_SHAPE_REACH = len("call:") + 256
 # A family whose generation prompt already holds the first call marker (Functionary v3.2 ends it with `>>>`)
 # answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
 # is held until it shows which (a bare word waits for the next chunk).
 _LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
+_FIRST_WORD = re.compile(r"\s*([A-Za-z_][\w.\-]{0,255})")
 
 
 def with_tools(names: frozenset[str] | set[str]) -> tuple[str, ...]:
     """The starts a round with these tools holds at: the codecs' and each tool's `NAME(` (a bare pythonic call
-    line, codecs/pythonic.py) and `NAME\n` (a call that opens with the bare name, its JSON on the next line:
-    codecs/functionary.py reads it at the start of an answer)."""
-    return STARTS + tuple(f"{name}{after}" for name in sorted(names) for after in ("(", "\n"))
+    line, codecs/pythonic.py). An answer opening with `NAME\n` is held by `Assembler.names` (`_lead`)."""
+    return STARTS + tuple(f"{name}(" for name in sorted(names))
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,8 @@ def _delimiters_of(starts: tuple[str, ...]) -> _Delimiters:
     starts = tuple(s for s in starts if s)
     return _Delimiters(re.compile("|".join(re.escape(s) for s in starts) or "(?!)"),
                        frozenset(s[:i] for s in starts for i in range(1, len(s) + 1)),
-                       frozenset(s[0] for s in starts) | _GENERIC_FIRSTS, max(map(len, starts), default=0))
+                       frozenset(s[0] for s in starts) | _GENERIC_FIRSTS,
+                       max(max(map(len, starts), default=0), _SHAPE_REACH))
 
 
 def _joined(parts: list[str]) -> str:
@@ -96,7 +100,8 @@ class Assembler:
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
     _branch: constrain.TextBranch = field(default_factory=constrain.TextBranch)
     _fresh: str = ""  # content of the last chunk (the text branch reads each piece once)
-    lead: bool = False  # the answer may open with a call name and no delimiter (Functionary v3.2)
+    lead: bool = False  # the prompt ends with Functionary v3.2's `>>>`: its first line may open a call
+    names: frozenset[str] = frozenset()  # the offered tools: any answer opening `NAME\n{` with one is a call
     _led: bool = False
     client_json: bool = False  # the client asked for JSON (response_format): a JSON answer flows, never held
     _json_answer: bool | None = None  # decided by the first non-space character of content
@@ -191,7 +196,7 @@ class Assembler:
             return out
         if self.holding and not self._unheld():
             return ""
-        if self.lead and not self._led and not self._lead():
+        if not self._led and not self._lead():
             return ""
         text = self._pending  # positions below are relative to `released`
         pos = 0
@@ -242,19 +247,37 @@ class Assembler:
         return cut if cut < len(text) else None
 
     def _lead(self) -> bool:
-        """With `lead`: False while the first line may still open a call (nothing is shown yet). Then a
-        leading `all\n` is passed over (markup; the text after it is content), and a `NAME\n{` holds the
-        answer like any call opener."""
-        if _LEAD_PARTIAL.fullmatch(self._pending):
+        """False while the first line may still open a call (nothing is shown yet): any model may answer
+        `NAME\n{...}`, a bare tool name before its arguments (GLM-4 on MLX, mlx-swift-lm #491), which the
+        functionary codec reads at the start of any text. Then a `NAME\n{` holds the answer like any call
+        opener; with `lead` (Functionary v3.2's prompt) a leading `all\n` is passed over (markup; the text
+        after it is content)."""
+        partial = _LEAD_PARTIAL.fullmatch(self._pending) is not None
+        if partial and (self.lead or self._may_be_named()):
             return False
         self._led = True
-        if (text := _LEAD_TEXT.match(self._pending)) is not None:
+        if not self.lead and not (partial or self._may_be_named()):
+            return True
+        if self.lead and (text := _LEAD_TEXT.match(self._pending)) is not None:
             self.released += text.end()
             self._pending = self._pending[text.end():]
         elif _LEAD_CALL.match(self._pending):
             self.holding = True
             return False
         return True
+
+    def _may_be_named(self) -> bool:
+        """Without `lead`: whether the first word of the answer is (or may still grow into) an offered tool's
+        name, so a first line of prose is never held (only one that may name a tool, until it shows)."""
+        if not self.names:
+            return False
+        word = _FIRST_WORD.match(self._pending)
+        if word is None:
+            return True  # only blanks yet
+        first = word.group(1).lower()
+        if word.end() < len(self._pending.rstrip(" \t")) or "\n" in self._pending:
+            return first in {n.lower() for n in self.names}
+        return any(n.lower().startswith(first) for n in self.names)
 
     def _partial_start(self, text: str) -> int:
         """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one)."""

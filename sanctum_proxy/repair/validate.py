@@ -20,6 +20,7 @@ from referencing.exceptions import Unresolvable
 
 from sanctum_proxy.core.calls import Problem, Reason, Tool
 from sanctum_proxy.core.lenient_json import Decoded, decode
+from sanctum_proxy.repair.reading import is_type, object_keys
 from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 
 MAX_ERRORS = 20
@@ -28,7 +29,6 @@ MAX_ERRORS = 20
 # arguments multiply under anyOf / oneOf / allOf, and what jsonschema keeps of each branch's errors.
 MAX_STEPS = 30_000
 MAX_MESSAGE_CHARS = 200
-_COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "unevaluatedProperties", "not")
 
 
 def problems_for(tool: Tool, validator: Validator, args: Any) -> list[Problem]:
@@ -122,16 +122,11 @@ def _required(schema: Mapping[str, Any]) -> list[str]:
 
 
 def _unexpected(schema: Mapping[str, Any], args: dict[str, Any]) -> list[str]:
-    addl = schema.get("additionalProperties")
-    if addl is True or isinstance(addl, Mapping):
-        return []
-    props = schema.get("properties")
-    props = props if isinstance(props, Mapping) else {}
-    if not props and any(k in schema for k in _COMPOSED):
-        return []  # the properties live in sub-schemas; jsonschema judges these
-    pp = schema.get("patternProperties")
-    patterns = [p for p in pp if isinstance(p, str)] if isinstance(pp, Mapping) else []
-    return [k for k in args if k not in props and not any(search(p, k) for p in patterns)]
+    """The keys the arguments object may not hold, read as the grammar reads them (reading.object_keys)."""
+    keys = object_keys(schema, top=True)
+    if keys.others is not False:
+        return []  # any key, or keys whose values jsonschema judges
+    return [k for k in args if k not in keys.properties and not any(search(p, k) for p in keys.patterns)]
 
 
 def _invalid(validator: Validator, args: dict[str, Any]) -> list[str]:
@@ -227,22 +222,7 @@ def _types(schema: Mapping[str, Any]) -> set[str]:
     return set()
 
 
-def _is(value: Any, t: str) -> bool:
-    if t == "integer":
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer()
-        )
-    if t == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    kinds: dict[str, type | tuple[type, ...]] = {
-        "string": str,
-        "boolean": bool,
-        "array": list,
-        "object": dict,
-        "null": type(None),
-    }
-    kind = kinds.get(t)
-    return kind is not None and isinstance(value, kind)
+_is = is_type
 
 
 def _convert(value: Any, types: set[str], repairs: dict[str, None]) -> Any:

@@ -159,15 +159,18 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
     prompt_format = await pick_format(request, settings, chat.model, mode, book)  # may probe: caps after it
     caps = request.app.state.capabilities.cached(key, chat.model)
     constrain = chat.controls.constrain or settings.constrain
+    if caps is None and mode == "native" and book is not None and constrain != "off" and settings.probe_capabilities:
+        caps = await probed(request, settings, chat.model)  # whether tool_choice can hold a correction round
     if caps is not None and caps.json_schema is False:
         constrain = "off"
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
-                max_rounds=chat.controls.max_repair_rounds, on_surrender=settings.on_surrender,
+                max_rounds=chat.controls.max_repair_rounds, on_surrender=chat.controls.on_surrender,
                 prompt_format=prompt_format, upstream=key,
                 opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
                 correction_context=settings.correction_context,
                 grammar=caps is not None and caps.server == "llama.cpp",
-                native_calls=caps is not None and caps.tools is True,
+                tool_choice=caps is None or caps.tool_choice is not False,
+                native_calls=caps.tools if caps is not None else None,
                 max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls,
                 max_grammar_bytes=settings.max_grammar_bytes)
 
@@ -178,12 +181,17 @@ async def pick_format(request: Request, settings: Settings, model: str, mode: st
     fmt = settings.prompt_format_for(model)
     if fmt != "auto":
         return fmt
-    state, dest = request.app.state, request.state.destination
-    caps = state.capabilities.cached(dest.key, model)
+    caps = request.app.state.capabilities.cached(request.state.destination.key, model)
     if caps is None and mode == "prompted" and book is not None and settings.probe_capabilities:
-        caps = await state.capabilities.get(dest.key, model, lambda: capabilities.probe(
-            dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
+        caps = await probed(request, settings, model)
     return (caps.family if caps is not None else None) or "hermes"
+
+
+async def probed(request: Request, settings: Settings, model: str) -> capabilities.Capabilities:
+    """What the upstream says of this model (asked once per model: capabilities.CapabilityBook)."""
+    state, dest = request.app.state, request.state.destination
+    return await state.capabilities.get(dest.key, model, lambda: capabilities.probe(  # type: ignore[no-any-return]
+        dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
 
 
 async def settle_by_probe(request: Request, settings: Settings, model: str) -> list[om.Omen]:

@@ -1,13 +1,20 @@
-"""GET /healthz (the proxy serves) and GET /readyz (an upstream answers). Neither needs a key."""
+"""GET /healthz (the proxy serves), GET /readyz (an upstream answers) and HEAD / (a pre-connect). None needs a key."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from sanctum_proxy.config import redacted_url
 from sanctum_proxy.web.json_response import JsonResponse
 
 router = APIRouter()
+
+
+@router.head("/", include_in_schema=False)
+async def root() -> Response:
+    """HEAD /: 200, empty. Claude Code sends it to open the connection before its first request."""
+    return Response()
 
 
 @router.get("/healthz")

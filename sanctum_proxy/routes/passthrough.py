@@ -15,12 +15,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from sanctum_proxy.errors import InvalidRequest, NotFound
+from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError, UpstreamError
+from sanctum_proxy.protocols import messages_api
 from sanctum_proxy.routes.chat import read_body
-from sanctum_proxy.upstreams.client import HOP_BY_HOP, Upstream
+from sanctum_proxy.upstreams.client import HOP_BY_HOP, Upstream, upstream_error
 from sanctum_proxy.upstreams.pools import UpstreamPools, listed_models
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
-from sanctum_proxy.web.json_response import JsonResponse
+from sanctum_proxy.web.json_response import JsonResponse, error_response
 
 router = APIRouter()
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -31,11 +32,65 @@ CONFINED = {"content-security-policy": "sandbox; default-src 'none'", "x-content
 
 @router.get("/v1/models")
 async def models(request: Request) -> Response:
+    """OpenAI's list; with an `anthropic-version` header (the anthropic SDKs send one) Anthropic's."""
     pools: UpstreamPools = request.app.state.pools
+    if "anthropic-version" in request.headers:
+        try:
+            check_client_key(request)
+            data = await model_list(pools) if pools.several else await upstream_models(request, pools.default)
+        except ProxyError as exc:
+            return error_response(exc, messages_api.error_body(exc))
+        return JsonResponse(messages_api.model_list(data))
     if not pools.several:
         return await passthrough("models", request)
     check_client_key(request)
     return JsonResponse({"object": "list", "data": await model_list(pools)})
+
+
+async def upstream_models(request: Request, upstream: Upstream) -> list[dict[str, Any]]:
+    """The upstream's own GET /models `data` (its error as an UpstreamError)."""
+    settings = request.app.state.settings
+    auth = forwarded_key(request) if settings.forward_client_key else None
+    headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
+    headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
+    response = await upstream.send("GET", "/models", params=None, headers=headers, content=None)
+    raw = bytearray()
+    try:
+        async for piece in response.chunks:
+            raw += piece
+            if len(raw) > settings.max_answer_bytes:
+                raise UpstreamError(502, f"the upstream's model list is over max_answer_bytes "
+                                         f"({settings.max_answer_bytes})")
+    finally:
+        await response.close()
+    if response.status >= 400:
+        raise upstream_error(response.status, bytes(raw))
+    try:
+        listed = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(502, "the upstream's model list is not JSON") from exc
+    data = listed.get("data") if isinstance(listed, dict) else None
+    if isinstance(listed, dict) and isinstance(listed.get("models"), list) and data is None:
+        data = listed["models"]  # Ollama's /api/tags shape, where a server answers so
+    return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+
+
+@router.get("/v1/models/{model_id:path}")
+async def one_model(model_id: str, request: Request) -> Response:
+    """With an `anthropic-version` header, Anthropic's ModelInfo of one listed model (404 `not_found_error` for
+    another); without it, passed through like every other path."""
+    if "anthropic-version" not in request.headers:
+        return await passthrough(f"models/{model_id}", request)
+    pools: UpstreamPools = request.app.state.pools
+    try:
+        check_client_key(request)
+        data = await model_list(pools) if pools.several else await upstream_models(request, pools.default)
+        found = [m for m in messages_api.model_list(data)["data"] if m["id"] == model_id]
+        if not found:
+            raise NotFound(f"model {model_id!r} is not served here", param="model_id")
+    except ProxyError as exc:
+        return error_response(exc, messages_api.error_body(exc))
+    return JsonResponse(found[0])
 
 
 # Not in /openapi.json: it is the upstream's API, not ours (and one route for several methods would give the

@@ -13,21 +13,41 @@ from typing import Any
 from fastapi import Request
 
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.errors import ToolCallParseError
+from sanctum_proxy.repair import surrender
 from sanctum_proxy.repair.loop import ContentDelta, Event, FieldDelta, Final, Lesson, Plan, Sender, run
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final  # the loop's events but its lessons, kept here
 
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
-    """`run(plan, send)` with its lessons kept and its end recorded (recorder.watch)."""
-    events = _keeping(request.app.state, plan, run(plan, send))
+    """`run(plan, send)` with its lessons kept, a surrender answered as `on_surrender` says, and its end recorded
+    (recorder.watch)."""
+    events = _surrendering(plan, _keeping(request.app.state, plan, run(plan, send)))
     return request.app.state.recorder.watch(request, events)  # type: ignore[no-any-return]
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender], AsyncIterator[Shown]]:
-    """`run` with its lessons kept, not recorded: the loops of n > 1 choices (routes/choices.py), whose
-    events the caller records together."""
-    return lambda plan, send: _keeping(request.app.state, plan, run(plan, send))
+    """`run` with its lessons kept and a surrender answered, not recorded: the loops of n > 1 choices
+    (routes/choices.py), whose events the caller records together."""
+    return lambda plan, send: _surrendering(plan, _keeping(request.app.state, plan, run(plan, send)))
+
+
+async def _surrendering(plan: Plan, events: AsyncIterator[Shown]) -> AsyncIterator[Shown]:
+    """With `on_surrender = "last_call"`, the loop's SpellCallParseError becomes a Final holding the last call
+    as the model made it, after its SpellCallSurrendered omen (repair/surrender.py); otherwise it stands."""
+    omens: list[om.Omen] = []
+    try:
+        async for event in events:
+            if isinstance(event, om.Omen):
+                omens.append(event)
+            yield event
+    except ToolCallParseError as exc:
+        final = surrender.last_call(plan, exc, omens) if plan.on_surrender == surrender.LAST_CALL else None
+        if final is None:
+            raise
+        yield final.omens[-1]
+        yield final
 
 
 async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event]) -> AsyncIterator[Shown]:
@@ -39,10 +59,13 @@ async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event]) -> Asyn
 
 
 def keep(state: Any, plan: Plan, lesson: Lesson) -> None:
-    """Remember a lesson for (plan.upstream, plan.model): auto-mode decisions, a refused answer schema."""
+    """Remember a lesson for (plan.upstream, plan.model): auto-mode decisions, a refused answer schema or
+    tool_choice "required"."""
     if lesson.what == "tools_rejected":
         state.modes.settle(plan.upstream, plan.model, "prompted", "tools_rejected")
     elif lesson.what == "upstream_parse_failure":
         state.modes.parse_failure(plan.upstream, plan.model)
+    elif lesson.what == "tool_choice_refused":
+        state.capabilities.refuse_tool_choice(plan.upstream, plan.model)
     else:
         state.capabilities.refuse_schema(plan.upstream, plan.model)

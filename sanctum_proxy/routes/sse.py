@@ -77,10 +77,12 @@ def streamed(body: dict[str, Any]) -> dict[str, Any]:
 
 def assembler_for(body: dict[str, Any], lead: bool, names: frozenset[str] = frozenset()) -> Assembler:
     """The round's assembler; a known tool's name before a parenthesis holds too (a bare `NAME(...)` line is a
-    call: codecs/pythonic.py), the tools being the body's and `names`."""
+    call: codecs/pythonic.py), and an answer opening with one's bare name (`NAME\n{...}`), the tools being the
+    body's and `names`."""
     offered = names | {t["function"]["name"] for t in body.get("tools") or () if isinstance(t, dict)
                        and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)}
     return Assembler(starts=with_tools(offered), text_branch=constrain.is_constrained(body), lead=lead,
+                     names=frozenset(offered),
                      client_json=constrain.asks_json(body))
 
 

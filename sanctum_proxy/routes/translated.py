@@ -40,6 +40,7 @@ from sanctum_proxy.routes.disconnect import ClientGone, gone_response
 from sanctum_proxy.routes.passthrough import passthrough
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.state.recorder import trace_id
+from sanctum_proxy.upstreams import tokens
 from sanctum_proxy.web.auth import check_client_key
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 
@@ -66,6 +67,35 @@ async def responses(request: Request) -> Response:
 @router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     return await serve(request, MESSAGES)
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(request: Request) -> Response:
+    """Anthropic's `{"input_tokens": N}` for the request as the upstream would get it: llama.cpp's exact count,
+    else an estimate (upstreams/tokens.py); the header `x-sanctum-token-count` says which."""
+    settings = request.app.state.settings
+    if settings.messages_api == "pass":
+        return await passthrough("messages/count_tokens", request)
+    try:
+        check_client_key(request)
+        chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
+                                       lambda raw: _counted(raw, request.headers, settings))
+        destination = request.app.state.pools.destination(chat.model)
+        upstream = destination.upstream
+        counted, exact = await tokens.count(upstream, upstream.root_url, destination.rewrite(chat.body),
+                                            settings.probe_timeout)
+    except ProxyError as exc:
+        return refusal(MESSAGES, exc)
+    except Exception as exc:  # a bug: still Anthropic's error shape
+        return refusal(MESSAGES, unexpected(exc))
+    return JsonResponse({"input_tokens": counted},
+                        headers={"x-sanctum-token-count": "exact" if exact else "estimate"})
+
+
+def _counted(raw: bytes, headers: Mapping[str, str], settings: Settings) -> ChatRequest:
+    body = json_object(raw)
+    check_depth(body)
+    return chat_request(messages_api.chat_messages(body), headers, settings)
 
 
 async def serve(request: Request, dialect: Dialect) -> Response:
@@ -100,7 +130,8 @@ def _read(dialect: Dialect, raw: bytes, headers: Mapping[str, str],
           settings: Settings) -> tuple[dict[str, Any], ChatRequest]:
     body = json_object(raw)
     check_depth(body)  # before translating: the answer echoes fields (metadata, text, ...) as they came
-    return body, chat_request(dialect.to_chat(body), headers, settings)
+    return body, chat_request(dialect.to_chat(body), headers, settings,
+                              on_surrender=getattr(settings, f"{dialect.name}_on_surrender"))
 
 
 def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) -> Response:
@@ -143,12 +174,18 @@ RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_wr
 # The Messages API.
 
 def _message(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -> dict[str, Any]:
-    return messages_api.message(reply, rounds.trace_id, _model(rounds))
+    return messages_api.message(reply, rounds.trace_id, _asked_model(body))
+
+
+def _asked_model(body: dict[str, Any]) -> str:
+    """The model a Message names: the one the client asked for, streamed or not (a stream's message_start goes out
+    before the upstream has named its own, and an alias stays the client's name)."""
+    return str(body.get("model") or "")
 
 
 def _messages_writer(body: dict[str, Any], rounds: Rounds) -> MessagesWriter:
     start: dict[str, Any] = {
-        "id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _model(rounds),
+        "id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _asked_model(body),
         "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
     return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final),
                           split_reasoning=rounds.split_reasoning)

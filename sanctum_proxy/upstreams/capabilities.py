@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from sanctum_proxy.codecs.families import detect
@@ -30,6 +30,7 @@ class Capabilities:
     server: str  # llama.cpp | ollama | unknown
     source: str  # what said so, for /sanctum/status and the omen
     family: str | None = None  # the call format its chat template shows (families.detect), if known
+    tool_choice: bool | None = None  # False: it refused tool_choice "required" (a correction round's)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,7 +105,12 @@ class CapabilityBook:
     def refuse_schema(self, upstream: str, model: str) -> None:
         """The upstream answered a constrained round with an error about the schema: stop constraining."""
         caps = self.cached(upstream, model) or UNKNOWN
-        self.remember(upstream, model, Capabilities(caps.tools, False, caps.server, caps.source, caps.family))
+        self.remember(upstream, model, replace(caps, json_schema=False))
+
+    def refuse_tool_choice(self, upstream: str, model: str) -> None:
+        """The upstream refused tool_choice "required": native corrections go without it (with the transcript)."""
+        caps = self.cached(upstream, model) or UNKNOWN
+        self.remember(upstream, model, replace(caps, tool_choice=False))
 
     def remember(self, upstream: str, model: str, caps: Capabilities) -> None:
         self._known.set(pair_key(upstream, model), {**caps.to_json(), "at": self._clock()})
@@ -140,6 +146,7 @@ class CapabilityBook:
 
 
 def _caps_of(row: dict[str, Any]) -> Capabilities:
-    family = row.get("family")
+    family, tool_choice = row.get("family"), row.get("tool_choice")
     return Capabilities(tools=row["tools"], json_schema=row["json_schema"], server=str(row["server"]),
-                        source=str(row["source"]), family=family if isinstance(family, str) else None)
+                        source=str(row["source"]), family=family if isinstance(family, str) else None,
+                        tool_choice=tool_choice if isinstance(tool_choice, bool) else None)

@@ -15,7 +15,9 @@ Scenarios (streamed: Codex always streams):
 - `unknown_tool`: the first call names a tool that does not exist (`run_shell`); right on the correction round.
 - `namespaced`: first a call of a namespaced function (`multi_agent_v1__close_agent`, an agent that does not
   exist: the agent answers with an error result, proving it routed the call to its namespace), then the shell.
-- `surrender`: every call lacks the required argument (a different wrong one each time).
+- `surrender`: every call lacks the required argument (a different wrong one each time), until the agent's own
+  error for that call comes back as a tool result; then the model calls properly (with `on_surrender = "error"`
+  no result ever comes).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class ShellModel:
         result = tool_result(messages)
         if result is not None and not constrained:
             self.results.append(result)
-            if self.scenario == "namespaced" and len(self.results) == 1:
+            if self.scenario in ("namespaced", "surrender") and len(self.results) == 1:
                 return self._call(self.tool, json.dumps({self.argument: COMMAND}), stream, constrained)
             return self._text(f"Done: {FILE} written. The tool said: {result[:200]}", stream)
         self.call_rounds += 1

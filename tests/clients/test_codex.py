@@ -59,11 +59,9 @@ def test_codex_request_reaches_the_upstream_as_a_plain_chat_request(codex_model,
 
 
 def test_codex_after_a_surrender_retries_then_fails_the_turn(codex_model, tmp_path):
-    # Today (on_surrender = "error") the stream ends with `error` and `response.failed`: Codex reads that as a
-    # dropped stream, sends the same request again (stream_max_retries, 5 by default), then fails the turn. Codex
-    # validates exec_command's arguments itself (a missing `cmd` goes back to the model as the tool's error),
-    # so handing it the last call as made would keep the session going.
-    base_url, model = codex_model("surrender", on_surrender="error")
+    # With responses_on_surrender = "error" the stream ends with `error` and `response.failed`: Codex reads that as
+    # a dropped stream, sends the same request again (stream_max_retries, 5 by default), then fails the turn.
+    base_url, model = codex_model("surrender", responses_on_surrender="error")
     run = run_codex(base_url, TASK, tmp_path)
     assert run.returncode == 1
     failed = [e for e in run.events if e.get("type") == "turn.failed"]
@@ -72,3 +70,15 @@ def test_codex_after_a_surrender_retries_then_fails_the_turn(codex_model, tmp_pa
     first = model.requests[0]["messages"]
     attempts = sum(1 for r in model.requests if r["messages"] == first)  # Codex's own request, not a correction
     assert attempts == 6 and len(model.requests) == 6 * 3  # 1 + 5 retries, each with the proxy's 3 rounds
+
+
+def test_codex_after_a_surrender_gets_the_last_call_and_its_own_error_keeps_the_session_going(codex_model, tmp_path):
+    # The default on /v1/responses (responses_on_surrender = "last_call"): after the last repair round Codex gets the
+    # model's last call as it made it; Codex validates exec_command's arguments itself, hands the model its own
+    # error as the tool's output, and the model, reading it, calls properly: the command runs, the turn ends.
+    base_url, model = codex_model("surrender")
+    run = run_codex(base_url, TASK, tmp_path)
+    assert run.returncode == 0, (run.events, run.stderr[-2000:])
+    assert len(model.results) == 2 and "cmd" in model.results[0]  # Codex's own words about the missing `cmd`
+    assert (run.workdir / FILE).read_text() == TOKEN
+    assert run.final_text().startswith(f"Done: {FILE} written.")

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.clients.scenarios import ASK, CITY, WORKING, weather
+from tests.clients.scenarios import ASK, CITY, WORKING, Model, weather
 
 agents = pytest.importorskip("agents")
 openai = pytest.importorskip("openai")
@@ -95,10 +95,24 @@ def test_default_responses_model_runs_the_tool_and_answers_with_its_result(scrip
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_default_responses_model_meets_a_surrender_as_an_error(scripted, stream):
-    # Unstreamed: the 422 as openai.APIError; streamed: the `error` event, which the SDK raises as
-    # ModelBehaviorError ("Responses stream ended with terminal event `error`").
+def test_default_responses_model_after_a_surrender_answers_the_model_with_its_own_error(scripted, stream):
+    # responses_on_surrender = "last_call" (the default): the SDK gets the model's last call as it was made, checks
+    # its input itself, and hands the model its own error as the tool's output instead of raising; the run goes on
+    # to the model's answer (the scripted model never names `city`, so its answer quotes that error).
     base_url, model = scripted("surrender")
+    calls: list[str] = []
+    final = asyncio.run(run(base_url, calls, stream, api="responses"))
+    assert calls == []  # the tool never ran with bad input
+    results = [m["content"] for r in model.requests for m in r["messages"] if m["role"] == "tool"]
+    assert results and str(final) == f"The weather tool said: {results[-1]}"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_default_responses_model_meets_a_surrender_as_an_error_where_asked(make_proxy, fake, stream):
+    # responses_on_surrender = "error". Unstreamed: the 422 as openai.APIError; streamed: the `error` event, which the
+    # SDK raises as ModelBehaviorError ("Responses stream ended with terminal event `error`").
+    fake[0].responder = Model("surrender")
+    base_url = make_proxy(responses_on_surrender="error") + "/v1"
     calls: list[str] = []
     expected = agents.exceptions.ModelBehaviorError if stream else openai.APIError
     with pytest.raises(expected) as raised:

@@ -37,7 +37,8 @@ def _content_chunk(text: str) -> dict[str, Any]:
 
 
 def _streamed(pieces: list[str], lead: bool, names: frozenset[str] = frozenset()) -> tuple[Assembler, str]:
-    a = Assembler(starts=with_tools(names), lead=lead)  # as routes/sse.py builds it for a round with these tools
+    # as routes/sse.py builds it for a round with these tools
+    a = Assembler(starts=with_tools(names), lead=lead, names=names)
     shown = "".join(a.feed(_content_chunk(p)) for p in pieces)
     a.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     return a, shown

@@ -26,6 +26,7 @@ BOOK = Toolbox.from_tools([WEATHER])
 TEMPLATES = {
     "harmony": '{{- "<|start|>assistant<|channel|>commentary to=functions." + tool_call.name }}',  # gpt-oss
     "kimi": "{{- '<|tool_calls_section_begin|>' -}}{%- for tool_call in message['tool_calls'] -%}",  # Kimi K2
+    "gemma4": "{{- '<|tool_call>call:' + function['name'] + '{' -}}",  # Gemma 4 (gemma4.jinja)
     "command_r": "{{ '<|START_ACTION|>[\\n' }}",  # CohereForAI c4ai-command-r7b
     "seed": "{{ '<seed:tool_call>\\n<function=' + tool_call.function.name + '>\\n' }}",  # Seed-OSS-36B
     "glm": "<tool_call>{{ tc.name }}\n{% for k, v in _args.items() %}<arg_key>{{ k }}</arg_key>",  # GLM-4.5
@@ -147,3 +148,15 @@ def test_functionary_stream_never_shows_its_bare_first_part(make_proxy: Any, fak
     got = read_stream(r.content)
     assert got.content == content and [c["arguments"] for c in got.calls] == calls
     assert ">>>get_weather\n{" in fake[0].requests[0]["messages"][0]["content"]
+
+
+def test_gemma4_history_is_written_as_its_template_writes_it() -> None:
+    """Gemma 4's template (llama.cpp models/templates/gemma4.jinja): `call:NAME{k:v}` between its call tokens,
+    keys sorted and bare, strings between `<|"|>`; results as `response:NAME{value:...}`. Read back whole."""
+    body = to_prompted({"model": "m", "messages": history(), "tools": [WEATHER]}, BOOK, "gemma4")
+    _, _, assistant, results = body["messages"]
+    assert '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>' in assistant["content"]
+    assert '<|tool_call>call:get_weather{{"city":"Rome}<tool_call|>' in assistant["content"]  # kept as written
+    assert '<|tool_response>response:get_weather{value:<|"|>18C<|"|>}<tool_response|>' in results["content"]
+    text = families.render_call("gemma4", "get_weather", {"city": "Paris", "days": 3, "opts": {"b": [True, None]}})
+    assert text == '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3,opts:{b:[true,null]}}<tool_call|>'

@@ -167,6 +167,7 @@ PATHOLOGICAL = {
     "thousands_of_bare_calls": '{"name": "search", "arguments": {"q": "a"}} ' * 20_000,
     "thousands_of_pythonic_calls": "[search(q='a')] " * 20_000,
     "thousands_of_qwen_calls": "<function=search><parameter=q>a</parameter></function>" * 5000,
+    "qwen_values_never_closed": "<tool_call><function=search><parameter=q> a" * 50_000,
     "thousands_of_mistral_calls": '[TOOL_CALLS][{"name": "search", "arguments": {"q": "a"}}]' * 5000,
     "harmony_messages_without_an_end": "<|channel|>analysis<|message|>x" * 40_000 + "<|call|>",
     "thousands_of_harmony_calls": '<|channel|>commentary to=functions.search<|message|>{"q": "a"}<|call|>' * 5000,
@@ -175,6 +176,10 @@ PATHOLOGICAL = {
     "thousands_of_deepseek_calls": "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{}" * 30_000,
     "unclosed_command_r_thinking": "<|START_THINKING|>x" * 40_000 + "<|START_ACTION|>[" * 20_000,
     "thousands_of_functionary_calls": ">>>search\n{" * 60_000,
+    # Gemma 4: openers whose unquoted values never close (each read would run to the end of the text)
+    "gemma4_values_never_closed": "call:search{q:a," * 100_000,
+    "gemma4_marked_values_never_closed": "<|tool_call>call:search{q:a <" * 50_000,
+    "thousands_of_gemma4_calls": '<|tool_call>call:search{q:<|"|>a<|"|>}<tool_call|>' * 5000,
     "seed_think_and_unclosed_calls": "<seed:think>x" * 30_000 + "<seed:tool_call><function=search>" * 20_000,
     "unclosed_openers": "{ " * (MB // 2),
     "unclosed_fences": "```json\n" * (MB // 8),

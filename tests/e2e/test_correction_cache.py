@@ -9,9 +9,10 @@ and the trace's per-round usage are that round's. Baseline before correction rou
 both `timings.cache_n` and `usage.prompt_tokens_details.cached_tokens`, and they agree): prompted 814 of 890
 (91%), every token of the first round's prompt (and of the rejected answer) served from the cache; the old
 "fresh" round 379 of 794 (48%). The native path (tool_choice "required", same tools) is not measured here:
-SmolLM2's template drops the tools under --jinja, so its native corrections are JSON-prompt rounds (loop.py
-`_constraint`); with the tools kept, a native correction round on this conversation took 529 of 605 (87%):
-the same 76 new tokens against a shorter prompt (the template renders the tools compactly).
+SmolLM2's template drops the tools under --jinja (its /props says so), so its native corrections go prompted,
+with the transcript (loop.py `_constraint`); with the tools kept, a native correction round on this
+conversation took 529 of 605 (87%): the same 76 new tokens against a shorter prompt (the template renders the
+tools compactly).
 """
 
 from __future__ import annotations

@@ -58,12 +58,13 @@ def a_weather_call(got: Streamed) -> dict[str, Any]:
 
 @BOTH
 def test_correction_round_native_required(llama_jinja, proxy_to, stream):
-    """--jinja drops the tools (SmolLM2's template has none): prose, bounced, then a constrained round."""
+    """--jinja drops the tools (SmolLM2's template has none, its /props says so): prose, bounced, then prompted
+    correction rounds under a grammar, with the rejected answer and the correction (issue 31)."""
     proxy = proxy_to(llama_jinja, spell_calling="native")
     status, got = ask(proxy, stream, tool_choice="required")
     assert status == 200
     a_weather_call(got)
-    assert ("SpellCallRejected", "missing_call") in reasons(got) and got.sanctum["rounds"] == 2
+    assert ("SpellCallRejected", "missing_call") in reasons(got) and got.sanctum["rounds"] in (2, 3)
 
 
 @BOTH

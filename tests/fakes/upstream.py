@@ -151,6 +151,10 @@ class FakeUpstream:
     stray: list[tuple[str, str]] = field(default_factory=list)  # (method, path) of requests outside /v1: 404s
     other_headers: list[dict[str, str]] = field(default_factory=list)  # the headers of each other_requests entry
     responder: Callable[[dict[str, Any]], Step] | None = None  # answers when no step is queued
+    # llama.cpp's POST /apply-template ({"prompt"}: the request in its chat template) and POST /tokenize
+    # ({"tokens": [ids]}); off: 404 like Ollama and vLLM. The "template" is a line per message, the tokens words
+    tokenizer: bool = False
+    templated: list[dict[str, Any]] = field(default_factory=list)  # the bodies POST /apply-template got
 
     def push(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -162,6 +166,8 @@ class FakeUpstream:
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/props", self.answer_props, methods=["GET"]),
             Route("/api/show", self.answer_show, methods=["POST"]),
+            Route("/apply-template", self.apply_template, methods=["POST"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
             Route("/v1/{path:path}", self.echo, methods=["GET", "POST", "PUT", "DELETE"]),
             Route("/{path:path}", self.outside, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
         ])
@@ -185,6 +191,20 @@ class FakeUpstream:
         if self.show is None:
             return Response(b"404 page not found", 404, media_type="text/plain")
         return JSONResponse(self.show)
+
+    async def apply_template(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        self.templated.append(body)
+        if not self.tokenizer:
+            return JSONResponse({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404)
+        lines = [f"<|{m.get('role')}|> {m.get('content')}" for m in body.get("messages", [])]
+        return JSONResponse({"prompt": "\n".join(lines) + "\n<|assistant|>"})
+
+    async def tokenize(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        if not self.tokenizer:
+            return JSONResponse({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404)
+        return JSONResponse({"tokens": list(range(len(str(body.get("content", "")).split())))})
 
     async def echo(self, request: Request) -> Response:
         body = await request.body()

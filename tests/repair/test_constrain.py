@@ -52,6 +52,8 @@ def test_answer_schema_allows_text_one_call_or_several():
     assert not valid(schema, {"name": "get_weather", "arguments": {}})  # the tool's own schema applies
     assert not valid(schema, {"name": "get_wether", "arguments": {"city": "Paris"}})
     assert not valid(schema, {"name": "get_weather", "arguments": {"city": "Paris", "zip": 1}})
+    # what validation refuses, the schema does too: a tool without properties takes {} (issue 31)
+    assert not valid(schema, {"name": "get_time", "arguments": {"city": "Paris"}})
 
 
 def test_required_call_drops_the_text_branch_and_no_parallel_drops_the_list():

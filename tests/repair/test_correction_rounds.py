@@ -81,14 +81,86 @@ def test_native_correction_keeps_the_tools_and_asks_for_the_call_with_tool_choic
     assert omens[0]["type"] == "SpellCallRejected" and omens[0]["correction"] == second["messages"][-1]["content"]
 
 
-def test_native_correction_where_the_template_may_drop_the_tools_is_a_json_prompt_round(client, fake):
-    answer = orjson.dumps({"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}).decode()
-    fake[0].push(bad_then_good("native", False)[0], Step(body=completion(answer)))
-    call, omens = ask(client, "native", False)  # no probe: whether tool_choice holds a call is not known
-    assert orjson.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 2}
-    second = fake[0].requests[1]
-    assert "tools" not in second and second["response_format"]["type"] == "json_schema"
-    assert omens[0]["correction"] == CONSTRAINED_INSTEAD
+# An upstream that says nothing of its template (vLLM, LM Studio: 404 on /props and /api/show): every correction
+# round is the first round's body plus the rejected answer and the correction, with tool_choice "required".
+UNIT_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                                                    "days": {"type": "integer"}},
+                   "required": ["city"]}}}
+SEARCH = {"type": "function", "function": {"name": "search_web", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}
+NO_PROBE_TOOLS = [UNIT_WEATHER, TIME, SEARCH]
+# case: (the call's name, its arguments, finish_reason, what the rejected answer quotes, what the correction says)
+BAD_CALLS = {
+    "missing argument": ("get_weather", '{"days": 2}', "tool_calls", '"days":2', "missing required argument 'city'"),
+    "unknown name": ("get_wether", '{"city": "Paris"}', "tool_calls", "get_wether",
+                     "There is no tool named 'get_wether'"),
+    "unexpected argument": ("get_weather", '{"city": "Paris", "town": "Paris"}', "tool_calls", '"town"',
+                            "unexpected argument 'town'"),
+    "enum violated": ("get_weather", '{"city": "Paris", "unit": "kelvin"}', "tool_calls", '"kelvin"',
+                      "'kelvin' is not one of ['celsius', 'fahrenheit']"),
+    "truncated value": ("get_weather", '{"city": "Par', "length", '{"city": "Par', "cut off"),
+    "garbage": ("get_weather", "Paris weather please", "tool_calls", "Paris weather please", "not valid JSON"),
+}
+
+
+def bad_call(name: str, arguments: str, finish: str, stream: bool) -> Step:
+    if not stream:
+        return Step(body=completion(None, [native_call(name, arguments)], finish))
+    chunks = llama_tool_chunks(name, arguments)
+    chunks[-1]["choices"][0]["finish_reason"] = finish
+    return Step(chunks=chunks)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_on_an_upstream_that_answers_no_probe_the_correction_round_carries_the_answer_and_the_correction(
+        client, fake, case, stream):
+    name, arguments, finish, quoted, said = BAD_CALLS[case]
+    good = '{"city": "Paris", "unit": "celsius"}'
+    fake[0].push(bad_call(name, arguments, finish, stream),
+                 Step(chunks=llama_tool_chunks("get_weather", good)) if stream
+                 else Step(body=completion(None, [native_call("get_weather", good)], "tool_calls")))
+    body = {**ASK, "tools": NO_PROBE_TOOLS, "tool_choice": "required", "stream": stream}
+    if stream:
+        with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            got = read_stream(r.read())
+        calls, omens = [(c["name"], c["arguments"]) for c in got.calls], got.omens
+    else:
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        message = r.json()["choices"][0]["message"]
+        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
+        omens = r.json()["sanctum"]["omens"]
+    assert [(n, orjson.loads(a)) for n, a in calls] == [("get_weather", {"city": "Paris", "unit": "celsius"})]
+    assert fake[0].probes == ["props", "show:m"]  # asked, and neither answered
+    first, second = fake[0].requests
+    before = first["messages"]
+    assert orjson.dumps(second["messages"][:len(before)]) == orjson.dumps(before)
+    rejected, correction = second["messages"][len(before):]
+    assert rejected["role"] == "assistant" and quoted in rejected["content"] and name in rejected["content"]
+    assert correction["role"] == "user" and said in correction["content"]
+    assert second["tools"] == first["tools"] == NO_PROBE_TOOLS and second["tool_choice"] == "required"
+    assert "response_format" not in second and "grammar" not in second
+    rejections = [o for o in omens if o["type"] == "SpellCallRejected"]
+    assert rejections and all(o["correction"] == correction["content"] for o in rejections)  # what was sent
+
+
+def test_a_refused_tool_choice_is_remembered_and_later_corrections_go_without_it(client, fake):
+    missing = Step(body=completion(None, [native_call("get_weather", BAD_ARGS)], "tool_calls"))
+    good = Step(body=completion(None, [native_call("get_weather", GOOD_ARGS)], "tool_calls"))
+    refusal = Step(status=400, body={"object": "error", "message": 'tool_choice = "required" is not supported!',
+                                     "type": "BadRequestError", "param": None, "code": 400})  # vLLM < 0.8
+    fake[0].push(missing, refusal, good, missing, good)
+    for _ in range(2):
+        call, omens = ask(client, "native", False)
+        assert orjson.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 2}
+    first, refused, retried, again, corrected = fake[0].requests
+    assert refused["tool_choice"] == "required" and "tool_choice" not in retried
+    assert retried["messages"] == refused["messages"] and len(retried["messages"]) == len(first["messages"]) + 2
+    assert "tool_choice" not in corrected and len(corrected["messages"]) == len(again["messages"]) + 2
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
@@ -129,3 +201,40 @@ def test_fresh_context_restores_the_json_prompt_round_without_the_transcript(mak
     assert second["messages"][0]["content"] != first["messages"][0]["content"]  # the rewritten format section
     assert [m["content"] for m in second["messages"][1:]] == [m["content"] for m in HISTORY[1:]]
     assert omens[0]["correction"] == CONSTRAINED_INSTEAD  # never a text the model did not read
+
+
+NO_TOOLS_PROPS = {"chat_template_caps": {"supports_tools": False, "supports_tool_calls": False}}  # SmolLM2's
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_native_correction_where_the_template_drops_the_tools_goes_prompted_with_the_transcript(
+        client, fake, stream):
+    """llama.cpp --jinja renders no tools for such a template and ignores tool_choice (measured on SmolLM2): the
+    correction round is the request prompted, held by a grammar, with the rejected answer and the correction."""
+    fake[0].props = NO_TOOLS_PROPS
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n</tool_call>'
+    prose = "Paris is lovely in spring."
+    fake[0].push(Step(chunks=content_chunks(prose)) if stream else Step(body=completion(prose)),
+                 Step(chunks=content_chunks(call)) if stream else Step(body=completion(call)))
+    got, omens = ask_required(client, stream)
+    assert got == ("get_weather", {"city": "Paris", "days": 2})
+    first, second = fake[0].requests
+    assert first["tools"] == TOOLS and first["tool_choice"] == "required"
+    assert "tools" not in second and "tool_choice" not in second and "<tool_call>" in second["grammar"]
+    assert "<tool_call>" in second["messages"][0]["content"]  # the format section of the prompted round
+    rejected, correction = second["messages"][-2:]
+    assert rejected == {"role": "assistant", "content": prose} and "A tool call is required" in correction["content"]
+    assert omens[0]["correction"] == correction["content"]
+    assert not [o for o in omens if o["type"] == "SpellCallRepaired"]  # the call is in the format it was asked in
+
+
+def ask_required(client: httpx.Client, stream: bool) -> tuple[tuple[str, Any], list[dict[str, Any]]]:
+    body = {**ASK, "tool_choice": "required", "stream": stream, "sanctum": {"spell_calling": "native"}}
+    if stream:
+        with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            got = read_stream(r.read())
+        return (got.calls[0]["name"], orjson.loads(got.calls[0]["arguments"])), got.omens
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    call = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]
+    return (call["name"], orjson.loads(call["arguments"])), r.json()["sanctum"]["omens"]

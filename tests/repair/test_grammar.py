@@ -61,9 +61,10 @@ def test_formats_without_a_grammar_and_empty_books_give_none() -> None:
 def test_required_properties_always_optional_ones_may_follow() -> None:
     grammar = gbnf(book(WEATHER), "hermes", text=False, parallel=False)
     assert grammar is not None
-    obj = next(b for b in rules(grammar).values() if '"\\"city\\""' in b)
-    assert obj.index('"\\"city\\"" ws ":" ws string') < obj.index('("," ws "\\"unit\\""')
-    assert '("\\"c\\"" | "\\"f\\"")' in obj
+    objects = [b for b in rules(grammar).values() if '"\\"city\\"" ws ":" ws string' in b]
+    assert len(objects) == 1 and objects[0].startswith('"{" ws "\\"city\\""')  # city first, always
+    unit = next(b for b in rules(grammar).values() if b.startswith('("," ws "\\"unit\\""'))
+    assert '("\\"c\\"" | "\\"f\\"")' in unit and unit.endswith(")?")
 
 
 def test_an_object_of_optional_properties_may_be_empty_or_start_with_any() -> None:
@@ -71,10 +72,17 @@ def test_an_object_of_optional_properties_may_be_empty_or_start_with_any() -> No
     grammar = gbnf(book(two), "hermes", text=False, parallel=False)
     assert grammar is not None
     defined = rules(grammar)
-    obj = next(b for b in defined.values() if b.startswith('"{"') and '"\\"a\\""' in b)
-    assert obj.endswith(')? "}"') and '| "\\"b\\"" ws ":" ws boolean ws)?' in obj
-    after_a = re.search(r'"\\"a\\"" ws ":" ws integer ws (r\d+) \|', obj)  # then the rule for those after it
-    assert after_a and defined[after_a.group(1)] == '("," ws "\\"b\\"" ws ":" ws boolean ws)?'
+    start = next(n for n, b in defined.items() if b.startswith('"\\"a\\"" ws ":" ws integer'))
+    after_a = defined[start].split(" | ")[0].split()[-1]
+    assert defined[after_a] == '("," ws "\\"b\\"" ws ":" ws boolean ws)?'  # a, then b or not
+    alone = defined[start].split(" | ")[1]
+    assert defined[alone] == '"\\"b\\"" ws ":" ws boolean ws'  # or b alone
+    assert any(b == f'"{{" ws {start}? "}}"' for b in defined.values())  # or nothing
+
+
+def test_a_tool_without_properties_takes_an_empty_object() -> None:
+    grammar = gbnf(book(("get_time", {"type": "object", "properties": {}})), "hermes", text=False, parallel=False)
+    assert grammar is not None and '"{" ws "}"' in grammar and " object " not in rules(grammar)["r0"] + " "
 
 
 def test_text_may_win_only_when_asked_and_never_begins_like_a_call() -> None:

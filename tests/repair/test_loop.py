@@ -358,7 +358,7 @@ def assert_prefix_kept(first: dict[str, Any], second: dict[str, Any]) -> None:
 
 async def test_a_native_correction_keeps_every_tool_and_requires_a_call():
     script = Script(MISSING_ARG, GOOD)
-    _, got = await final_of(plan(constrain="repair", native_calls=True), script)
+    _, got = await final_of(plan(constrain="repair"), script)  # whatever the upstream said of its template
     first, second = script.sent
     assert_prefix_kept(first, second)
     assert second["tools"] == first["tools"] == TOOLS and second["tool_choice"] == "required"
@@ -401,11 +401,24 @@ async def test_under_always_a_pinned_correction_keeps_the_first_rounds_prompt_an
     assert "anyOf" in first["response_format"]["json_schema"]["schema"] and names(final.message) == ["get_weather"]
 
 
-async def test_a_native_correction_where_the_template_may_drop_the_tools_is_a_json_prompt_round():
-    script = Script(MISSING_ARG, text('{"name": "get_weather", "arguments": {"city": "Paris"}}'))
-    final, got = await final_of(plan(constrain="repair"), script)  # native_calls unknown
-    assert cn.is_constrained(script.sent[1]) and "tools" not in script.sent[1]
-    assert omens_of(got)[0].fields["correction"] == CONSTRAINED_INSTEAD and names(final.message) == ["get_weather"]
+async def test_a_refused_tool_choice_is_learnt_and_the_correction_goes_unconstrained_with_the_transcript():
+    refused = Round(error=UpstreamError(400, 'tool_choice = "required" is not supported!'))
+    script = Script(MISSING_ARG, refused, GOOD)
+    final, got = await final_of(plan(constrain="repair"), script)
+    first, second, third = script.sent
+    assert second["tool_choice"] == "required" and "tool_choice" not in third
+    assert_prefix_kept(first, third)
+    assert third["messages"] == second["messages"]  # the transcript still
+    assert Lesson("tool_choice_refused") in got and names(final.message) == ["get_weather"]
+
+
+async def test_after_a_refusal_native_corrections_go_without_tool_choice():
+    script = Script(MISSING_ARG, GOOD)
+    _, got = await final_of(plan(constrain="repair", tool_choice=False), script)
+    first, second = script.sent
+    assert_prefix_kept(first, second)
+    assert "tool_choice" not in second and second["tools"] == TOOLS
+    assert omens_of(got)[0].fields["correction"] == second["messages"][-1]["content"]
 
 
 # Ask for more (follow_up_calls, under constrain "always")

@@ -68,6 +68,39 @@ def test_a_bare_first_call_name_is_held_when_the_family_opens_bare():
     assert plain == ["special", "_function"]  # other families stream as before
 
 
+def test_an_offered_tools_bare_name_first_is_held_in_any_family():
+    """mlx-swift-lm #491: GLM-4 wrote `get_weather\n{...}`; the functionary codec reads it at the start of any
+    answer, so the stream holds a first line that names (or may still name) an offered tool, and only that."""
+    names = frozenset({"get_weather"})
+
+    def shown(pieces, **kw):
+        a = Assembler(names=names, **kw)
+        return [a.feed({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in pieces]
+
+    assert shown(["get", "_weather", "\n", '{"location": "Paris"}']) == ["", "", "", ""]
+    assert shown(["Hello", " world"]) == ["Hello", " world"]  # prose that names no tool flows at once
+    assert shown(["get", " going"]) == ["", "get going"]  # a prefix of a name waits until it shows
+    assert shown(["get_weather", " is the tool"]) == ["", "get_weather is the tool"]  # a name, not a call
+    assert shown(["get_weather\n", "Paris is sunny."]) == ["", "get_weather\nParis is sunny."]
+    assert shown(["all\n", "Hi"]) == ["all\n", "Hi"]  # `all\n` is markup only in Functionary's prompt
+
+
+def test_gemma4_call_without_its_tokens_is_held_whatever_the_name_length():
+    """vLLM with the special tokens stripped (openclaude PR 380): `call:NAME{...}` held, even for a name longer
+    than every literal delimiter; `call:` in prose flows on."""
+    name = "create_a_new_file_in_the_current_workspace_folder"
+    a, shown = feed_all(list(f"call:{name}{{path:a.txt}}"))
+    assert shown == [""] * len(shown) and a.message()["content"] == f"call:{name}{{path:a.txt}}"
+    _, prose = feed_all(["One call: ", "get the weather", " then recall: it.", " Done"])
+    assert "".join(prose) == "One call: get the weather then recall: it. Done"
+
+
+def test_functioncall_tag_is_held():
+    """maxi1134/ha-config#66: `<functioncall {...}>` (glaive's tag) never reaches the client as prose."""
+    _, shown = feed_all(["<function", 'call {"name": "HassTurnOn", ', '"arguments": {}}>'])
+    assert shown == ["", "", ""]
+
+
 def test_json_call_with_a_newline_after_the_brace_is_held():
     a, shown = feed_all(["Here: {", '\n  "name": "f",', ' "arguments": {}}'])
     assert shown == ["Here: ", "", ""]

@@ -139,8 +139,18 @@ def test_capable_template_keeps_native_mode(client, fake):
 
 def test_no_probe_without_tools_or_outside_auto_mode(client, fake):
     post(client, {"model": "m", "messages": ASK["messages"]})
-    post(client, ASK, **{"x-sanctum-spell-calling": "native"})
+    post(client, ASK, **{"x-sanctum-spell-calling": "native", "x-sanctum-constrain": "off"})
     assert fake[0].probes == []
+
+
+def test_native_mode_probes_when_a_correction_round_may_be_constrained(client, fake):
+    """Whether tool_choice "required" can hold a native correction round is the template's to say (issue 31):
+    asked once per model, whether or not a correction comes."""
+    fake[0].props = SMOLLM2_PROPS
+    for _ in range(2):
+        r = post(client, ASK, **{"x-sanctum-spell-calling": "native"})
+        assert r.headers["x-sanctum-spell-calling"] == "native"
+    assert fake[0].probes == ["props"] and all(body["tools"] for body in fake[0].requests)
 
 
 def test_probe_that_is_disabled_is_not_sent(make_proxy, fake):

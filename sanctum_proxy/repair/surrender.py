@@ -1,0 +1,77 @@
+"""What a client gets after the last repair round, with `on_surrender = "last_call"`: the model's last call as
+it made it, instead of the 422 / stream error. Pure: no I/O.
+
+An agent that validates its tools' input itself (Claude Code, the OpenAI Agents SDK, Codex) answers such a call
+with its own error tool_result and the model gets another turn: the session goes on ("spell execution failures
+stay conversational too"), where an error would end it. Only a call naming a tool the request offers, with
+arguments that read as a JSON object (mended like tier 1 where they are broken JSON), goes back; a last answer
+without one stays the error. The Final carries a SpellCallSurrendered omen (outcome `surrendered` in the
+trace and metrics). The round loop (loop.py) is not involved: it raises its SpellCallParseError as always, and
+routes/rounds.py turns it into this Final on its way to the client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import openai_chat
+from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
+from sanctum_proxy.core.lenient_json import Decoded, decode
+from sanctum_proxy.errors import ToolCallParseError
+from sanctum_proxy.repair.loop import Final, Plan, summed_usage
+from sanctum_proxy.repair.mend import calls_outside_reasoning, native_candidates
+from sanctum_proxy.repair.toolbox import Toolbox
+
+LAST_CALL = "last_call"
+
+
+def last_call(plan: Plan, error: ToolCallParseError, omens: list[om.Omen]) -> Final | None:
+    """The Final that answers with the last round's calls to known tools, or None (the error stands)."""
+    record = plan.records[-1] if plan.records else None
+    if plan.book is None or record is None or not isinstance(record.answer, dict):
+        return None
+    calls = known_calls(record.answer, plan.book)
+    if not plan.parallel:
+        calls = calls[:1]
+    if not calls:
+        return None
+    surrendered = om.surrendered(record.number, f"{error.message}; the last call goes to the client as the model "
+                                 "made it (on_surrender = \"last_call\")", error.rejected)
+    usage: dict[str, Any] | None = None
+    for each in plan.records:
+        if isinstance(each.usage, dict):
+            usage = summed_usage(usage, each.usage) if usage is not None else dict(each.usage)
+    message = {"role": "assistant", "content": None, "tool_calls": calls}
+    return Final(message, "tool_calls", usage, record.mode, len(plan.records), [*omens, surrendered], {},
+                 "surrendered")
+
+
+def known_calls(message: dict[str, Any], book: Toolbox) -> list[openai_chat.ToolCall]:
+    """The answer's calls (native, then written in its text) that name an offered tool, with object arguments."""
+    text = content_text(message.get("content"))
+    found = calls_outside_reasoning(text, book.name_set) if text else []
+    candidates = native_candidates(message.get("tool_calls")) + [c for f in found for c in f.candidates]
+    out = []
+    for candidate in candidates:
+        name, _ = book.resolve(candidate.name)
+        arguments = _arguments(candidate)
+        if name is not None and arguments is not None:
+            out.append(openai_chat.tool_call(candidate.id or new_call_id(), name, arguments))
+    return out
+
+
+def _arguments(candidate: Candidate) -> str | None:
+    """The arguments as JSON object text: the model's own text when it is one, mended when it is broken JSON,
+    None when it is no object at all."""
+    given = candidate.arguments
+    if given is None or given == "":
+        return "{}"
+    if isinstance(given, dict):
+        return orjson.dumps(given).decode()
+    decoded = decode(given)
+    if not isinstance(decoded, Decoded) or not isinstance(decoded.value, dict):
+        return None
+    return given if not decoded.repairs else orjson.dumps(decoded.value).decode()

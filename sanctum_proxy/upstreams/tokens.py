@@ -1,0 +1,41 @@
+"""How many tokens a chat request's prompt holds, for POST /v1/messages/count_tokens.
+
+llama.cpp counts exactly: `POST /apply-template` renders the request with the model's own chat template (tools
+included), `POST /tokenize` counts the rendered prompt. Other upstreams (Ollama, vLLM, LM Studio) have no such
+pair under one contract, so the count is an estimate there: `estimate`, about four characters of the request's
+JSON per token, which tends to overcount (a prompt's JSON punctuation is denser than its text).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+import orjson
+
+CHARS_PER_TOKEN = 4
+PROMPT_FIELDS = ("messages", "tools", "response_format")
+
+
+class JsonProber(Protocol):
+    async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any: ...
+
+
+def estimate(chat: dict[str, Any]) -> int:
+    """About a token per four characters of the prompt's JSON (messages, tools, answer schema); at least 1."""
+    prompt = {k: chat[k] for k in PROMPT_FIELDS if k in chat}
+    return max(1, math.ceil(len(orjson.dumps(prompt)) / CHARS_PER_TOKEN))
+
+
+async def count(upstream: JsonProber, root_url: str, chat: dict[str, Any], timeout: float) -> tuple[int, bool]:
+    """(tokens, exact): llama.cpp's own count of the rendered prompt, else `estimate` (exact False)."""
+    body = {k: chat[k] for k in ("model", *PROMPT_FIELDS) if k in chat}
+    rendered = await upstream.probe_json("POST", f"{root_url}/apply-template", body, timeout=timeout)
+    prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+    if isinstance(prompt, str):
+        tokens = await upstream.probe_json("POST", f"{root_url}/tokenize",
+                                           {"content": prompt, "add_special": True}, timeout=timeout)
+        listed = tokens.get("tokens") if isinstance(tokens, dict) else None
+        if isinstance(listed, list):
+            return len(listed), True
+    return estimate(chat), False
