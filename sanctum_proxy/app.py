@@ -43,12 +43,13 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="sanctum-proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
-    app.state.shared = SharedState(settings.redis_url)
+    app.state.shared = SharedState(settings.redis_url, max_rows=settings.max_models)
     app.state.modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
                                parse_failure_threshold=settings.parse_failure_threshold,
                                table=app.state.shared.table("modes"))
     app.state.keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
-    app.state.capabilities = CapabilityBook(table=app.state.shared.table("capabilities"))
+    app.state.capabilities = CapabilityBook(table=app.state.shared.table("capabilities"),
+                                            probes_per_minute=settings.probes_per_minute)
     app.state.recorder = Recorder(retention(settings))
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
@@ -100,7 +101,8 @@ def routing_error(exc: StarletteHTTPException, request: Request) -> ProxyError:
 
 def retention(settings: Settings) -> Retention:
     return Retention(settings.traces_path, settings.traces_max_count, settings.traces_max_age_hours,
-                     settings.traces_max_bytes, settings.traces_max_doc_bytes, settings.traces_bodies)
+                     settings.traces_max_bytes, settings.traces_max_doc_bytes, settings.traces_bodies,
+                     settings.traces_queue_bytes)
 
 
 def upstream_pools(settings: Settings) -> UpstreamPools:

@@ -30,6 +30,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
 )
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, RESULT_OPENER, Codec, Format, blank, codecs, formats
 from sanctum_proxy.core.calls import Found
+from sanctum_proxy.core.lenient_json import forget_scans
 
 # Codecs that claim reasoning blocks (harmony's analysis, Command-R's thinking, Seed's think) read first, so
 # no later codec reads calls written inside reasoning; GLM before Hermes (both open with <tool_call>).
@@ -76,7 +77,10 @@ def stream_shapes() -> tuple[re.Pattern[str], re.Pattern[str], frozenset[str]]:
 
 def find_calls(text: str, tool_names: frozenset[str]) -> list[Found]:
     """Every call in `text`, in order, without overlapping spans; at most MAX_CANDIDATES calls."""
-    return _capped(_find(text, tool_names, CODECS, settle=True))
+    try:
+        return _capped(_find(text, tool_names, CODECS, settle=True))
+    finally:
+        forget_scans()  # the scans' memory of this text (lenient_json.value_end) goes with it
 
 
 def _find(text: str, tool_names: frozenset[str], readers: tuple[Codec, ...], *, settle: bool) -> list[Found]:

@@ -451,6 +451,11 @@ class _Quotes:
 _LAST = threading.local()
 
 
+def forget_scans() -> None:
+    """Let go of the text the last scans kept (called when an answer has been read: it may be megabytes)."""
+    _LAST.quotes = None
+
+
 def _quotes_of(text: str) -> _Quotes:
     """The text's _Quotes, kept for the next call on the same text (a codec reads one text from many openers)."""
     quotes: _Quotes | None = getattr(_LAST, "quotes", None)

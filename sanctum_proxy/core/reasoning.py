@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sanctum_proxy.core.accumulated import Accumulated
+
 
 @dataclass(frozen=True)
 class Marker:
@@ -114,7 +116,7 @@ class Splitter:
         self._closer = ""  # inside a block: the closer that ends it
         self._pending = ""  # a possible partial marker, not yet given out
         self._started = False  # inside a block: text other than whitespace seen
-        self._space = ""  # inside a block: whitespace that waits for more reasoning (trimmed before the closer)
+        self._space = Accumulated()  # inside a block: whitespace waiting for more reasoning (trimmed before the closer)
         self._after = False  # a block just closed: the content's leading whitespace is dropped
         self._given = False  # reasoning was given out: the next block's is set off by a blank line
         self._fresh = False  # a block opened and none of its reasoning given out yet
@@ -133,7 +135,8 @@ class Splitter:
                     self._pending = text[cut:]
                     return out
                 self._reason(text[pos:at], out)
-                pos, self._closer, self._space, self._after = at + len(self._closer), "", "", True
+                pos, self._closer, self._after = at + len(self._closer), "", True
+                self._space.take()
                 continue
             match = OPENER.search(text, pos)
             end = match.start() if match else pos + partial_marker(text[pos:], OPENERS)
@@ -160,9 +163,9 @@ class Splitter:
             self._started = bool(text)
         body = text.rstrip()
         if body:
-            lead = "\n\n" if self._fresh and self._given else self._space
-            out.append(("reasoning_content", lead + body))
-            self._space, self._given, self._fresh = "", True, False
+            lead = self._space.take()
+            out.append(("reasoning_content", ("\n\n" if self._fresh and self._given else lead) + body))
+            self._given, self._fresh = True, False
         self._space += text[len(body):]
 
     def _content(self, text: str, out: list[tuple[str, str]]) -> None:

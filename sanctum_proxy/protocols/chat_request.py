@@ -216,7 +216,8 @@ def check_function(function: Any, where: str, param: str, seen: set[str],
         raise InvalidRequest(f"{where}.parameters must be a JSON Schema object with type 'object'", param=param)
     serialized = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
     if patterns is not None and b'"pattern' in serialized:
-        patterns[0] += schema_patterns(serialized)
+        patterns[0] += (schema_patterns(serialized) if len(serialized) <= CACHED_SCHEMA_BYTES
+                        else schemas.pattern_count(orjson.loads(serialized)))
         if patterns[0] > schemas.MAX_PATTERNS:
             raise InvalidRequest(f"the tools hold more than {schemas.MAX_PATTERNS} patterns in all (pattern and "
                                  "patternProperties): each is compiled when the request is read", param=param)

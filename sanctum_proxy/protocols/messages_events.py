@@ -26,6 +26,7 @@ import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
+from sanctum_proxy.core.accumulated import Accumulated
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
@@ -53,7 +54,7 @@ class MessagesWriter(StreamWriter):
         self.text_open = False
         self.thinking_open = False
         self.thought = Thought()
-        self.shown = ""
+        self.shown = Accumulated()
         self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
 
     def opening(self) -> bytes:
@@ -116,7 +117,7 @@ class MessagesWriter(StreamWriter):
         if self.thought.late:  # reasoning that came after the text began: a thinking block after the text
             out += [self.start(api.thinking_block("")),
                     event("content_block_delta", index=self.blocks - 1,
-                          delta={"type": "thinking_delta", "thinking": self.thought.late}),
+                          delta={"type": "thinking_delta", "thinking": str(self.thought.late)}),
                     event("content_block_stop", index=self.blocks - 1)]
         for call in reply.calls:
             out += [self.start(api.tool_use_block(call.id, call.name, {})),

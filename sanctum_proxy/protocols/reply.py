@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.core import reasoning
+from sanctum_proxy.core.accumulated import Accumulated
 from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.repair.streaming import unseen
 
@@ -79,12 +80,18 @@ def arguments_object(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def held_back(held: str, text: str) -> tuple[str, str]:
-    """(what to send now, what to hold) of live text after `held`: whitespace at the end waits for the text
-    after it, since a call taken out of content takes the whitespace before it (streamed equals unstreamed)."""
-    text = held + text
-    cut = len(text.rstrip())
-    return text[:cut], text[cut:]
+def held_back(held: Accumulated, text: str) -> str:
+    """What to send now of live text after `held` (whitespace held back so far, which keeps the new text's
+    trailing whitespace): whitespace at the end waits for the text after it, since a call taken out of content
+    takes the whitespace before it (streamed equals unstreamed). Whitespace-only deltas only append (a string
+    `held + text` again and again was quadratic)."""
+    body = text.rstrip()
+    if not body:
+        held += text
+        return ""
+    out = held.take() + body
+    held += text[len(body):]
+    return out
 
 
 class LiveText:
@@ -94,14 +101,14 @@ class LiveText:
 
     def __init__(self, split_reasoning: bool = False) -> None:
         self.splitter = reasoning.Splitter() if split_reasoning else None
-        self.shown = ""  # the content sent
-        self.raw = ""  # ... as the loop gave it (markup in)
-        self.held = ""
+        self.shown = Accumulated()  # the content sent
+        self.raw = Accumulated()  # ... as the loop gave it (markup in)
+        self.held = Accumulated()
 
     def feed(self, text: str) -> list[tuple[str, str]]:
         """The (kind, text) pieces to send now of a live delta, in order: kind "content", or "reasoning" (the
         text of reasoning markup, when splitting)."""
-        text, self.held = held_back(self.held, text)
+        text = held_back(self.held, text)
         self.raw += text
         if self.splitter is None:
             pieces = [("content", text)] if text else []
@@ -115,11 +122,11 @@ class LiveText:
         (read when splitting: `text` is then the split content, or a refusal). The split reasoning left is not
         given here: it is in the answer's reasoning (`Thought.rest`)."""
         if self.splitter is None:
-            return rest_after(self.shown, self.held, text)
+            return rest_after(str(self.shown), str(self.held), text)
         raw = content_text(final_content)
-        pieces = self.splitter.feed(rest_after(self.raw, self.held, raw)) + self.splitter.flush()
+        pieces = self.splitter.feed(rest_after(str(self.raw), str(self.held), raw)) + self.splitter.flush()
         rest = "".join(t for f, t in pieces if f == "content")
-        return rest if raw.strip() or not text else rest_after(self.shown, "", text)
+        return rest if raw.strip() or not text else rest_after(str(self.shown), "", text)
 
 
 class Thought:
@@ -129,12 +136,12 @@ class Thought:
     (`late`) for an item / block after the text. `sent` is all of it so far, live or held."""
 
     def __init__(self) -> None:
-        self.live = ""  # sent in the first reasoning item / block
-        self.late = ""  # held for the item / block after the text
+        self.live = Accumulated()  # sent in the first reasoning item / block
+        self.late = Accumulated()  # held for the item / block after the text
 
     @property
     def sent(self) -> str:
-        return self.live + self.late
+        return str(self.live) + str(self.late)
 
     def rest(self, reply_reasoning: str) -> str:
         """What of the answer's reasoning the stream has not carried: the rest when it continues what came

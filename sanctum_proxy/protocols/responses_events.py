@@ -27,6 +27,7 @@ import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
+from sanctum_proxy.core.accumulated import Accumulated
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import responses_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
@@ -44,7 +45,7 @@ class ResponsesWriter(StreamWriter):
         self.reply_of = reply_of
         self.sequence = 0
         self.output: list[dict[str, Any]] = []
-        self.shown = ""
+        self.shown = Accumulated()
         self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
         self.held_tokens: list[dict[str, Any]] = []
         self.message_open = False
@@ -104,7 +105,7 @@ class ResponsesWriter(StreamWriter):
         index = self.reasoning_at
         if index is None or self.output[index]["content"]:
             return []
-        text, item_id = self.thought.live, f"rs_{self.ids}"
+        text, item_id = str(self.thought.live), f"rs_{self.ids}"
         self.output[index] = api.reasoning_item(text, self.ids)
         return [self.event("response.reasoning_text.done", item_id=item_id, output_index=index, content_index=0,
                            text=text),
@@ -147,7 +148,7 @@ class ResponsesWriter(StreamWriter):
             out += self.close_message(reply.refusal)
         if self.thought.late:  # reasoning that came after the text began: an item of its own after the message
             ids = self.ids if self.reasoning_at is None else f"{self.ids}_2"
-            out += self.item(api.reasoning_item(self.thought.late, ids))
+            out += self.item(api.reasoning_item(str(self.thought.late), ids))
         for call in reply.calls:
             index = len(self.output)
             item = api.call_item(call.id, call.name, "", "in_progress", self.namespaced)
@@ -172,9 +173,9 @@ class ResponsesWriter(StreamWriter):
         index, item_id = self._message_index(), f"msg_{self.ids}"
         parts = []
         if self.text_open:
-            part = api.text_part(self.shown, api.response_logprobs(self.tokens) if self.logprobs else [])
+            part = api.text_part(str(self.shown), api.response_logprobs(self.tokens) if self.logprobs else [])
             out += [self.event("response.output_text.done", item_id=item_id, output_index=index, content_index=0,
-                               text=self.shown, logprobs=_delta_logprobs(self.tokens)),
+                               text=str(self.shown), logprobs=_delta_logprobs(self.tokens)),
                     self.event("response.content_part.done", item_id=item_id, output_index=index, content_index=0,
                                part=part)]
             parts.append(part)

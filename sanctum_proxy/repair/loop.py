@@ -423,6 +423,7 @@ Verdict = Accept | Correct | AskForText | AskForMore | FallBack | Unconstrain | 
 
 INLINE_ANSWER_CHARS = 4096  # a longer answer is judged off the event loop (core/offload.py)
 INLINE_SCHEMA_BYTES = 64 * 1024  # rounds for tools with longer schemas are built there too
+INLINE_CHECKED_SCHEMA_BYTES = 4096  # ... and answers to tools with longer schemas are judged there
 
 
 def _judged(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> tuple[Answer, Verdict]:
@@ -442,7 +443,8 @@ def _heavy(plan: Plan, answer: Answer) -> bool:
         size += len(arguments) if isinstance(arguments, str) else INLINE_ANSWER_CHARS
     if size > INLINE_ANSWER_CHARS or not isinstance(message.get("content"), str | None):
         return True
-    return plan.book.branching
+    # a first check against a long schema compiles it (its meta-schema check: about 6 µs a byte)
+    return plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES or plan.book.branching  # (a walk: small books only)
 
 
 def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number: int) -> Verdict:

@@ -45,17 +45,21 @@ async def read_body(request: Request, limit: int) -> bytes:
         body += piece
         if len(body) > limit:
             raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
+    request.state.body_bytes = len(body)  # the trace queue's budget counts it (state/recorder.py)
     return bytes(body)
 
 
-# A body longer than this, or one with schema patterns (each compiled with RE2 when first seen), is read off
-# the event loop (core/offload.py): JSON, depth, every tool schema's checks.
+# A body longer than INLINE_PARSE_BYTES, one with tools longer than INLINE_TOOLS_BYTES (a schema not seen before
+# is checked against its meta-schema: about 6 µs a byte), or one with schema patterns (each compiled with RE2
+# when first seen) is read off the event loop (core/offload.py): JSON, depth, every tool schema's checks.
 INLINE_PARSE_BYTES = 16 * 1024
+INLINE_TOOLS_BYTES = 4096
 
 
 async def off_loop_if_heavy(raw: bytes, parse: Callable[[bytes], T]) -> T:
-    """`parse(raw)`: inline for a small body, on the CPU pool for a long one or one that holds patterns."""
-    if len(raw) > INLINE_PARSE_BYTES or b'"pattern' in raw:
+    """`parse(raw)`: inline for a small body, on the CPU pool for one whose reading may take milliseconds."""
+    tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
+    if len(raw) > INLINE_PARSE_BYTES or tools or b'"pattern' in raw:
         return await offloaded(parse, raw)
     return parse(raw)
 

@@ -36,6 +36,7 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core import reasoning
+from sanctum_proxy.core.accumulated import Accumulated
 from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, no_answer
 from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.protocols.reply import held_back, rest_after
@@ -365,10 +366,10 @@ class SseWriter(StreamWriter):
         self.splitter = reasoning.Splitter() if split_reasoning else None
         self.index = index  # the choice this writer's chunks are of (n > 1: routes/choices.py)
         self.include_usage, self.legacy = include_usage, legacy
-        self.shown = ""
-        self.held = ""  # live whitespace not sent yet: it goes out with the next text, or with the final content
+        self.shown = Accumulated()
+        self.held = Accumulated()  # live whitespace not sent yet: it goes out with the next text, or the final content
         self.held_logprobs: dict[str, Any] | None = None
-        self.shown_reasoning: dict[str, str] = {}
+        self.shown_reasoning: dict[str, Accumulated] = {}
         self.opened = False  # the role chunk goes out with the first data, under the upstream's id and model
         self._heads()
 
@@ -432,7 +433,7 @@ class SseWriter(StreamWriter):
         return out
 
     def reasoning(self, name: str, text: str) -> bytes:
-        self.shown_reasoning[name] = self.shown_reasoning.get(name, "") + text
+        self.shown_reasoning.setdefault(name, Accumulated()).__iadd__(text)
         return self.data(self.chunk(oc.text_delta(name, text)))
 
     def delta(self, event: ContentDelta | FieldDelta) -> list[bytes]:
@@ -441,7 +442,7 @@ class SseWriter(StreamWriter):
         if event.meta:
             self.adopt(event.meta)
         logprobs = _joined_logprobs(self.held_logprobs, event.logprobs)
-        text, self.held = held_back(self.held, event.text)  # trailing whitespace waits for the text after it
+        text = held_back(self.held, event.text)  # trailing whitespace waits for the text after it
         self.held_logprobs = None if text else logprobs
         if text and logprobs:
             return self.omens.due() + [self.content_with(text, logprobs)]
@@ -460,11 +461,11 @@ class SseWriter(StreamWriter):
         and the finish_reason that chunk is to carry."""
         out = self.omens.due(final.omens)
         for name in PASSED:  # the accepted round's reasoning and refusal, unless a round's was shown live
-            thought, seen = final.message.get(name), self.shown_reasoning.get(name, "")
+            thought, seen = final.message.get(name), str(self.shown_reasoning.get(name, ""))
             if isinstance(thought, str) and thought.startswith(seen) and len(thought) > len(seen):
                 out.append(self.reasoning(name, thought[len(seen):]))
         content = final.message.get("content") or ""
-        rest = rest_after(self.shown, self.held, content)
+        rest = rest_after(str(self.shown), str(self.held), content)
         if rest:
             out.append(self.content(rest))
         if self.splitter is not None:

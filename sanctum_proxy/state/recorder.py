@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import Request
 
@@ -56,6 +56,7 @@ class Retention:
     max_bytes: int
     max_doc_bytes: int
     bodies: bool
+    queue_bytes: int = 32 * 1024 * 1024  # traces_queue_bytes: what queued traces may hold (Trace.weight)
 
 
 class Recorder:
@@ -63,8 +64,11 @@ class Recorder:
         self.retention = retention
         self.metrics = Metrics()
         self.store: TraceStore | None = None
-        self._queue: queue.Queue[Trace | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
+        self._queue: queue.Queue[Trace | dict[str, Any] | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
         self._thread: threading.Thread | None = None
+        self._queued_bytes = 0  # Trace.weight of the traces queued and not yet written
+        self._weights: dict[int, int] = {}  # id(trace) -> its weight, while queued
+        self._lock = threading.Lock()
 
     @property
     def path(self) -> str:
@@ -96,7 +100,8 @@ class Recorder:
     def begin(self, request: Request, trace_id: str, chat: ChatRequest, plan: Plan) -> Trace:
         trace = Trace(trace_id, _request_id(request), time.time(), time.perf_counter(), chat.body, plan,
                       plan.upstream, chat.controls.spell_calling,
-                      protocol=getattr(request.state, "protocol", "chat"))
+                      protocol=getattr(request.state, "protocol", "chat"),
+                      body_bytes=getattr(request.state, "body_bytes", 0))
         request.state.trace = trace
         self.metrics.in_flight.inc()
         if trace.stream:
@@ -156,10 +161,34 @@ class Recorder:
             "rounds": [], "outcome": "error", "status": error.status, "latency_ms": None}))
 
     def submit(self, trace: Trace) -> None:
+        """Queue the trace for the writer. Past `queue_bytes` of queued traces (a burst of huge requests while
+        the writer catches up: 30 of 6.5 MB held 2.2 GB) it is queued as its metadata document instead,
+        built here from references (no body is walked), and its bodies are let go at once."""
+        item: Trace | dict[str, Any] = trace
+        weight = trace.weight()
+        with self._lock:
+            over = self._queued_bytes + weight > self.retention.queue_bytes
+            if not over:
+                self._queued_bytes += weight
+                self._weights[id(trace)] = weight
+        if over:
+            try:
+                item = dict(metadata_only(trace_json(trace)),
+                            clipped=f"metadata only (the trace queue held over {self.retention.queue_bytes} "
+                                    "bytes: traces_queue_bytes)")
+            except Exception:
+                log.exception("trace %s could not be recorded", trace.id)
+                return
         try:
-            self._queue.put_nowait(trace)
+            self._queue.put_nowait(item)
         except queue.Full:
+            self._written(item)
             self.metrics.traces_dropped.inc()
+
+    def _written(self, item: object) -> None:
+        """A queued trace has left the queue: its weight no longer counts."""
+        with self._lock:
+            self._queued_bytes -= self._weights.pop(id(item), 0)
 
     # Everything else, on the writer thread.
 
@@ -187,7 +216,9 @@ class Recorder:
                     break
             flushes = [item for item in batch if isinstance(item, threading.Event)]
             stop = any(item is None for item in batch)
-            self._write([item for item in batch if isinstance(item, Trace)])
+            self._write([item for item in batch if isinstance(item, Trace | dict)])
+            for item in batch:
+                self._written(item)
             del batch  # the traces (whole answers) must not stay alive while the thread waits for more
             if flushes or stop or time.monotonic() - pruned >= PRUNE_SECONDS:
                 self._prune()
@@ -197,9 +228,12 @@ class Recorder:
             if stop:
                 return
 
-    def _write(self, traces: list[Trace]) -> None:
+    def _write(self, traces: list[Trace | dict[str, Any]]) -> None:
         docs = []
         for trace in traces:
+            if isinstance(trace, dict):  # queued as metadata already (submit)
+                docs.append(trace)
+                continue
             try:
                 doc = trace_json(trace)
                 docs.append(doc if self.retention.bodies else metadata_only(doc))

@@ -46,17 +46,33 @@ def pair_of(key: str) -> tuple[str, str]:
     return str(upstream), str(model)
 
 
-class LocalTable:
-    """A table in this process only."""
+MAX_ROWS = 1024  # the setting max_models: rows of one table, the least recently used going first
 
-    def __init__(self) -> None:
+
+class LocalTable:
+    """A table in this process only, of at most `max_rows` rows: a row read or written moves to the end, and
+    past the limit the least recently used one goes (clients choose model names: every distinct one made a
+    row for ever)."""
+
+    def __init__(self, max_rows: int = MAX_ROWS) -> None:
         self._rows: dict[str, dict[str, Any]] = {}
+        self.max_rows = max_rows
 
     def get(self, key: str) -> dict[str, Any] | None:
-        return self._rows.get(key)
+        row = self._rows.pop(key, None)
+        if row is not None:
+            self._rows[key] = row  # most recently used: last
+        return row
 
     def set(self, key: str, value: dict[str, Any]) -> None:
+        self._rows.pop(key, None)
         self._rows[key] = value
+        while len(self._rows) > self.max_rows:
+            self.evicted(next(iter(self._rows)))
+
+    def evicted(self, key: str) -> None:
+        """The least recently used row goes."""
+        self._rows.pop(key, None)
 
     def delete(self, key: str) -> None:
         self._rows.pop(key, None)
@@ -65,16 +81,20 @@ class LocalTable:
         return list(self._rows.items())
 
     def replace_all(self, rows: dict[str, dict[str, Any]]) -> None:
-        self._rows = rows
+        self._rows = dict(list(rows.items())[-self.max_rows:])
 
 
 class SharedTable(LocalTable):
     """A local copy whose writes go through to Redis (see the module docstring)."""
 
-    def __init__(self, name: str, state: SharedState) -> None:
-        super().__init__()
+    def __init__(self, name: str, state: SharedState, max_rows: int = MAX_ROWS) -> None:
+        super().__init__(max_rows)
         self.name = name
         self._state = state
+
+    def evicted(self, key: str) -> None:
+        super().evicted(key)
+        self._state.write(self.name, key, None)  # Redis' hash stays within the limit too
 
     def set(self, key: str, value: dict[str, Any]) -> None:
         super().set(key, value)
@@ -96,8 +116,9 @@ class SharedState:
     """The tables of one process: local ones, or Redis-backed ones when `redis_url` is given."""
 
     def __init__(self, redis_url: str | None = None, *, refresh_seconds: float = 30.0,
-                 timeout: float = 3.0) -> None:
+                 timeout: float = 3.0, max_rows: int = MAX_ROWS) -> None:
         self.redis_url = redis_url
+        self.max_rows = max_rows
         self._refresh = refresh_seconds
         self._timeout = timeout
         self._tables: dict[str, LocalTable] = {}
@@ -109,7 +130,8 @@ class SharedState:
 
     def table(self, name: str) -> Table:
         if name not in self._tables:
-            self._tables[name] = SharedTable(name, self) if self.redis_url else LocalTable()
+            self._tables[name] = SharedTable(name, self, self.max_rows) if self.redis_url \
+                else LocalTable(self.max_rows)
         return self._tables[name]
 
     async def start(self) -> None:

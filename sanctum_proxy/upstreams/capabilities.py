@@ -8,7 +8,10 @@ which `families.detect` names the call format the model was trained on (prompted
 
 `from_props` and `from_show` read those answers (pure). `CapabilityBook` caches one answer per
 (upstream, model) and probes each key once even when many first requests arrive together. A probe that
-fails or times out is "unknown" for `unknown_ttl` seconds, then asked again.
+fails or times out is "unknown" for `unknown_ttl` seconds, then asked again. Probes of models not yet known
+are rate-limited (`probes_per_minute`, a token bucket for all upstreams together): past it a new model is
+"unknown" without a probe and without a row (auto mode finds out by trying), so clients that make up model
+names cannot make the proxy send two upstream requests for each.
 """
 
 from __future__ import annotations
@@ -84,11 +87,25 @@ class CapabilityBook:
     through Redis (sanctum_proxy.state.replicated; rows carry wall-clock times so they mean the same everywhere)."""
 
     def __init__(self, *, unknown_ttl: float = 60.0, clock: Callable[[], float] = time.time,
-                 table: Table | None = None) -> None:
+                 table: Table | None = None, probes_per_minute: int = 30) -> None:
         self._known: Table = table if table is not None else LocalTable()
         self._pending: dict[tuple[str, str], asyncio.Future[Capabilities]] = {}
         self._unknown_ttl = unknown_ttl
         self._clock = clock
+        self._rate = probes_per_minute / 60.0
+        self._burst = float(probes_per_minute)
+        self._tokens = self._burst
+        self._filled = clock()
+
+    def _may_probe(self) -> bool:
+        """Take a probe token if one is left (the bucket refills at probes_per_minute)."""
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._filled) * self._rate)
+        self._filled = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
     def cached(self, upstream: str, model: str) -> Capabilities | None:
         row = self._known.get(pair_key(upstream, model))
@@ -124,6 +141,8 @@ class CapabilityBook:
         key = (upstream, model)
         if key in self._pending:
             return await asyncio.shield(self._pending[key])
+        if not self._may_probe():
+            return UNKNOWN  # over the probe rate: not asked, not remembered (asked when a token is free)
         future: asyncio.Future[Capabilities] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         caps = UNKNOWN

@@ -57,3 +57,25 @@ def test_a_constrained_prompted_round_is_a_valid_call(llama_jinja: LlamaServer) 
     assert message["content"].startswith("<tool_call>\n{")
     assessment = assess(message, book, finish_reason="stop", asked_format="hermes")
     assert not assessment.problems and [c.name for c in assessment.calls] == ["calculate_triangle_area"]
+
+
+def test_optional_properties_chained_parse_and_hold_a_call(llama_jinja: LlamaServer) -> None:
+    """Objects without required properties: a chain of rules, one per optional property (linear; issue 32). The
+    3,000-property grammar parses, and a constrained round with three optional ones comes back a valid call."""
+    wide = Toolbox.from_tools([{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {f"option_number_{i}": {"type": "string"} for i in range(3000)}}}}])
+    grammar = gbnf(wide, "hermes", text=False, parallel=False)
+    assert grammar is not None and len(grammar) < 1024 * 1024
+    reply = post(llama_jinja, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "grammar": grammar})
+    assert reply.status_code == 200, reply.text[:300]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"enum": ["c", "f"]}}}}}]
+    book = Toolbox.from_tools(tools)
+    body = prompted.to_prompted({"messages": [{"role": "user", "content": "Weather in Paris for 2 days?"}]},
+                                book, "hermes")
+    reply = post(llama_jinja, {**body, "max_tokens": 96, "temperature": 0,
+                               "grammar": gbnf(book, "hermes", text=False, parallel=False)})
+    assert reply.status_code == 200, reply.text
+    message = reply.json()["choices"][0]["message"]
+    assessment = assess(message, book, finish_reason="stop", asked_format="hermes")
+    assert not assessment.problems and [c.name for c in assessment.calls] == ["get_weather"], message
