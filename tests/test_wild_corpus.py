@@ -34,27 +34,7 @@ MODES = ("plain", "stream")
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 # Cases the proxy gets wrong today, by cause (issue 30). Keyed by case id; strict xfail.
-_PARSE_ERROR = "upstream parse failure not recovered: the server's error reaches the client as a 500"
-_NO_CODEC = "no codec reads this shape: the call stays in content, no correction asked"
-XFAIL: dict[str, str] = {
-    # llama.cpp's "Failed to parse tool call arguments as JSON" (repair/upstream_errors.py knows only
-    # "does not match the expected", "Failed to parse input at pos" and "Invalid diff")
-    "club3090-1195-glm53-flash-args-not-json-500": _PARSE_ERROR,
-    "hermes-agent-13480-llamacpp-args-missing-quote-500": _PARSE_ERROR,
-    # Ollama's "error parsing tool call: raw=..., err=..." (the raw text is in the message)
-    "continue-10221-gptoss-20b-raw-shell-command": _PARSE_ERROR,
-    "continue-11783-gptoss-20b-raw-reasoning": _PARSE_ERROR,
-    # Ollama's parser errors without the "tool call" words: XML (glm46.go), JSON (qwen3.go, qwen3vl.go)
-    "ollama-13820-glm47-flash-xml-syntax-error": _PARSE_ERROR,
-    "ollama-14570-qwen3-truncated-call-500": _PARSE_ERROR,
-    "ollama-17647-qwen3-vl-bare-json-error": _PARSE_ERROR,
-    # shapes without a codec
-    "minja-11-deepseek-v32-dsml-one-call": _NO_CODEC + " (DeepSeek V3.2 DSML)",
-    "minja-11-deepseek-v32-dsml-two-calls": _NO_CODEC + " (DeepSeek V3.2 DSML)",
-    "sglang-14332-deepseek-v32-dsml-without-marker": _NO_CODEC + " (DSML without the |DSML| marker)",
-    "vllm-43104-granite33-8b-bare-pythonic": _NO_CODEC + " (bracket-less pythonic call)",
-    "llamacpp-15181-gptoss-20b-bare-recipient": _NO_CODEC + " (stripped harmony: a bare ' to=functions.NAME')",
-}
+XFAIL: dict[str, str] = {}
 
 
 def load_cases() -> list[dict[str, Any]]:

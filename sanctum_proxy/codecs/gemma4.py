@@ -9,9 +9,10 @@ vLLM without a Gemma 4 parser): strings in ASCII quotes (`{command:"ls"}`), and,
 the special tokens, `call:NAME{content:hello,path:a.txt}` with no marker and no quotes at all.
 
 Inside `<|tool_call>` any name counts, and arguments that do not read go on as written (repair asks again);
-without the marker a call is one only when it names an offered tool and its arguments read whole, so prose
-that mentions `call:` stays prose. An unquoted value runs to the next `,key:` or the closing bracket; it is a
-number or true/false/null when it reads as one, else a string. `(...)` for `{...}` is read too.
+without the marker a call is one only when it names an offered tool, its arguments read whole and it starts
+or ends its line, so prose that mentions `call:` stays prose. An unquoted value runs to the next `,key:` or
+the closing bracket; it is a number or true/false/null when it reads as one, else a string. `(...)` for
+`{...}` is read too.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ MAX_STEPS = 100_000
 _HEAD = re.compile(r"\s*(?:call)?:\s*([A-Za-z_][\w.\-]{0,255})\s*([{(])")
 # Without it: `call:NAME{` at the start of a line or after a space (never inside a word: `recall:x{`).
 _BARE_HEAD = re.compile(r"(?<![\w.\-])call:([A-Za-z_][\w.\-]{0,255})\{")
+# A call without the marker starts its line or ends it (only blanks between it and the line's edge).
+_LINE_END = re.compile(r"[ \t]*(?:\n|\Z)")
 _KEY = re.compile(r"\s*(?:<\|\"\|>([^<]{1,256}?)<\|\"\|>|\"([^\"\\\n]{1,256})\"|([A-Za-z_$][\w.\-$]{0,255}))\s*:")
 _NEXT_KEY = re.compile(r",\s*(?:<\|\"\|>|\"?[A-Za-z_$][\w.\-$]{0,255}\"?\s*:)")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\Z")
@@ -213,9 +216,19 @@ def _bare(reader: _Reader, m: re.Match[str], names: frozenset[str]) -> Found | N
         return None
     repairs = ("unquoted_strings",) if reader.bare else ()
     reader.bare = False
-    close = _TRAIL.match(reader.text, end)
+    text = reader.text
+    close = _TRAIL.match(text, end)
     end = close.end() if close else end
-    return Found(m.start(), end, (Candidate(m.group(1), args, NAME, reader.text[m.start() : end], None, repairs),))
+    if not (_starts_line(text, m.start()) or _LINE_END.match(text, end)):
+        return None  # inside a sentence ("You can call:bash{command:ls} if you like."): prose
+    return Found(m.start(), end, (Candidate(m.group(1), args, NAME, text[m.start() : end], None, repairs),))
+
+
+def _starts_line(text: str, k: int) -> bool:
+    """Whether only blanks stand between k and the start of its line (each call's own blanks: linear)."""
+    while k > 0 and text[k - 1] in " \t":
+        k -= 1
+    return k == 0 or text[k - 1] == "\n"
 
 
 def _marked(reader: _Reader, scan: Scanner, start: int) -> Found:

@@ -12,7 +12,8 @@ calls in it); its text is reasoning, not content. A `final` or recipient-less `c
 header and end token are markup. Variants read: no `<|constrain|>` (`... to=functions.f json<|message|>`),
 `<|end|>` or `<|return|>` instead of `<|call|>`, the name glued to `json` (`to=functions.fjson`), a call on
 the analysis channel (`<|start|>assistant to=functions.f<|channel|>analysis`), the recipient alone before
-`<|channel|>` (the generation prompt held `<|start|>assistant`), spaces around the channel name.
+`<|channel|>` (the generation prompt held `<|start|>assistant`), spaces around the channel name; and a call whose
+tokens the server stripped (`assistantcommentary to=functions.NAME json{...}`, known names only: `_stripped`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Candidate, Found
-from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
 
 NAME = "harmony"
-STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "to=functions.")
+STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "assistantcommentary to=functions.", "commentary to=functions.",
+                           "to=functions.")
 # The role part: `<|start|>assistant to=...`, or only ` to=functions.NAME` where the generation prompt
 # already held `<|start|>assistant` (llama.cpp's test of that case).
 # (The blanks before a bare `to=` are taken by `_header_start`: in the regex, `[ \t]*to=` was tried from every
@@ -64,6 +66,44 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
             if end > body_end:
                 out.append(Found(body_end, end, ()))
         pos = max(end, m.end())
+    return out + _stripped(text, tool_names, out)
+
+
+# A call whose special tokens the server dropped as it decoded them (`skip_special_tokens`; oobabooga/textgen#7374
+# shows `analysisUser says ...assistantfinalHello!`): `assistantcommentary to=functions.NAME json{...}`, or with
+# only some tokens gone (`commentary to=functions.NAME <|constrain|>json<|message|>{...}`).
+_STRIPPED = re.compile(
+    r"(?:assistant)?commentary[ \t]+to=functions\.(?P<name>[^\s<{\[]{1,256})[ \t]*(?:<\|constrain\|>)?[ \t]*"
+    r"(?P<ctype>json)?[ \t]*(?:<\|message\|>)?[ \t\r\n]*(?=[{\[])"
+)
+
+
+# The whole answer a recipient and nothing else (llama.cpp before its harmony parser, ggml-org/llama.cpp#15181:
+# ` to=functions.get_weather` and spaces): a call whose arguments never came.
+_RECIPIENT_ONLY = re.compile(r"[\s\u200b]*(?:assistant)?(?:commentary)?[ \t]*to=functions\.([^\s<{\[]{1,256})"
+                             r"(?:[ \t]*(?:<\|constrain\|>)?json)?[\s\u200b]*")
+
+
+def _stripped(text: str, names: frozenset[str], taken: list[Found]) -> list[Found]:
+    """Calls left without their channel tokens, to a known tool, with a JSON body (outside what the token-full
+    reading took); or an answer that is only a recipient (a call without arguments, for tier 2 to ask for them).
+    The text before them stays content: without its tokens nothing marks where reasoning ended."""
+    out: list[Found] = []
+    alone = _RECIPIENT_ONLY.fullmatch(text) if not taken else None
+    if alone is not None and json_blocks.known(name := _name(alone.group(1), None, names), names):
+        return [Found(0, len(text), (Candidate(name, None, NAME, text),))]
+    if "commentary" not in text:
+        return out
+    for m in _STRIPPED.finditer(text):
+        if len(out) >= json_blocks.MAX_ATTEMPTS or any(f.start <= m.start() < f.end for f in taken + out):
+            continue
+        name = _name(m.group("name"), m.group("ctype"), names)
+        end = value_end(text, m.end())
+        if end is None or not json_blocks.known(name, names) or not isinstance(decode(text[m.end() : end]), Decoded):
+            continue  # an unknown name, or prose that shows the shape (`json{...}`)
+        stop = _STOP.match(text, end)  # an end token that survived
+        closed = stop.end() if stop and stop.group() not in ("<|start|>", "<|channel|>") else end
+        out.append(Found(m.start(), closed, (Candidate(name, text[m.end() : end], NAME, text[m.start() : closed]),)))
     return out
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format
 from sanctum_proxy.codecs.writing import json_call
+from sanctum_proxy.core import loose_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
 from sanctum_proxy.core.tool_names import resolve_name
@@ -52,10 +53,19 @@ def known(name: str, names: frozenset[str]) -> bool:
 
 
 def candidates(
-    payload: str, *, source: str, names: frozenset[str], explicit: bool, repairs: tuple[str, ...] = ()
+    payload: str, *, source: str, names: frozenset[str], explicit: bool, repairs: tuple[str, ...] = (),
+    whole: bool = True,
 ) -> list[Candidate] | None:
-    """The calls in one JSON payload (decoded leniently): [] when it holds none, None when it is not JSON."""
+    """The calls in one JSON payload (decoded leniently): [] when it holds none, None when it is not JSON. A payload
+    whose strings hold bare quotes or raw newlines is read by `loose_json` where that reading is the only one
+    (before json_repair's guess, which may cut a string's end); `whole`: the payload is the value and nothing
+    after it (not the rest of a text)."""
     decoded = decode(payload)
+    if whole and (not isinstance(decoded, Decoded) or "json_repair" in decoded.repairs):
+        opener = len(payload) - len(payload.lstrip())
+        loose = loose_json.read(payload, opener, to_end=True)
+        if loose is not None:
+            decoded = Decoded(loose.value, loose.repairs)
     if not isinstance(decoded, Decoded):
         return None
     found: list[Candidate] = []
@@ -178,17 +188,29 @@ def bare(
         attempts += 1
         start = m.start()
         end = value_end(text, start)
+        calls = None if end is None else candidates(text[start:end], source=source, names=names,
+                                                     explicit=explicit, repairs=repairs)
+        if end is None and not explicit and _CALL_LIKE.match(text, start):  # a call whose braces never close
+            rest = text[start:].rstrip()
+            calls = candidates(rest, source=source, names=names, explicit=False, repairs=repairs, whole=False)
+            if calls:
+                out.append(Found(start, start + len(rest), tuple(calls)))
+                break
+        if calls is None and not explicit:  # quotes left bare may pair up wrongly, or never close
+            found = _unescaped(text, start, names, source, repairs)
+            if found is not None:
+                out.append(found)
+                pos = found.end
+                continue
         if end is None:
             unclosed += 1
             pos = start + 1
             continue
-        payload = text[start:end]
-        calls = candidates(payload, source=source, names=names, explicit=explicit, repairs=repairs)
         if calls:
             out.append(Found(start, end, tuple(calls)))
-        elif calls == [] and _CALL_SHAPED.match(payload):
-            shaped.append(Found(start, end, tuple(candidates(payload, source=source, names=names, explicit=True,
-                                                             repairs=repairs) or ())))
+        elif calls == [] and _CALL_SHAPED.match(text, start):
+            shaped.append(Found(start, end, tuple(candidates(text[start:end], source=source, names=names,
+                                                             explicit=True, repairs=repairs) or ())))
         pos = start + 1 if calls is None else end
     return _beside(text, out, shaped) if out and shaped else out
 
@@ -211,6 +233,34 @@ def _beside(text: str, calls: list[Found], shaped: list[Found]) -> list[Found]:
                 left.remove(f)
                 grew = True
     return sorted(out, key=lambda f: f.start)
+
+
+# An object that opens like a call or its wrapper (`{"type": "function", ...`, `{"name": ...`).
+_CALL_LIKE = re.compile(r'\{\s*"(?:type|name|tool_name|function|tool_calls?)"\s*:')
+# A JSON call opening: `{"name": "NAME"` (the name known: checked by the caller).
+_CALL_OPEN = re.compile(r'\{\s*"(?:name|tool_name)"\s*:\s*"([^"\\\n]{1,256})"\s*,\s*"')
+
+
+def _unescaped(text: str, start: int, names: frozenset[str], source: str, repairs: tuple[str, ...]) -> Found | None:
+    """A bare JSON call that opens with a known tool's name but is not JSON: its strings read whole where their
+    bare quotes and raw newlines allow one reading (loose_json); otherwise the call as written, for tier 2 to
+    correct (a malformed_json problem), to the last closing brace. None when it does not open like a call."""
+    opening = _CALL_OPEN.match(text, start)
+    if opening is None or not known(opening.group(1), names):
+        return None
+    loose = loose_json.read(text, start)
+    if loose is not None:
+        calls: list[Candidate] = []
+        _collect(loose.value, _Ctx(text[start:loose.end], source, names, False, (*repairs, *loose.repairs)), calls, 0)
+        if calls:
+            return Found(start, loose.end, tuple(calls))
+    end = text.rfind("}") + 1
+    raw = text[start:end if end > start else len(text)]
+    return Found(start, start + len(raw), (Candidate(opening.group(1), raw, source, raw, None, (*repairs, UNREAD)),))
+
+
+# The mark of a call `_unescaped` could not read (mend.py reports it as malformed_json).
+UNREAD = "unescaped_strings_unread"
 
 
 _GAP = re.compile(r"[\s;,]*")

@@ -1,5 +1,6 @@
 """Pythonic calls (Llama 3.2 / LFM2 style): `[get_weather(city="Paris"), get_time(tz='EST')]`, bare in
-content or inside `<|tool_call_start|>...<|tool_call_end|>`.
+content or inside `<|tool_call_start|>...<|tool_call_end|>`; Granite's `get_weather(city="Paris")` lines with
+no list around them (known names, the answer's last lines: `_lines`).
 
 The text is parsed with `ast` (never evaluated); only keyword arguments with literal values count
 (Python or JSON spellings of true/false/null). Bare lists are calls only when every element is a call
@@ -35,6 +36,8 @@ class _NotLiteral(Exception):
 def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     out = _wrapped(text, tool_names) if OPEN in text else []
     out += _tool_code(text, tool_names) if "```tool_code" in text else []
+    if "[" not in text:
+        return out + _lines(text, tool_names, out)
     taken = [(f.start, f.end) for f in out]
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):
@@ -49,7 +52,39 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         if calls and not any(s < end and m.start() < e for s, e in taken):
             out.append(Found(m.start(), end, tuple(calls)))
         pos = end if calls else m.end()
+    out += _lines(text, tool_names, out)
     return sorted(out, key=lambda f: f.start)
+
+
+# A line that opens with a name and a parenthesis (Granite 3.3 / 4.0 H-Small write `get_weather(location="...")`
+# with no list around it: vllm-project/vllm#43116).
+_LINE_CALL = re.compile(r"^[ \t]*([A-Za-z_][\w.]*)[ \t]*\(", re.M)
+
+
+def _lines(text: str, names: frozenset[str], taken: list[Found]) -> list[Found]:
+    """Calls written bare, one to a line, with no brackets: read only when every line from the first such
+    call to the end of the answer is a call of a known tool (or blank), outside code fences and other markup.
+    Prose before them may stay; a call line with prose after it (an example, an explanation) is text."""
+    out: list[Found] = []
+    for m in _LINE_CALL.finditer(text):
+        if len(out) >= json_blocks.MAX_ATTEMPTS or not json_blocks.known(m.group(1), names):
+            continue
+        if text.count("```", 0, m.start()) % 2 or any(f.start <= m.start() < f.end for f in taken):
+            continue
+        end = value_end(text, m.end() - 1, parens=True)
+        line_end = text.find("\n", end) if end is not None else -1
+        line_end = len(text) if line_end < 0 else line_end
+        if end is None or text[end:line_end].strip(" \t;"):
+            return []  # a call-shaped line that is not one whole call: prose, or an example in it
+        calls = parse(text[m.start(1) : end], explicit=False, names=names)
+        if not calls:
+            return []
+        if out and text[out[-1].end : m.start()].strip():
+            return []  # prose between two call lines
+        out.append(Found(m.start(1), end, tuple(calls)))
+    if out and text[out[-1].end :].strip(" \t\r\n;"):
+        return []  # text after the last call: the lines were part of prose
+    return out
 
 
 def _wrapped(text: str, names: frozenset[str]) -> list[Found]:
@@ -164,6 +199,6 @@ def render_call(name: str, arguments: Any) -> str:
 
 
 # `[` alone is prose; `[name(` is a call.
-CODEC = register(Codec(NAME, find, STARTS, rank=120, generic=("[",), shape=r"\[\s*[A-Za-z_][\w.]*\(",
-                       partial_shape=r"\[\s*[A-Za-z_][\w.]*|\[\s*"))
+CODEC = register(Codec(NAME, find, STARTS, rank=120, opens=lambda text: "(" in text, generic=("[",),
+                       shape=r"\[\s*[A-Za-z_][\w.]*\(", partial_shape=r"\[\s*[A-Za-z_][\w.]*|\[\s*"))
 register_format(Format(NAME, NAME, render_call, detect=template_has(OPEN), detect_rank=120))

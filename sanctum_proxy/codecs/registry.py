@@ -14,6 +14,7 @@ from typing import Any
 from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     command_r,
     deepseek,
+    dsml,
     functionary,
     gemma4,
     glm,

@@ -101,6 +101,7 @@ class Assessment:
     problems: tuple[Problem, ...] = ()
     dropped: tuple[ToolCall, ...] = field(default=())  # valid calls cut by parallel_tool_calls=false
     reasoning: str | None = None  # reasoning blocks of call formats found in the text (never calls)
+    duplicates: tuple[ToolCall, ...] = ()  # calls in content that repeat an earlier one (id: the kept one's)
 
     @property
     def ok(self) -> bool:

@@ -87,8 +87,9 @@ def fallback(round_no: int, reason: str, upstream_status: int | None, message: s
 
 def dropped(round_no: int, tool: str | None, call_id: str, raw: str,
             reason: str = "parallel_tool_calls_false") -> Omen:
-    """A call left out of the answer: cut by parallel_tool_calls=false, or (`unrepaired`) a bad call of a partly
-    bad answer whose valid calls are the answer (repair/loop.py)."""
+    """A call left out of the answer: cut by parallel_tool_calls=false, `duplicate_call` (it repeats the call
+    `call_id`, which is sent), or (`unrepaired`) a bad call of a partly bad answer whose valid calls are the
+    answer (repair/loop.py)."""
     return Omen(OmenType.DROPPED, round_no, {"spell": tool, "call_id": call_id, "reason": reason, "raw": raw})
 
 

@@ -1,5 +1,6 @@
 """How a tool name as a model wrote it maps to an offered one (`resolve_name`): whitespace, a
-`functions.` prefix, case, a name written twice, a namespaced tool's name (offered flat as `<namespace>__<name>`,
+`functions.` prefix, case, a name written twice, a harmony token and what follows it
+(`NAME<|channel|>...`), a namespaced tool's name (offered flat as `<namespace>__<name>`,
 the Responses API's namespace tools) written with a dot, colon or slash, or without its namespace where only one
 namespace has it. Used by the codecs (is a bare JSON object a call?) and by
 repair (which tool is meant); it belongs to neither tier. Pure, cached.
@@ -31,6 +32,9 @@ def resolve_name(written: str, names: tuple[str, ...]) -> tuple[str | None, tupl
 def _resolve(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
     repairs: list[str] = []
     name = written
+    if "<|" in name and name.split("<|", 1)[0].strip():  # `get_weather<|channel|>commentary` (vllm-project/vllm#32587)
+        name = name.split("<|", 1)[0]
+        repairs.append("name_special_tokens")
     if name.strip() != name:
         name = name.strip()
         repairs.append("name_whitespace")

@@ -23,6 +23,10 @@ from sanctum_proxy.repair.toolbox import Toolbox
 _CLOSING = "Answer again with only the corrected tool call, and nothing else."
 
 
+# A string that ends too soon is most often one whose quotes or line breaks were not escaped (a file's content).
+ESCAPE_HINT = 'Inside a JSON string, write a quote as \\" and a line break as \\n.'
+
+
 def correction(problems: Sequence[Problem], book: Toolbox, kept: Sequence[str] = ()) -> str:
     """The correction of `problems`; `kept`: the names of the answer's valid calls, kept (a partly bad answer)."""
     lines: list[str] = []
@@ -51,6 +55,7 @@ def _lines(problem: Problem, book: Toolbox) -> list[str]:
         head = f"The arguments of your call to {problem.tool!r}" if problem.tool else "Your tool call"
         return [
             f"{head} were not valid JSON: {why}. Write the arguments as one complete JSON object.",
+            *([ESCAPE_HINT] if "string value is cut off" in why or "not escaped" in why else []),
             *_tool_lines(problem.tool, book),
         ]
     if problem.reason == "repeated_call":  # repeats.py words it: the results, then the user's question

@@ -72,7 +72,7 @@ import orjson
 from sanctum_proxy.codecs import families
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.core.calls import Assessment, Problem, ToolCall, content_text
+from sanctum_proxy.core.calls import Assessment, Problem, Repair, ToolCall, content_text
 from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import constrain as cn
@@ -83,7 +83,7 @@ from sanctum_proxy.repair.grounding import Evidence, ungrounded
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.repeats import repeated_call
 from sanctum_proxy.repair.toolbox import Toolbox
-from sanctum_proxy.repair.upstream_errors import classify
+from sanctum_proxy.repair.upstream_errors import classify, quoted_arguments, quoted_output
 
 Mode = Literal["native", "prompted"]
 
@@ -247,7 +247,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         record.latency_ms = (time.perf_counter() - start) * 1000
         if error is not None:
             record.error = {**error.body()["error"], "status": error.status}
-            verdict = judge_error(plan, state, step, error, record.number)
+            verdict = await offloaded(judge_error, plan, state, step, error, record.number)  # may read a quote
         else:
             assert answer is not None, "a sender ends every round with an Answer"
             if _heavy(plan, answer):  # off the event loop: a long answer, or a schema whose branches multiply
@@ -260,7 +260,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         for item in verdict.omens:
             omens.append(item)
             yield item
-        if isinstance(verdict, (FallBack, Unconstrain)) and verdict.lesson is not None:
+        if isinstance(verdict, (FallBack, Unconstrain, Accept)) and verdict.lesson is not None:
             yield verdict.lesson
         if isinstance(verdict, Fail):
             raise verdict.error
@@ -349,6 +349,7 @@ class Accept:
     omens: tuple[om.Omen, ...] = ()
     surrendered: bool = False  # on_surrender "content": the last rejected answer as text
     outcome: str = "accepted"
+    lesson: Lesson | None = None  # the calls were read from an upstream parse failure's quote (still one failure)
 
 
 @dataclass(frozen=True)
@@ -457,8 +458,56 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("tool_choice_refused"))
     if step.constraint is not None and _schema_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED))
-    fallback = _fall_back(plan, state, classify(error, step.body), error.upstream_status, error.message, number)
+    verdict = classify(error, step.body)  # the upstream's own words only (a quote of the request is not)
+    if verdict == "upstream_parse_failure":
+        read = _read_quote(plan, state, error, number)
+        if read is not None:
+            return read
+    fallback = _fall_back(plan, state, verdict, error.upstream_status, error.message, number)
     return fallback if fallback is not None else Fail(error)
+
+
+READ_FROM_ERROR = "read_from_upstream_error"
+ONLY_TOOL = "name_of_the_only_tool"  # Ollama's harmony error quotes the arguments alone
+# Mends that close what the output left open: in a quote they may be where the quote (not the model) stopped.
+_CLOSING = frozenset({"unclosed_braces", "unclosed_tag", "unclosed_at_end"})
+
+
+def _read_quote(plan: Plan, state: State, error: UpstreamError, number: int) -> Accept | None:
+    """The calls of the model's output that an upstream parse failure quotes whole (upstream_errors.quoted_output),
+    read by tier 1 as if the upstream had answered it as content: valid or locally mended calls are the answer,
+    with no other round (each call's SpellCallRepaired omen says `read_from_upstream_error`). Ollama's harmony
+    error quotes a call's arguments without its name: read only when one tool is offered (`name_of_the_only_tool`).
+    None (ask again) when there is no whole quote, it holds no call, a call needs tier 2, or a mend closed what
+    the quote left open (the quote may have stopped there, not the model)."""
+    if plan.book is None or state.kind is not Kind.ASK:
+        return None
+    quote, arguments = quoted_output(error), quoted_arguments(error)
+    only = next(iter(plan.book.tools)) if len(plan.book.tools) == 1 else None
+    if quote is not None:
+        sent: dict[str, Any] = {"role": "assistant", "content": quote}
+    elif arguments is not None and only is not None:  # the name is not quoted: the one tool offered is the one
+        sent = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "", "type": "function", "function": {"name": only, "arguments": arguments}}]}
+    else:
+        return None
+    kwargs = {"new_id": plan.new_id} if plan.new_id else {}
+    assessment = assess(sent, plan.book, finish_reason="length", parallel_tool_calls=plan.parallel,
+                        max_repair_chars=plan.max_repair_bytes, asked_format=None,
+                        client_json=cn.asks_json(plan.body), **kwargs)
+    answer = Answer(sent, "tool_calls", None, {})
+    mends = {m for r in assessment.repairs for m in r.repairs}
+    if (not assessment.calls or assessment.problems or mends & _CLOSING
+            or _missing_call(plan, assessment, answer, state)):
+        return None
+    read = (READ_FROM_ERROR,) if quote is not None else (READ_FROM_ERROR, ONLY_TOOL)
+    repairs = assessment.repairs or tuple(Repair(c.name, c.id, (), c.arguments) for c in assessment.calls)
+    omens = [om.repaired(number, replace(r, repairs=(*read, *r.repairs))) for r in repairs]
+    omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
+    omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
+    message = _client_message(assessment, sent)
+    lesson = Lesson("upstream_parse_failure") if plan.auto and state.mode == "native" else None
+    return Accept(message, "tool_calls", answer, tuple(omens), lesson=lesson)
 
 
 def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> Verdict:
@@ -502,6 +551,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
             assessment = replace(assessment, calls=_joined(state.kept, assessment.calls))
         omens = [om.repaired(number, r) for r in assessment.repairs]
         omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
+        omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
         accept = Accept(_unechoed(_client_message(assessment, answer.message), state.mode),
                         _finish(assessment, answer), answer, tuple(omens))
         if _follows_up(plan, step, assessment, number):

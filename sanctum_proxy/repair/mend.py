@@ -17,9 +17,10 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import MAX_CANDIDATES
 from sanctum_proxy.codecs.registry import find_calls
-from sanctum_proxy.core import reasoning
+from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, fallback_budget, strict
 from sanctum_proxy.repair.toolbox import Toolbox
@@ -63,18 +64,23 @@ def _assess(message: Any, book: Toolbox, cut: bool, parallel_tool_calls: bool, n
     calls: list[ToolCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
-    seen: set[tuple[str, str]] = set()
+    seen: dict[tuple[str, str], ToolCall] = {}
+    duplicates: list[ToolCall] = []
     for cand in candidates:
         verdict = judge(cand)
         problems.extend(verdict.problems)
-        if verdict.call is None or _duplicate(verdict.call, cand, seen):
+        if verdict.call is None:
+            continue
+        if _duplicate(verdict.call, cand, seen):
+            duplicates.append(replace(verdict.call, id=seen[(verdict.call.name, verdict.call.arguments)].id))
             continue
         calls.append(verdict.call)
         if verdict.repair is not None:
             repairs.append(verdict.repair)
     keep = calls if parallel_tool_calls else calls[:1]
     reasoning = "\n\n".join(f.reasoning for f in found if f.reasoning) or None
-    return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]), reasoning)
+    return Assessment(tuple(keep), content, tuple(repairs), tuple(problems), tuple(calls[len(keep) :]), reasoning,
+                      tuple(duplicates))
 
 
 def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found]:
@@ -98,12 +104,13 @@ def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found
     return found
 
 
-def _duplicate(call: ToolCall, cand: Candidate, seen: set[tuple[str, str]]) -> bool:
-    """A call in content that repeats a native one (some servers echo the markup) is the same call."""
+def _duplicate(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], ToolCall]) -> bool:
+    """A call in content that repeats an earlier one (some servers echo the markup of a native call; a model
+    writes its call twice) is the same call: dropped, and reported (Assessment.duplicates)."""
     key = (call.name, call.arguments)
     if cand.source != "native" and key in seen:
         return True
-    seen.add(key)
+    seen.setdefault(key, call)
     return False
 
 
@@ -192,6 +199,10 @@ class _Judge:
 
     def __call__(self, cand: Candidate) -> _Verdict:
         name, name_repairs = self.book.resolve(cand.name)
+        if name is None:
+            split = _arguments_in_name(cand, self.book)
+            if split is not None:
+                cand, (name, name_repairs) = split, self.book.resolve(split.name)
         if name is None and not cand.name and isinstance(cand.arguments, str):
             decoded = decode(cand.arguments, self.max_chars)
             if not isinstance(decoded, Decoded):  # call markup around text that is not a call at all
@@ -231,7 +242,12 @@ class _Judge:
 
     def _arguments(self, cand: Candidate) -> _Args | Problem:
         args, codec_repairs = cand.arguments, cand.repairs
-        if self.truncated and {"unclosed_braces", "unclosed_at_end"} & set(codec_repairs):
+        if json_blocks.UNREAD in codec_repairs:
+            why = ("the answer was cut off by max_tokens" if self.truncated else
+                   "a string holds quotes or line breaks that are not escaped, and the call can be read more than "
+                   "one way")
+            return self._malformed(cand, cand.name, why)
+        if self.truncated and {"unclosed_braces", "unclosed_tag", "unclosed_at_end"} & set(codec_repairs):
             return self._malformed(cand, cand.name, "the answer was cut off by max_tokens")
         if isinstance(args, dict):
             extra = ("arguments_object",) if cand.source == "native" else ()
@@ -248,6 +264,9 @@ class _Judge:
 
     def _mend_text(self, cand: Candidate, args: str, codec_repairs: tuple[str, ...]) -> _Args | Problem:
         decoded = decode(args, self.max_chars)
+        if (not isinstance(decoded, Decoded) or "json_repair" in decoded.repairs) and len(args) <= self.max_chars:
+            loose = loose_json.read(args, len(args) - len(args.lstrip()), to_end=True)  # bare quotes, raw newlines
+            decoded = Decoded(loose.value, loose.repairs) if loose is not None else decoded
         if not isinstance(decoded, Decoded):
             return self._malformed(cand, cand.name, decoded.why)
         if self.truncated and "unclosed_braces" in decoded.repairs:
@@ -263,9 +282,21 @@ class _Judge:
         return Problem("malformed_json", name, (why,), cand.raw)
 
 
+def _arguments_in_name(cand: Candidate, book: Toolbox) -> Candidate | None:
+    """A call whose arguments were written into its name (`get_weather{"city": "Paris"}` with no arguments of its
+    own): the name before the brace, when that is a tool, and the rest as its arguments."""
+    head, brace, tail = cand.name.partition("{")
+    empty = cand.arguments is None or cand.arguments in ("", {}) or \
+        (isinstance(cand.arguments, str) and cand.arguments.strip() in ("", "{}"))
+    if not brace or not empty or book.resolve(head.strip())[0] is None:
+        return None
+    return replace(cand, name=head.strip(), arguments=brace + tail, repairs=(*cand.repairs, "arguments_in_name"))
+
+
 # What a prompted format asks for, so no mend when a call has it: the json format asks for a fenced block, and
 # DeepSeek's puts the arguments in one.
 _AS_ASKED = {"json": frozenset({"code_fence"}), "deepseek": frozenset({"code_fence", MALFORMED})}
 
 # Mends that change only the name: the arguments text can still go out byte-identical.
-_NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated", "name_namespace"})
+_NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated", "name_namespace",
+                        "name_special_tokens"})

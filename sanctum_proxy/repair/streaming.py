@@ -36,6 +36,12 @@ _LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
 _FIRST_WORD = re.compile(r"\s*([A-Za-z_][\w.\-]{0,255})")
 
 
+def with_tools(names: frozenset[str] | set[str]) -> tuple[str, ...]:
+    """The starts a round with these tools holds at: the codecs' and each tool's `NAME(` (a bare pythonic call
+    line, codecs/pythonic.py). An answer opening with `NAME\n` is held by `Assembler.names` (`_lead`)."""
+    return STARTS + tuple(f"{name}(" for name in sorted(names))
+
+
 @dataclass(frozen=True)
 class _Delimiters:
     """A tuple of starts as the hold-back reads it on every chunk: one pattern for the first of them, every
@@ -47,7 +53,7 @@ class _Delimiters:
     longest: int
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=64)  # the codecs' starts, and with each request's tool names (routes/sse.py)
 def _delimiters_of(starts: tuple[str, ...]) -> _Delimiters:
     starts = tuple(s for s in starts if s)
     return _Delimiters(re.compile("|".join(re.escape(s) for s in starts) or "(?!)"),

@@ -1,13 +1,40 @@
 """Which upstream errors mean "this server cannot do tools" (auto mode flips for good) or "it could not
-parse its own model's call" (retry this request prompted; flip after a threshold). An unrelated error never
-flips anything. Pure: read from the error's status and message only.
+parse its own model's call" (retry this request prompted; flip after a threshold), and the model's output an
+error quotes whole (read for calls before asking again). An unrelated error never flips anything. Pure: read
+from the error's status, message and body only.
+
+The parse failures are every message the upstreams' own sources raise when their tool parser fails (table in
+docs/contract.md section 4):
+
+    llama.cpp (500 {"error": {"code": 500, "message", "type": "server_error"}}; in a stream `data: {"error"}`)
+        common/chat.cpp             Failed to parse input at pos N: <the output from N on>
+                                    The model produced output that does not match the expected <fmt> format
+                                    Invalid diff: ... (compute_diffs / string_diff, streaming)
+                                    Failed to parse tool call arguments as JSON: [json.exception...] (an earlier
+                                    call in the history whose arguments are not JSON: workaround::func_args_not_string)
+        common/chat-peg-parser.cpp  Duplicate tool argument: X / Missing required tool argument: X
+    Ollama (500 {"error": "..."} on /api/chat; {"error": {"message", "type": "api_error", ...}} on /v1)
+        harmony/harmonyparser.go    error parsing tool call: raw='<arguments>', err=<encoding/json error>
+        model/parsers/qwen3.go      failed to parse JSON: <encoding/json error> / empty function name
+        model/parsers/qwen3coder.go XML syntax error on line N: ... (encoding/xml, also qwen3.5)
+        model/parsers/qwen3vl.go    <encoding/json error> bare: unexpected end of JSON input, invalid character ...
+        model/parsers/glm46.go      incomplete GLM tool call: ... / failed to parse XML: ... / tool "x" is not
+                                    declared / required argument "x" is missing for tool "y" / mismatched arg_key
+                                    and arg_value counts / empty argument name
+        model/parsers/laguna.go     failed to parse Laguna JSON tool call[ arguments]: ... / empty Laguna tool call name
+        llm/llama_server.go         llama-server returned invalid tool call arguments for "X": ... / llama-server
+                                    chat error: <one of llama.cpp's above>
+    vLLM (its tool parsers return unparsed output as content, read by the codecs; gpt-oss's harmony parser raises)
+        openai_harmony              unexpected tokens remaining in message header: ... / Unexpected token N while
+                                    expecting start token 200006
 
 Only the upstream's own words count: a server that quotes the request in its errors (a validation message
 that echoes a field) must not let one client flip a model to prompted for every client by writing "does not
 support tools" in a message. Every string the request sent holds (4 characters or more, as decoded and as
 JSON-escaped) is cut out of the message before it is read, so a phrase made of the client's text, whole or
 pieced together from several fields, never matches. Kept: keys that are plain words (`tools`, `tool_choice`)
-and the chat protocol's own values (`user`, `function`, `auto`): none of them makes a phrase alone.
+and the chat protocol's own values (`user`, `function`, `auto`): none of them makes a phrase alone. A quote
+(`quoted_output`) is read only after `classify` found the failure in the upstream's own words.
 """
 
 from __future__ import annotations
@@ -40,9 +67,29 @@ _UNSUPPORTED = re.compile(
     r"|extra inputs are not permitted[^.]{0,40}tools",
     re.IGNORECASE,
 )
+# Messages only a tool-call parser writes (the module docstring names their sources).
 _PARSE_FAILURE = re.compile(
-    r"does not match the expected .{0,40}format|failed to parse input at pos|invalid diff", re.IGNORECASE)
+    r"does not match the expected .{0,40}format|failed to parse input at pos|invalid diff"
+    r"|failed to parse tool call arguments as json|duplicate tool argument: |missing required tool argument: "
+    r"|error parsing tool call|failed to parse json: |xml syntax error on line|failed to parse xml: "
+    r"|incomplete glm tool call|mismatched arg_key and arg_value counts|required argument \".{0,200}\" is missing for"
+    r" tool|failed to parse laguna json tool call|empty laguna tool call name"
+    r"|llama-server returned invalid tool call arguments"
+    r"|unexpected tokens remaining in message header|while expecting start token \d+",
+    re.IGNORECASE,
+)
+# Messages that are a parser's only when a 500 answers a tools request with nothing else said: Go's encoding/json
+# errors that Ollama's qwen3-vl parser returns bare, and its GLM / Qwen3 parsers' short validation errors.
+_BARE_PARSE_FAILURE = re.compile(
+    r"(unexpected end of JSON input|invalid character '.{1,4}' (looking for beginning of (value|object key string)"
+    r"|after object key(:value pair)?|after array element|in string literal|in string escape code"
+    r"|after top-level value|in literal \w+ \(expecting '.'\))|empty function name|empty argument name"
+    r"|tool \".{1,200}\" is not declared)",
+    re.IGNORECASE,
+)
 
+# llama.cpp quotes the output from the failing position on: from position 0 that is the whole output.
+_QUOTED_FROM_START = re.compile(r"Failed to parse input at pos 0: (.*)\Z", re.DOTALL)
 
 MAX_MESSAGE = 4000  # of the upstream's message read (its own verdict comes first, not after pages of echo)
 MIN_ECHO = 4  # shorter strings of the request are not cut out (a model name "m" would cut every m)
@@ -59,7 +106,8 @@ def classify(error: UpstreamError, sent: Any = None) -> Verdict | None:
     if error.upstream_status < 400:
         return None
     message = error.message[:MAX_MESSAGE].lower()
-    if not (_PARSE_FAILURE.search(message) or _UNSUPPORTED.search(message)):
+    bare = error.upstream_status >= 500 and _BARE_PARSE_FAILURE.fullmatch(message.strip()) is not None
+    if not (bare or _PARSE_FAILURE.search(message) or _UNSUPPORTED.search(message)):
         return None
     if sent is not None:
         own = without_echoes(message, sent)
@@ -67,6 +115,8 @@ def classify(error: UpstreamError, sent: Any = None) -> Verdict | None:
             return None
         message = own
     if _PARSE_FAILURE.search(message):
+        return "upstream_parse_failure"
+    if error.upstream_status >= 500 and _BARE_PARSE_FAILURE.fullmatch(message.strip()):
         return "upstream_parse_failure"
     if _UNSUPPORTED.search(message):
         return "tools_unsupported"
@@ -112,3 +162,36 @@ def _strings(value: Any) -> Iterator[str]:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def quoted_output(error: UpstreamError) -> str | None:
+    """The model's whole output as a parse failure quotes it (llama.cpp's `Failed to parse input at pos 0: ...`,
+    also inside Ollama's `llama-server chat error: ...`), or None: no quote, a quote from a later position (the
+    start of the output is missing), or a message that did not come whole in a JSON error body (a body the
+    upstream cut or that is not JSON: its end may be missing)."""
+    if not _whole_json_message(error.raw, error.message):
+        return None
+    match = _QUOTED_FROM_START.search(error.message)
+    return match.group(1) if match and match.group(1).strip() else None
+
+
+# Ollama's harmony parser quotes the call's arguments (not its name) whole: `raw='<arguments>', err=<error>`.
+_QUOTED_ARGUMENTS = re.compile(r"error parsing tool call: raw='(.*)', err=", re.DOTALL)  # greedy: the last err=
+
+
+def quoted_arguments(error: UpstreamError) -> str | None:
+    """The arguments of the one call Ollama's gpt-oss (harmony) parser could not decode, as its error quotes
+    them whole (harmony/harmonyparser.go), or None."""
+    if not _whole_json_message(error.raw, error.message):
+        return None
+    match = _QUOTED_ARGUMENTS.search(error.message)
+    return match.group(1) if match and match.group(1).strip() else None
+
+
+def _whole_json_message(raw: Any, message: str) -> bool:
+    """The message is a string field of the parsed error body (llama.cpp's and /v1's `error.message`, Ollama's
+    `error`), as it came."""
+    if not isinstance(raw, dict):
+        return False
+    err = raw.get("error")
+    return (isinstance(err, dict) and err.get("message") == message) or err == message

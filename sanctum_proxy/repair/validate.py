@@ -251,7 +251,8 @@ def _from_string(value: str, types: set[str], repairs: dict[str, None]) -> Any:
         return None
     if types & {"array", "object"} and value[:1] in ("[", "{"):
         decoded = decode(value)
-        if isinstance(decoded, Decoded) and any(_is(decoded.value, t) for t in types):
+        if isinstance(decoded, Decoded) and "json_repair" not in decoded.repairs \
+                and any(_is(decoded.value, t) for t in types):  # json_repair's guess at a structure is no coercion
             repairs["decoded_json_string"] = None
             repairs.update(dict.fromkeys(decoded.repairs))
             return decoded.value

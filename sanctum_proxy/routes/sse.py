@@ -43,7 +43,7 @@ from sanctum_proxy.protocols.reply import held_back, rest_after
 from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
 from sanctum_proxy.repair import constrain
 from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender
-from sanctum_proxy.repair.streaming import PASSED, Assembler
+from sanctum_proxy.repair.streaming import PASSED, Assembler, with_tools
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
@@ -60,7 +60,8 @@ def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False,
     """One upstream round read as a stream. Yields an empty ContentDelta once the upstream has accepted the
     round (so the client's headers and keep-alives can start), the content the assembler releases when the
     round is live, then the whole Answer. `lead`: the model's answers may open with a bare call name
-    (`families.opens_bare`); `names`: the offered tools (an answer opening with one's bare name is held)."""
+    (`families.opens_bare`). `names`: the offered tools (a prompted round's body has none), whose bare calls
+    are held (`assembler_for`)."""
 
     async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
@@ -76,7 +77,13 @@ def streamed(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def assembler_for(body: dict[str, Any], lead: bool, names: frozenset[str] = frozenset()) -> Assembler:
-    return Assembler(text_branch=constrain.is_constrained(body), lead=lead, names=names,
+    """The round's assembler; a known tool's name before a parenthesis holds too (a bare `NAME(...)` line is a
+    call: codecs/pythonic.py), and an answer opening with one's bare name (`NAME\n{...}`), the tools being the
+    body's and `names`."""
+    offered = names | {t["function"]["name"] for t in body.get("tools") or () if isinstance(t, dict)
+                       and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)}
+    return Assembler(starts=with_tools(offered), text_branch=constrain.is_constrained(body), lead=lead,
+                     names=frozenset(offered),
                      client_json=constrain.asks_json(body))
 
 
@@ -108,7 +115,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     `opening()`, `render(event)`, `ended` and `keepalive`, like SseWriter) and `refuse` (its error shape)."""
     settings: Settings = request.app.state.settings
     upstream, lead = request.state.destination.upstream, families.opens_bare(plan.prompt_format)
-    names = plan.book.name_set if plan.book else frozenset()
+    names = plan.book.name_set if plan.book is not None else frozenset()
     send = stream_sender(upstream, auth, lead=lead, names=names)
     if writer is not None:
         given = writer

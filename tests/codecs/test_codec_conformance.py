@@ -22,7 +22,7 @@ from sanctum_proxy.codecs.families import opens_bare, render_call
 from sanctum_proxy.codecs.registry import CODECS, FORMAT_NAMES, FORMATS, find_calls
 from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.streaming import Assembler, unseen
+from sanctum_proxy.repair.streaming import Assembler, unseen, with_tools
 from sanctum_proxy.repair.toolbox import Toolbox
 from tests.codecs.test_corpus import CASES
 
@@ -37,7 +37,8 @@ def _content_chunk(text: str) -> dict[str, Any]:
 
 
 def _streamed(pieces: list[str], lead: bool, names: frozenset[str] = frozenset()) -> tuple[Assembler, str]:
-    a = Assembler(lead=lead, names=names)  # the offered tools, as routes/sse.py passes them
+    # as routes/sse.py builds it for a round with these tools
+    a = Assembler(starts=with_tools(names), lead=lead, names=names)
     shown = "".join(a.feed(_content_chunk(p)) for p in pieces)
     a.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     return a, shown

@@ -29,6 +29,36 @@ LLAMA_ONE_CHOICE = (400, {"error": {"code": 400, "message": "Only one completion
                                     "type": "invalid_request_error"}})
 
 
+
+# The error answers of an upstream whose own tool parser failed, as each server writes them (the messages and their
+# sources: sanctum_proxy/repair/upstream_errors.py, the table in docs/contract.md section 4).
+def llama_error(message: str) -> tuple[int, dict[str, Any]]:
+    """llama-server: a std::runtime_error in the handler (tools/server/server.cpp ex_wrapper) is a 500 with
+    format_error_response's body, keys in this order."""
+    return 500, {"error": {"code": 500, "message": message, "type": "server_error"}}
+
+
+def llama_stream_error(message: str) -> bytes:
+    """llama-server after the first chunk: the error as one SSE event, and the stream ends without [DONE]."""
+    return b"data: " + orjson.dumps({"error": {"code": 500, "message": message, "type": "server_error"}}) + b"\n\n"
+
+
+def ollama_v1_error(message: str) -> tuple[int, dict[str, Any]]:
+    """Ollama /v1: a parser error reaches server/routes.go writeChatResponse as gin.H{"error"} (500), and
+    middleware/openai.go writeError wraps it in openai.NewError (type api_error for a 500)."""
+    return 500, {"error": {"message": message, "type": "api_error", "param": None, "code": None}}
+
+
+def ollama_api_error(message: str) -> tuple[int, dict[str, Any]]:
+    """Ollama /api/chat (native): the same error as {"error": "..."}."""
+    return 500, {"error": message}
+
+
+def vllm_error(message: str) -> tuple[int, dict[str, Any]]:
+    """vLLM: an exception in the chat handler (openai_harmony's HarmonyError for gpt-oss) answered by
+    create_error_response as an InternalServerError."""
+    return 500, {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}
+
 @dataclass
 class Step:
     status: int = 200

@@ -1,0 +1,87 @@
+"""A real llama-server's own tool-parse failure, recovered through the proxy: a template that reads call arguments
+as an object (`supports_object_arguments`) makes llama-server parse the history's arguments
+(common/chat.cpp `workaround::func_args_not_string`), and a call whose arguments are not JSON (one a model cut
+short, sent back by the client) is a 500 `Failed to parse tool call arguments as JSON`. In auto mode the proxy
+asks that request again prompted, writing the history as text itself, streamed or not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, LlamaServer, LlamaServerError
+from tests.e2e.conftest import _required
+from tests.stream_rules import read_stream
+
+# A ChatML template whose tool calls iterate over their arguments: llama-server's caps probe finds object
+# arguments and tool calls supported.
+TEMPLATE = """{%- for message in messages -%}
+{{- '<|im_start|>' + message.role + '\\n' -}}
+{%- if message.tool_calls -%}
+{%- for tc in message.tool_calls -%}
+{{- '<tool_call>\\n{"name": "' + tc.function.name + '", "arguments": {' -}}
+{%- for k, v in tc.function.arguments.items() -%}{{- '"' + k + '": ' + (v | tojson) -}}
+{%- if not loop.last -%}, {% endif -%}{%- endfor -%}
+{{- '}}\\n</tool_call>' -}}
+{%- endfor -%}
+{%- elif message.content is string -%}{{- message.content -}}
+{%- endif -%}
+{{- '<|im_end|>\\n' -}}
+{%- endfor -%}
+{%- if tools -%}{{- '<|im_start|>system\\nTools: ' -}}{%- for t in tools -%}{{- t.function.name + ' ' -}}{%- endfor -%}
+{{- '<|im_end|>\\n' -}}{%- endif -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}
+"""
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+HISTORY = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Par'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    {"role": "user", "content": "And in Rome?"},
+]
+ASK = {"model": "m", "messages": HISTORY, "tools": [WEATHER], "max_tokens": 24, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def object_arguments_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    template = Path(tmp_path_factory.mktemp("template")) / "object_arguments.jinja"
+    template.write_text(TEMPLATE, encoding="utf-8")
+    server = LlamaServer(jinja=True, extra_args=["--chat-template-file", str(template)])
+    try:
+        server.start()
+    except LlamaServerError as exc:
+        pytest.fail(f"llama-server found but failed to start: {exc}")
+    except EmbeddedUnavailable as exc:
+        if _required():
+            pytest.fail(f"SANCTUM_E2E_REQUIRED=1 but the embedded upstream is unavailable: {exc}")
+        pytest.skip(f"embedded llama-server unavailable: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_llama_server_answers_a_broken_history_call_with_its_parse_failure(object_arguments_server: LlamaServer):
+    r = httpx.post(object_arguments_server.base_url + "/chat/completions", json=ASK, timeout=60)
+    assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+    assert r.json()["error"]["message"].startswith("Failed to parse tool call arguments as JSON: [json.exception.")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_the_proxy_answers_it_prompted(object_arguments_server: LlamaServer, proxy_to: Any, stream: bool):
+    url = proxy_to(object_arguments_server)
+    with httpx.stream("POST", url + "/v1/chat/completions", json={**ASK, "stream": stream}, timeout=120) as r:
+        raw = r.read()
+    assert r.status_code == 200, raw[:400]
+    assert r.headers["x-sanctum-spell-calling"] == "prompted"
+    omens = read_stream(raw).omens if stream else orjson.loads(raw)["sanctum"]["omens"]
+    fallback = [o for o in omens if o["type"] == "SpellCallingFallback"]
+    assert fallback and fallback[0]["reason"] == "upstream_parse_failure" and fallback[0]["upstream_status"] == 500
+    assert fallback[0]["message"].startswith("Failed to parse tool call arguments as JSON")
