@@ -18,7 +18,7 @@ from tests.clients.scenarios import ASK, CITY, WORKING, weather
 anthropic = pytest.importorskip("anthropic")
 
 
-def run(base_url: str, calls: list[str], stream: bool) -> str:
+def run(base_url: str, calls: list[str], stream: bool, **options: Any) -> str:
     @anthropic.beta_tool
     def get_weather(city: str) -> str:
         """Current weather for a city.
@@ -40,7 +40,7 @@ def run(base_url: str, calls: list[str], stream: bool) -> str:
                              http_client=http) as client:
         runner = client.beta.messages.tool_runner(
             model="m", max_tokens=300, tools=[get_weather], messages=[{"role": "user", "content": ASK}],
-            **({"stream": True} if stream else {}))
+            **({"stream": True} if stream else {}), **options)
         if stream:
             for message_stream in runner:
                 for _ in message_stream:

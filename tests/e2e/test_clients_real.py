@@ -62,6 +62,16 @@ def test_openai_agents_default_responses_model(proxy, stream, monkeypatch):
 
 
 @STREAM
+def test_anthropic_tool_runner_default_thread_mode(proxy, stream):
+    pytest.importorskip("anthropic")
+    from tests.clients import test_anthropic_tool_runner
+
+    calls: list[str] = []
+    ended_with_the_result(test_anthropic_tool_runner.run(  # this SDK takes no temperature argument
+        proxy, calls, stream, extra_body={"temperature": 0}), calls)
+
+
+@STREAM
 def test_openai_agents_js_default_responses_model(proxy, stream):
     from tests.clients.node_loops import NODE_DIR, run_loop
 
