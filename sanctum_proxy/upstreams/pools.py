@@ -115,7 +115,8 @@ class UpstreamPools:
         return {u.name: ok for u, ok in zip(self.upstreams, answers, strict=True)}
 
     def snapshot(self) -> list[dict[str, Any]]:
-        out = []
-        for entry, upstream in zip(self.entries, self.upstreams, strict=False):
-            out.append({**upstream.snapshot(), "models": entry.models, "aliases": entry.aliases})
-        return out
+        """Each upstream as it stands; the single `upstream` setting's one serves every model."""
+        if not self.entries:
+            return [{**self.upstreams[0].snapshot(), "models": ["*"], "aliases": {}}]
+        return [{**upstream.snapshot(), "models": entry.models, "aliases": entry.aliases}
+                for entry, upstream in zip(self.entries, self.upstreams, strict=True)]

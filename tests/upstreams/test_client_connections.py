@@ -84,6 +84,8 @@ def test_an_upstream_that_drops_streamed_connections_is_learned_from_the_first_d
     assert sorted(relay.streams) == [1] * 6  # from then on every streamed round had a connection of its own
     assert "closed under the next request" in (_upstream(app).streams_spend or "")
     assert _upstream(app).snapshot()["streamed_connections"].startswith("own: ")
+    shown = httpx.get(url + "/sanctum/status", timeout=10).json()["upstreams"]  # the single `upstream` setting
+    assert [(u["models"], u["streamed_connections"][:5]) for u in shown] == [(["*"], "own: ")]
 
 
 def test_an_upstream_that_keeps_connections_after_a_stream_serves_every_round_on_one(relayed):
