@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
-trap 'kill "${pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill "${pid:-}" 2>/dev/null && wait "${pid:-}" 2>/dev/null; rm -rf "$work"' EXIT
 start=$(date +%s)
 python3 -m venv "$work/build" && "$work/build/bin/pip" install -q build
 "$work/build/bin/python" -m build --wheel --outdir "$work/dist" . >"$work/build.log" 2>&1 \
@@ -20,7 +20,7 @@ if curl -s -m 2 http://127.0.0.1:11434/v1/models >/dev/null; then
     exit 1
 fi
 port=$(python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-(cd "$work" && env -u PYTHONPATH "$work/venv/bin/sanctum-proxy" --port "$port" >"$work/log" 2>&1) &
+(cd "$work" && exec env -u PYTHONPATH "$work/venv/bin/sanctum-proxy" --port "$port" >"$work/log" 2>&1) &
 pid=$!
 for _ in $(seq 1 120); do curl -sf -m 2 "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 1; done
 body='{"model":"m","messages":[{"role":"user","content":"Weather in Paris?"}],"tools":[{"type":"function",
