@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
-trap 'kill "${pid:-}" 2>/dev/null && wait "${pid:-}" 2>/dev/null; rm -rf "$work"' EXIT
+# (the proxy's own status after the kill is 143: `|| true`, or errexit would make it this script's)
+trap 'kill "${pid:-}" 2>/dev/null && { wait "${pid:-}" 2>/dev/null || true; }; rm -rf "$work"' EXIT
 start=$(date +%s)
 python3 -m venv "$work/build" && "$work/build/bin/pip" install -q build
 "$work/build/bin/python" -m build --wheel --outdir "$work/dist" . >"$work/build.log" 2>&1 \
