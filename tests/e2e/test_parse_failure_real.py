@@ -14,8 +14,8 @@ import httpx
 import orjson
 import pytest
 
-from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, LlamaServer, LlamaServerError
-from tests.e2e.conftest import _required
+from sanctum_proxy.upstreams.embedded import LlamaServer
+from tests.e2e.conftest import _serve
 from tests.stream_rules import read_stream
 
 # A ChatML template whose tool calls iterate over their arguments: llama-server's caps probe finds object
@@ -53,19 +53,7 @@ ASK = {"model": "m", "messages": HISTORY, "tools": [WEATHER], "max_tokens": 24, 
 def object_arguments_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     template = Path(tmp_path_factory.mktemp("template")) / "object_arguments.jinja"
     template.write_text(TEMPLATE, encoding="utf-8")
-    server = LlamaServer(jinja=True, extra_args=["--chat-template-file", str(template)])
-    try:
-        server.start()
-    except LlamaServerError as exc:
-        pytest.fail(f"llama-server found but failed to start: {exc}")
-    except EmbeddedUnavailable as exc:
-        if _required():
-            pytest.fail(f"SANCTUM_E2E_REQUIRED=1 but the embedded upstream is unavailable: {exc}")
-        pytest.skip(f"embedded llama-server unavailable: {exc}")
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serve(jinja=True, extra_args=("--chat-template-file", str(template)))
 
 
 def test_llama_server_answers_a_broken_history_call_with_its_parse_failure(object_arguments_server: LlamaServer):
