@@ -83,7 +83,7 @@ from sanctum_proxy.repair.grounding import Evidence, ungrounded
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.repeats import repeated_call
 from sanctum_proxy.repair.toolbox import Toolbox
-from sanctum_proxy.repair.upstream_errors import classify, quoted_arguments, quoted_output
+from sanctum_proxy.repair.upstream_errors import classify, context_exceeded, quoted_arguments, quoted_output
 
 Mode = Literal["native", "prompted"]
 
@@ -302,6 +302,7 @@ class State:
     rejected: tuple[str, ...] = ()  # every rejected answer's text, in order
     held: Accept | None = None  # MORE: the answer so far (its calls), accepted when no other call comes
     kept: tuple[ToolCall, ...] = ()  # the valid calls of partly bad answers so far (their bad ones corrected)
+    fresh: bool = False  # a correction with its transcript did not fit the context: fresh corrections from here
 
     @property
     def repair_rounds(self) -> int:
@@ -458,6 +459,8 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("tool_choice_refused"))
     if step.constraint is not None and _schema_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED))
+    if state.kind is Kind.ASK and state.turns and context_exceeded(error, step.body):
+        return _too_long(plan, state, number)
     verdict = classify(error, step.body)  # the upstream's own words only (a quote of the request is not)
     if verdict == "upstream_parse_failure":
         read = _read_quote(plan, state, error, number)
@@ -465,6 +468,21 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
             return read
     fallback = _fall_back(plan, state, verdict, error.upstream_status, error.message, number)
     return fallback if fallback is not None else Fail(error)
+
+
+def _too_long(plan: Plan, state: State, number: int) -> Correct | Accept | Surrender:
+    """A correction round the upstream refused as longer than its context (the client's own request fit: a long
+    rejected answer and its correction made it too long). Once, where constraining is on: the correction again
+    as the fresh round (the JSON prompt and answer schema, without the transcript); else the request surrenders
+    (`on_surrender`), never an error the client's request did not cause."""
+    if not state.fresh and plan.correction_context != "fresh":
+        fresh = replace(state, fresh=True, phase=Phase.CONSTRAINING, grammar_from=len(state.turns))
+        if _constraint(plan, fresh) is not None:
+            return Correct(fresh, (), outcome="too_long")
+    last = state.rejected[-1] if state.rejected else ""
+    answer = Answer({"role": "assistant", "content": last or None}, "stop", None, {})
+    return _surrender(plan, state, answer, number, False, state.rejected, "the correction round exceeded the "
+                      "upstream's context")
 
 
 READ_FROM_ERROR = "read_from_upstream_error"
@@ -790,9 +808,9 @@ def _missing_call(plan: Plan, assessment: Assessment, answer: Answer, state: Sta
 
 
 def _surrender(plan: Plan, state: State, answer: Answer, number: int, repeated: bool,
-               rejected: tuple[str, ...]) -> Accept | Surrender:
-    why = ("the model repeated a rejected call verbatim" if repeated
-           else f"no valid spell call after {state.repair_rounds} repair round(s)")
+               rejected: tuple[str, ...], why: str | None = None) -> Accept | Surrender:
+    why = why or ("the model repeated a rejected call verbatim" if repeated
+                  else f"no valid spell call after {state.repair_rounds} repair round(s)")
     message = f"spell call could not be repaired: {why}"
     if plan.on_surrender != "content":
         return Surrender(message, rejected)
@@ -904,7 +922,7 @@ def _constraint(plan: Plan, state: State) -> Constraint | None:
     parallel = plan.parallel and state.pin is None
     if first_round_too:  # every round keeps the first round's prompt: a pin narrows only the schema
         return Constraint(book, text=free, parallel=parallel, prompt=(offered, required is None, plan.parallel))
-    if plan.correction_context == "fresh":
+    if plan.correction_context == "fresh" or state.fresh:
         return Constraint(book, text=free, parallel=parallel)
     if state.mode == "native" and plan.native_calls is False:  # the template drops the tools: prompted
         return _prompted(plan, book, free, parallel, switched=True)

@@ -88,6 +88,31 @@ _BARE_PARSE_FAILURE = re.compile(
     re.IGNORECASE,
 )
 
+# The upstream refused the request as longer than its context: llama.cpp (400, type exceed_context_size_error,
+# "request (N tokens) exceeds the available context size (M tokens), try increasing it", tools/server/
+# server-context.cpp), vLLM ("This model's maximum context length is N tokens. However, your request has ...",
+# serving_engine.py), Ollama ("the input length exceeds the context length", when it does not truncate).
+_CONTEXT_EXCEEDED = re.compile(
+    r"exceeds the available context size|maximum context length is \d+|input length exceeds the context length",
+    re.IGNORECASE,
+)
+
+
+def context_exceeded(error: UpstreamError, sent: Any = None) -> bool:
+    """Whether `error` says the request `sent` did not fit the model's context (in the upstream's own words: a
+    phrase made of the request's strings does not count)."""
+    if error.upstream_status < 400:
+        return False
+    fields = error.extra()
+    if fields.get("upstream_type") == "exceed_context_size_error":
+        return True
+    message = error.message[:MAX_MESSAGE].lower()
+    if not _CONTEXT_EXCEEDED.search(message):
+        return False
+    own = without_echoes(message, sent) if sent is not None else message
+    return own is not None and _CONTEXT_EXCEEDED.search(own) is not None
+
+
 # llama.cpp quotes the output from the failing position on: from position 0 that is the whole output.
 _QUOTED_FROM_START = re.compile(r"Failed to parse input at pos 0: (.*)\Z", re.DOTALL)
 

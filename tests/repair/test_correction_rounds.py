@@ -238,3 +238,86 @@ def ask_required(client: httpx.Client, stream: bool) -> tuple[tuple[str, Any], l
     assert r.status_code == 200, r.text
     call = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]
     return (call["name"], orjson.loads(call["arguments"])), r.json()["sanctum"]["omens"]
+
+
+# --- a correction round longer than the upstream's context -------------------------------------------------------
+
+def llama_context_error(prompt: int, ctx: int) -> Step:
+    """llama-server's answer to a prompt longer than its context (tools/server/server-context.cpp: 400,
+    type exceed_context_size_error, with n_prompt_tokens and n_ctx), as CI met it on SmolLM2's Paris case."""
+    return Step(status=400, body={"error": {
+        "code": 400, "message": f"request ({prompt} tokens) exceeds the available context size ({ctx} tokens), "
+                                "try increasing it", "type": "exceed_context_size_error",
+        "n_prompt_tokens": prompt, "n_ctx": ctx}})
+
+
+RAMBLING = "Paris is a city of light. " * 200  # a long prose answer: with its correction the round overflows
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_correction_too_long_for_the_context_is_sent_again_fresh(client, fake, stream):
+    """The client's request fit; the correction (the first round's prompt, the long rejected answer, the
+    correction) did not: the round goes again once as the fresh correction (JSON prompt, answer schema, no
+    transcript) instead of the upstream's 400 reaching the client."""
+    fake[0].props = LLAMA_PROPS
+    answer = orjson.dumps({"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}).decode()
+    first = Step(chunks=content_chunks(RAMBLING, size=64)) if stream else Step(body=completion(RAMBLING))
+    last = Step(chunks=content_chunks(answer)) if stream else Step(body=completion(answer))
+    fake[0].push(first, llama_context_error(2132, 2048), last)
+    body = {**ASK, "stream": stream, "tool_choice": "required", "sanctum": {"spell_calling": "prompted"}}
+    if stream:
+        with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            got = read_stream(r.read())
+        assert got.error is None and got.calls, got.error
+        calls = [(c["name"], orjson.loads(c["arguments"])) for c in got.calls]
+    else:
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200, r.text
+        calls = [(c["function"]["name"], orjson.loads(c["function"]["arguments"]))
+                 for c in r.json()["choices"][0]["message"]["tool_calls"]]
+    assert calls == [("get_weather", {"city": "Paris", "days": 2})]
+    sent, overflowed, fresh = fake[0].requests
+    assert "grammar" in overflowed and overflowed["messages"][-2]["content"] == RAMBLING
+    assert "grammar" not in fresh and fresh["response_format"]["type"] == "json_schema"
+    assert len(fresh["messages"]) == len(sent["messages"])  # no transcript: the rejected answer is not resent
+
+
+def test_a_correction_too_long_without_constraining_surrenders_as_configured(make_proxy, fake):
+    fake[0].props = LLAMA_PROPS
+    fake[0].push(Step(body=completion(RAMBLING)), llama_context_error(2132, 2048))
+    body = {**ASK, "tool_choice": "required", "sanctum": {"spell_calling": "prompted"}}
+    with httpx.Client(base_url=make_proxy(constrain="off"), timeout=20) as client:
+        r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 422, r.text
+    assert "exceeded the upstream's context" in r.json()["error"]["message"]
+    assert len(fake[0].requests) == 2  # no third round: a fresh one needs constraining
+    with httpx.Client(base_url=make_proxy(constrain="off", on_surrender="content"), timeout=20) as client:
+        fake[0].push(Step(body=completion(RAMBLING)), llama_context_error(2132, 2048))
+        r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == RAMBLING
+
+
+@pytest.mark.parametrize(("status", "body", "exceeded"), [
+    (400, {"error": {"code": 400, "message": "request (5000 tokens) exceeds the available context size (4096 "
+                     "tokens), try increasing it", "type": "exceed_context_size_error"}}, True),  # llama.cpp
+    (400, {"object": "error", "message": "This model's maximum context length is 4096 tokens. However, your "
+           "request has 5000 input tokens. Please reduce the length of the input messages.",
+           "type": "BadRequestError", "param": None, "code": 400}, True),  # vLLM serving_engine
+    (400, {"error": "the input length exceeds the context length"}, True),  # Ollama (truncate off)
+    (400, {"error": {"message": "Unsupported param: tools", "type": "invalid_request_error"}}, False),
+    (200, {}, False),
+])
+def test_context_exceeded_reads_each_upstreams_own_words(status, body, exceeded):
+    from sanctum_proxy.errors import UpstreamError
+    from sanctum_proxy.repair.upstream_errors import context_exceeded
+    message = body.get("message") or (body["error"] if isinstance(body.get("error"), str)
+                                       else body.get("error", {}).get("message", ""))
+    assert context_exceeded(UpstreamError(status, message, body), {"messages": []}) is exceeded
+
+
+def test_a_context_phrase_written_by_the_client_is_not_the_upstreams_verdict():
+    from sanctum_proxy.errors import UpstreamError
+    from sanctum_proxy.repair.upstream_errors import context_exceeded
+    said = "maximum context length is 12 tokens"
+    error = UpstreamError(400, f"invalid value in messages[0].content: '{said}'", {"error": {"message": "x"}})
+    assert not context_exceeded(error, {"messages": [{"role": "user", "content": said}]})
