@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import orjson
 import pytest
 
 from tests.e2e.test_llama_server_raw import ASK, WEATHER  # the same question the raw tier pins
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -189,13 +189,8 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja, flags):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200, 120,
+                   "sanctum-proxy to answer /healthz", every=0.5, ignoring=(httpx.HTTPError,))
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
         answer = client.chat.completions.create(
             model="smollm2",
@@ -213,10 +208,8 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja, flags):
         proc.terminate()
         proc.wait(30)
     assert proc.returncode == 128 + 15  # SIGTERM, after a graceful shutdown
-    deadline = time.monotonic() + 10
-    while any(os.path.exists(f"/proc/{pid}") for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "llama-server outlived the proxy"
+    wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 10,
+               "llama-server to end with the proxy", every=0.2)
 
 
 def _answers(url: str) -> bool:
