@@ -110,6 +110,7 @@ def test_streaming_through_the_proxy_from_the_real_server(llama_jinja, proxy_to)
             **DETERMINISTIC,
         )
     )
+    client.close()  # its pooled connection would outlive the proxy (a ResourceWarning, an error here)
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     direct = httpx.post(
         f"{llama_jinja.base_url}/chat/completions", timeout=180, json={**DETERMINISTIC, "messages": ASK}
@@ -127,6 +128,7 @@ def test_streamed_constrained_call_from_the_real_server_accumulates_in_the_sdk(l
         **DETERMINISTIC,
     ) as stream:
         final = stream.get_final_completion()
+    client.close()
     call = final.choices[0].message.tool_calls[0]  # type: ignore[index]
     assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {"city": "Paris"}
     assert final.choices[0].finish_reason == "tool_calls"
@@ -198,6 +200,7 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja, flags):
             tools=[WEATHER],  # type: ignore[list-item]
             **DETERMINISTIC,
         )
+        client.close()
         call = answer.choices[0].message.tool_calls[0]  # type: ignore[index]
         assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {
             "city": "Paris"
