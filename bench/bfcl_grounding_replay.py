@@ -1,7 +1,7 @@
 """What the grounding check (sanctum_proxy/repair/grounding.py) as it is now would make of answers recorded
 earlier: a rule for made-up calls measured without a model run.
 
-    python bench/bfcl_grounding_replay.py bench/results/bfcl_raw_heldout_base.jsonl [--column "proxy constrained"]
+    python bench/bfcl_grounding_replay.py bench/results/bfcl_answers_heldout_21_45.jsonl [--column "proxy constrained"]
 
 For each recorded answer of the column (bench_bfcl.py --raw): when `ungrounded` flags every call, the loop
 would have asked again without tools, so the answer becomes text (right on irrelevance, wrong elsewhere);

@@ -4,7 +4,7 @@ our own checker (bench/bfcl_ast.py), and a table of the entries where the two di
     python3 -m venv bench/.venv-bfcl
     bench/.venv-bfcl/bin/pip install --no-deps bfcl-eval==2026.3.23
     bench/.venv-bfcl/bin/pip install -r bench/requirements-bfcl.txt
-    bench/.venv-bfcl/bin/python bench/bfcl_official.py [--raw bench/results/bfcl_raw.jsonl ...]
+    bench/.venv-bfcl/bin/python bench/bfcl_official.py [--raw bench/results/bfcl_answers_first20.jsonl ...]
                                                        [--out bench/results/bfcl_official.md]
 
 Runs in its own venv (bfcl-eval pins numpy, tree-sitter, SDKs...): it imports nothing of sanctum_proxy, only
@@ -29,7 +29,7 @@ from typing import Any
 import bfcl_ast
 
 BENCH = Path(__file__).resolve().parent
-DEFAULT_RAW = BENCH / "results" / "bfcl_raw.jsonl"
+DEFAULT_RAW = BENCH / "results" / "bfcl_answers_first20.jsonl"
 DEFAULT_OUT = BENCH / "results" / "bfcl_official.md"
 DEFAULT_DATA = BENCH.parent.parent / "shared" / "benchmarks" / "bfcl"
 # A registry entry whose handler is the OpenAI Chat Completions one in function-calling mode, with BFCL's
@@ -272,8 +272,8 @@ def _cell(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="bfcl-eval's checker over bench_bfcl.py's saved answers")
     p.add_argument("--raw", type=Path, nargs="+", default=[DEFAULT_RAW],
-                   help="JSON Lines from `bench_bfcl.py --raw` (default results/bfcl_raw.jsonl); PATH=LABEL "
-                        "adds ' (LABEL)' to that file's column names")
+                   help="JSON Lines from `bench_bfcl.py --raw` (default results/bfcl_answers_first20.jsonl); "
+                        "PATH=LABEL adds ' (LABEL)' to that file's column names")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the report (default results/bfcl_official.md;"
                                                                   " '-' prints only)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="our BFCL copy (../shared/benchmarks/bfcl)")

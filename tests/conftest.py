@@ -6,7 +6,6 @@ import os
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from hypothesis import HealthCheck, settings
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import load_settings
 from tests.fakes.upstream import FakeUpstream
+from tests.polling import wait_until
 
 # Proxies started without make_proxy (and the CLI in subprocesses) would store traces in the user's own
 # $XDG_STATE_HOME: the suite gets a state directory of its own, gone with the run.
@@ -47,11 +47,7 @@ class ServerThread:
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
-        deadline = time.time() + 10
-        while not self.server.started:
-            if time.time() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.01)
+        wait_until(lambda: self.server.started, 10, "the server to start", every=0.01)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import yaml
 
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import Settings, load_settings
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
@@ -190,16 +190,14 @@ def test_the_image_entrypoint_boots_with_the_k8s_config_mounted(tmp_path):
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+        def serving() -> bool:
             assert process.poll() is None, (tmp_path / "stderr").read_text()
-            assert time.monotonic() < deadline, "the entrypoint did not serve /healthz"
-            time.sleep(0.1)
+            try:
+                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(serving, 30, "the entrypoint to serve /healthz", every=0.1)
         assert httpx.get(f"{url}/sanctum/status").status_code == 401
         admin = {"authorization": f"Bearer {secret['admin-key']}"}
         status = httpx.get(f"{url}/sanctum/status", headers=admin)

@@ -25,19 +25,10 @@ from sanctum_proxy.config import load_settings
 from tests.conftest import ServerThread
 from tests.fakes.raw_upstream import RawUpstream, chunked, sse_head
 from tests.fakes.upstream import Step, completion, content_chunks
+from tests.polling import wait_until
 
 MSG = [{"role": "user", "content": "hi"}]
 CHUNK = content_chunks("hello")[1]  # one content delta, "hell"
-
-
-def eventually(condition: Any, within: float = 10.0) -> bool:
-    """Wait for an event the test caused (not a sleep of a guessed length): True once `condition()` holds."""
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 class Proxy:
@@ -68,15 +59,11 @@ class Proxy:
         return int(self._in_loop(count))
 
     def assert_nothing_left(self, within: float = 15.0) -> None:
-        deadline = time.monotonic() + within
-        while True:
-            tasks, busy = self.tasks(), self.busy_connections()
-            if tasks <= self.baseline and busy == 0:
-                return
-            if time.monotonic() > deadline:
-                left = f"{tasks - self.baseline} tasks, {busy} busy upstream connections"
-                raise AssertionError("left behind: " + left)
-            time.sleep(0.05)
+        def left() -> str:
+            return f"{self.tasks() - self.baseline} tasks, {self.busy_connections()} busy upstream connections"
+
+        wait_until(lambda: self.tasks() <= self.baseline and self.busy_connections() == 0, within,
+                   "nothing left behind", detail=left)
 
     def close(self) -> None:
         self.thread.__exit__()
@@ -295,9 +282,7 @@ def test_client_that_leaves_cancels_the_upstream_call(start_proxy, fake, stream)
         else:
             with pytest.raises(httpx.ReadTimeout):
                 client.post("/v1/chat/completions", json=body, timeout=0.5)
-    deadline = time.monotonic() + 5
-    while upstream.disconnected == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: upstream.disconnected, 5, "the upstream call to be cancelled")
     assert upstream.disconnected == 1
     proxy.assert_nothing_left()
 
@@ -314,8 +299,8 @@ def test_client_that_leaves_a_passed_through_stream_closes_the_upstream_response
             # (the client leaving early, which under load the proxy saw before the check below).
             body = r.iter_bytes()
             assert r.status_code == 200 and next(body).startswith(b"data: ")
-            assert eventually(lambda: proxy.busy_connections() == 1)  # still relaying
-    assert eventually(lambda: upstream.disconnected == 1)
+            wait_until(lambda: proxy.busy_connections() == 1, what="the relay's connection")  # still relaying
+    wait_until(lambda: upstream.disconnected == 1, what="the upstream call to be cancelled")
     proxy.assert_nothing_left()
 
 
@@ -468,9 +453,7 @@ def test_client_gone_just_as_the_stream_starts_leaves_no_producer(start_proxy, f
         await proxy.app(scope, receive, send)
 
     proxy._in_loop(call)
-    deadline = time.monotonic() + 3
-    while upstream.disconnected == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: upstream.disconnected, 3, "the upstream call to be cancelled")
     assert upstream.disconnected == 1
     proxy.assert_nothing_left()
 

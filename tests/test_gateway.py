@@ -11,6 +11,7 @@ import openai
 import orjson
 
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks
+from tests.polling import wait_until
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -145,10 +146,7 @@ def test_client_disconnect_cancels_the_upstream_stream(proxy, fake):
                       json={"messages": MSG, "stream": True}) as r:
         for _ in r.iter_bytes():
             break
-    import time
-    deadline = time.time() + 5
-    while upstream.disconnected == 0 and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: upstream.disconnected, 5, "the upstream stream to be cancelled")
     assert upstream.disconnected == 1
 
 

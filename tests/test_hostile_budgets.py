@@ -29,6 +29,7 @@ from sanctum_proxy.state.recorder import Recorder, Retention
 from sanctum_proxy.state.trace_store import Query
 from sanctum_proxy.state.traces import Trace, clipped
 from tests.fakes.upstream import Step, completion, native_call
+from tests.polling import wait_until
 
 ASK: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 HEALTHZ_LIMIT = 0.5
@@ -62,11 +63,11 @@ class Watch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        deadline = time.monotonic() + 10
-        while self.asked < 1 and time.monotonic() < deadline:  # an attack answered at once: one look after it
-            time.sleep(0.005)
-        self._stop.set()
-        self._thread.join(15)
+        try:  # an attack answered at once: one look after it
+            wait_until(lambda: self.asked >= 1, 10, "a look at /healthz", every=0.005)
+        finally:
+            self._stop.set()
+            self._thread.join(15)
 
     def _run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=30) as client:

@@ -28,6 +28,7 @@ from sanctum_proxy.config import SettingsError, load_settings, redacted_url
 from tests.conftest import ServerThread
 from tests.fakes.raw_upstream import RawUpstream
 from tests.fakes.upstream import OLLAMA_NO_TOOLS, Step, completion, content_chunks, llama_tool_chunks
+from tests.polling import wait_until
 
 ASK: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -84,9 +85,7 @@ def test_one_client_key_cannot_hold_every_concurrency_slot(make_proxy, fake):
                             kwargs={"json": ASK, "headers": bearer("greedy"), "timeout": 20})
     held.start()
     try:
-        deadline = time.time() + 5
-        while not fake[0].requests and time.time() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: fake[0].requests, 5, "the first request upstream", every=0.01)
         second = httpx.post(f"{proxy}/v1/chat/completions", json=ASK, headers=bearer("greedy"), timeout=20)
         assert assert_openai_error(second, 429)["code"] == "rate_limit_exceeded"
         assert "per client key" in second.json()["error"]["message"]
@@ -571,13 +570,8 @@ def cli_proxy(fake: Any) -> Iterator[int]:
                                 str(port)], env=env, preexec_fn=limit, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code, 20,
+                   "the proxy to listen", every=0.1, ignoring=(httpx.HTTPError,))
         yield port
     finally:
         process.terminate()

@@ -381,7 +381,7 @@ def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
     """Index just past the bracket that closes the one at `start`, or None if it never closes cleanly
     (or nests deeper than MAX_DEPTH, so hostile input costs little). A string is passed over to its closing
     quote, which `_Quotes` finds once per text: the codecs call this from every opener of a long answer, and
-    a string that never closes was scanned to the end again each time (300 call tags and a 1 MB tail: 5 s).
+    a string that never closes was scanned to the end again each time (bench/results/design_costs.md).
     All the calls on one text share a budget of SCAN_TOKENS_PER_CHAR tokens a character (plus
     SCAN_TOKENS_BASE): from each of 256 openers over a long run of short strings, the scans were 256 times the
     text; past it, no more values are read (their text goes to repair as it is)."""

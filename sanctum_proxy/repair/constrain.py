@@ -176,9 +176,9 @@ MAX_OPENING_CHARS = 4096  # the grammar allows little whitespace before `{"conte
 
 
 class TextBranch:
-    """`visible_text` for a stream, fed piece by piece: each character is read once (re-reading the whole
-    answer per chunk cost 34 s of CPU for 256 Ki one-character chunks). Holds back only an escape cut by
-    the chunk boundary; after the closing quote, or text that is no text branch, it shows nothing more."""
+    """`visible_text` for a stream, fed piece by piece: each character is read once (not the whole answer
+    per chunk: bench/results/design_costs.md). Holds back only an escape cut by the chunk boundary; after
+    the closing quote, or text that is no text branch, it shows nothing more."""
 
     def __init__(self) -> None:
         self._buffer = ""  # read, not yet shown: the opening so far, or a cut escape

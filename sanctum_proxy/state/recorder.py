@@ -5,9 +5,8 @@ On the event loop (the hot path) a request costs a Trace of references, two gaug
 `traces_bodies` is false, stores it in SQLite (clipped to `traces_max_doc_bytes`), feeds the metrics, writes
 the access log line, and prunes by `traces_max_count` / `traces_max_age_hours` / `traces_max_bytes` (each
 second, and on every flush). It waits GATHER_SECONDS after a first trace so that a burst shares one SQLite
-transaction (with one per request the writer thread was in a quarter of py-spy's samples under load;
-batched, turning traces off no longer changes the throughput measurably). Readers call `flush()` first, so
-a client that has its answer finds its trace.
+transaction (one per request was a large share of the proxy's time: bench/results/design_costs.md). Readers
+call `flush()` first, so a client that has its answer finds its trace.
 
     begin(request, trace_id, chat, plan)   at the start, once the plan is settled
     watch(request, run(...))               wraps the round loop; ends the trace with the Final, the error,
@@ -162,8 +161,8 @@ class Recorder:
 
     def submit(self, trace: Trace) -> None:
         """Queue the trace for the writer. Past `queue_bytes` of queued traces (a burst of huge requests while
-        the writer catches up: 30 of 6.5 MB held 2.2 GB) it is queued as its metadata document instead,
-        built here from references (no body is walked), and its bodies are let go at once."""
+        the writer catches up) it is queued as its metadata document instead, built here from references (no
+        body is walked), and its bodies are let go at once."""
         item: Trace | dict[str, Any] = trace
         weight = trace.weight()
         with self._lock:

@@ -99,8 +99,7 @@ class TraceStore:
         `max_bytes` of documents (the newest first); returns how many went.
 
         `seq` only grows, so "not among the newest max_count" is `seq <= MAX(seq) - max_count`, an index
-        lookup. (An `OFFSET max_count` walked that many rows after every write: with a full store it was the
-        proxy's largest cost per request in bench/bench_overhead.py.) A replaced id leaves a gap in `seq`,
+        lookup, not an `OFFSET` walk (bench/results/design_costs.md). A replaced id leaves a gap in `seq`,
         so the store may then keep a few fewer than max_count."""
         with self._lock:
             self._db.execute("BEGIN")

@@ -157,8 +157,8 @@ def clipped(doc: dict[str, Any], max_bytes: int, size: int) -> dict[str, Any]:
 
     Linear in the document: its string lengths are read once, and the size each limit would leave is worked out
     from them (a cut saves at least its characters less the note, whatever the encoding), so the document is
-    cut and written only for a limit that fits (again only if the estimate was short). It used to cut and
-    write the whole document for every halving: 1.8 s of CPU per MB of short strings."""
+    cut and written only for a limit that fits (again only if the estimate was short), not for every halving
+    (bench/results/design_costs.md)."""
     lengths = sorted(_string_lengths(doc), reverse=True)
     totals = list(itertools.accumulate(lengths))  # totals[i]: the i + 1 longest strings' lengths together
     limit = max_bytes // 4

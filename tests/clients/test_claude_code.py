@@ -5,7 +5,7 @@ by Claude Code's own Write tool and the model's final answer quoting Write's res
 
 Claude Code runs with a dummy key, telemetry, auto-update, error reporting and non-essential traffic off, HOME and
 the working directory temporary; `--permission-mode acceptEdits` lets `-p` (no one to ask) write files, as a user
-of `-p` does. The surrender scenario measures the `last_call` default (README, "After the last repair round").
+of `-p` does. The surrender scenario measures the `last_call` default (docs/repair.md, "After the last repair round").
 """
 
 from __future__ import annotations

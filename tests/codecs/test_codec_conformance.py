@@ -1,7 +1,7 @@
 """The conformance suite every registered codec and format passes (codecs/registry.py), in-process. Adding a
 call format is one module in codecs/ and its corpus file in tests/corpus/: this suite then checks it.
 
-- every registered codec reads at least one recorded output (its corpus), and the README lists it;
+- every registered codec reads at least one recorded output (its corpus), and docs/formats.md lists it;
 - every registered format's call, rendered, is read back by its codec as that call, clean when asked for and a
   `<codec>_in_content` mend when not; and streamed in any chunking it shows no markup and gives the same call;
 - split invariance: a case's content fed to the streaming Assembler in two chunks, split at every position,
@@ -26,7 +26,8 @@ from sanctum_proxy.repair.streaming import Assembler, unseen, with_tools
 from sanctum_proxy.repair.toolbox import Toolbox
 from tests.codecs.test_corpus import CASES
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+FORMATS_DOC = ROOT / "docs" / "formats.md"  # the format table
 # The prompt format the proxy picks for a corpus family, where that changes how a stream is read.
 FAMILY_FORMATS = {"functionary-v3.2": "functionary"}
 TEXT_CASES = [p for p in CASES if content_text(p.values[1]["message"].get("content"))]
@@ -77,17 +78,17 @@ def test_split_anywhere_shows_no_markup_and_ends_with_the_whole_content(tools: l
     assert [p.reason for p in again.problems] == [p.reason for p in whole.problems]
 
 
-def test_readme_and_the_example_config_list_every_format() -> None:
-    readme = README.read_text(encoding="utf-8")
-    example = (README.parent / "config.example.toml").read_text(encoding="utf-8")
-    assert not [f for f in FORMAT_NAMES if f"`{f}`" not in readme], "README's format table lacks a format"
+def test_the_format_table_and_the_example_config_list_every_format() -> None:
+    table = FORMATS_DOC.read_text(encoding="utf-8")
+    example = (ROOT / "config.example.toml").read_text(encoding="utf-8")
+    assert not [f for f in FORMAT_NAMES if f"`{f}`" not in table], "docs/formats.md's table lacks a format"
     assert not [f for f in FORMAT_NAMES if f'"{f}"' not in example], "config.example.toml lacks a format"
 
 
-def test_readme_lists_every_codec() -> None:
-    readme = README.read_text(encoding="utf-8")
-    missing = [c.name for c in CODECS if f"`{c.name}`" not in readme]
-    assert not missing, f"README's format table lacks {missing}"
+def test_the_format_table_lists_every_codec() -> None:
+    table = FORMATS_DOC.read_text(encoding="utf-8")
+    missing = [c.name for c in CODECS if f"`{c.name}`" not in table]
+    assert not missing, f"docs/formats.md's table lacks {missing}"
 
 
 def test_corpus_files_cite_a_source_per_case() -> None:

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import yaml
 
 from sanctum_proxy.upstreams.embedded import free_port
 from tests.deploy import podman
+from tests.polling import wait_until
 
 COMPOSE = podman.ROOT / "deploy" / "docker-compose.yml"
 WEATHER = {"type": "function", "function": {
@@ -63,17 +63,13 @@ def compose(proxy_image: str, tmp_path: Path) -> Iterator[str]:
         up = run("up", "-d", "--no-build")
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:  # ready: the fake Ollama answers
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                logs = run("logs")
-                pytest.fail(f"the compose proxy was not ready in 60 s:\n{logs.stdout[-3000:]}{logs.stderr[-2000:]}")
-            time.sleep(0.5)
+        def logs() -> str:
+            out = run("logs")
+            return out.stdout[-3000:] + out.stderr[-2000:]
+
+        # ready: the fake Ollama answers
+        wait_until(lambda: httpx.get(url + "/readyz", timeout=2).status_code == 200, 60, "the compose proxy's /readyz",
+                   every=0.5, ignoring=(httpx.HTTPError,), detail=logs)
         yield url
     finally:
         run("down", "-v", "-t", "2")

@@ -4,7 +4,6 @@ across a restart."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from sanctum_proxy.upstreams.embedded import free_port
 from tests.deploy import podman
 from tests.fakes.upstream import BROKEN_HERMES, FakeUpstream
+from tests.polling import wait_until
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -23,16 +23,9 @@ ASK = {"model": "qwen2.5:3b", "messages": [{"role": "user", "content": "Weather 
 
 
 def wait_healthy(url: str, name: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    logs = podman.podman("logs", name, check=False).stderr[-2000:]
-    pytest.fail(f"{name} did not answer /healthz within {timeout:.0f}s:\n{logs}")
+    wait_until(lambda: httpx.get(url + "/healthz", timeout=2).status_code == 200, timeout, f"{name}'s /healthz",
+               every=0.2, ignoring=(httpx.HTTPError,),
+               detail=lambda: str(podman.podman("logs", name, check=False).stderr[-2000:]))
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.deploy import podman
+from tests.polling import wait_until
 
 K8S = podman.ROOT / "deploy" / "k8s"
 WEATHER = {"type": "function", "function": {
@@ -102,17 +103,8 @@ def call(pod: str, method: str, path: str, key: str, body: Any = None) -> dict[s
     return answer
 
 
-def wait_for(check: Any, what: str, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if check():
-                return
-        except (RuntimeError, ValueError, KeyError):
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.5)
+# what `call` raises while a pod is not serving yet
+NOT_YET = (RuntimeError, ValueError, KeyError)
 
 
 @pytest.fixture
@@ -136,7 +128,8 @@ def cluster(proxy_image: str, tmp_path: Path) -> Iterator[dict[str, str]]:
         play(one("configmap.yaml", "ConfigMap"), proxy_deployment(hosts, secret["admin-key"]), tmp=tmp_path)
         keys = {"client": secret["api-keys"].split()[0], "admin": secret["admin-key"]}
         for pod in REPLICAS:
-            wait_for(lambda pod=pod: call(pod, "GET", "/readyz", "")["status"] == 200, f"{pod} /readyz")
+            wait_until(lambda pod=pod: call(pod, "GET", "/readyz", "")["status"] == 200, 60, f"{pod} /readyz",
+                       every=0.5, ignoring=NOT_YET)
         yield keys
     finally:
         cleanup(pods, volumes)
@@ -173,7 +166,7 @@ def test_two_replicas_share_an_auto_mode_fallback_through_redis(cluster):
         modes = json.loads(call(second, "GET", "/sanctum/status", cluster["admin"])["body"])["modes"]
         return [(m["model"], m["mode"]) for m in modes] == [("gemma:2b", "prompted")]
 
-    wait_for(seen_by_second, "the second replica to see the first one's fallback", 20)
+    wait_until(seen_by_second, 20, "the second replica to see the first one's fallback", every=0.5, ignoring=NOT_YET)
     r = call(second, "POST", "/v1/chat/completions", cluster["client"], ASK)
     assert r["status"] == 200 and r["headers"]["x-sanctum-spell-calling"] == "prompted", r
     answer = json.loads(r["body"])

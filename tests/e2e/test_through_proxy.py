@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import orjson
 import pytest
 
 from tests.e2e.test_llama_server_raw import ASK, WEATHER  # the same question the raw tier pins
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -110,6 +110,7 @@ def test_streaming_through_the_proxy_from_the_real_server(llama_jinja, proxy_to)
             **DETERMINISTIC,
         )
     )
+    client.close()  # its pooled connection would outlive the proxy (a ResourceWarning, an error here)
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     direct = httpx.post(
         f"{llama_jinja.base_url}/chat/completions", timeout=180, json={**DETERMINISTIC, "messages": ASK}
@@ -127,6 +128,7 @@ def test_streamed_constrained_call_from_the_real_server_accumulates_in_the_sdk(l
         **DETERMINISTIC,
     ) as stream:
         final = stream.get_final_completion()
+    client.close()
     call = final.choices[0].message.tool_calls[0]  # type: ignore[index]
     assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {"city": "Paris"}
     assert final.choices[0].finish_reason == "tool_calls"
@@ -189,13 +191,8 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja, flags):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200, 120,
+                   "sanctum-proxy to answer /healthz", every=0.5, ignoring=(httpx.HTTPError,))
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
         answer = client.chat.completions.create(
             model="smollm2",
@@ -203,6 +200,7 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja, flags):
             tools=[WEATHER],  # type: ignore[list-item]
             **DETERMINISTIC,
         )
+        client.close()
         call = answer.choices[0].message.tool_calls[0]  # type: ignore[index]
         assert call.function.name == "get_weather" and orjson.loads(call.function.arguments) == {
             "city": "Paris"
@@ -213,10 +211,8 @@ def test_embedded_command_answers_an_sdk_tools_request(llama_nojinja, flags):
         proc.terminate()
         proc.wait(30)
     assert proc.returncode == 128 + 15  # SIGTERM, after a graceful shutdown
-    deadline = time.monotonic() + 10
-    while any(os.path.exists(f"/proc/{pid}") for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], "llama-server outlived the proxy"
+    wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 10,
+               "llama-server to end with the proxy", every=0.2)
 
 
 def _answers(url: str) -> bool:

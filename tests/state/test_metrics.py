@@ -4,13 +4,13 @@ add to the counters and histograms, the in-flight gauges during a stream, and on
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakes.trace_scenarios import ASK, ask, bounced, repaired, surrendered
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks
+from tests.polling import wait_until
 
 
 def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -59,9 +59,7 @@ def test_in_flight_gauges_count_a_stream_while_it_runs(proxy, fake):
     done = threading.Event()
     streamed = {**ASK, "stream": True}
     threading.Thread(target=lambda: (ask(proxy, {}, streamed), done.set()), daemon=True).start()
-    deadline = time.time() + 5
-    while value(samples(proxy), "sanctum_streams_in_flight") < 1 and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: value(samples(proxy), "sanctum_streams_in_flight") >= 1, 5, "the stream in flight")
     m = samples(proxy)
     assert value(m, "sanctum_streams_in_flight") == 1 and value(m, "sanctum_requests_in_flight") == 1
     assert done.wait(10)

@@ -25,6 +25,7 @@ from sanctum_proxy.state.replicated import SharedState
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import Capabilities, CapabilityBook
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion
+from tests.polling import wait_until, wait_until_async
 
 REDIS = shutil.which("redis-server")
 NO_REDIS = "redis-server is not installed (apt-get install redis-server)"
@@ -40,14 +41,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(check: Callable[[], bool], seconds: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def answers(url: str) -> bool:
@@ -148,16 +141,16 @@ async def test_tables_share_sets_deletes_and_parse_failure_counts(redis_url):
     await two.start()
     try:
         books[0].settle("u", "m", "prompted", "tools_rejected")
-        await until_async(lambda: books[1].get("u", "m") is not None)
+        await wait_until_async(lambda: books[1].get("u", "m") is not None)
         assert books[1].get("u", "m").reason == "tools_rejected"  # type: ignore[union-attr]
 
         assert books[0].parse_failure("u", "n") is False
-        await until_async(lambda: books[1].get("u", "n") is not None)
+        await wait_until_async(lambda: books[1].get("u", "n") is not None)
         assert books[1].parse_failure("u", "n") is True  # the second failure, counted on another replica
-        await until_async(lambda: getattr(books[0].get("u", "n"), "mode", None) == "prompted")
+        await wait_until_async(lambda: getattr(books[0].get("u", "n"), "mode", None) == "prompted")
 
         one.table("modes").delete(next(k for k, _ in one.table("modes").items()))
-        await until_async(lambda: len(two.table("modes").items()) == 1)
+        await wait_until_async(lambda: len(two.table("modes").items()) == 1)
     finally:
         await one.aclose()
         await two.aclose()
@@ -176,7 +169,7 @@ async def test_capability_probe_results_are_shared(redis_url):
         async def never() -> Capabilities:
             raise AssertionError("the second replica probed again")
 
-        await until_async(lambda: books[1].cached("u", "m") is not None)
+        await wait_until_async(lambda: books[1].cached("u", "m") is not None)
         assert await books[1].get("u", "m", never) == said
         assert books[1].snapshot() == [{"upstream": "u", "model": "m", **said.to_json()}]
     finally:
@@ -195,13 +188,6 @@ async def test_unreachable_redis_does_not_stop_the_proxy_deciding_locally():
         assert book.get("u", "m") is not None and state.snapshot()["connected"] is False
     finally:
         await state.aclose()
-
-
-async def until_async(check: Callable[[], bool], seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 # --- several worker processes behind one port (--workers) ----------------------------------------------------

@@ -20,6 +20,7 @@ from sanctum_proxy.state.traces import clipped
 from tests.conftest import ServerThread
 from tests.fakes.trace_scenarios import ASK, TRAILING_COMMA, ask, bounced, calls, repaired, surrendered
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks, llama_tool_chunks
+from tests.polling import wait_until
 
 SMALL_DOC: dict[str, Any] = {
     "object": "sanctum.trace", "id": "t", "request_id": None, "created": 1.0, "time": "", "model": "m",
@@ -146,10 +147,11 @@ def test_client_leaving_a_stream_is_traced_as_an_error(proxy, fake):
     with httpx.stream("POST", proxy + "/v1/chat/completions", json={**ASK, "stream": True}) as r:
         trace_id = r.headers["x-sanctum-trace-id"]
         next(r.iter_raw())
-    deadline = time.time() + 5
-    while (got := httpx.get(f"{proxy}/sanctum/traces/{trace_id}")).status_code == 404 \
-            and time.time() < deadline:
-        time.sleep(0.05)
+    def written() -> httpx.Response | None:
+        got = httpx.get(f"{proxy}/sanctum/traces/{trace_id}")
+        return None if got.status_code == 404 else got
+
+    got = wait_until(written, 5, "the trace to be written")
     trace = got.json()
     assert trace["outcome"] == "error" and trace["status"] == 499
     assert trace["error"]["type"] == "client_disconnected"
@@ -159,9 +161,7 @@ def test_client_leaving_before_a_plain_answer_is_traced_as_an_error(proxy, fake)
     fake[0].push(Step(body=completion("late"), delay=1.5))
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(proxy + "/v1/chat/completions", json=ASK, timeout=0.3)
-    deadline = time.time() + 5
-    while not (found := listed(proxy)["data"]) and time.time() < deadline:
-        time.sleep(0.05)
+    found = wait_until(lambda: listed(proxy)["data"], 5, "the trace to be written")
     assert [(t["outcome"], t["status"], t["error"]) for t in found] == [("error", 499, "client_disconnected")]
 
 

@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from sanctum_proxy.upstreams.embedded import LlamaServer
+from tests.polling import wait_until
 
 FAKE = Path(__file__).parents[1] / "fakes" / "fake_llama_server.py"
 
@@ -63,10 +63,7 @@ def test_the_child_does_not_outlive_a_proxy_killed_with_sigkill(tmp_path):
         assert alive(child)
         parent.send_signal(signal.SIGKILL)
         parent.wait(5)
-        deadline = time.monotonic() + 5
-        while alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(child)
+        wait_until(lambda: not alive(child), 5, "the child to die with its parent")
     finally:
         parent.kill()
         parent.wait()
@@ -162,15 +159,8 @@ def test_the_cli_starts_the_embedded_server_on_the_model_fetched_into_the_cache(
         line = proc.stdout.readline()  # type: ignore[union-attr]
         assert "listening" in line and "upstream http://127.0.0.1:" in line, line
         assert "fetching" not in line
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("the proxy did not answer /healthz")
+        wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200, 20,
+                   "the proxy to answer /healthz", every=0.1, ignoring=(httpx.HTTPError,))
     finally:
         proc.terminate()
         proc.wait(10)

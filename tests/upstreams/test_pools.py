@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from sanctum_proxy.config import UpstreamConfig, load_settings
 from sanctum_proxy.upstreams.pools import choose, listed_models
 from tests.conftest import ServerThread
 from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, content_chunks
+from tests.polling import wait_until
 
 ASK = [{"role": "user", "content": "hi"}]
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -186,12 +186,11 @@ def test_every_backend_down_is_502_and_health_checks_mark_them(make_proxy, fakes
     dead = group.url(0)
     proxy = make_proxy(probe_capabilities=False, health_check_seconds=0.2, upstreams=[
         {"name": "pool", "urls": [dead, dead.replace("/v1", "/other/v1")]}])
-    deadline = time.time() + 5
-    while time.time() < deadline:
+    def checked() -> list[dict[str, Any]] | None:
         backends = httpx.get(f"{proxy}/sanctum/status", timeout=5).json()["upstreams"][0]["backends"]
-        if all(x["checked_at"] for x in backends):
-            break
-        time.sleep(0.05)
+        return backends if all(x["checked_at"] for x in backends) else None
+
+    backends = wait_until(checked, 5, "a health check of every backend")
     assert [x["healthy"] for x in backends] == [False, False]
     r = chat(proxy, "m")
     assert r.status_code == 502 and r.json()["error"]["type"] == "upstream_unreachable"
