@@ -5,12 +5,15 @@ only when one occurs, and the streaming hold-back holds at them), the shapes of 
 held while streaming (`{"` opens a JSON call, a lone `{` in prose does not), and its place in the reading order.
 A `Format` is a way of writing calls the proxy can prompt a model in (`prompt_format`): how one call and one
 tool result are written, the how-to-call paragraph of the tools prompt, the chat-template markers that show a
-model was trained on it, and the codec that reads it back.
+model was trained on it, the codec that reads it back, its grammar (the GBNF of one call, which constrained
+rounds hold a model to: repair/grammar.py) and its as-asked reading (the mends a call written in it needs by
+design, which are no mends when it was asked for: repair/mend.py). Nothing outside its module names it.
 
 Each codec module registers its Codec and its Formats when imported (`register` / `register_format`, like
 vLLM's `ToolParserManager.register_module`); `codecs/registry.py` imports them all and answers by name. Adding
-a call format = one module here + its corpus file in tests/corpus/ (tests/codecs/test_codec_conformance.py runs
-every registered codec and format).
+a call format = one module here, its import in codecs/registry.py, and its corpus file in tests/corpus/ (real
+outputs, and the chat-template line that `detect` reads: tests/corpus/README.md); tests/codecs/
+test_codec_conformance.py runs every registered codec and format.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ from sanctum_proxy.core.calls import Found
 
 # The most calls one answer may hold (a codec stops finding there; the registry and repair cut there).
 MAX_CANDIDATES = 128
+# The mend of arguments that were not valid JSON (repair/mend.py), named here for the formats that ask for it.
+MALFORMED = "__malformed_json__"
 
 Finder = Callable[[str, frozenset[str]], list[Found]]
 CallWriter = Callable[[str, Any], str]  # (name, arguments: a mapping, or JSON text kept as written)
 ResultWriter = Callable[[str, str, str], str]  # (tool name, call id, result text)
+GrammarWriter = Callable[[str, str], str]  # (tool name, the GBNF rule of its arguments object) -> one call's GBNF
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,43 @@ class Format:
     families: tuple[str, ...] = ()  # Ollama's `details.family` names for models trained on it
     opens_bare: bool = False  # the generation prompt holds the first call marker: answers open with `NAME\n{`
     selectable: bool = True  # a value of `prompt_format` (the constrained rounds' JSON is not)
+    # The GBNF of one call (`json_between`), for constrained rounds; None where a grammar cannot hold the
+    # model to it (special tokens, whose text a grammar matches only on some builds; an opening the chat
+    # template writes for the model).
+    grammar: GrammarWriter | None = None
+    # The mends (Repair names) a call written in this format needs by design: none is a mend when the round
+    # asked for this format (the json format asks for a fence; values written as text are typed by the schema).
+    as_asked: frozenset[str] = frozenset()
+
+
+_ARGUMENTS = "\x00SANCTUM_ARGUMENTS\x00"  # not JSON: a CallWriter keeps it verbatim where the arguments go
+
+
+def json_between(render: CallWriter) -> GrammarWriter:
+    """The grammar of a format whose call is plain text around its arguments' JSON, as `render` writes it."""
+    def call(name: str, arguments: str) -> str:
+        prefix, _, suffix = render(name, _ARGUMENTS).partition(_ARGUMENTS)
+        return " ".join(p for p in (gbnf_literal(prefix), arguments, gbnf_literal(suffix)) if p != '""')
+    return call
+
+
+def gbnf_literal(text: str) -> str:
+    """`text` as a GBNF string literal."""
+    out = []
+    for c in text:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\r":
+            out.append("\\r")
+        elif c == "\t":
+            out.append("\\t")
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\x{ord(c):02X}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
 
 
 def template_has(*markers: str) -> Callable[[str], bool]:

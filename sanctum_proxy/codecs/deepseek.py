@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import Codec, Format, register, register_format
+from sanctum_proxy.codecs.base import MALFORMED, Codec, Format, register, register_format
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Candidate, Found
 
@@ -89,7 +89,9 @@ def render_result(name: str, call_id: str, text: str) -> str:
 
 CODEC = register(Codec(NAME, find, STARTS, rank=50))
 # A template with the separator is V3 / R1's when it fences the arguments, else V3.1+'s.
-register_format(Format(NAME, NAME, render_call, render_result, detect_rank=60,
+# Its arguments go in a fence, read as JSON text (V3.1's calls are read by the same codec, and asked for alike).
+_AS_ASKED = frozenset({"code_fence", MALFORMED})
+register_format(Format(NAME, NAME, render_call, render_result, detect_rank=60, as_asked=_AS_ASKED,
                        detect=lambda t: "<｜tool▁sep｜>" in t and "```json" in t))
-register_format(Format("deepseek_v31", NAME, render_call_v31, render_result, detect_rank=61,
+register_format(Format("deepseek_v31", NAME, render_call_v31, render_result, detect_rank=61, as_asked=_AS_ASKED,
                        detect=lambda t: "<｜tool▁sep｜>" in t))

@@ -5,6 +5,7 @@ show them in a template) live with their codecs (codecs/base.py, `Format`).
     detect(template, family)   the format a chat template (llama.cpp /props, Ollama /api/show) is for
     render_call(fmt, name, a)  one call as that format writes it (a: a mapping, or JSON text kept verbatim)
     render_result(fmt, ...)    one tool result as that format reads it
+    as_asked(fmt)              the codec that reads the format, and the mends a call in it needs by design
 
 Pure: no I/O.
 """
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 else:  # the values of `prompt_format` / `[prompt_formats]`: "auto" (picked by `detect`, else Hermes) or a format
     PromptFormat = Literal[("auto", *FORMAT_NAMES)]
 
-__all__ = ["FALLBACK", "FORMAT_NAMES", "PromptFormat", "codec_of", "detect", "opens_bare", "render_call",
+__all__ = ["FALLBACK", "FORMAT_NAMES", "PromptFormat", "as_asked", "codec_of", "detect", "opens_bare", "render_call",
            "render_result"]
 
 _BY_TEMPLATE = sorted((f for f in FORMATS.values() if f.detect is not None), key=lambda f: f.detect_rank)
@@ -30,6 +31,14 @@ _OLLAMA_FAMILIES = {family: f.name for f in FORMATS.values() for family in f.fam
 def codec_of(fmt: str) -> str:
     """The codec (`Candidate.source`) that reads calls written in prompt format `fmt`."""
     return FORMATS[fmt].codec if fmt in FORMATS else fmt
+
+
+def as_asked(fmt: str) -> tuple[str, frozenset[str]]:
+    """The codec (`Candidate.source`) that reads calls written in prompt format `fmt`, and the mends a call in it
+    needs by design (`Format.as_asked`). `fmt` may name the codec instead: every codec a format reads with has a
+    format of its own name (tests/codecs/test_codec_conformance.py holds that)."""
+    own = FORMATS.get(fmt)
+    return (own.codec, own.as_asked) if own is not None else (fmt, frozenset())
 
 
 def detect(template: Any, family: Any = None) -> str | None:

@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.base import Codec, Format, json_between, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
@@ -88,4 +88,4 @@ CODEC = register(Codec(NAME, find, STARTS, rank=110, opens=opens, lead=_LEAD))
 register_format(Format(NAME, NAME, render_call, detect=template_has(">>>"), detect_rank=70, opens_bare=True))
 # Its template also has python_tag: `<function=` is matched before Llama's markers.
 register_format(Format("functionary_v31", "qwen_xml", render_call_v31, detect=template_has("<function="),
-                       detect_rank=90))
+                       detect_rank=90, grammar=json_between(render_call_v31)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.base import Codec, Format, json_between, register, register_format, template_has
 from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core.calls import Found
 
@@ -64,4 +64,5 @@ INSTRUCTIONS = (
 )
 
 CODEC = register(Codec(NAME, find, STARTS, rank=80, sources=("phi",)))
-register_format(Format(NAME, NAME, render_call, instructions=INSTRUCTIONS, detect=template_has(OPEN), detect_rank=130))
+register_format(Format(NAME, NAME, render_call, instructions=INSTRUCTIONS, detect=template_has(OPEN), detect_rank=130,
+                       grammar=json_between(render_call)))

@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format
+from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, json_between, register, register_format
 from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core import loose_json
 from sanctum_proxy.core.calls import Candidate, Found
@@ -346,6 +346,7 @@ INSTRUCTIONS = (
 CODEC = register(Codec(NAME, find, STARTS, rank=130, generic=("{", "[", "```"),
                        shape=r"\{\s*[\"']|\[\s*\{|```[ \t]*\n\s*[\[{]", partial_shape=r"\{\s*|\[\s*|```[ \t]*(\n\s*)?",
                        holds=("<tools>", "```json", "```tool_call", "```python", "<functioncall", "[TOOL_REQUEST]")))
-register_format(Format(NAME, NAME, render_fenced, instructions=INSTRUCTIONS))
+register_format(Format(NAME, NAME, render_fenced, instructions=INSTRUCTIONS, grammar=json_between(render_fenced),
+                       as_asked=frozenset({"code_fence"})))  # it asks for the fence
 # Constrained rounds: the JSON answer object, without markup (never a `prompt_format`).
 register_format(Format("constrained", NAME, json_call, selectable=False))

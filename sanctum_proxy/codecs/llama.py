@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.base import Codec, Format, json_between, register, register_format, template_has
 from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core.calls import Found
 
@@ -45,5 +45,5 @@ def render_call(name: str, arguments: Any) -> str:
 
 
 CODEC = register(Codec(NAME, find, STARTS, rank=100))
-register_format(Format("llama3", "json", render_call, detect_rank=110,
+register_format(Format("llama3", "json", render_call, detect_rank=110, grammar=json_between(render_call),
                        detect=template_has("<|python_tag|>", "<|start_header_id|>ipython")))

@@ -8,9 +8,10 @@ prompt cache serves everything before the new turns (docs/contract.md section 5)
     gbnf(book, prompt_format, text=..., parallel=...)   the grammar, or None where the format has none
     arguments_gbnf(parameters)                          a grammar of one arguments object alone
 
-A format has a grammar when its call is `PREFIX arguments-JSON SUFFIX` as the round's prompt renders it
-(families.render_call), with no special tokens (whose text a grammar can match only on some builds) and no
-opening that the chat template writes for the model (Functionary v3.2 begins inside `>>>`). The arguments follow
+A format has a grammar when its `Format.grammar` says how one call is written around its arguments' rule
+(codecs/base.py; `json_between`: `PREFIX arguments-JSON SUFFIX` as the round's prompt renders it); formats with
+special tokens (whose text a grammar can match only on some builds) or an opening that the chat template writes
+for the model (Functionary v3.2 begins inside `>>>`) declare none. The arguments follow
 each tool's JSON Schema, read as validation reads it (reading.py), so that every answer the grammar allows
 passes validation but for the keywords in NOT_HELD: objects with their declared properties (required ones
 always, in order; the arguments object closed unless `additionalProperties` opens it, so a tool without
@@ -27,14 +28,14 @@ from typing import Any
 
 import orjson
 
-from sanctum_proxy.codecs import families
+from sanctum_proxy.codecs.base import gbnf_literal as _literal
+from sanctum_proxy.codecs.registry import FORMATS
 from sanctum_proxy.repair.reading import object_keys, typed_values
 from sanctum_proxy.repair.toolbox import Toolbox
 
-# Formats whose call is plain text around JSON arguments (see the module docstring for why not the others).
-GRAMMAR_FORMATS = frozenset({"hermes", "json", "llama3", "functionary_v31"})
+# The formats that declare a grammar (Format.grammar; see the module docstring for why not the others).
+GRAMMAR_FORMATS = frozenset(name for name, fmt in FORMATS.items() if fmt.grammar is not None)
 MAX_PARALLEL_CALLS = 8  # several calls at once: a bound, so a small model cannot loop on calls to max_tokens
-_ARGS = "\x00SANCTUM_ARGUMENTS\x00"  # not JSON: render_call keeps it verbatim where the arguments go
 
 # Keywords a grammar does not hold (left to validation); oneOf is held as anyOf, several allOf sub-schemas
 # as their merged keywords, anyOf beside the arguments' own properties as each branch merged into them.
@@ -61,7 +62,8 @@ def gbnf(book: Toolbox, prompt_format: str, *, text: bool, parallel: bool) -> st
     """A GBNF grammar for one answer of a prompted round in `prompt_format`: one call to a tool of `book`
     (several, one block each and at most MAX_PARALLEL_CALLS, when `parallel`), or, when `text`, plain text
     that does not begin like a call. None when the format has no grammar or the book no tools."""
-    if prompt_format not in GRAMMAR_FORMATS or not book.tools:
+    fmt = FORMATS.get(prompt_format)
+    if fmt is None or fmt.grammar is None or not book.tools:
         return None
     rules = _Rules()
     calls: list[str] = []
@@ -69,9 +71,8 @@ def gbnf(book: Toolbox, prompt_format: str, *, text: bool, parallel: bool) -> st
     written = {name: _Schema(rules, tool.parameters).arguments(tool.parameters) for name, tool in book.tools.items()}
     callable_ = {n: a for n, a in written.items() if a != NEVER} or {n: "object" for n in written}
     for name, arguments in callable_.items():  # a tool no arguments can satisfy is left out (all: validation says)
-        prefix, _, suffix = families.render_call(prompt_format, name, _ARGS).partition(_ARGS)
-        calls.append(rules.add(" ".join(p for p in (_literal(prefix), arguments, _literal(suffix)) if p != '""')))
-        openings.add(prefix[:1])
+        calls.append(rules.add(fmt.grammar(name, arguments)))
+        openings.add(fmt.render_call(name, {})[:1])
     call = rules.add(" | ".join(calls))
     answer = f'{call} ("\\n" {call}){{0,{MAX_PARALLEL_CALLS - 1}}}' if parallel else call
     if text:
@@ -254,25 +255,6 @@ def _json(value: Any) -> str:
         return orjson.dumps(value).decode()
     except TypeError:  # an integer past 64 bits: Python's json writes it (and what else orjson refuses)
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-def _literal(text: str) -> str:
-    """`text` as a GBNF string literal."""
-    out = []
-    for c in text:
-        if c in '"\\':
-            out.append("\\" + c)
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\r":
-            out.append("\\r")
-        elif c == "\t":
-            out.append("\\t")
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append(f"\\x{ord(c):02X}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
 
 
 def _class_char(c: str) -> str:

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import MAX_CANDIDATES
+from sanctum_proxy.codecs import families, json_blocks
+from sanctum_proxy.codecs.base import MALFORMED, MAX_CANDIDATES
 from sanctum_proxy.codecs.registry import find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
@@ -26,7 +26,6 @@ from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, f
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import coerce
 
-MALFORMED = "__malformed_json__"
 _SEPARATOR = re.compile(r"[\s;,]*")
 
 
@@ -41,8 +40,9 @@ def assess(
     asked_format: str | None = None,
     client_json: bool = False,
 ) -> Assessment:
-    """Every call in the answer, judged. `asked_format`: the call format a prompted round asked for; a call
-    written in it is the model doing as told, not a mend (no `<format>_in_content` repair). `client_json`: the
+    """Every call in the answer, judged. `asked_format`: the call format a prompted round asked for (a format's
+    name, or the name of the codec that reads it); a call written in it is the model doing as told, not a mend
+    (no `<codec>_in_content` repair, nor the mends its `Format.as_asked` lists). `client_json`: the
     client asked for a JSON answer (response_format); content that is JSON (opens with `{` or `[`) is that
     answer and never read for calls, while call markup in content is still read (an agent SDK sends
     response_format beside its tools)."""
@@ -195,7 +195,11 @@ class _Judge:
     def __init__(self, book: Toolbox, truncated: bool, new_id: Callable[[], str], max_chars: int,
                  asked: str | None) -> None:
         self.book, self.truncated, self.new_id = book, truncated, new_id
-        self.max_chars, self.asked = max_chars, asked
+        self.max_chars = max_chars
+        self.asked: str | None = None
+        self.as_asked: frozenset[str] = frozenset()
+        if asked:
+            self.asked, self.as_asked = families.as_asked(asked)
 
     def __call__(self, cand: Candidate) -> _Verdict:
         name, name_repairs = self.book.resolve(cand.name)
@@ -226,7 +230,7 @@ class _Judge:
         self, cand: Candidate, name: str, value: Any, repairs: tuple[str, ...], unchanged: bool
     ) -> _Verdict:
         if cand.source == self.asked:
-            repairs = tuple(r for r in repairs if r not in _AS_ASKED.get(cand.source, ()))
+            repairs = tuple(r for r in repairs if r not in self.as_asked)
         elif cand.source != "native":
             repairs = (f"{cand.source}_in_content", *repairs)
         if unchanged and isinstance(cand.arguments, str) and not set(repairs) - _NAME_ONLY:
@@ -292,10 +296,6 @@ def _arguments_in_name(cand: Candidate, book: Toolbox) -> Candidate | None:
         return None
     return replace(cand, name=head.strip(), arguments=brace + tail, repairs=(*cand.repairs, "arguments_in_name"))
 
-
-# What a prompted format asks for, so no mend when a call has it: the json format asks for a fenced block, and
-# DeepSeek's puts the arguments in one.
-_AS_ASKED = {"json": frozenset({"code_fence"}), "deepseek": frozenset({"code_fence", MALFORMED})}
 
 # Mends that change only the name: the arguments text can still go out byte-identical.
 _NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated", "name_namespace",
