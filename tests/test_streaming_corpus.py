@@ -17,6 +17,7 @@ import pytest
 from hypothesis import strategies as st
 
 from sanctum_proxy.app import create_app
+from sanctum_proxy.codecs.families import opens_bare
 from sanctum_proxy.config import load_settings
 from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.errors import ToolCallParseError
@@ -106,7 +107,7 @@ async def answer_streamed(tools: list[dict[str, Any]], case: dict[str, Any], siz
     upstream = ScriptedUpstream([(case["message"], case.get("finish_reason")), (RETRY, "stop")], size)
     writer = SseWriter({"id": "chatcmpl-x", "created": 1, "model": "m"}, "trace", include_usage=True)
     body = [writer.opening()]
-    lead = case.get("family") == "functionary-v3.2"  # what families.opens_bare says for its prompt format
+    lead = opens_bare(case.get("format", ""))  # the prompt format the case answers (corpus/README.md)
     try:
         names = Toolbox.from_tools(tools).name_set  # the offered tools, as routes/sse.py passes them
         async for event in run(plan_for(tools), stream_sender(upstream, None, lead=lead, names=names)):

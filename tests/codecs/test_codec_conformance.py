@@ -28,8 +28,6 @@ from tests.codecs.test_corpus import CASES
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMATS_DOC = ROOT / "docs" / "formats.md"  # the format table
-# The prompt format the proxy picks for a corpus family, where that changes how a stream is read.
-FAMILY_FORMATS = {"functionary-v3.2": "functionary"}
 TEXT_CASES = [p for p in CASES if content_text(p.values[1]["message"].get("content"))]
 
 
@@ -63,7 +61,7 @@ def test_split_anywhere_shows_no_markup_and_ends_with_the_whole_content(tools: l
                                                                         case: dict[str, Any]) -> None:
     book = Toolbox.from_tools(tools)
     text = content_text(case["message"]["content"])
-    lead = opens_bare(FAMILY_FORMATS.get(case["family"], ""))
+    lead = opens_bare(case.get("format", ""))  # the prompt format the case answers, where it changes the reading
     whole = assess({"role": "assistant", "content": text}, book, finish_reason=case.get("finish_reason"))
     final = whole.content or ""
     splits = [[text[:i], text[i:]] for i in range(1, len(text))] + [list(text)]
@@ -78,17 +76,16 @@ def test_split_anywhere_shows_no_markup_and_ends_with_the_whole_content(tools: l
     assert [p.reason for p in again.problems] == [p.reason for p in whole.problems]
 
 
-def test_the_format_table_and_the_example_config_list_every_format() -> None:
+def test_the_format_table_lists_every_format_and_codec() -> None:
     table = FORMATS_DOC.read_text(encoding="utf-8")
-    example = (ROOT / "config.example.toml").read_text(encoding="utf-8")
     assert not [f for f in FORMAT_NAMES if f"`{f}`" not in table], "docs/formats.md's table lacks a format"
-    assert not [f for f in FORMAT_NAMES if f'"{f}"' not in example], "config.example.toml lacks a format"
-
-
-def test_the_format_table_lists_every_codec() -> None:
-    table = FORMATS_DOC.read_text(encoding="utf-8")
     missing = [c.name for c in CODECS if f"`{c.name}`" not in table]
     assert not missing, f"docs/formats.md's table lacks {missing}"
+
+
+def test_corpus_formats_are_registered() -> None:
+    named = {c.get("format") for p in CASES for c in [p.values[1]] if "format" in c}
+    assert named <= set(FORMATS), named - set(FORMATS)
 
 
 def test_corpus_files_cite_a_source_per_case() -> None:
@@ -106,6 +103,8 @@ def test_every_format_is_read_by_a_registered_codec() -> None:
     names = {c.name for c in CODECS}
     assert {f.codec for f in FORMATS.values()} <= names
     assert set(FORMAT_NAMES) <= set(FORMATS) and "constrained" not in FORMAT_NAMES
+    # mend reads `asked_format` as a format's name or its codec's (families.as_asked): the same reading either way
+    assert all(FORMATS[f.codec].codec == f.codec for f in FORMATS.values())
 
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
@@ -115,7 +114,7 @@ def test_every_format_renders_a_call_its_codec_reads_back(fmt: str) -> None:
     assert [(c.name, json.loads(c.arguments)) for c in read.calls] == [("get_weather", ARGS)]
     assert read.content is None and not read.problems
     text = render_call(fmt, "get_weather", {"city": "Paris"})  # strings only: XML-ish formats coerce numbers
-    asked = assess({"role": "assistant", "content": text}, book, asked_format=FORMATS[fmt].codec)
+    asked = assess({"role": "assistant", "content": text}, book, asked_format=fmt)
     assert len(asked.calls) == 1 and asked.repairs == (), (fmt, asked.repairs)
     other = assess({"role": "assistant", "content": text}, book)  # not asked for: read, and said
     assert other.repairs and other.repairs[0].repairs[0] == f"{FORMATS[fmt].codec}_in_content"

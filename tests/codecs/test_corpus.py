@@ -27,6 +27,20 @@ def _cases() -> list[Any]:
 CASES = _cases()
 
 
+def _templates() -> dict[str, str]:
+    """Each format's line of a real chat template (the corpus files' `templates`): format -> line."""
+    out: dict[str, str] = {}
+    for path in sorted(CORPUS.glob("*.json")):
+        for fmt, entry in json.loads(path.read_text(encoding="utf-8")).get("templates", {}).items():
+            assert fmt not in out, f"{path.name}: a second template line for {fmt}"
+            assert entry.get("source"), f"{path.name}: the template line of {fmt} has no source"
+            out[fmt] = entry["line"]
+    return out
+
+
+TEMPLATES = _templates()
+
+
 def test_corpus_is_present_when_required() -> None:
     if not CASES:
         if os.environ.get("CORPUS_REQUIRED") == "1":

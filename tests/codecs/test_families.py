@@ -9,11 +9,13 @@ import httpx
 import pytest
 
 from sanctum_proxy.codecs import families
+from sanctum_proxy.codecs.registry import FORMATS
 from sanctum_proxy.config import load_settings
 from sanctum_proxy.repair.correct import rejected_answer_text
 from sanctum_proxy.repair.prompted import to_prompted
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.upstreams.capabilities import from_props, from_show
+from tests.codecs.test_corpus import TEMPLATES
 from tests.fakes.upstream import Step, completion, content_chunks
 from tests.stream_rules import read_stream
 
@@ -21,33 +23,18 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                           "required": ["city"]}}}
 BOOK = Toolbox.from_tools([WEATHER])
-# Lines of the real chat templates that write a call (llama.cpp models/templates/*.jinja, Ollama's Modelfiles):
-# enough for detection, which looks for these markers.
-TEMPLATES = {
-    "harmony": '{{- "<|start|>assistant<|channel|>commentary to=functions." + tool_call.name }}',  # gpt-oss
-    "kimi": "{{- '<|tool_calls_section_begin|>' -}}{%- for tool_call in message['tool_calls'] -%}",  # Kimi K2
-    "gemma4": "{{- '<|tool_call>call:' + function['name'] + '{' -}}",  # Gemma 4 (gemma4.jinja)
-    "command_r": "{{ '<|START_ACTION|>[\\n' }}",  # CohereForAI c4ai-command-r7b
-    "seed": "{{ '<seed:tool_call>\\n<function=' + tool_call.function.name + '>\\n' }}",  # Seed-OSS-36B
-    "glm": "<tool_call>{{ tc.name }}\n{% for k, v in _args.items() %}<arg_key>{{ k }}</arg_key>",  # GLM-4.5
-    "deepseek": "'<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '```json'",
-    "deepseek_v31": "'<｜tool▁call▁begin｜>'+ tool['function']['name'] + '<｜tool▁sep｜>' + tool['arguments']",
-    "functionary": "{{ '>>>' + tool_call.function.name + '\\n' + tool_call.function.arguments }}",  # v3.2
-    "qwen_xml": "<tool_call>\n<function={{ tool_call.name }}>\n<parameter={{ args_name }}>",  # Qwen3-Coder
-    "functionary_v31": "{{- '<function=' + tool_call.name + '>' + tool_call.arguments + '</function>' }}"
-                       "{{- '<|python_tag|>' + tool_call.arguments.code }}",  # Functionary v3.1 (also python_tag)
-    "mistral": "{{- '[TOOL_CALLS][' }}",  # Mistral Nemo
-    "llama3": '{{- "<|python_tag|>" + tool_call.name + ".call(" }}',  # Llama 3.1
-    "pythonic": "<|tool_call_start|>[{{ tool_calls }}]<|tool_call_end|>",  # LFM2
-    "hermes": '<tool_call>\n{"name": "{{ .Function.Name }}", "arguments": {{ .Function.Arguments }}}\n</tool_call>',
-}
-
-
+# TEMPLATES: each format's line of its models' real chat template (llama.cpp models/templates/*.jinja, Ollama's
+# Modelfiles), kept with its corpus (tests/corpus/*.json `templates`): enough for detection, which looks for markers.
 @pytest.mark.parametrize(("family", "template"), TEMPLATES.items(), ids=list(TEMPLATES))
 def test_family_is_read_from_the_chat_template(family: str, template: str) -> None:
     assert families.detect(template) == family
     assert from_props({"chat_template_caps": {"supports_tools": True}, "chat_template": template}).family == family
     assert from_show({"capabilities": ["completion"], "template": template}).family == family
+
+
+def test_every_detected_format_has_a_real_template_line() -> None:
+    detected = {name for name, fmt in FORMATS.items() if fmt.detect is not None}
+    assert detected == set(TEMPLATES), "a format that detects its template needs a template line in its corpus"
 
 
 def test_unknown_template_falls_back_and_ollama_family_helps() -> None:
