@@ -23,6 +23,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     json_blocks,
     kimi,
     llama,
+    minimax,
     mistral,
     pythonic,
     qwen_xml,

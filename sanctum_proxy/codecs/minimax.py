@@ -1,0 +1,128 @@
+"""MiniMax-M2 / M2.1 / M2.5 calls (MiniMaxAI's chat_template.jinja writes them, its docs/tool_calling_guide.md reads
+them; vLLM's and llama.cpp's `minimax_m2` parsers):
+
+    <minimax:tool_call>
+    <invoke name="get_weather">
+    <parameter name="city">Paris</parameter>
+    <parameter name="days">3</parameter>
+    </invoke>
+    </minimax:tool_call>
+
+A value is written as text (strings as they are, the rest as JSON: the template's `v | tojson if v is not string`)
+and kept as the string written, one newline trimmed each side; repair types it by the tool's schema ("3" -> 3), as
+MiniMax's own parser does. Several invokes share one block. Read too: indented tags, a block or an invoke left
+open (cut by max_tokens), a value without `</parameter>` (to the next tag or the end), a name in single quotes or
+none. The reasoning before a call (`<think>` is in the generation prompt, so the answer holds only `</think>`) is
+core/reasoning.py's. Tool results go back as the template writes them, `<response>...</response>`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.writing import pairs, to_json
+from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.lenient_json import value_end
+
+NAME = "minimax"
+OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
+_CLOSE = re.compile(r"\s*</minimax:tool_call\s*>")
+_INVOKE = re.compile(r"""<invoke\s+name=(?:"([^"<>\n]{1,256})"|'([^'<>\n]{1,256})'|([^\s"'<>]{1,256}))\s*>""")
+_INVOKE_CLOSE = re.compile(r"</invoke\s*>")
+_PARAMETER = re.compile(r"""<parameter\s+name=(?:"([^"<>\n]{1,256})"|'([^'<>\n]{1,256})'|([^\s"'<>]{1,256}))\s*>""")
+_PARAMETER_CLOSE = re.compile(r"</parameter\s*>")
+_ANY_TAG = re.compile(r"</?(?:parameter|invoke|minimax:tool_call)\b")
+
+
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        start = text.find(OPEN, pos)
+        if start < 0 or json_blocks.full(out):
+            break
+        calls, k = _invokes(text, start + len(OPEN))
+        close = _CLOSE.match(text, k)
+        end = close.end() if close else k
+        if calls or close:  # a bare mention of the tag in prose is text
+            out.append(Found(start, end, tuple(calls)))
+        pos = max(end, start + len(OPEN))
+    return out
+
+
+def _invokes(text: str, k: int) -> tuple[list[Candidate], int]:
+    """The invokes from `k` on (whitespace between), and where the last one ended."""
+    calls: list[Candidate] = []
+    while len(calls) < MAX_CANDIDATES and (m := _INVOKE.match(text, _skip_ws(text, k))) is not None:
+        k, call = _invoke(text, m)
+        calls.append(call)
+    return calls, k
+
+
+def _invoke(text: str, m: re.Match[str]) -> tuple[int, Candidate]:
+    name = _name(m).strip()
+    body = _skip_ws(text, m.end())
+    repairs: list[str] = []
+    args: str | dict[str, Any]
+    if text.startswith(("{", "["), body) and (end := value_end(text, body)) is not None:
+        args, k = text[body:end], end  # the arguments as one JSON object (how a broken earlier call is quoted)
+    else:
+        args, k, repairs = _parameters(text, m.end())
+    close = _INVOKE_CLOSE.match(text, _skip_ws(text, k))
+    if close:
+        k = close.end()
+    else:
+        repairs.append("unclosed_tag")
+    return k, Candidate(name, args, NAME, text[m.start() : k], None, tuple(dict.fromkeys(repairs)))
+
+
+def _parameters(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
+    args: dict[str, str] = {}
+    repairs: list[str] = []
+    while (p := _PARAMETER.match(text, _skip_ws(text, k))) is not None:
+        nxt = _ANY_TAG.search(text, p.end())  # its closer, or the tag that cuts it short (linear: no rescan)
+        close = _PARAMETER_CLOSE.match(text, nxt.start()) if nxt is not None else None
+        if close is None:
+            repairs.append("unclosed_tag")
+            stop = nxt.start() if nxt is not None else len(text)
+            value, k = text[p.end() : stop].rstrip(), stop
+        else:
+            value, k = text[p.end() : close.start()], close.end()
+        args.setdefault(_name(p).strip(), _trimmed(value))
+    return args, k, repairs
+
+
+def _name(m: re.Match[str]) -> str:
+    return next(g for g in m.groups() if g is not None)
+
+
+def _trimmed(value: str) -> str:
+    """One newline each side is layout (`<parameter name="k">\\nv\\n</parameter>`), not the value."""
+    value = value[1:] if value.startswith("\n") else value
+    return value[:-1] if value.endswith("\n") else value
+
+
+def _skip_ws(text: str, k: int) -> int:
+    while k < len(text) and text[k] in " \t\r\n":
+        k += 1
+    return k
+
+
+def render_call(name: str, arguments: Any) -> str:
+    kv = pairs(arguments)
+    if kv is None:  # broken JSON from an earlier turn: written inside the invoke as it was
+        body = arguments if isinstance(arguments, str) else to_json(arguments)
+    else:
+        body = "\n".join(f'<parameter name="{key}">{value}</parameter>' for key, value in kv)
+    return f'{OPEN}\n<invoke name="{name}">\n{body}\n</invoke>\n{CLOSE}'
+
+
+def render_result(name: str, call_id: str, text: str) -> str:
+    return f"<response>{text}</response>"
+
+
+CODEC = register(Codec(NAME, find, (OPEN,), rank=74))
+register_format(Format(NAME, NAME, render_call, render_result, detect=template_has(OPEN), detect_rank=62))
