@@ -35,6 +35,7 @@ _INVOKE_CLOSE = re.compile(r"</invoke\s*>")
 _PARAMETER = re.compile(r"""<parameter\s+name=(?:"([^"<>\n]{1,256})"|'([^'<>\n]{1,256})'|([^\s"'<>]{1,256}))\s*>""")
 _PARAMETER_CLOSE = re.compile(r"</parameter\s*>")
 _ANY_TAG = re.compile(r"</?(?:parameter|invoke|minimax:tool_call)\b")
+_WS = re.compile(r"[ \t\r\n]*")
 
 
 def find(text: str, tool_names: frozenset[str]) -> list[Found]:
@@ -106,9 +107,8 @@ def _trimmed(value: str) -> str:
 
 
 def _skip_ws(text: str, k: int) -> int:
-    while k < len(text) and text[k] in " \t\r\n":
-        k += 1
-    return k
+    blank = _WS.match(text, k)
+    return blank.end() if blank else k
 
 
 def render_call(name: str, arguments: Any) -> str:

@@ -9,6 +9,7 @@ Budget: the hypothesis profile (`ci` by default, HYPOTHESIS_PROFILE=long for a f
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sanctum_proxy.codecs.base import MAX_CANDIDATES
-from sanctum_proxy.codecs.registry import CODECS, find_calls
+from sanctum_proxy.codecs.registry import CODECS, FORMATS, find_calls
 from sanctum_proxy.core.lenient_json import Decoded, Undecodable, decode, value_end
 from sanctum_proxy.repair.correct import correction
 from sanctum_proxy.repair.mend import assess
@@ -49,7 +50,12 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=16)
 names = st.sampled_from([*SCHEMAS, "Search", "functions.search", "unknown", "", "set-mode"])
-fragments = st.sampled_from([
+# Every registered format's call, cut at its tags, and every codec's openers (a new format is fuzzed unasked).
+_TAG = re.compile(r"(<[^<>]{0,40}>|\[[A-Z_]{2,16}\]|\n)")
+REGISTERED = sorted({piece for fmt in FORMATS.values()
+                     for piece in _TAG.split(fmt.render_call("search", {"q": "a", "n": 1})) if piece}
+                    | {s for codec in CODECS for s in codec.starts})
+fragments = st.sampled_from([*REGISTERED,
     "<tool_call>", "</tool_call>", "<|tool_call|>", "functools[", "[TOOL_CALLS]", "<|python_tag|>",
     "<|python_start|>", "<|tool_call_start|>", "<|tool_call_end|>", "<function=search>", "<function=",
     "</function>", "<parameter=q>", "</parameter>", "```json\n", "```tool_code\n", "```", "\n",
