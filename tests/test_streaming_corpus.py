@@ -20,7 +20,9 @@ from sanctum_proxy.app import create_app
 from sanctum_proxy.config import load_settings
 from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, run
+from sanctum_proxy.repair.events import Answer, ContentDelta, Final
+from sanctum_proxy.repair.loop import run
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes.sse import SseWriter, stream_sender
 from tests.codecs.test_corpus import CASES

@@ -21,9 +21,11 @@ from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import Decoded, decode
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.loop import Final, Plan, summed_usage
+from sanctum_proxy.repair.events import Final
 from sanctum_proxy.repair.mend import calls_outside_reasoning, native_candidates
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
+from sanctum_proxy.repair.usage import summed_usage
 
 LAST_CALL = "last_call"
 

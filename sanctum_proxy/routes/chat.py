@@ -20,7 +20,8 @@ from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
-from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, Sender
+from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, summed_usage
+from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Final, Sender
+from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.usage import summed_usage
 from sanctum_proxy.routes.rounds import Shown
 
 

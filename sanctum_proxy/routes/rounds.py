@@ -15,7 +15,9 @@ from fastapi import Request
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair import surrender
-from sanctum_proxy.repair.loop import ContentDelta, Event, FieldDelta, Final, Lesson, Plan, Sender, run
+from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, Lesson, Sender
+from sanctum_proxy.repair.loop import run
+from sanctum_proxy.repair.plan import Plan
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final  # the loop's events but its lessons, kept here
 

@@ -42,7 +42,8 @@ from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.protocols.reply import held_back, rest_after
 from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
 from sanctum_proxy.repair import constrain
-from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender
+from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Final, Sender
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.streaming import PASSED, Assembler, with_tools
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected

@@ -24,7 +24,8 @@ import orjson
 
 from sanctum_proxy.core.omens import Omen, Outcome
 from sanctum_proxy.errors import CLIENT_GONE, ProxyError, ToolCallParseError
-from sanctum_proxy.repair.loop import Final, Plan, RoundRecord
+from sanctum_proxy.repair.events import Final, RoundRecord
+from sanctum_proxy.repair.plan import Plan
 
 OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
 # Omen fields that describe what happened without quoting the conversation (kept by metadata_only).

@@ -1,0 +1,94 @@
+"""What the round loop reads from a Sender and yields to its caller (repair/loop.py): the live deltas, a
+round's Answer, the Lessons, each round's RoundRecord and the Final."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.errors import ProxyError
+
+Mode = Literal["native", "prompted"]
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    text: str
+    meta: dict[str, Any] | None = None  # the live round's id, model, created, system_fingerprint, once known
+    logprobs: dict[str, Any] | None = None  # the upstream's logprobs of the tokens this text came from
+
+
+@dataclass(frozen=True)
+class FieldDelta:
+    """Text of a message field other than content that the client may see now, in the field it came in
+    (`reasoning_content`, `reasoning`, `refusal`): never read for calls, never held back; live like ContentDelta."""
+
+    text: str
+    field: str = "reasoning_content"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One upstream round's answer, however it arrived."""
+
+    message: dict[str, Any]
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    meta: dict[str, Any]  # id, model, created, system_fingerprint of the upstream response
+    extra: dict[str, Any] = field(default_factory=dict)  # the response's other top-level fields, as sent
+    choice_extra: dict[str, Any] = field(default_factory=dict)  # the choice's fields but index/message/finish
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """What a round taught about this (upstream, model), for the caller to keep (`plan.upstream`, `plan.model`):
+    the loop keeps nothing between requests.
+
+        tools_rejected          the upstream refused `tools`: the model goes prompted for good
+        upstream_parse_failure  the upstream could not parse the model's own call: one failure counted
+        schema_refused          the upstream refused the answer schema: stop constraining for this model
+        tool_choice_refused     the upstream refused tool_choice "required": native corrections go without it
+    """
+
+    what: Literal["tools_rejected", "upstream_parse_failure", "schema_refused", "tool_choice_refused"]
+
+
+class Sender(Protocol):
+    def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]: ...
+
+
+@dataclass
+class RoundRecord:
+    number: int
+    mode: Mode
+    sent: dict[str, Any]
+    latency_ms: float
+    answer: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    outcome: str = "pending"  # accepted | rejected | fallback | error
+    constrained: bool = False  # the round's decoding was constrained (answer schema, grammar or tool_choice)
+    free_choice: bool = False  # ... offering text as well as calls, with no call attempt before it
+
+
+@dataclass
+class Final:
+    message: dict[str, Any]
+    finish_reason: str
+    usage: dict[str, Any] | None
+    mode: Mode
+    rounds: int
+    omens: list[om.Omen]
+    meta: dict[str, Any]
+    outcome: str  # clean | repaired | rejected | fallback | surrendered (the most telling one)
+    extra: dict[str, Any] = field(default_factory=dict)  # the answering round's Answer.extra
+    choice_extra: dict[str, Any] = field(default_factory=dict)  # ... and Answer.choice_extra
+
+
+Event = ContentDelta | FieldDelta | om.Omen | Lesson | Final
+# What a stream writer renders (routes/sse.py, protocols/*_events.py): the loop's events but the lessons, which
+# stay at the edge (routes/rounds.py), and the error that ends a stream.
+StreamItem = ContentDelta | FieldDelta | om.Omen | Final | ProxyError
