@@ -1,5 +1,6 @@
 """What the round loop reads from a Sender and yields to its caller (repair/loop.py): the live deltas, a
-round's Answer, the Lessons, each round's RoundRecord and the Final."""
+round's Answer, the Lessons, each round's RoundRecord and the Final. The loop writes nothing shared: whoever
+keeps round records (the trace, a surrender's last call) collects them from its events (`note`)."""
 
 from __future__ import annotations
 
@@ -59,8 +60,10 @@ class Sender(Protocol):
     def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class RoundRecord:
+    """One round as the loop yields it twice: when it is sent (outcome "pending") and when it is judged."""
+
     number: int
     mode: Mode
     sent: dict[str, Any]
@@ -86,9 +89,19 @@ class Final:
     outcome: str  # clean | repaired | rejected | fallback | surrendered (the most telling one)
     extra: dict[str, Any] = field(default_factory=dict)  # the answering round's Answer.extra
     choice_extra: dict[str, Any] = field(default_factory=dict)  # ... and Answer.choice_extra
+    accepted: dict[str, Any] | None = None  # the last round's answer as it came (None: it ended in an error):
+    # reasoning the client's message may have dropped (protocols/reply.py)
 
 
-Event = ContentDelta | FieldDelta | om.Omen | Lesson | Final
+def note(records: list[RoundRecord], record: RoundRecord) -> None:
+    """Keep a round's record in `records`: the judged record replaces the one yielded when it was sent."""
+    if records and records[-1].number == record.number:
+        records[-1] = record
+    else:
+        records.append(record)
+
+
+Event = ContentDelta | FieldDelta | om.Omen | Lesson | RoundRecord | Final
 # What a stream writer renders (routes/sse.py, protocols/*_events.py): the loop's events but the lessons, which
 # stay at the edge (routes/rounds.py), and the error that ends a stream.
 StreamItem = ContentDelta | FieldDelta | om.Omen | Final | ProxyError

@@ -16,6 +16,7 @@ It yields events; it writes nothing shared:
     om.Omen        an omen, when it happens (a writer sends it with its next event); every omen is in the
                    Final too, and the recorder keeps them when a surrender raises
     Lesson         what the caller should remember about the upstream (auto-mode fallback, refused schema)
+    RoundRecord    a round as sent (outcome "pending"), then as judged: the trace collects them (events.note)
     Final          the answer: the message for the client, usage summed over rounds, every omen
 
 One request's rounds (`State.kind` is what the next round is, `State.phase` where constraining stands):
@@ -102,17 +103,19 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
     omens: list[om.Omen] = []
     usage: dict[str, Any] | None = None
     shown = False  # live content reached the client: later rounds are hidden (no text twice)
+    number = 0  # rounds sent
     for omen in plan.opening_omens:
         omens.append(omen)
         yield omen
     while True:
         if heavy_round(plan):  # a grammar, a prompt from long schemas
-            step, state = await offloaded(next_round, plan, state, len(plan.records))
+            step, state = await offloaded(next_round, plan, state, number)
         else:
-            step, state = next_round(plan, state, len(plan.records))
-        record = RoundRecord(len(plan.records) + 1, state.mode, step.body, 0.0,
-                             constrained=step.constraint is not None, free_choice=step.free_choice)
-        plan.records.append(record)
+            step, state = next_round(plan, state, number)
+        number += 1
+        record = RoundRecord(number, state.mode, step.body, 0.0, constrained=step.constraint is not None,
+                             free_choice=step.free_choice)
+        yield record  # as sent: a trace of a request cut short shows it (outcome "pending")
         answer: Answer | None = None
         error: ProxyError | None = None
         start = time.perf_counter()
@@ -125,19 +128,19 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
                     yield event
         except ProxyError as caught:  # unreachable, timed out or an error answer: this round's own record says so
             error = caught
-        record.latency_ms = (time.perf_counter() - start) * 1000
+        record = replace(record, latency_ms=(time.perf_counter() - start) * 1000)
         if error is not None:
-            record.error = {**error.body()["error"], "status": error.status}
-            verdict = await offloaded(judge_error, plan, state, step, error, record.number)  # may read a quote
+            record = replace(record, error={**error.body()["error"], "status": error.status})
+            verdict = await offloaded(judge_error, plan, state, step, error, number)  # may read a quote
         else:
             assert answer is not None, "a sender ends every round with an Answer"
             if heavy_answer(plan, answer):  # off the event loop: a long answer, or a schema whose branches multiply
-                judged, verdict = await offloaded(_judged, plan, state, step, answer, record.number)
+                judged, verdict = await offloaded(_judged, plan, state, step, answer, number)
             else:
-                judged, verdict = _judged(plan, state, step, answer, record.number)
-            record.answer, record.finish_reason, record.usage = judged.message, judged.finish_reason, judged.usage
+                judged, verdict = _judged(plan, state, step, answer, number)
+            record = replace(record, answer=judged.message, finish_reason=judged.finish_reason, usage=judged.usage)
             usage = added(usage, judged.usage)
-        record.outcome = verdict.outcome
+        yield replace(record, outcome=verdict.outcome)
         for item in verdict.omens:
             omens.append(item)
             yield item
@@ -146,11 +149,11 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         if isinstance(verdict, Fail):
             raise verdict.error
         if isinstance(verdict, Surrender):
-            raise ToolCallParseError(verdict.message, rounds=len(plan.records), rejected=list(verdict.rejected))
+            raise ToolCallParseError(verdict.message, rounds=number, rejected=list(verdict.rejected))
         if isinstance(verdict, Accept):
             answer = verdict.answer
-            yield Final(verdict.message, verdict.finish_reason, usage, state.mode, len(plan.records), omens,
-                        answer.meta, outcome(omens, verdict.surrendered), answer.extra, answer.choice_extra)
+            yield Final(verdict.message, verdict.finish_reason, usage, state.mode, number, omens, answer.meta,
+                        outcome(omens, verdict.surrendered), answer.extra, answer.choice_extra, record.answer)
             return
         state = verdict.state
 

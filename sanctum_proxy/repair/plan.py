@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.repair import constrain as cn
-from sanctum_proxy.repair.events import Mode, RoundRecord
+from sanctum_proxy.repair.events import Mode
 from sanctum_proxy.repair.toolbox import Toolbox
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     """What the loop needs to know about the request, settled before the first round."""
 
@@ -25,8 +25,7 @@ class Plan:
     prompt_format: str = "hermes"
     upstream: str = ""
     new_id: Callable[[], str] | None = None
-    records: list[RoundRecord] = field(default_factory=list)
-    opening_omens: list[om.Omen] = field(default_factory=list)  # decided before the first round (a probe)
+    opening_omens: tuple[om.Omen, ...] = ()  # decided before the first round (a probe)
     constrain: cn.Constrain = "off"
     correction_context: Literal["transcript", "fresh"] = "transcript"  # fresh: JSON-prompt rounds, no transcript
     grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one

@@ -15,7 +15,7 @@ import pytest
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError, UpstreamError, UpstreamUnreachable
 from sanctum_proxy.repair import constrain as cn
-from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Lesson
+from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Lesson, RoundRecord
 from sanctum_proxy.repair.follow_up import NEXT_CALL
 from sanctum_proxy.repair.loop import ANSWERED_IN_TEXT, CONSTRAINED_INSTEAD, run
 from sanctum_proxy.repair.plan import Plan
@@ -336,10 +336,9 @@ async def test_after_live_text_a_fallback_round_is_hidden():
 
 
 async def test_each_round_is_recorded_with_its_outcome():
-    the_plan = plan(constrain="repair", mode="prompted")
-    await final_of(the_plan, Script(UNKNOWN, GOOD))
-    assert [(r.number, r.outcome, r.constrained) for r in the_plan.records] == [
-        (1, "rejected", False), (2, "accepted", True)]
+    _, got = await final_of(plan(constrain="repair", mode="prompted"), Script(UNKNOWN, GOOD))
+    assert [(r.number, r.outcome, r.constrained) for r in got if isinstance(r, RoundRecord)] == [
+        (1, "pending", False), (1, "rejected", False), (2, "pending", True), (2, "accepted", True)]
 
 
 # What a correction round keeps (docs/contract.md section 5): the first round's body plus the new turns
