@@ -1,6 +1,6 @@
-"""What a round's answer is, before tier 2 judges its calls: a refusal, an empty answer to a tools request, a
-call the request's tool_choice required and did not get, a repeat of an answered call; and how a corrected
-answer's calls join those kept from before. Pure: no I/O."""
+"""What a round's answer is, before tier 2 judges its calls: its calls as tier 1 reads them, a refusal, an empty
+answer to a tools request, a call the request's tool_choice required and did not get, a repeat of an answered
+call; and how a corrected answer's calls join those kept from before. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy.codecs import families
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.calls import Assessment, Problem, ToolCall, content_text
+from sanctum_proxy.repair import constrain as cn
+from sanctum_proxy.repair.constraint import Constraint
 from sanctum_proxy.repair.correct import rejected_answer_text, sent_answer_text
 from sanctum_proxy.repair.events import Answer, Mode
 from sanctum_proxy.repair.grounding import loads
+from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.repeats import repeated_call
 
@@ -35,6 +39,23 @@ def empty_tools_answer(plan: Plan, mode: Mode, answer: Answer) -> bool:
     if text.strip() and answer.finish_reason == "length":  # unless max_tokens cut the reasoning itself
         return False
     return not any(text[start:end].strip() for start, end in reasoning.outside(text))
+
+
+def read_calls(plan: Plan, mode: Mode, constraint: Constraint | None, answer: Answer,
+               kept: tuple[ToolCall, ...]) -> tuple[Assessment, Problem | None, list[Problem]]:
+    """Tier 1 on a round's answer (mend.assess), in the format the round asked for: the assessment, a broken
+    answer object (a constrained round cut short), and the problems: that one, else the calls' own, else a
+    call the request requires and did not get."""
+    assert plan.book is not None
+    answer_object = constraint is not None and constraint.answer_object
+    sent_prompted = mode == "prompted" or constraint is not None and constraint.prompted
+    asked = families.codec_of(plan.prompt_format) if sent_prompted and not answer_object else None
+    assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
+                        parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
+                        asked_format=asked, client_json=cn.asks_json(plan.body), **plan.new_ids)
+    broken = cn.broken_call(answer.message, answer.finish_reason) if answer_object else None
+    problems = [broken] if broken else list(assessment.problems) or missing_call(plan, assessment, answer, kept)
+    return assessment, broken, problems
 
 
 def missing_call(plan: Plan, assessment: Assessment, answer: Answer, kept: tuple[ToolCall, ...]) -> list[Problem]:

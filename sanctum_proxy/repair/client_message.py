@@ -36,6 +36,14 @@ def unechoed(message: dict[str, Any], mode: Mode) -> dict[str, Any]:
     return message if text == content else {**message, "content": text}
 
 
+def accepted_omens(number: int, assessment: Assessment) -> tuple[om.Omen, ...]:
+    """The omens of an accepted answer's calls: each one tier 1 mended, each one left out (extra, duplicate)."""
+    omens = [om.repaired(number, r) for r in assessment.repairs]
+    omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
+    omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
+    return tuple(omens)
+
+
 def finish(assessment: Assessment, answer: Answer) -> str:
     if assessment.calls:
         return "tool_calls"

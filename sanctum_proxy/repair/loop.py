@@ -8,16 +8,7 @@ through the injected `Sender`):
     judge / judge_error(...)       a Verdict: accept, correct, ask for text, fall back, unconstrain, surrender
     apply it                       yield its omens and lessons, then the Final, a raise, or the next state
 
-It yields events; it writes nothing shared:
-
-    ContentDelta   text the client may see now (streaming: only the first round that shows any; the
-                   accepted answer of a hidden round comes whole in the Final)
-    FieldDelta     reasoning / refusal text of a live round
-    om.Omen        an omen, when it happens (a writer sends it with its next event); every omen is in the
-                   Final too, and the recorder keeps them when a surrender raises
-    Lesson         what the caller should remember about the upstream (auto-mode fallback, refused schema)
-    RoundRecord    a round as sent (outcome "pending"), then as judged: the trace collects them (events.note)
-    Final          the answer: the message for the client, usage summed over rounds, every omen
+It yields events (events.py: live deltas, omens, lessons, round records, the Final); it writes nothing shared.
 
 One request's rounds (`State.kind` is what the next round is, `State.phase` where constraining stands):
 
@@ -26,14 +17,15 @@ One request's rounds (`State.kind` is what the next round is, `State.phase` wher
     Accept         no tools offered, a text round's answer, a refusal, or   Final
                    calls that pass tier 1 (clean or repaired)
     Correct        problems, under the round limit, not the rejected text    ASK + [rejected answer, correction];
-                   again                                                     pinned to one tool when all problems
-                                                                             name the same known one
+                   again; or a correction round over the upstream's context  pinned to one tool when all problems
+                   (once, where constraining is on: `_too_long`)             name the same known one; too long:
+                                                                             the fresh round (no transcript)
     AskForText     a free-choice constrained round's call was broken or      TEXT: the conversation without tools
                    made up (grounding.py); or every call repeats one the     (+ the correction for a repeat); its
                    conversation already answered (repeats.py)                answer is accepted as it is
     AskForMore     follow_up_calls: a first free-choice constrained round    MORE: the first round's prompt +
                    made one call (parallel allowed); or a MORE round's call  [the call, NEXT_CALL], constrained
-                   adds a value from the user's turns (novel)  , under the    to one call; a call that adds
+                   adds a value from the user's turns (novel), under the     to one call; a call that adds
                    round limit                                               nothing, text or an error: Accept
                                                                              of the calls held (State.held)
     FallBack       auto mode, native round: the upstream refused `tools`,    ASK prompted, transcript emptied;
@@ -47,14 +39,10 @@ One request's rounds (`State.kind` is what the next round is, `State.phase` wher
                                                                              that text instead (outcome surrendered)
     Fail           any other error                                           raised as it is
 
-Constraining (`plan.constrain`, constraint.py): WAITING -> CONSTRAINING when a round is first constrained (a
-correction under "repair"; every prompted round under "always"), remembering how many hidden turns came before
-it; any phase -> REFUSED when the upstream refuses the schema, grammar or tool_choice. A correction round is
-the first round's body byte for byte plus the new turns (so the upstream's prompt cache serves the prefix), on
-every upstream, constrained by tool_choice "required" (native; a prompted round where the template drops the
-tools), a GBNF grammar in the prompt's own format (llama.cpp) or the answer schema; only with
-`correction_context = "fresh"` is it a JSON-prompt round without the turns before it (constraint.transcript;
-its omen says so).
+Constraining (`plan.constrain`, constraint.py: which constraint, which turns): WAITING -> CONSTRAINING when a
+round is first constrained (a correction under "repair"; every prompted round under "always"), remembering how
+many hidden turns came before it; any phase -> REFUSED when the upstream refuses the schema, grammar or
+tool_choice.
 `next_round` raises SpellCallParseError once max_rounds + 3 rounds were sent (1 + N, one fallback, one
 unconstrained retry).
 """
@@ -67,29 +55,17 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Literal
 
-from sanctum_proxy.codecs import families
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Assessment, Problem, ToolCall
 from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import answer_checks as checks
-from sanctum_proxy.repair import constrain as cn
-from sanctum_proxy.repair import follow_up
-from sanctum_proxy.repair.client_message import client_message, finish, outcome, unechoed
-from sanctum_proxy.repair.constraint import (
-    Constraint,
-    Stage,
-    chosen,
-    decoded,
-    schema_refused,
-    tool_choice_refused,
-    transcript,
-)
-from sanctum_proxy.repair.correct import correction, rejected_answer_text, sent_answer_text
+from sanctum_proxy.repair import constraint as ct
+from sanctum_proxy.repair import correct, follow_up
+from sanctum_proxy.repair.client_message import accepted_omens, client_message, finish, outcome, unechoed
 from sanctum_proxy.repair.events import Answer, Event, Final, Lesson, Mode, RoundRecord, Sender
 from sanctum_proxy.repair.grounding import made_up
 from sanctum_proxy.repair.heavy import heavy_answer, heavy_round
-from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.quoted_calls import read_quote
 from sanctum_proxy.repair.upstream_body import upstream_body
@@ -200,7 +176,7 @@ class Round:
     """One round as `next_round` settles it."""
 
     body: dict[str, Any]
-    constraint: Constraint | None
+    constraint: ct.Constraint | None
     free_choice: bool  # constrained, offering text as well as calls, with no call attempt before it
 
 
@@ -214,20 +190,21 @@ def next_round(plan: Plan, state: State, sent: int) -> tuple[Round, State]:
         return Round(body, None, False), state
     if state.kind is Kind.MORE:  # the first round's prompt; one call, kept only when it adds something
         assert plan.book is not None
-        more = Constraint(plan.book, text=False, parallel=False, prompt=(plan.book, True, plan.parallel))
+        more = ct.Constraint(plan.book, text=False, parallel=False, prompt=(plan.book, True, plan.parallel))
         return Round(upstream_body(plan, state.mode, list(state.turns), more), more, False), state
     constraint = _constraint(plan, state)
     if constraint is not None and state.phase is Phase.WAITING:
         state = replace(state, phase=Phase.CONSTRAINING, grammar_from=len(state.turns))
     constrained_from = state.grammar_from if state.phase is Phase.CONSTRAINING else None
-    body = upstream_body(plan, state.mode, transcript(state.turns, constraint, constrained_from), constraint)
+    body = upstream_body(plan, state.mode, ct.transcript(state.turns, constraint, constrained_from), constraint)
     free = constraint is not None and constraint.text and not state.turns
     return Round(body, constraint, free), state
 
 
-def _constraint(plan: Plan, state: State) -> Constraint | None:
+def _constraint(plan: Plan, state: State) -> ct.Constraint | None:
     """The constraint of the round `state` stands before (constraint.chosen)."""
-    return chosen(plan, Stage(state.mode, bool(state.turns), state.pin, state.fresh, state.phase is Phase.REFUSED))
+    stage = ct.Stage(state.mode, bool(state.turns), state.pin, state.fresh, state.phase is Phase.REFUSED)
+    return ct.chosen(plan, stage)
 
 
 # Verdicts: what a round's answer (or error) means, and the state of the round after it.
@@ -315,7 +292,7 @@ Verdict = Accept | Correct | AskForText | AskForMore | FallBack | Unconstrain | 
 
 
 def _judged(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> tuple[Answer, Verdict]:
-    answer = decoded(answer, step.constraint, plan)
+    answer = ct.decoded(answer, step.constraint, plan)
     return answer, judge(plan, state, step, answer, number)
 
 
@@ -326,9 +303,9 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Accept(state.held.message, state.held.finish_reason, state.held.answer)
     if not isinstance(error, UpstreamError):
         return Fail(error)
-    if step.constraint is not None and step.constraint.how == "tool_choice" and tool_choice_refused(error):
+    if step.constraint is not None and step.constraint.how == "tool_choice" and ct.tool_choice_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("tool_choice_refused"))
-    if step.constraint is not None and schema_refused(error):
+    if step.constraint is not None and ct.schema_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED))
     if state.kind is Kind.ASK and state.turns and context_exceeded(error, step.body):
         return _too_long(plan, state, number)
@@ -370,15 +347,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         # no tools, the text round's answer, or a refusal: an answer, passed through as it came (less the
         # tool-result tags of a prompted history, echoed)
         return Accept(unechoed(answer.message, state.mode), answer.finish_reason or "stop", answer)
-    answer_object = step.constraint is not None and step.constraint.answer_object
-    sent_prompted = state.mode == "prompted" or step.constraint is not None and step.constraint.prompted
-    asked = families.codec_of(plan.prompt_format) if sent_prompted and not answer_object else None
-    assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
-                        parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
-                        asked_format=asked, client_json=cn.asks_json(plan.body), **plan.new_ids)
-    broken = cn.broken_call(answer.message, answer.finish_reason) if answer_object else None
-    problems = [broken] if broken else list(assessment.problems) or checks.missing_call(
-        plan, assessment, answer, state.kept)
+    assessment, broken, problems = checks.read_calls(plan, state.mode, step.constraint, answer, state.kept)
     # The grammar made the model choose between text and a call, and it began a call it could not finish
     # (a string looping until max_tokens, which the same grammar would only repeat) or filled one with values
     # nobody gave: the request is asked again without tools, and that text is the answer. (After a call
@@ -387,22 +356,20 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if step.free_choice:
         unmeant = broken or (None if problems else made_up(plan.book, plan.body.get("messages"), assessment.calls))
     if unmeant is not None:
-        text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent_answer_text(answer.message)))
-        return AskForText(text_round, (om.rejected(number, unmeant, ANSWERED_IN_TEXT),))
+        sent = correct.sent_answer_text(answer.message)  # what the model sent: a surrender's `rejected` (issue 20)
+        text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent))
+        return AskForText(text_round, (om.rejected(number, unmeant, correct.ANSWERED_IN_TEXT),))
     repeat = checks.repeat(plan, assessment, answer) if not problems and not state.kept else None
     if repeat is not None:  # an answered call again: the result is there, the request is asked for text
-        text = correction([repeat], plan.book)
+        text = correct.correction([repeat], plan.book)
         closing = ({"role": "user", "content": text},)  # without the repeat: see repeats.py
         text_round = replace(state, kind=Kind.TEXT, closing=closing, rejected=(*state.rejected, repeat.raw))
         return AskForText(text_round, (om.rejected(number, repeat, text),))
     if not problems:
         if state.kept:  # the correction of a partly bad answer: its calls join those kept
             assessment = replace(assessment, calls=checks.joined(state.kept, assessment.calls))
-        omens = [om.repaired(number, r) for r in assessment.repairs]
-        omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
-        omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
         accept = Accept(unechoed(client_message(assessment, answer.message), state.mode),
-                        finish(assessment, answer), answer, tuple(omens))
+                        finish(assessment, answer), answer, accepted_omens(number, assessment))
         if follow_up.follows_up(plan, step.constraint, step.free_choice, len(assessment.calls), number):
             return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
         return accept
@@ -411,8 +378,8 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     kept = checks.joined(state.kept, assessment.calls)
     if kept and not plan.parallel and checks.allows(plan, kept):
         return _accept_kept(plan, state, assessment, answer, kept, problems, number)
-    raw = rejected_answer_text(answer.message, plan.prompt_format)  # quoted back in the prompt format
-    sent = sent_answer_text(answer.message)  # what the model sent: a surrender's `rejected` (issue 20)
+    raw = correct.rejected_answer_text(answer.message, plan.prompt_format)  # quoted back in the prompt format
+    sent = correct.sent_answer_text(answer.message)
     repeated = bool(state.rejected) and sent == state.rejected[-1]
     rejected = (*state.rejected, sent)
     if repeated or state.repair_rounds >= plan.max_rounds:
@@ -457,23 +424,15 @@ def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept
 def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, rejected: tuple[str, ...],
              number: int, first: tuple[om.Omen, ...] = ()) -> Correct:
     assert plan.book is not None
-    text = correction(problems, plan.book, [c.name for c in state.kept])
-    tools = {p.tool for p in problems}
-    pin = problems[0].tool if len(tools) == 1 and problems[0].tool in plan.book.tools \
-        and problems[0].reason != "unknown_spell" else None
+    text = correct.correction(problems, plan.book, [c.name for c in state.kept])
     turns = (*state.turns, {"role": "assistant", "content": raw}, {"role": "user", "content": text})
-    after = replace(state, turns=turns, pin=pin, rejected=rejected)
-    # A first JSON-prompt round is sent without the turns before it (_transcript): say so, never claim a
-    # correction the model did not read.
+    after = replace(state, turns=turns, pin=correct.pinned(problems, plan.book), rejected=rejected)
+    # A first JSON-prompt round is sent without the turns before it (constraint.transcript): say so, never
+    # claim a correction the model did not read.
     following = _constraint(plan, after)
     dropped = after.phase is Phase.WAITING and following is not None and following.json_prompt
-    return Correct(after, first + tuple(om.rejected(number, p, CONSTRAINED_INSTEAD if dropped else text)
+    return Correct(after, first + tuple(om.rejected(number, p, correct.CONSTRAINED_INSTEAD if dropped else text)
                                         for p in problems))
-
-
-CONSTRAINED_INSTEAD = ("(not sent to the model: the next round was constrained to a valid call by a grammar, "
-                       "without the rejected answer and this correction: correction_context = \"fresh\")")
-ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without tools, for a text answer)"
 
 
 def _surrender(plan: Plan, state: State, answer: Answer, number: int, repeated: bool,

@@ -11,7 +11,7 @@ from sanctum_proxy.core.calls import Repair, ToolCall
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.answer_checks import missing_call
-from sanctum_proxy.repair.client_message import client_message
+from sanctum_proxy.repair.client_message import accepted_omens, client_message
 from sanctum_proxy.repair.events import Answer
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.plan import Plan
@@ -59,7 +59,5 @@ def read_quote(plan: Plan, error: UpstreamError, kept: tuple[ToolCall, ...], num
         return None
     read = (READ_FROM_ERROR,) if quote is not None else (READ_FROM_ERROR, ONLY_TOOL)
     repairs = assessment.repairs or tuple(Repair(c.name, c.id, (), c.arguments) for c in assessment.calls)
-    omens = [om.repaired(number, replace(r, repairs=(*read, *r.repairs))) for r in repairs]
-    omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
-    omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
-    return Quoted(client_message(assessment, sent), answer, tuple(omens))
+    marked = replace(assessment, repairs=tuple(replace(r, repairs=(*read, *r.repairs)) for r in repairs))
+    return Quoted(client_message(assessment, sent), answer, accepted_omens(number, marked))
