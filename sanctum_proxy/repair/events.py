@@ -1,6 +1,16 @@
-"""What the round loop reads from a Sender and yields to its caller (repair/loop.py): the live deltas, a
-round's Answer, the Lessons, each round's RoundRecord and the Final. The loop writes nothing shared: whoever
-keeps round records (the trace, a surrender's last call) collects them from its events (`note`)."""
+"""What the round loop (repair/loop.py) reads from its Sender (live deltas, then the round's Answer) and what it
+yields. It writes nothing shared: whoever keeps round records (the trace, a surrender's last call) collects
+them from its events (`note`).
+
+    ContentDelta   text the client may see now (streaming: only the first round that shows any; the
+                   accepted answer of a hidden round comes whole in the Final)
+    FieldDelta     reasoning / refusal text of a live round
+    om.Omen        an omen, when it happens (a writer sends it with its next event); every omen is in the
+                   Final too, and the recorder keeps them when a surrender raises
+    Lesson         what the caller should remember about the upstream (auto-mode fallback, refused schema)
+    RoundRecord    a round as sent (outcome "pending"), then as judged (routes/rounds.py hands it to the trace)
+    Final          the answer: the message for the client, usage summed over rounds, every omen
+"""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ through the injected `Sender`):
     next_round(plan, state)        what the next round sends: mode, transcript, constraint, tools or not
     send it                        (the Sender: live deltas pass through, then the round's Answer or an error)
     judge / judge_error(...)       a Verdict: accept, correct, ask for text, fall back, unconstrain, surrender
-    apply it                       yield its omens and lessons, then the Final, a raise, or the next state
+    apply it                       yield the round's record, its omens and lessons, then the Final, a raise,
+                                   or the next state
 
 It yields events (events.py: live deltas, omens, lessons, round records, the Final); it writes nothing shared.
 
