@@ -245,7 +245,7 @@ async def test_without_auto_an_error_is_raised_as_it_came_and_nothing_is_learned
 
 async def test_opening_omens_come_first_and_count_as_a_fallback():
     probe = om.fallback(0, "capability_probe", None, "props")
-    final, got = await final_of(plan(mode="prompted", opening_omens=[probe]),
+    final, got = await final_of(plan(mode="prompted", opening_omens=(probe,)),
                                 Script(text('<tool_call>{"name": "get_weather", '
                                             '"arguments": {"city": "Paris"}}</tool_call>')))
     assert got[0] is probe and final.outcome == "fallback" and final.omens[0] is probe
