@@ -29,7 +29,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Final, RoundRecord, Sender
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.usage import summed_usage
-from sanctum_proxy.routes.rounds import Kept, Shown
+from sanctum_proxy.routes.rounds import Recorded, Shown
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class Choices:
     """The loops of one request's choices, and their events as (index, event) pairs; their round records go to
     `recorded` (routes/rounds.record_round: the trace) as (index, record)."""
 
-    def __init__(self, plan: Plan, later: Sender, runner: Callable[[Plan, Sender], AsyncIterator[Kept]],
+    def __init__(self, plan: Plan, later: Sender, runner: Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]],
                  recorded: Callable[[RoundRecord, int], None] = lambda record, index: None) -> None:
         self.plan = plan
         self.later = later  # a round of one choice, sent upstream (body without `n`)
@@ -140,13 +140,14 @@ class Choices:
 
         return send
 
+    def _recorded(self, index: int, record: RoundRecord) -> None:
+        if index == 0:
+            self.lead_mode = record.mode
+        self.recorded(record, index)
+
     async def _drive(self, index: int, plan: Plan, send: Sender) -> None:
         try:
-            async for event in self.runner(plan, send):
-                if isinstance(event, RoundRecord):
-                    self.lead_mode = event.mode if index == 0 else self.lead_mode
-                    self.recorded(event, index)
-                    continue
+            async for event in self.runner(plan, send, lambda record: self._recorded(index, record)):
                 if index == 0 and isinstance(event, om.Omen):
                     self.lead_omens.append(event)
                 await self._out.put((index, event))

@@ -20,20 +20,21 @@ from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final  # the loop's events but its lessons and round records
-Kept = Shown | RoundRecord  # ... and with its round records, for the caller to hand to the trace
+Recorded = Callable[[RoundRecord], None]  # where a loop's round records go (the trace)
 
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
     """`run(plan, send)` with its lessons kept, a surrender answered as `on_surrender` says, its rounds in the
     trace and its end recorded (recorder.watch)."""
-    events = _recorded(request, kept_run(request)(plan, send))
+    events = kept_run(request)(plan, send, lambda record: record_round(request, record))
     return request.app.state.recorder.watch(request, events)  # type: ignore[no-any-return]
 
 
-def kept_run(request: Request) -> Callable[[Plan, Sender], AsyncIterator[Kept]]:
-    """`run` with its lessons kept and a surrender answered, not recorded: the loops of n > 1 choices
-    (routes/choices.py), whose events and round records the caller records together."""
-    return lambda plan, send: _keeping(request.app.state, plan, _surrendering(plan, run(plan, send)))
+def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
+    """`run` with its lessons kept, a surrender answered and its round records handed to `recorded`, its end not
+    recorded: the loops of n > 1 choices (routes/choices.py), whose events the caller records together."""
+    return lambda plan, send, recorded: _keeping(request.app.state, plan, _surrendering(plan, run(plan, send)),
+                                                 recorded)
 
 
 def record_round(request: Request, record: RoundRecord, choice: int = 0) -> None:
@@ -46,14 +47,6 @@ def record_round(request: Request, record: RoundRecord, choice: int = 0) -> None
 def recorder_of(request: Request) -> Callable[[RoundRecord, int], None]:
     """`record_round` for the loops of n > 1 choices (routes/choices.py)."""
     return lambda record, choice: record_round(request, record, choice)
-
-
-async def _recorded(request: Request, events: AsyncIterator[Kept]) -> AsyncIterator[Shown]:
-    async for event in events:
-        if isinstance(event, RoundRecord):
-            record_round(request, event)
-        else:
-            yield event
 
 
 async def _surrendering(plan: Plan, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
@@ -76,10 +69,12 @@ async def _surrendering(plan: Plan, events: AsyncIterator[Event]) -> AsyncIterat
         yield final
 
 
-async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event]) -> AsyncIterator[Kept]:
+async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event], recorded: Recorded) -> AsyncIterator[Shown]:
     async for event in events:
         if isinstance(event, Lesson):
             keep(state, plan, event)
+        elif isinstance(event, RoundRecord):
+            recorded(event)
         else:
             yield event
 
