@@ -17,7 +17,7 @@
     follow_up.py     MORE rounds: the next call after a first one (follow_up_calls)
     quoted_calls.py  calls read from an upstream parse failure's quote of the model's output
     usage.py         usage summed over rounds and choices
-    heavy.py         which of the loop's steps leave the event loop
+    offloading.py    which of the loop's steps leave the event loop (core/offload.py)
     upstream_errors.py  which upstream errors mean "no tools here" or "could not parse its own call"
     prompted.py      prompted mode: tools in the system prompt, calls and results as text
     constrain.py     the answer JSON Schema (constrained decoding by schema)

@@ -66,7 +66,7 @@ from sanctum_proxy.repair import correct, follow_up
 from sanctum_proxy.repair.client_message import accepted_omens, client_message, finish, outcome, unechoed
 from sanctum_proxy.repair.events import Answer, Event, Final, Lesson, Mode, RoundRecord, Sender
 from sanctum_proxy.repair.grounding import made_up
-from sanctum_proxy.repair.heavy import heavy_answer, heavy_round
+from sanctum_proxy.repair.offloading import heavy_answer, heavy_round
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.quoted_calls import read_quote
 from sanctum_proxy.repair.upstream_body import upstream_body
