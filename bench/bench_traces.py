@@ -20,7 +20,8 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Repair
 from sanctum_proxy.protocols.chat_request import ChatRequest, Controls
-from sanctum_proxy.repair.loop import Final, Plan, RoundRecord
+from sanctum_proxy.repair.events import Final, RoundRecord
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.state.recorder import Recorder
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -30,7 +31,7 @@ BODY = {"model": "qwen2.5:0.5b", "tools": [WEATHER],
                      {"role": "user", "content": "What is the weather in Paris? " * 10}]}
 
 
-def one_request() -> tuple[Request, ChatRequest, Plan, Final]:
+def one_request() -> tuple[Request, ChatRequest, Plan, RoundRecord, Final]:
     """A repaired request as the loop leaves it: one round, one SpellCallRepaired omen."""
     request = Request({"type": "http", "method": "POST", "path": "/v1/chat/completions",
                        "headers": [(b"x-request-id", b"bench")]})
@@ -38,23 +39,23 @@ def one_request() -> tuple[Request, ChatRequest, Plan, Final]:
     plan = Plan(body=BODY, book=None, mode="native", auto=True, max_rounds=2, upstream="http://127.0.0.1:1/v1")
     call = {"id": "call_1", "type": "function",
             "function": {"name": "get_weather", "arguments": '{"city": "Paris",}'}}
-    plan.records.append(RoundRecord(1, "native", BODY, 12.5, {"role": "assistant", "tool_calls": [call]},
-                                    "tool_calls", {"prompt_tokens": 300, "completion_tokens": 20}, None,
-                                    "accepted"))
+    record = RoundRecord(1, "native", BODY, 12.5, {"role": "assistant", "tool_calls": [call]}, "tool_calls",
+                         {"prompt_tokens": 300, "completion_tokens": 20}, None, "accepted")
     omen = om.repaired(1, Repair("get_weather", "call_1", ("trailing_comma",), str(call)))
     fixed = {**call, "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
     final = Final({"role": "assistant", "content": None, "tool_calls": [fixed]}, "tool_calls",
                   {"total_tokens": 320}, "native", 1, [omen], {}, "repaired")
-    return request, chat, plan, final
+    return request, chat, plan, record, final
 
 
 def measure(recorder: Recorder, n: int) -> tuple[list[float], list[float]]:
     begins, ends = [], []
     for i in range(n):
-        request, chat, plan, final = one_request()
+        request, chat, plan, record, final = one_request()
         t0 = time.perf_counter_ns()
         trace = recorder.begin(request, f"trace{i:08d}", chat, plan)
         t1 = time.perf_counter_ns()
+        trace.record(record)  # as routes/rounds.py hands it over
         trace.final = final
         t2 = time.perf_counter_ns()
         recorder._end(trace)

@@ -30,7 +30,7 @@ DEFAULT_DATA = BENCH.parent.parent / "shared" / "benchmarks" / "bfcl"
 
 
 def flagged(entry: bfcl_ast.Entry, calls: list[dict[str, Any]]) -> bool:
-    """Whether the loop would answer in text: every call made up (loop._made_up)."""
+    """Whether the loop would answer in text: every call made up (grounding.made_up)."""
     parameters = {t["function"]["name"]: t["function"].get("parameters", {}) for t in entry.tools}
     evidence = Evidence.of(entry.messages)
     return bool(calls) and all(

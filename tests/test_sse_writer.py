@@ -6,7 +6,7 @@ from __future__ import annotations
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Problem
 from sanctum_proxy.errors import UpstreamUnreachable
-from sanctum_proxy.repair.loop import ContentDelta, Final
+from sanctum_proxy.repair.events import ContentDelta, Final
 from sanctum_proxy.routes.choices import Finals
 from sanctum_proxy.routes.sse import ChoicesWriter, SseWriter
 

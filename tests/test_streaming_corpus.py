@@ -21,7 +21,9 @@ from sanctum_proxy.codecs.families import opens_bare
 from sanctum_proxy.config import load_settings
 from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, run
+from sanctum_proxy.repair.events import Answer, ContentDelta, Final, RoundRecord
+from sanctum_proxy.repair.loop import run
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes.sse import SseWriter, stream_sender
 from tests.codecs.test_corpus import CASES
@@ -111,7 +113,8 @@ async def answer_streamed(tools: list[dict[str, Any]], case: dict[str, Any], siz
     try:
         names = Toolbox.from_tools(tools).name_set  # the offered tools, as routes/sse.py passes them
         async for event in run(plan_for(tools), stream_sender(upstream, None, lead=lead, names=names)):
-            body += writer.render(event)
+            if not isinstance(event, RoundRecord):  # the trace's (routes/rounds.py)
+                body += writer.render(event)
     except ToolCallParseError as exc:
         body += writer.render(exc)
     return b"".join(body)

@@ -27,6 +27,20 @@ _CLOSING = "Answer again with only the corrected tool call, and nothing else."
 ESCAPE_HINT = 'Inside a JSON string, write a quote as \\" and a line break as \\n.'
 
 
+CONSTRAINED_INSTEAD = ("(not sent to the model: the next round was constrained to a valid call by a grammar, "
+                       "without the rejected answer and this correction: correction_context = \"fresh\")")
+ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without tools, for a text answer)"
+
+
+def pinned(problems: Sequence[Problem], book: Toolbox) -> str | None:
+    """The one known tool every problem is about (the next constrained round is narrowed to it), else None."""
+    tools = {p.tool for p in problems}
+    first = problems[0] if problems else None
+    if first is None or len(tools) != 1 or first.tool not in book.tools or first.reason == "unknown_spell":
+        return None
+    return first.tool
+
+
 def correction(problems: Sequence[Problem], book: Toolbox, kept: Sequence[str] = ()) -> str:
     """The correction of `problems`; `kept`: the names of the answer's valid calls, kept (a partly bad answer)."""
     lines: list[str] = []

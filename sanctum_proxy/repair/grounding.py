@@ -26,7 +26,10 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from sanctum_proxy.core.calls import COPIED_EXAMPLES, content_text
+import orjson
+
+from sanctum_proxy.core.calls import COPIED_EXAMPLES, Problem, ToolCall, content_text
+from sanctum_proxy.repair.toolbox import Toolbox
 
 MAX_TEXT_CHARS = 200_000
 MAX_VALUES = 256
@@ -101,7 +104,7 @@ def _values(arguments: dict[str, Any], properties: Any) -> Iterator[tuple[str, A
         if value in ("", [], {}):
             yield key, _EMPTY
             continue
-        for leaf in _leaves(value):
+        for leaf in leaves(value):
             yield key, leaf
 
 
@@ -111,7 +114,9 @@ def _given_by_schema(value: Any, schema: Mapping[str, Any]) -> bool:
         "default" in schema and value == schema["default"])
 
 
-def _leaves(value: Any, depth: int = 0) -> Iterator[str | float]:
+def leaves(value: Any, depth: int = 0) -> Iterator[str | float]:
+    """The strings and numbers of a JSON value (booleans and nulls are no evidence of anything), at most
+    MAX_VALUES items of a list or object and 8 levels deep."""
     if depth > 8 or isinstance(value, bool) or value is None:
         return
     if isinstance(value, int | float):
@@ -121,10 +126,56 @@ def _leaves(value: Any, depth: int = 0) -> Iterator[str | float]:
             yield value
     elif isinstance(value, list):
         for item in value[:MAX_VALUES]:
-            yield from _leaves(item, depth + 1)
+            yield from leaves(item, depth + 1)
     elif isinstance(value, dict):
         for item in list(value.values())[:MAX_VALUES]:
-            yield from _leaves(item, depth + 1)
+            yield from leaves(item, depth + 1)
+
+
+def made_up(book: Toolbox, messages: Any, calls: tuple[ToolCall, ...]) -> Problem | None:
+    """A call the grammar let through when text could have won, with not one argument value from the
+    conversation (`ungrounded`): the model had no call to make. None when any call is grounded."""
+    evidence = Evidence.of(messages)
+    details: list[str] = []
+    for call in calls:
+        unfounded = ungrounded(loads(call.arguments), book.tools[call.name].parameters, evidence)
+        if not unfounded:
+            return None
+        details.append(f"{call.name}: " + ", ".join(unfounded) + " appear nowhere in the conversation")
+    if not details:
+        return None
+    tools = {c.name for c in calls}
+    raw = "\n".join(c.arguments for c in calls)
+    return Problem("ungrounded_arguments", next(iter(tools)) if len(tools) == 1 else None, tuple(details), raw)
+
+
+def users(messages: Any) -> list[Any]:
+    """The user's turns: what a further call's values come from (tool results hold many values no one asked
+    to call with: an agent loop would take them for more calls)."""
+    return [m for m in messages if isinstance(m, dict) and m.get("role") == "user"] if isinstance(messages, list) \
+        else []
+
+
+def traced(leaf: str | float, evidence: Evidence) -> bool:
+    """The conversation holds this value: a number as `Evidence.holds` reads numbers, a string whole (ignoring
+    case and spaces; not a word of it, as grounding allows: "Maroon 5" is not traced by "Maroon")."""
+    if not isinstance(leaf, str):
+        return evidence.holds(leaf)
+    low = leaf.strip().lower()
+    return low in evidence.text or "".join(low.split()) in evidence.squeezed
+
+
+def key(leaf: str | float) -> str | float:
+    """A value as compared with others: a string stripped and lower-cased, a number as a float."""
+    return leaf.strip().lower() if isinstance(leaf, str) else float(leaf)
+
+
+def loads(arguments: str) -> Any:
+    """Call arguments as JSON, or None when they are not JSON."""
+    try:
+        return orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _texts(messages: Any) -> Iterator[str]:

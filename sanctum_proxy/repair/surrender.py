@@ -21,16 +21,20 @@ from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import Decoded, decode
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.loop import Final, Plan, summed_usage
+from sanctum_proxy.repair.events import Final, RoundRecord
 from sanctum_proxy.repair.mend import calls_outside_reasoning, native_candidates
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
+from sanctum_proxy.repair.usage import summed_usage
 
 LAST_CALL = "last_call"
 
 
-def last_call(plan: Plan, error: ToolCallParseError, omens: list[om.Omen]) -> Final | None:
-    """The Final that answers with the last round's calls to known tools, or None (the error stands)."""
-    record = plan.records[-1] if plan.records else None
+def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
+              omens: list[om.Omen]) -> Final | None:
+    """The Final that answers with the last round's calls to known tools, or None (the error stands); `records`:
+    the loop's round records (events.note)."""
+    record = records[-1] if records else None
     if plan.book is None or record is None or not isinstance(record.answer, dict):
         return None
     calls = known_calls(record.answer, plan.book)
@@ -41,12 +45,12 @@ def last_call(plan: Plan, error: ToolCallParseError, omens: list[om.Omen]) -> Fi
     surrendered = om.surrendered(record.number, f"{error.message}; the last call goes to the client as the model "
                                  "made it (on_surrender = \"last_call\")", error.rejected)
     usage: dict[str, Any] | None = None
-    for each in plan.records:
+    for each in records:
         if isinstance(each.usage, dict):
             usage = summed_usage(usage, each.usage) if usage is not None else dict(each.usage)
     message = {"role": "assistant", "content": None, "tool_calls": calls}
-    return Final(message, "tool_calls", usage, record.mode, len(plan.records), [*omens, surrendered], {},
-                 "surrendered")
+    return Final(message, "tool_calls", usage, record.mode, len(records), [*omens, surrendered], {},
+                 "surrendered", accepted=record.answer)
 
 
 def known_calls(message: dict[str, Any], book: Toolbox) -> list[openai_chat.ToolCall]:

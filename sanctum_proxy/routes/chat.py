@@ -20,11 +20,12 @@ from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
-from sanctum_proxy.repair.loop import Answer, ContentDelta, Final, Plan, Sender
+from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
-from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
+from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.upstreams import capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
@@ -113,7 +114,7 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     later = plain_sender(request, rounds.auth)
     events: AsyncIterator[Shown | tuple[int, Shown]]
     if choices.count(rounds.chat.body) > 1:  # every choice's events (the recorder keeps their omens), Finals last
-        many = choices.Choices(rounds.plan, later, kept_run(request))
+        many = choices.Choices(rounds.plan, later, kept_run(request), recorder_of(request))
         events = request.app.state.recorder.watch(
             request, many.events(many.lead_sender(first_of_several(request, rounds.auth, many))))
     else:
@@ -170,7 +171,7 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                 max_rounds=chat.controls.max_repair_rounds, on_surrender=chat.controls.on_surrender,
                 prompt_format=prompt_format, upstream=key,
-                opening_omens=opening, constrain=constrain,  # type: ignore[arg-type]
+                opening_omens=tuple(opening), constrain=constrain,  # type: ignore[arg-type]
                 correction_context=settings.correction_context,
                 grammar=caps is not None and caps.server == "llama.cpp",
                 tool_choice=caps is None or caps.tool_choice is not False,

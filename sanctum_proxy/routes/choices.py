@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender, summed_usage
-from sanctum_proxy.routes.rounds import Shown
+from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Final, RoundRecord, Sender
+from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.usage import summed_usage
+from sanctum_proxy.routes.rounds import Recorded, Shown
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class Finals(Final):
         omens = [om.of_choice(o, i) for i, f in enumerate(finals) for o in f.omens]
         outcome = next((f.outcome for f in finals if f.outcome != "clean"), head.outcome)
         return cls(head.message, head.finish_reason, usage, head.mode, rounds, omens, head.meta, outcome,
-                   head.extra, head.choice_extra, each=finals)
+                   head.extra, head.choice_extra, head.accepted, each=finals)
 
 
 
@@ -89,14 +91,17 @@ def split_chunk(piece: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 
 class Choices:
-    """The loops of one request's choices, and their events as (index, event) pairs."""
+    """The loops of one request's choices, and their events as (index, event) pairs; their round records go to
+    `recorded` (routes/rounds.record_round: the trace) as (index, record)."""
 
-    def __init__(self, plan: Plan, later: Sender, runner: Callable[[Plan, Sender], AsyncIterator[Shown]]) -> None:
+    def __init__(self, plan: Plan, later: Sender, runner: Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]],
+                 recorded: Callable[[RoundRecord, int], None] = lambda record, index: None) -> None:
         self.plan = plan
         self.later = later  # a round of one choice, sent upstream (body without `n`)
         self.runner = runner  # the round loop (routes: with its lessons kept, routes/rounds.kept_run)
+        self.recorded = recorded
         self.lead_omens: list[om.Omen] = []  # choice 0's omens so far: the others start with them
-        self.plans: dict[int, Plan] = {0: plan}
+        self.lead_mode = plan.mode  # the mode of choice 0's latest round: the others start in it
         self._out: asyncio.Queue[tuple[int, Shown | BaseException | Ended]] = asyncio.Queue()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._first_done = False
@@ -105,10 +110,7 @@ class Choices:
         """Start the loop of choice `index` (> 0), whose first round is answered by `first`."""
         if index in self._tasks:
             return
-        lead = self.plan.records[-1] if self.plan.records else None
-        plan = dataclasses.replace(self.plan, mode=lead.mode if lead else self.plan.mode, records=[],
-                                   opening_omens=list(self.lead_omens))
-        self.plans[index] = plan
+        plan = dataclasses.replace(self.plan, mode=self.lead_mode, opening_omens=tuple(self.lead_omens))
         self._tasks[index] = asyncio.create_task(self._drive(index, plan, self._sender(first)))
 
     def _sender(self, first: Sender) -> Sender:
@@ -138,9 +140,14 @@ class Choices:
 
         return send
 
+    def _recorded(self, index: int, record: RoundRecord) -> None:
+        if index == 0:
+            self.lead_mode = record.mode
+        self.recorded(record, index)
+
     async def _drive(self, index: int, plan: Plan, send: Sender) -> None:
         try:
-            async for event in self.runner(plan, send):
+            async for event in self.runner(plan, send, lambda record: self._recorded(index, record)):
                 if index == 0 and isinstance(event, om.Omen):
                     self.lead_omens.append(event)
                 await self._out.put((index, event))
@@ -171,9 +178,6 @@ class Choices:
             for task in self._tasks.values():
                 task.cancel()
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-            for index, plan in self.plans.items():  # the trace shows every choice's rounds, failed or not
-                if index:
-                    self.plan.records.extend(plan.records)
         yield Finals.of([finals[i] for i in sorted(finals)])
 
 

@@ -42,11 +42,12 @@ from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.protocols.reply import held_back, rest_after
 from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
 from sanctum_proxy.repair import constrain
-from sanctum_proxy.repair.loop import Answer, ContentDelta, FieldDelta, Final, Plan, Sender
+from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Final, Sender
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.streaming import PASSED, Assembler, with_tools
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
-from sanctum_proxy.routes.rounds import Shown, kept_run, run_traced
+from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.upstreams.client import Upstream
 from sanctum_proxy.web.json_response import error_response, unexpected
 
@@ -127,7 +128,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
         return {"id": f"chatcmpl-{trace_id}", "created": int(time.time()), "model": chat.model}
 
     if choices.count(chat.body) > 1:
-        many = choices.Choices(plan, send, kept_run(request))
+        many = choices.Choices(plan, send, kept_run(request), recorder_of(request))
         several: AsyncIterator[Several] = request.app.state.recorder.watch(
             request, many.events(many.lead_sender(first_of_several(upstream, auth, many, lead, names))))
         return await _respond(request, plan, trace_id, several, lambda: ChoicesWriter(
@@ -159,7 +160,8 @@ async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIte
     writer = writer_of()
     for omen in early:
         writer.render(omen)
-    mode = plan.records[-1].mode if plan.records else plan.mode  # after a fallback: the mode answering
+    trace = getattr(request.state, "trace", None)
+    mode = trace.mode if trace is not None else plan.mode  # after a fallback: the mode answering
     headers = {"x-sanctum-spell-calling": mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
     return StreamingResponse(pump(writer, first, queue, task, settings.keepalive_seconds),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -26,7 +26,7 @@ from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, chec
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
-from sanctum_proxy.repair.loop import Final
+from sanctum_proxy.repair.events import Final
 from sanctum_proxy.routes.chat import (
     Rounds,
     answer_headers,
@@ -108,7 +108,8 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         body, chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
                                              lambda raw: _read(dialect, raw, request.headers, settings))
         rounds = await start_rounds(request, chat, settings)
-        rounds.plan.opening_omens[:0] = dialect.opening(body)
+        opening = (*dialect.opening(body), *rounds.plan.opening_omens)
+        rounds = replace(rounds, plan=replace(rounds.plan, opening_omens=opening))
         if chat.stream:
             return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
                                        writer=dialect.writer(body, rounds),
@@ -139,10 +140,8 @@ def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) ->
 
 
 def reply_of(rounds: Rounds, final: Final) -> Reply:
-    records = rounds.plan.records
-    accepted = records[-1].answer if records else None
     message = split_message(final.message) if rounds.split_reasoning else final.message
-    return Reply.of(message, final.finish_reason, final.usage, accepted,
+    return Reply.of(message, final.finish_reason, final.usage, final.accepted,
                     logprobs=final.choice_extra.get("logprobs"), model=final.meta.get("model"))
 
 

@@ -24,7 +24,8 @@ import orjson
 
 from sanctum_proxy.core.omens import Omen, Outcome
 from sanctum_proxy.errors import CLIENT_GONE, ProxyError, ToolCallParseError
-from sanctum_proxy.repair.loop import Final, Plan, RoundRecord
+from sanctum_proxy.repair.events import Final, RoundRecord, note
+from sanctum_proxy.repair.plan import Plan
 
 OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
 # Omen fields that describe what happened without quoting the conversation (kept by metadata_only).
@@ -50,12 +51,27 @@ class Trace:
     latency_ms: float = 0.0
     done: bool = field(default=False, repr=False)
     body_bytes: int = 0  # the client's body as it came (what the trace queue's budget counts, with the answers)
+    rounds: dict[int, list[RoundRecord]] = field(default_factory=dict)  # by choice: the loop's round records
+
+    def record(self, record: RoundRecord, choice: int = 0) -> None:
+        """A round's record as the loop yielded it (routes/rounds.py): when sent, then when judged."""
+        note(self.rounds.setdefault(choice, []), record)
+
+    def records(self) -> list[RoundRecord]:
+        """Every round, choice by choice."""
+        return [r for choice in sorted(self.rounds) for r in self.rounds[choice]]
+
+    @property
+    def mode(self) -> str:
+        """The mode of the latest round (after a fallback: the mode answering), before any round the plan's."""
+        rounds = self.rounds.get(0)
+        return rounds[-1].mode if rounds else self.plan.mode
 
     def weight(self) -> int:
         """About how many bytes of text this trace holds alive until it is written: the request, and each
         round's answer (its content and call arguments; counted without walking anything bigger)."""
         total = self.body_bytes
-        for record in self.plan.records:
+        for record in self.records():
             message = record.answer if isinstance(record.answer, dict) else {}
             content = message.get("content")
             total += len(content) if isinstance(content, str) else 0
@@ -90,7 +106,7 @@ class Trace:
 
 def trace_json(trace: Trace) -> dict[str, Any]:
     """The full stored document. Runs on the trace writer thread, never on the event loop."""
-    final, records = trace.final, trace.plan.records
+    final, records = trace.final, trace.records()
     omens = final.omens if final is not None else trace.omens
     return {
         "object": "sanctum.trace", "id": trace.id, "request_id": trace.request_id,

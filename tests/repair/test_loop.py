@@ -15,17 +15,11 @@ import pytest
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError, UpstreamError, UpstreamUnreachable
 from sanctum_proxy.repair import constrain as cn
-from sanctum_proxy.repair.loop import (
-    ANSWERED_IN_TEXT,
-    CONSTRAINED_INSTEAD,
-    NEXT_CALL,
-    Answer,
-    ContentDelta,
-    Final,
-    Lesson,
-    Plan,
-    run,
-)
+from sanctum_proxy.repair.correct import ANSWERED_IN_TEXT, CONSTRAINED_INSTEAD
+from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Lesson, RoundRecord
+from sanctum_proxy.repair.follow_up import NEXT_CALL
+from sanctum_proxy.repair.loop import run
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 
 WEATHER = {"type": "function", "function": {
@@ -251,7 +245,7 @@ async def test_without_auto_an_error_is_raised_as_it_came_and_nothing_is_learned
 
 async def test_opening_omens_come_first_and_count_as_a_fallback():
     probe = om.fallback(0, "capability_probe", None, "props")
-    final, got = await final_of(plan(mode="prompted", opening_omens=[probe]),
+    final, got = await final_of(plan(mode="prompted", opening_omens=(probe,)),
                                 Script(text('<tool_call>{"name": "get_weather", '
                                             '"arguments": {"city": "Paris"}}</tool_call>')))
     assert got[0] is probe and final.outcome == "fallback" and final.omens[0] is probe
@@ -343,10 +337,9 @@ async def test_after_live_text_a_fallback_round_is_hidden():
 
 
 async def test_each_round_is_recorded_with_its_outcome():
-    the_plan = plan(constrain="repair", mode="prompted")
-    await final_of(the_plan, Script(UNKNOWN, GOOD))
-    assert [(r.number, r.outcome, r.constrained) for r in the_plan.records] == [
-        (1, "rejected", False), (2, "accepted", True)]
+    _, got = await final_of(plan(constrain="repair", mode="prompted"), Script(UNKNOWN, GOOD))
+    assert [(r.number, r.outcome, r.constrained) for r in got if isinstance(r, RoundRecord)] == [
+        (1, "pending", False), (1, "rejected", False), (2, "pending", True), (2, "accepted", True)]
 
 
 # What a correction round keeps (docs/contract.md section 5): the first round's body plus the new turns

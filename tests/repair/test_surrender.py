@@ -9,7 +9,8 @@ import pytest
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.loop import Plan, RoundRecord
+from sanctum_proxy.repair.events import RoundRecord
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.surrender import known_calls, last_call
 from sanctum_proxy.repair.toolbox import Toolbox
 
@@ -25,22 +26,21 @@ def native(name: str, arguments: str, call_id: str = "call_1") -> dict[str, Any]
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def plan_after(*answers: dict[str, Any] | None, parallel: bool = True) -> Plan:
+def plan_after(*answers: dict[str, Any] | None, parallel: bool = True) -> tuple[Plan, list[RoundRecord]]:
     body: dict[str, Any] = {"model": "m", "messages": [], "tools": TOOLS}
     if not parallel:
         body["parallel_tool_calls"] = False
     plan = Plan(body=body, book=Toolbox.from_tools(TOOLS), mode="native", auto=False, max_rounds=2,
                 on_surrender="last_call")
-    for i, answer in enumerate(answers, 1):
-        plan.records.append(RoundRecord(i, "native", {}, 1.0, answer=answer, finish_reason="tool_calls",
-                                        usage={"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}))
-    return plan
+    usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    return plan, [RoundRecord(i, "native", {}, 1.0, answer=answer, finish_reason="tool_calls", usage=usage)
+                  for i, answer in enumerate(answers, 1)]
 
 
 def test_the_last_rounds_call_goes_back_as_the_model_made_it_with_the_surrender_omen():
     first = {"role": "assistant", "content": None, "tool_calls": [native("Write", '{"content": "x"}', "c0")]}
     last = {"role": "assistant", "content": None, "tool_calls": [native("Write", '{"content":  "hi"}', "c2")]}
-    final = last_call(plan_after(first, first, last), ERROR, [])
+    final = last_call(*plan_after(first, first, last), ERROR, [])
     assert final is not None and final.outcome == "surrendered" and final.finish_reason == "tool_calls"
     assert final.message["tool_calls"] == [native("Write", '{"content":  "hi"}', "c2")]  # byte for byte
     assert final.rounds == 3 and final.usage is not None and final.usage["completion_tokens"] == 6
@@ -63,13 +63,13 @@ def test_a_call_written_in_text_with_broken_json_is_mended_and_unknown_tools_are
     None,  # the last round failed (an upstream error)
 ])
 def test_without_a_known_call_the_error_stands(answer):
-    assert last_call(plan_after(answer), ERROR, []) is None
+    assert last_call(*plan_after(answer), ERROR, []) is None
 
 
 def test_parallel_tool_calls_false_keeps_the_first_call():
     answer = {"role": "assistant", "content": None,
               "tool_calls": [native("Write", '{"content": "1"}', "a"), native("Read", "{}", "b")]}
-    final = last_call(plan_after(answer, parallel=False), ERROR, [])
+    final = last_call(*plan_after(answer, parallel=False), ERROR, [])
     assert final is not None and [c["id"] for c in final.message["tool_calls"]] == ["a"]
-    final = last_call(plan_after(answer), ERROR, [])
+    final = last_call(*plan_after(answer), ERROR, [])
     assert final is not None and [c["id"] for c in final.message["tool_calls"]] == ["a", "b"]

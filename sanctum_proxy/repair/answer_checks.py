@@ -1,0 +1,105 @@
+"""What a round's answer is, before tier 2 judges its calls: its calls as tier 1 reads them, a refusal, an empty
+answer to a tools request, a call the request's tool_choice required and did not get, a repeat of an answered
+call; and how a corrected answer's calls join those kept from before. Pure: no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sanctum_proxy.codecs import families
+from sanctum_proxy.core import reasoning
+from sanctum_proxy.core.calls import Assessment, Problem, ToolCall, content_text
+from sanctum_proxy.repair import constrain as cn
+from sanctum_proxy.repair.constraint import Constraint
+from sanctum_proxy.repair.correct import rejected_answer_text, sent_answer_text
+from sanctum_proxy.repair.events import Answer, Mode
+from sanctum_proxy.repair.grounding import loads
+from sanctum_proxy.repair.mend import assess
+from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.repeats import repeated_call
+
+
+def refusal(message: dict[str, Any]) -> bool:
+    """The model declined (OpenAI's `refusal`) and made no call."""
+    said = message.get("refusal")
+    return isinstance(said, str) and bool(said) and not message.get("tool_calls")
+
+
+def empty_tools_answer(plan: Plan, mode: Mode, answer: Answer) -> bool:
+    """Ollama drops everything after a <tool_call> tag when no call completes: an empty message. (A refusal
+    is not empty: it is an answer.)"""
+    if mode != "native" or plan.book is None:
+        return False
+    message = answer.message
+    if refusal(message) or message.get("tool_calls"):
+        return False
+    text = content_text(message.get("content"))  # reasoning alone (Ollama cut the call after it) is empty,
+    if text.strip() and answer.finish_reason == "length":  # unless max_tokens cut the reasoning itself
+        return False
+    return not any(text[start:end].strip() for start, end in reasoning.outside(text))
+
+
+def read_calls(plan: Plan, mode: Mode, constraint: Constraint | None, answer: Answer,
+               kept: tuple[ToolCall, ...]) -> tuple[Assessment, Problem | None, list[Problem]]:
+    """Tier 1 on a round's answer (mend.assess), in the format the round asked for: the assessment, a broken
+    answer object (a constrained round cut short), and the problems: that one, else the calls' own, else a
+    call the request requires and did not get."""
+    assert plan.book is not None
+    answer_object = constraint is not None and constraint.answer_object
+    sent_prompted = mode == "prompted" or constraint is not None and constraint.prompted
+    asked = families.codec_of(plan.prompt_format) if sent_prompted and not answer_object else None
+    assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason,
+                        parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
+                        asked_format=asked, client_json=cn.asks_json(plan.body), **plan.new_ids)
+    broken = cn.broken_call(answer.message, answer.finish_reason) if answer_object else None
+    problems = [broken] if broken else list(assessment.problems) or missing_call(plan, assessment, answer, kept)
+    return assessment, broken, problems
+
+
+def missing_call(plan: Plan, assessment: Assessment, answer: Answer, kept: tuple[ToolCall, ...]) -> list[Problem]:
+    """The problem of an answer without the call the request's tool_choice requires (none when it has one)."""
+    required = plan.required
+    if required is None:
+        return []
+    names = {c.name for c in (*kept, *assessment.calls)}
+    if required == "any" and names or required in names:
+        return []
+    tool = None if required == "any" else required
+    why = f"a call to {required} is required" if tool else "a tool call is required"
+    return [Problem("missing_call", tool, (why,), rejected_answer_text(answer.message, plan.prompt_format))]
+
+
+def allows(plan: Plan, calls: tuple[ToolCall, ...]) -> bool:
+    """Whether these calls alone answer the request as its tool_choice asks (a named tool: a call to it)."""
+    required = plan.required
+    return bool(calls) and (required in (None, "any") or any(c.name == required for c in calls))
+
+
+def repeat(plan: Plan, assessment: Assessment, answer: Answer) -> Problem | None:
+    """Every call repeats one a tool result in the conversation already answered (repeats.py). Never when the
+    client requires a call (tool_choice), nor when it allowed no repair round."""
+    if plan.required is not None or plan.max_rounds < 1:
+        return None
+    return repeated_call(assessment.calls, plan.body.get("messages"), sent_answer_text(answer.message))
+
+
+def joined(kept: tuple[ToolCall, ...], calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """The calls kept so far and a new answer's valid calls, a call equal to one kept (same name, same arguments
+    as JSON) only once."""
+    out = list(kept)
+    seen = {_call_key(c) for c in kept}
+    for call in calls:
+        if _call_key(call) not in seen:
+            seen.add(_call_key(call))
+            out.append(call)
+    return tuple(out)
+
+
+def _call_key(call: ToolCall) -> tuple[str, str]:
+    arguments = loads(call.arguments)
+    try:
+        return call.name, orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return call.name, call.arguments

@@ -1,0 +1,59 @@
+"""The message, finish reason and outcome a client gets from an accepted round: the upstream's message with
+only what tier 1 changed replaced. Pure: no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.calls import Assessment
+from sanctum_proxy.repair import prompted
+from sanctum_proxy.repair.events import Answer, Mode
+
+
+def client_message(assessment: Assessment, sent: dict[str, Any]) -> dict[str, Any]:
+    """The upstream's message with only what tier 1 changed replaced (content, calls): its reasoning fields,
+    refusal and every other field go to the client as they came. Reasoning a call format holds in content
+    (harmony analysis, Command-R thinking, <seed:think>) is moved out with the calls, into reasoning_content."""
+    message: dict[str, Any] = {"role": "assistant"}
+    message.update((k, v) for k, v in sent.items() if k not in ("role", "content", "tool_calls"))
+    message["content"] = assessment.content
+    if assessment.reasoning:
+        before = message.get("reasoning_content")
+        message["reasoning_content"] = f"{before}\n{assessment.reasoning}" if before else assessment.reasoning
+    if assessment.calls:
+        message["tool_calls"] = [c.to_openai() for c in assessment.calls]
+    return message
+
+
+def unechoed(message: dict[str, Any], mode: Mode) -> dict[str, Any]:
+    """A prompted round's message without the tool-result tags the proxy wrote into its history and the model
+    echoed (prompted.without_result_tags); any other message as it is."""
+    content = message.get("content")
+    if mode != "prompted" or not isinstance(content, str):
+        return message
+    text = prompted.without_result_tags(content)
+    return message if text == content else {**message, "content": text}
+
+
+def accepted_omens(number: int, assessment: Assessment) -> tuple[om.Omen, ...]:
+    """The omens of an accepted answer's calls: each one tier 1 mended, each one left out (extra, duplicate)."""
+    omens = [om.repaired(number, r) for r in assessment.repairs]
+    omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
+    omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
+    return tuple(omens)
+
+
+def finish(assessment: Assessment, answer: Answer) -> str:
+    if assessment.calls:
+        return "tool_calls"
+    reason = answer.finish_reason or "stop"
+    return "stop" if reason == "tool_calls" else reason
+
+
+def outcome(omens: list[om.Omen], surrendered: bool) -> str:
+    """An accepted answer's outcome: the most telling of the request's omens."""
+    kinds = {o.type for o in omens}
+    return ("surrendered" if surrendered else "fallback" if "SpellCallingFallback" in kinds
+            else "rejected" if "SpellCallRejected" in kinds else "repaired" if "SpellCallRepaired" in kinds
+            else "clean")

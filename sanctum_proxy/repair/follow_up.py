@@ -1,0 +1,58 @@
+"""Follow-up rounds (`follow_up_calls`, constrain "always"): after a first free-choice round made one call, MORE
+rounds ask for the next call, one each, and keep it only when it adds something (`novel`). Pure: no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.calls import ToolCall
+from sanctum_proxy.repair import constrain as cn
+from sanctum_proxy.repair.constraint import Constraint
+from sanctum_proxy.repair.events import Answer
+from sanctum_proxy.repair.grounding import Evidence, key, leaves, loads, traced, users
+from sanctum_proxy.repair.mend import assess
+from sanctum_proxy.repair.plan import Plan
+
+NEXT_CALL = "Now make the next call the request asks for: other arguments, or another tool."
+
+
+def follows_up(plan: Plan, constraint: Constraint | None, free_choice: bool, calls: int, number: int) -> bool:
+    """A first free-choice round under `constrain = "always"` made one call, parallel calls are allowed and
+    the round limit (1 + max_rounds) leaves room: ask for another call (Kind.MORE) before answering."""
+    return (plan.follow_up_calls and free_choice and constraint is not None and constraint.answer_object
+            and plan.parallel and calls == 1 and number <= plan.max_rounds)
+
+
+def next_call_turns(call: ToolCall) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The turns a MORE round is sent after those before it: the call, as the answer object the constrained
+    round wrote it in (constrain.py), and the request for the next one."""
+    written = orjson.dumps({"name": call.name, "arguments": loads(call.arguments)}).decode()
+    return {"role": "assistant", "content": written}, {"role": "user", "content": NEXT_CALL}
+
+
+def next_call(plan: Plan, answer: Answer, number: int) -> tuple[ToolCall | None, tuple[om.Omen, ...]]:
+    """A MORE round's one valid call (None: broken, bad, or text from an upstream that ignored the schema),
+    with the omens of what tier 1 mended in it."""
+    assert plan.book is not None
+    assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason, parallel_tool_calls=False,
+                        max_repair_chars=plan.max_repair_bytes, asked_format=None, client_json=False,
+                        **plan.new_ids)
+    broken = cn.broken_call(answer.message, answer.finish_reason)
+    if not assessment.calls or assessment.problems or broken:
+        return None, ()
+    return assessment.calls[0], tuple(om.repaired(number, r) for r in assessment.repairs)
+
+
+def novel(plan: Plan, call: ToolCall, held: list[dict[str, Any]]) -> bool:
+    """Whether a follow-up call adds something: one of its values is in the user's turns (whole) and in no held
+    call. So not a held call again, nor its values swapped about, nor one with made-up values; the same rule
+    for a call to another tool (a second tool called with the first one's values is not a second request)."""
+    arguments = loads(call.arguments)
+    if not isinstance(arguments, dict):
+        return False
+    evidence = Evidence.of(users(plan.body.get("messages")))
+    used = {key(v) for c in held for v in leaves(loads((c.get("function") or {}).get("arguments") or "null"))}
+    return any(key(v) not in used and traced(v, evidence) for v in leaves(arguments))

@@ -1,0 +1,63 @@
+"""The calls of the model's output that an upstream parse failure quotes whole (upstream_errors.quoted_output),
+read by tier 1 as if the upstream had answered it as content. Pure: no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.calls import Repair, ToolCall
+from sanctum_proxy.errors import UpstreamError
+from sanctum_proxy.repair import constrain as cn
+from sanctum_proxy.repair.answer_checks import missing_call
+from sanctum_proxy.repair.client_message import accepted_omens, client_message
+from sanctum_proxy.repair.events import Answer
+from sanctum_proxy.repair.mend import assess
+from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.upstream_errors import quoted_arguments, quoted_output
+
+READ_FROM_ERROR = "read_from_upstream_error"
+ONLY_TOOL = "name_of_the_only_tool"  # Ollama's harmony error quotes the arguments alone
+# Mends that close what the output left open: in a quote they may be where the quote (not the model) stopped.
+_CLOSING = frozenset({"unclosed_braces", "unclosed_tag", "unclosed_at_end"})
+
+
+@dataclass(frozen=True)
+class Quoted:
+    """The answer read from a quote: the message for the client, the quote as the round's answer, the omens."""
+
+    message: dict[str, Any]
+    answer: Answer
+    omens: tuple[om.Omen, ...]
+
+
+def read_quote(plan: Plan, error: UpstreamError, kept: tuple[ToolCall, ...], number: int) -> Quoted | None:
+    """Valid or locally mended calls of a whole quote are the answer, with no other round (each call's
+    SpellCallRepaired omen says `read_from_upstream_error`). Ollama's harmony error quotes a call's arguments
+    without its name: read only when one tool is offered (`name_of_the_only_tool`). None (ask again) when there
+    is no whole quote, it holds no call, a call needs tier 2, or a mend closed what the quote left open (the
+    quote may have stopped there, not the model)."""
+    if plan.book is None:
+        return None
+    quote, arguments = quoted_output(error), quoted_arguments(error)
+    only = next(iter(plan.book.tools)) if len(plan.book.tools) == 1 else None
+    if quote is not None:
+        sent: dict[str, Any] = {"role": "assistant", "content": quote}
+    elif arguments is not None and only is not None:  # the name is not quoted: the one tool offered is the one
+        sent = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "", "type": "function", "function": {"name": only, "arguments": arguments}}]}
+    else:
+        return None
+    assessment = assess(sent, plan.book, finish_reason="length", parallel_tool_calls=plan.parallel,
+                        max_repair_chars=plan.max_repair_bytes, asked_format=None,
+                        client_json=cn.asks_json(plan.body), **plan.new_ids)
+    answer = Answer(sent, "tool_calls", None, {})
+    mends = {m for r in assessment.repairs for m in r.repairs}
+    if (not assessment.calls or assessment.problems or mends & _CLOSING
+            or missing_call(plan, assessment, answer, kept)):
+        return None
+    read = (READ_FROM_ERROR,) if quote is not None else (READ_FROM_ERROR, ONLY_TOOL)
+    repairs = assessment.repairs or tuple(Repair(c.name, c.id, (), c.arguments) for c in assessment.calls)
+    marked = replace(assessment, repairs=tuple(replace(r, repairs=(*read, *r.repairs)) for r in repairs))
+    return Quoted(client_message(assessment, sent), answer, accepted_omens(number, marked))

@@ -1,0 +1,70 @@
+"""The body a round sends upstream: the client's request as its mode sends it (native, prompted, or the
+answer-object prompt of a constrained round), its constraint, and the hidden turns after it. Pure: no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sanctum_proxy.repair import constrain as cn
+from sanctum_proxy.repair import prompted
+from sanctum_proxy.repair.constraint import Constraint
+from sanctum_proxy.repair.events import Mode
+from sanctum_proxy.repair.plan import Plan
+
+
+def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
+                  constraint: Constraint | None = None, *, tools: bool = True) -> dict[str, Any]:
+    body = plan.body
+    if not tools:  # the conversation alone, for a text answer
+        body = prompted.to_prompted(body, None, plan.prompt_format)
+    elif constraint is not None and constraint.json_prompt:
+        listed, text, parallel = constraint.prompt or (constraint.book, constraint.text, constraint.parallel)
+        section = cn.format_section(listed, text=text, parallel=parallel)
+        body = prompted.to_prompted(body, listed, "constrained", call_format=section)
+        body["response_format"] = cn.response_format(constraint.schema())
+    elif constraint is not None and constraint.how == "tool_choice":
+        body = native_body(body)
+        body["tool_choice"] = "required"  # (a named choice is "required" already, with its one tool)
+    elif plan.book is not None and (mode == "prompted" or constraint is not None and constraint.prompted):
+        body = prompted.to_prompted(body, plan.book, plan.prompt_format, parallel=plan.parallel,
+                                    required=plan.required)
+        if constraint is not None and constraint.grammar is not None:
+            body["grammar"] = constraint.grammar
+        elif constraint is not None:
+            body["response_format"] = cn.response_format(constraint.schema())
+    elif plan.book is None and mode == "prompted":
+        body = prompted.to_prompted(body, None, plan.prompt_format)
+    else:
+        body = native_body(body)
+    if extra:
+        body = {**body, "messages": [*body["messages"], *extra]}
+    return body
+
+
+def native_body(body: dict[str, Any]) -> dict[str, Any]:
+    """Absorb upstream quirks: a named tool_choice is sent as only that tool with "required" (llama.cpp
+    reads the object form as "auto"); history tool_calls get the `type` and `arguments` llama.cpp needs."""
+    out = dict(body)
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(body.get("tools"), list):
+        name = (choice.get("function") or {}).get("name")
+        out["tools"] = [t for t in body["tools"] if (t.get("function") or {}).get("name") == name]
+        out["tool_choice"] = "required"
+    out["messages"] = [_normalised(m) for m in body.get("messages", [])]
+    return out
+
+
+def _normalised(message: dict[str, Any]) -> dict[str, Any]:
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not isinstance(calls, list):
+        return message
+    fixed = []
+    for call in calls:
+        function = dict(call.get("function") or {})
+        arguments = function.get("arguments")
+        function["arguments"] = arguments if isinstance(arguments, str) and arguments else (
+            "{}" if arguments in (None, "") else orjson.dumps(arguments).decode())
+        fixed.append({**call, "type": call.get("type") or "function", "function": function})
+    return {**message, "tool_calls": fixed}
