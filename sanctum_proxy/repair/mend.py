@@ -23,6 +23,7 @@ from sanctum_proxy.codecs.registry import find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, fallback_budget, strict
+from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import coerce
 
@@ -30,7 +31,7 @@ _SEPARATOR = re.compile(r"[\s;,]*")
 
 
 def assess(
-    message: Any,
+    message: ChatMessage,
     book: Toolbox,
     *,
     finish_reason: str | None = None,
@@ -51,7 +52,7 @@ def assess(
                        asked_format, client_json)
 
 
-def _assess(message: Any, book: Toolbox, cut: bool, parallel_tool_calls: bool, new_id: Callable[[], str],
+def _assess(message: ChatMessage, book: Toolbox, cut: bool, parallel_tool_calls: bool, new_id: Callable[[], str],
             max_repair_chars: int, asked_format: str | None, client_json: bool) -> Assessment:
     msg = message if isinstance(message, dict) else {}
     native = native_candidates(msg.get("tool_calls"))
