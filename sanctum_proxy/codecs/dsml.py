@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import as_object, pairs, to_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "dsml"
 TOKEN = "｜DSML｜"
@@ -157,12 +159,12 @@ def _value(text: str, string: str | None) -> Any:
     return decoded.value
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     kv = pairs(arguments)
     if kv is None:  # broken JSON from an earlier turn: written inside the invoke as it was
         body = arguments if isinstance(arguments, str) else to_json(arguments)
     else:
-        parsed = as_object(arguments)
+        parsed = cast(Mapping[str, object], as_object(arguments))  # pairs() found an object
         lines = []
         for key, text in kv:
             is_str = isinstance(parsed.get(key), str)

@@ -25,6 +25,7 @@ from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, Scanner, register, register_format, template_has
 from sanctum_proxy.codecs.writing import as_object
 from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "gemma4"
 OPEN = "<|tool_call>"
@@ -268,7 +269,7 @@ def _marked(reader: _Reader, scan: Scanner, start: int) -> Found:
     return Found(start, max(k, body), tuple(calls))
 
 
-def format_value(value: Any) -> str:
+def format_value(value: JSONValue) -> str:
     """One value as the template's `format_argument` writes it (keys bare, sorted)."""
     if isinstance(value, str):
         return QUOTE + value + QUOTE
@@ -281,7 +282,7 @@ def format_value(value: Any) -> str:
     return "null" if value is None else json.dumps(value)
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     args = as_object(arguments)
     if isinstance(args, dict):
         body = format_value(args)[1:-1]

@@ -13,12 +13,12 @@ strings written; repair coerces them to the schema's types ("3" -> 3, "[1, 2]" -
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import hermes, json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import pairs
 from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "glm"
 STARTS: tuple[str, ...] = ("<tool_call>",)
@@ -65,7 +65,7 @@ def _pairs(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
     return args, k, repairs
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     kv = pairs(arguments)
     if kv is None:  # not an object (broken JSON from an earlier turn): Hermes keeps it as written
         return hermes.render_call(name, arguments)

@@ -22,6 +22,7 @@ from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core import loose_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.core.tool_names import resolve_name
 
 NAME = "json"
@@ -332,7 +333,7 @@ def _explicit(payload: str, source: str, names: frozenset[str], repairs: tuple[s
     return [Candidate(guess.group(1) if guess else "", payload, source, payload, None, repairs)]
 
 
-def render_fenced(name: str, arguments: Any) -> str:
+def render_fenced(name: str, arguments: JSONValue) -> str:
     return f"```json\n{json_call(name, arguments)}\n```"
 
 

@@ -26,6 +26,7 @@ from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, r
 from sanctum_proxy.codecs.writing import pairs, to_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "minimax"
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
@@ -111,7 +112,7 @@ def _skip_ws(text: str, k: int) -> int:
     return blank.end() if blank else k
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     kv = pairs(arguments)
     if kv is None:  # broken JSON from an earlier turn: written inside the invoke as it was
         body = arguments if isinstance(arguments, str) else to_json(arguments)

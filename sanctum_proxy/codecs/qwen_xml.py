@@ -17,13 +17,13 @@ next tag or the end of the text (its layout blanks trimmed).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, Scanner, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text, pairs
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "qwen_xml"
 STARTS: tuple[str, ...] = ("<function=",)
@@ -135,7 +135,7 @@ def _unclosed_end(scan: Scanner, k: int) -> int:
     return min(ends) if ends else len(scan.text)
 
 
-def render_call(name: str, arguments: Any, wrap: tuple[str, str] = ("<tool_call>", "</tool_call>")) -> str:
+def render_call(name: str, arguments: JSONValue, wrap: tuple[str, str] = ("<tool_call>", "</tool_call>")) -> str:
     kv = pairs(arguments)
     if kv is None:
         body = arguments_text(arguments)
