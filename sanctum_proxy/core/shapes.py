@@ -14,6 +14,7 @@ openai_chat.Meta) require keys an upstream may leave out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, TypedDict
 
 from sanctum_proxy.core.openai_chat import FunctionCall, ToolCall, Usage
@@ -34,8 +35,8 @@ class ChatMessage(TypedDict, total=False):
     reads are named; an upstream's own fields ride along in the same dict."""
 
     role: Role
-    content: str | list[JSONValue] | None  # text, or a client's content parts
-    tool_calls: list[JSONValue]  # ToolCallWire as the proxy writes them; an upstream's as sent (checked on read)
+    content: str | Sequence[JSONValue] | None  # text, or a client's content parts (a list)
+    tool_calls: Sequence[JSONValue]  # ToolCallWire as the proxy writes them; an upstream's as sent (checked on read)
     tool_call_id: str
     name: str
     function_call: JSONValue  # the legacy API's call (FunctionCall as written)

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.core.openai_chat import ToolCall, tool_call
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.errors import InvalidRequest, ProxyError, shown
 from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply, arguments_object
@@ -115,7 +116,7 @@ def _output_format(body: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": given["schema"], "strict": True}}
 
 
-def _system(system: Any, where: str = "system") -> list[dict[str, Any]]:
+def _system(system: Any, where: str = "system") -> list[ChatMessage]:
     """A system prompt as one chat system message. Claude Code's billing block (`x-anthropic-billing-header:
     ...`, different in every request) is left out: it tells the model nothing, and it would make the upstream
     re-read the whole prompt each time instead of reusing its prompt cache."""
@@ -136,10 +137,10 @@ def _text_block(block: Any, at: str) -> str:
     return str(block["text"])
 
 
-def _messages(messages: Any) -> list[dict[str, Any]]:
+def _messages(messages: Any) -> list[ChatMessage]:
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array", param="messages")
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     for i, message in enumerate(messages):
         at = f"messages[{i}]"
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
@@ -158,9 +159,10 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant(blocks: list[Any], at: str) -> list[dict[str, Any]]:
+def _assistant(blocks: list[Any], at: str) -> list[ChatMessage]:
     """Text and tool_use blocks as one assistant message (text joined, calls in order)."""
-    texts, calls = [], []
+    texts: list[str] = []
+    calls: list[JSONValue] = []
     for j, block in enumerate(blocks):
         where = f"{at}.content[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -173,7 +175,7 @@ def _assistant(blocks: list[Any], at: str) -> list[dict[str, Any]]:
         else:
             raise InvalidRequest(f"{where}: assistant blocks of type {shown(kind)} are not supported (text, tool_use, "
                                  "thinking)", param=f"{where}.type")
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    message: ChatMessage = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if calls:
         message["tool_calls"] = calls
     return [message]
@@ -185,10 +187,10 @@ def _call(block: dict[str, Any], at: str) -> ToolCall:
     return tool_call(block["id"], block["name"], orjson.dumps(block.get("input") or {}).decode())
 
 
-def _user(blocks: list[Any], at: str) -> list[dict[str, Any]]:
+def _user(blocks: list[Any], at: str) -> list[ChatMessage]:
     """tool_result blocks as `tool` messages (first: they answer the calls before them), the rest as one user
     message after them, with the images of the results (a chat `tool` message takes text only)."""
-    results: list[dict[str, Any]] = []
+    results: list[ChatMessage] = []
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(blocks):
         where = f"{at}.content[{j}]"
@@ -224,7 +226,7 @@ def _part(block: Any, at: str) -> dict[str, Any]:
                          param=f"{at}.type")
 
 
-def _result(block: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _result(block: dict[str, Any], at: str) -> tuple[ChatMessage, list[dict[str, Any]]]:
     """The `tool` message, and the result's images."""
     if not isinstance(block.get("tool_use_id"), str):
         raise InvalidRequest(f"{at}: a tool_result block needs a string 'tool_use_id'", param=f"{at}.tool_use_id")

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool, tool_call
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.core.tool_names import NAMESPACE_JOIN  # `<namespace>__<name>`: Codex's canonical flat name
 from sanctum_proxy.errors import InvalidRequest
 from sanctum_proxy.errors import shown as quoted
@@ -115,7 +116,7 @@ def _copy(source: dict[str, Any], target: dict[str, Any], keys: tuple[str, ...])
             target[key] = source[key]
 
 
-def _instructions(instructions: Any) -> list[dict[str, Any]]:
+def _instructions(instructions: Any) -> list[ChatMessage]:
     if instructions is None or instructions == "":
         return []
     if isinstance(instructions, str):
@@ -125,7 +126,7 @@ def _instructions(instructions: Any) -> list[dict[str, Any]]:
     raise InvalidRequest("'instructions' must be a string", param="instructions")
 
 
-def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
+def input_messages(items: Any, where: str = "input") -> list[ChatMessage]:
     """Input items as chat messages: consecutive function calls (and the assistant text before them) become
     one assistant message with tool_calls; each function_call_output a `tool` message (the images of outputs
     follow the tool messages as one user message: a chat `tool` message takes text only)."""
@@ -133,7 +134,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
         return [{"role": "user", "content": items}]
     if not isinstance(items, list):
         raise InvalidRequest(f"'{where}' must be a string or an array of input items", param=where)
-    messages: list[dict[str, Any]] = []
+    messages: list[ChatMessage] = []
     images: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         at = f"{where}[{i}]"
@@ -164,7 +165,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
     return messages
 
 
-def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
+def _message(item: dict[str, Any], at: str) -> ChatMessage:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {quoted(role)}",
@@ -200,7 +201,7 @@ def _part(part: Any, at: str) -> dict[str, Any]:
                          "refusal, input_image)", param=f"{at}.type")
 
 
-def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> None:
+def _add_call(messages: list[ChatMessage], item: dict[str, Any], at: str) -> None:
     name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
     if not isinstance(name, str) or not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call item needs a string 'name' and 'call_id'", param=at)
@@ -211,12 +212,12 @@ def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> 
                      orjson.dumps(arguments if arguments is not None else {}).decode())
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), (str, type(None))):
-        last.setdefault("tool_calls", []).append(call)
+        cast(list[JSONValue], last.setdefault("tool_calls", [])).append(call)  # the list this function wrote
     else:
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def _call_output(item: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _call_output(item: dict[str, Any], at: str) -> tuple[ChatMessage, list[dict[str, Any]]]:
     """The `tool` message, and the output's images."""
     call_id, output = item.get("call_id"), item.get("output")
     if not isinstance(call_id, str):
