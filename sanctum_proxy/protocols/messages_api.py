@@ -22,7 +22,7 @@ with a 400 naming the field: state kept on the server (`thread`, with `details.e
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
@@ -49,6 +49,33 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 # Anthropic's documented types: 400 invalid_request_error, 401 authentication_error, 402 billing_error,
 # 403 permission_error, 404 not_found_error, 413 request_too_large, 429 rate_limit_error, 500 api_error,
 # 504 timeout_error, 529 overloaded_error; the proxy's own 408 and 422 are invalid requests, other 5xx api_error.
+
+
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ThinkingBlock(TypedDict):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class ToolUseBlock(TypedDict):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, JSONValue]  # the call's arguments object
+
+
+ContentBlock = TextBlock | ThinkingBlock | ToolUseBlock  # an answer's content block (Anthropic's Message)
+
+
+class MessagesUsage(TypedDict):
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: NotRequired[int]
 
 
 class ThreadUnsupported(InvalidRequest):
@@ -276,9 +303,9 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
 
 # The answer.
 
-def content_blocks(reply: Reply) -> list[dict[str, Any]]:
+def content_blocks(reply: Reply) -> list[ContentBlock]:
     """A message's `content`: thinking, text, then each tool_use."""
-    out: list[dict[str, Any]] = []
+    out: list[ContentBlock] = []
     if reply.reasoning:
         out.append(thinking_block(reply.reasoning))
     if answer_text(reply) or not reply.calls:
@@ -292,11 +319,11 @@ def answer_text(reply: Reply) -> str:
     return reply.text or reply.refusal
 
 
-def thinking_block(text: str) -> dict[str, Any]:
+def thinking_block(text: str) -> ThinkingBlock:
     return {"type": "thinking", "thinking": text, "signature": ""}
 
 
-def tool_use_block(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+def tool_use_block(call_id: str, name: str, arguments: dict[str, JSONValue]) -> ToolUseBlock:
     return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
 
 
@@ -306,10 +333,11 @@ def stop_reason(reply: Reply) -> str:
     return "refusal" if reply.refusal else STOP_REASONS.get(reply.finish_reason, "end_turn")
 
 
-def usage(reply: Reply) -> dict[str, Any]:
+def usage(reply: Reply) -> MessagesUsage:
     """Anthropic counts cached prompt tokens apart: `input_tokens` are the others, `cache_read_input_tokens`
     the cached ones (OpenAI's prompt_tokens_details.cached_tokens)."""
-    out = {"input_tokens": max(0, reply.input_tokens - reply.cached_tokens), "output_tokens": reply.output_tokens}
+    out: MessagesUsage = {"input_tokens": max(0, reply.input_tokens - reply.cached_tokens),
+                          "output_tokens": reply.output_tokens}
     if reply.cached_tokens:
         out["cache_read_input_tokens"] = reply.cached_tokens
     return out

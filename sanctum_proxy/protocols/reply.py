@@ -75,7 +75,7 @@ def _count(value: JSONValue) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def arguments_object(arguments: str) -> dict[str, Any]:
+def arguments_object(arguments: str) -> dict[str, JSONValue]:
     """A call's arguments as an object (the loop only lets valid JSON objects through; {} otherwise)."""
     try:
         value = orjson.loads(arguments)

@@ -22,8 +22,9 @@ sampling fields upstreams read (`FORWARDED`: `seed`, `stop`, `top_k`, `min_p`, .
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -356,14 +357,74 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 
 # The answer.
 
+class LogProb(TypedDict):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: NotRequired[list[LogProb]]
+
+
+class OutputText(TypedDict):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[JSONValue]
+    logprobs: list[LogProb]
+
+
+class Refusal(TypedDict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class ReasoningText(TypedDict):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ReasoningItem(TypedDict):
+    type: Literal["reasoning"]
+    id: str
+    summary: list[JSONValue]
+    content: list[ReasoningText]
+
+
+class MessageItem(TypedDict):
+    type: Literal["message"]
+    id: str
+    status: str
+    role: Literal["assistant"]
+    content: list[OutputText | Refusal]
+
+
+class FunctionCallItem(TypedDict):
+    type: Literal["function_call"]
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: str
+    namespace: NotRequired[str]
+
+
+OutputItem = ReasoningItem | MessageItem | FunctionCallItem  # an item of a response's `output`
+
+
+class ResponsesUsage(TypedDict):
+    input_tokens: int
+    input_tokens_details: dict[str, int]  # cached_tokens, cache_write_tokens
+    output_tokens: int
+    output_tokens_details: dict[str, int]  # reasoning_tokens
+    total_tokens: int
+
+
 def output_items(reply: Reply, ids: str, *, logprobs: bool = False,
-                 namespaced: dict[str, tuple[str, str]] | None = None) -> list[dict[str, Any]]:
+                 namespaced: dict[str, tuple[str, str]] | None = None) -> list[OutputItem]:
     """The `output` of a response: reasoning, the message (its text, with the tokens' logprobs when asked; a
     refusal as a `refusal` part), then each function call (`namespaced`: flat name -> (namespace, name))."""
-    out = []
+    out: list[OutputItem] = []
     if reply.reasoning:
         out.append(reasoning_item(reply.reasoning, ids))
-    parts = []
+    parts: list[OutputText | Refusal] = []
     if reply.text or not (reply.calls or reply.refusal):
         parts.append(text_part(reply.text, response_logprobs(reply.logprobs) if logprobs else []))
     if reply.refusal:
@@ -374,32 +435,32 @@ def output_items(reply: Reply, ids: str, *, logprobs: bool = False,
     return out
 
 
-def reasoning_item(text: str | None, ids: str) -> dict[str, Any]:
+def reasoning_item(text: str | None, ids: str) -> ReasoningItem:
     """A reasoning item; `text` None: its empty start in a stream (`response.output_item.added`)."""
     return {"type": "reasoning", "id": f"rs_{ids}", "summary": [],
             "content": [] if text is None else [reasoning_part(text)]}
 
 
-def reasoning_part(text: str) -> dict[str, Any]:
+def reasoning_part(text: str) -> ReasoningText:
     return {"type": "reasoning_text", "text": text}
 
 
-def message_item(text: str | None, ids: str, status: str) -> dict[str, Any]:
-    content = [] if text is None else [text_part(text)]
+def message_item(text: str | None, ids: str, status: str) -> MessageItem:
+    content: list[OutputText | Refusal] = [] if text is None else [text_part(text)]
     return {"type": "message", "id": f"msg_{ids}", "status": status, "role": "assistant", "content": content}
 
 
-def text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def text_part(text: str, logprobs: list[LogProb] | None = None) -> OutputText:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def refusal_part(text: str) -> dict[str, Any]:
+def refusal_part(text: str) -> Refusal:
     return {"type": "refusal", "refusal": text}
 
 
-def response_logprobs(tokens: Any) -> list[dict[str, Any]]:
+def response_logprobs(tokens: Any) -> list[LogProb]:
     """Chat completion token logprobs as the Responses API's (`LogProb`: token, logprob, bytes, top_logprobs)."""
-    out = []
+    out: list[LogProb] = []
     for token in tokens or ():
         if not isinstance(token, dict) or not isinstance(token.get("token"), str):
             continue
@@ -409,7 +470,7 @@ def response_logprobs(tokens: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _logprob(token: dict[str, Any]) -> dict[str, Any]:
+def _logprob(token: dict[str, Any]) -> LogProb:
     raw = token.get("bytes")
     value = token.get("logprob")
     return {"token": token["token"], "logprob": value if isinstance(value, int | float) else 0.0,
@@ -417,16 +478,16 @@ def _logprob(token: dict[str, Any]) -> dict[str, Any]:
 
 
 def call_item(call_id: str, name: str, arguments: str, status: str,
-              namespaced: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+              namespaced: dict[str, tuple[str, str]] | None = None) -> FunctionCallItem:
     """A function_call item; a namespaced function's call with its own `name` and its `namespace`."""
-    item = {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+    item: FunctionCallItem = {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
             "arguments": arguments, "status": status}
     if namespaced and name in namespaced:
         item["namespace"], item["name"] = namespaced[name]
     return item
 
 
-def usage(reply: Reply) -> dict[str, Any]:
+def usage(reply: Reply) -> ResponsesUsage:
     return {"input_tokens": reply.input_tokens,
             "input_tokens_details": {"cached_tokens": reply.cached_tokens, "cache_write_tokens": 0},
             "output_tokens": reply.output_tokens, "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
@@ -448,7 +509,7 @@ def skeleton(request: dict[str, Any], ids: str, created: int, model: str) -> dic
             "metadata": request.get("metadata") or {}}  # no usage yet: the key is left out (the spec has no null)
 
 
-def finished(response: dict[str, Any], reply: Reply, output: list[dict[str, Any]]) -> dict[str, Any]:
+def finished(response: dict[str, Any], reply: Reply, output: Sequence[OutputItem]) -> dict[str, Any]:
     """The response once answered: `completed`, or `incomplete` when the answer hit max_output_tokens."""
     cut = reply.finish_reason == "length"
     return {**response, "status": "incomplete" if cut else "completed", "output": output,
