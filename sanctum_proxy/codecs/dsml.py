@@ -120,7 +120,7 @@ def _invoke(text: str, m: re.Match[str], tags: _Tags) -> tuple[int, Candidate]:
     body = _skip_ws(text, m.end())
     repairs: list[str] = []
     if text.startswith(("{", "["), body) and (end := value_end(text, body)) is not None:
-        args: str | dict[str, Any] = text[body:end]
+        args: str | dict[str, JSONValue] = text[body:end]
         k = end
     else:
         args, k, repairs = _parameters(text, m.end(), tags)
@@ -132,8 +132,8 @@ def _invoke(text: str, m: re.Match[str], tags: _Tags) -> tuple[int, Candidate]:
     return k, Candidate(name, args, NAME, text[m.start() : k], None, tuple(dict.fromkeys(repairs)))
 
 
-def _parameters(text: str, k: int, tags: _Tags) -> tuple[dict[str, Any], int, list[str]]:
-    args: dict[str, Any] = {}
+def _parameters(text: str, k: int, tags: _Tags) -> tuple[dict[str, JSONValue], int, list[str]]:
+    args: dict[str, JSONValue] = {}
     repairs: list[str] = []
     while (p := tags.parameter.match(text, k)) is not None:
         nxt = tags.any_tag.search(text, p.end())  # its closer, or the tag that cuts it short (linear: no rescan)

@@ -65,7 +65,7 @@ def _part(text: str, m: re.Match[str], name: str) -> list[Found]:
     if text.startswith(("{", "["), body):
         closed = value_end(text, body)
         end = closed if closed is not None and closed <= stop else stop
-        args: str | dict[str, str] | None = text[body:end].strip()
+        args: str | dict[str, JSONValue] | None = text[body:end].strip()
     elif name == "python":
         end, args = stop, {"code": text[m.end() : stop].strip()}
     else:

@@ -49,7 +49,7 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\Z")
 _SPACE = re.compile(r"\s+")
 _STOP = re.compile(r"[,}\])<]")
 _ASCII_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_LITERALS: dict[str, Any] = {"true": True, "false": False, "null": None, "True": True, "False": False,
+_LITERALS: dict[str, JSONValue] = {"true": True, "false": False, "null": None, "True": True, "False": False,
                              "None": None}
 _CLOSER = {"{": "}", "(": ")"}
 _TRAIL = re.compile(r"\s*" + re.escape(CLOSE))
@@ -88,11 +88,11 @@ class _Reader:
         m = _SPACE.match(self.text, k)
         return m.end() if m else k
 
-    def members(self, k: int, closer: str, depth: int) -> tuple[dict[str, Any], int]:
+    def members(self, k: int, closer: str, depth: int) -> tuple[dict[str, JSONValue], int]:
         """`key:value,...` up to `closer`, from k (after the opener); the end is after the closer."""
         if depth > MAX_DEPTH:
             raise _Unread
-        out: dict[str, Any] = {}
+        out: dict[str, JSONValue] = {}
         k = self.skip(k)
         if self.text.startswith(closer, k):
             return out, k + 1

@@ -49,8 +49,8 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return out
 
 
-def _pairs(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
-    args: dict[str, str] = {}
+def _pairs(text: str, k: int) -> tuple[dict[str, JSONValue], int, list[str]]:
+    args: dict[str, JSONValue] = {}
     repairs: list[str] = []
     while p := _KEY.match(text, k):
         stop = _VALUE_END.search(text, p.end())  # the first tag after the value (one scan, never quadratic)

@@ -107,7 +107,7 @@ def _collect(value: Any, ctx: _Ctx, out: list[Candidate], depth: int, call_id: A
         out.append(Candidate(name, args, ctx.source, ctx.raw, ident, ctx.repairs))
 
 
-def _call(d: dict[str, Any], ctx: _Ctx) -> tuple[str, str | dict[str, Any] | None] | None:
+def _call(d: dict[str, Any], ctx: _Ctx) -> tuple[str, str | dict[str, JSONValue] | None] | None:
     name = d.get("name", d.get("tool_name", d.get("function")))
     arg_key = next((k for k in ARG_KEYS if k in d), None)
     if isinstance(name, str):
@@ -124,7 +124,7 @@ def _call(d: dict[str, Any], ctx: _Ctx) -> tuple[str, str | dict[str, Any] | Non
     return None
 
 
-def _arguments(value: Any) -> str | dict[str, Any] | None:
+def _arguments(value: Any) -> str | dict[str, JSONValue] | None:
     if value is None or isinstance(value, str | dict):
         return value
     try:

@@ -81,13 +81,13 @@ def _call(scan: Scanner, m: re.Match[str]) -> tuple[int, Candidate]:
     return k, Candidate(name, args, NAME, raw, None, tuple(dict.fromkeys(repairs)))
 
 
-def _parameters(scan: Scanner, k: int) -> tuple[dict[str, str], int, list[str]]:
+def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[str]]:
     """`<parameter=name>value</parameter>` pairs from k on (found with the Scanner: a lazy regex, or str.find
     from each opener, would rescan the rest of the text for every missing closer). A value whose
     `</parameter>` is left out ends where the next tag begins, or at the end of the text (then the answer
     holds nothing else: a cut answer's value is refused by repair, `unclosed_at_end`)."""
     text = scan.text
-    args: dict[str, str] = {}
+    args: dict[str, JSONValue] = {}
     repairs: list[str] = []
     while p := _PARAMETER_OPEN.match(text, k):
         close = scan.find(_PARAMETER_CLOSE, p.end())

@@ -49,7 +49,7 @@ class Candidate:
     a dict (already parsed, e.g. Ollama's object arguments) or None (no arguments given)."""
 
     name: str
-    arguments: str | dict[str, Any] | None
+    arguments: str | dict[str, JSONValue] | None
     source: str  # "native" or the codec name that found it in content ("hermes", "mistral", ...)
     raw: str  # the exact text (or JSON of the native call) it came from, for omens and corrections
     id: str | None = None

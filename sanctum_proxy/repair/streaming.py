@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from sanctum_proxy.codecs.registry import stream_lead, stream_shapes, stream_starts
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.core.shapes import ChatMessage, Usage
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue, Usage
 from sanctum_proxy.repair import constrain
 
 _CHUNK_OWN = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage", "sanctum"})
@@ -76,14 +76,14 @@ class _Call:
     id: str | None = None
     name: str = ""
     parts: list[str] = field(default_factory=list)
-    object_arguments: dict[str, Any] | None = None
+    object_arguments: dict[str, JSONValue] | None = None
 
     @property
     def arguments(self) -> str:
         return _joined(self.parts)
 
     @property
-    def wire_arguments(self) -> str | dict[str, Any]:
+    def wire_arguments(self) -> str | dict[str, JSONValue]:
         return self.object_arguments if self.object_arguments is not None else self.arguments
 
 
