@@ -143,7 +143,7 @@ def _output_format(body: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": given["schema"], "strict": True}}
 
 
-def _system(system: Any, where: str = "system") -> list[ChatMessage]:
+def _system(system: JSONValue, where: str = "system") -> list[ChatMessage]:
     """A system prompt as one chat system message. Claude Code's billing block (`x-anthropic-billing-header:
     ...`, different in every request) is left out: it tells the model nothing, and it would make the upstream
     re-read the whole prompt each time instead of reusing its prompt cache."""
@@ -158,13 +158,13 @@ def _system(system: Any, where: str = "system") -> list[ChatMessage]:
     raise InvalidRequest(f"'{where}' must be a string or an array of text blocks", param=where)
 
 
-def _text_block(block: Any, at: str) -> str:
+def _text_block(block: JSONValue, at: str) -> str:
     if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
         raise InvalidRequest(f"{at} must be a text block {{\"type\": \"text\", \"text\": ...}}", param=at)
     return str(block["text"])
 
 
-def _messages(messages: Any) -> list[ChatMessage]:
+def _messages(messages: JSONValue) -> list[ChatMessage]:
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array", param="messages")
     out: list[ChatMessage] = []
@@ -272,7 +272,7 @@ def _result(block: dict[str, Any], at: str) -> tuple[ChatMessage, list[dict[str,
     return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}, images
 
 
-def _function(i: int, tool: Any) -> dict[str, Any]:
+def _function(i: int, tool: JSONValue) -> dict[str, Any]:
     """A Messages tool as a chat function."""
     if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
         raise unsupported(i, tool, "client tools with an input_schema only")

@@ -117,7 +117,7 @@ def _copy(source: dict[str, Any], target: dict[str, Any], keys: tuple[str, ...])
             target[key] = source[key]
 
 
-def _instructions(instructions: Any) -> list[ChatMessage]:
+def _instructions(instructions: JSONValue) -> list[ChatMessage]:
     if instructions is None or instructions == "":
         return []
     if isinstance(instructions, str):
@@ -127,7 +127,7 @@ def _instructions(instructions: Any) -> list[ChatMessage]:
     raise InvalidRequest("'instructions' must be a string", param="instructions")
 
 
-def input_messages(items: Any, where: str = "input") -> list[ChatMessage]:
+def input_messages(items: JSONValue, where: str = "input") -> list[ChatMessage]:
     """Input items as chat messages: consecutive function calls (and the assistant text before them) become
     one assistant message with tool_calls; each function_call_output a `tool` message (the images of outputs
     follow the tool messages as one user message: a chat `tool` message takes text only)."""
@@ -182,7 +182,7 @@ def _message(item: dict[str, Any], at: str) -> ChatMessage:
     return {"role": role, "content": parts}
 
 
-def _part(part: Any, at: str) -> dict[str, Any]:
+def _part(part: JSONValue, at: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise InvalidRequest(f"{at} must be an object", param=at)
     kind = part.get("type")
@@ -238,7 +238,7 @@ def flat_name(namespace: str, name: str) -> str:
     return namespace.rstrip("_") + NAMESPACE_JOIN + name.lstrip("_")
 
 
-def read_tools(tools: Any) -> Spells:
+def read_tools(tools: JSONValue) -> Spells:
     """The chat functions of a request's `tools`: function tools as they are, each namespace's functions under
     their flat names, every other type left out (`withheld`) but `custom` (a 400)."""
     if tools is None:
@@ -310,7 +310,7 @@ def namespaced_names(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return read_tools(body.get("tools")).namespaced
 
 
-def _check_forced(choice: Any) -> None:
+def _check_forced(choice: JSONValue) -> None:
     """A tool_choice that forces a tool of another type than function (a hosted tool, left out; a custom tool) is a
     400: the model could never make that call here."""
     kind = choice.get("type") if isinstance(choice, dict) else None
@@ -320,7 +320,7 @@ def _check_forced(choice: Any) -> None:
                              param="tool_choice")
 
 
-def _allowed(tools: Any, spells: Spells) -> set[str]:
+def _allowed(tools: JSONValue, spells: Spells) -> set[str]:
     """The flat names an allowed_tools choice lists (a namespace entry: all of its functions)."""
     names: set[str] = set()
     for tool in tools if isinstance(tools, list) else []:
@@ -334,7 +334,7 @@ def _allowed(tools: Any, spells: Spells) -> set[str]:
     return names
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: JSONValue) -> Any:
     if choice in ("none", "auto", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
@@ -345,7 +345,7 @@ def _tool_choice(choice: Any) -> Any:
                          "{\"type\": \"function\", \"name\": ...} or allowed_tools)", param="tool_choice")
 
 
-def _response_format(text: Any) -> dict[str, Any] | None:
+def _response_format(text: JSONValue) -> dict[str, Any] | None:
     form = text.get("format") if isinstance(text, dict) else None
     if not isinstance(form, dict) or form.get("type") in (None, "text"):
         return None
