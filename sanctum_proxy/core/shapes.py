@@ -9,7 +9,12 @@ an upstream's other fields still ride in the same dict (total=False; `**message`
 
 Reused, not duplicated: the tool call, its function, the usage come from core/openai_chat.py (the shapes the
 proxy writes); the chat message and the answer's meta are new here because the written ones (openai_chat.Message,
-openai_chat.Meta) require keys an upstream may leave out.
+openai_chat.Meta) require keys an upstream may leave out. The translated protocols' own answer shapes live with
+their builders (protocols/messages_api.py, protocols/responses_api.py).
+
+Not yet everywhere: the events routes/ builds or reads as plain dicts (Final, Answer.meta, ContentDelta.meta)
+keep `dict[str, Any]` until routes/ is typed; repair/events.loose hands a typed value to Final as a cast.
+AnswerMeta is the shape those metas take then.
 """
 
 from __future__ import annotations
