@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sanctum_proxy.core.calls import Found
+from sanctum_proxy.core.shapes import JSONValue
 
 # The most calls one answer may hold (a codec stops finding there; the registry and repair cut there).
 MAX_CANDIDATES = 128
@@ -31,7 +31,7 @@ MAX_CANDIDATES = 128
 MALFORMED = "__malformed_json__"
 
 Finder = Callable[[str, frozenset[str]], list[Found]]
-CallWriter = Callable[[str, Any], str]  # (name, arguments: a mapping, or JSON text kept as written)
+CallWriter = Callable[[str, JSONValue], str]  # (name, arguments: a mapping, or JSON text kept as written)
 ResultWriter = Callable[[str, str, str], str]  # (tool name, call id, result text)
 GrammarWriter = Callable[[str, str], str]  # (tool name, the GBNF rule of its arguments object) -> one call's GBNF
 

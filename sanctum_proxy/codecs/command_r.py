@@ -14,12 +14,12 @@ content. The response tokens are markup; the text between them is content.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, blank, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "command_r"
 _ACTION, _ACTION_END = "<|START_ACTION|>", "<|END_ACTION|>"
@@ -74,7 +74,7 @@ def _actions(text: str, names: frozenset[str]) -> list[Found]:
 
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     call = ('{"tool_call_id": "0", "tool_name": ' + json.dumps(name, ensure_ascii=False)
             + ', "parameters": ' + arguments_text(arguments) + "}")
     return f"{_ACTION}[\n    {call}\n]{_ACTION_END}"

@@ -15,12 +15,12 @@ the section opener as `<｜tool_calls_begin｜>`, `<｜tool calls begin｜>`, `<
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import MALFORMED, Codec, Format, register, register_format
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "deepseek"
 _SECTIONS = ("<｜tool▁calls▁begin｜>", "<｜tool_calls_begin｜>", "<｜tool calls begin｜>", "<｜tool\\_calls\\_begin｜>",
@@ -72,13 +72,13 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return out
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     """V3 / R1: `function`, the name, the arguments in a ```json fence."""
     return (f"{_SECTIONS[0]}{_BEGIN}function<｜tool▁sep｜>{name}\n```json\n"
             f"{arguments_text(arguments)}\n```{_END}<｜tool▁calls▁end｜>")
 
 
-def render_call_v31(name: str, arguments: Any) -> str:
+def render_call_v31(name: str, arguments: JSONValue) -> str:
     """V3.1+: the name, then the arguments bare."""
     return f"{_SECTIONS[0]}{_BEGIN}{name}<｜tool▁sep｜>{arguments_text(arguments)}{_END}<｜tool▁calls▁end｜>"
 

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import as_object, pairs, to_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "dsml"
 TOKEN = "｜DSML｜"
@@ -118,7 +120,7 @@ def _invoke(text: str, m: re.Match[str], tags: _Tags) -> tuple[int, Candidate]:
     body = _skip_ws(text, m.end())
     repairs: list[str] = []
     if text.startswith(("{", "["), body) and (end := value_end(text, body)) is not None:
-        args: str | dict[str, Any] = text[body:end]
+        args: str | dict[str, JSONValue] = text[body:end]
         k = end
     else:
         args, k, repairs = _parameters(text, m.end(), tags)
@@ -130,8 +132,8 @@ def _invoke(text: str, m: re.Match[str], tags: _Tags) -> tuple[int, Candidate]:
     return k, Candidate(name, args, NAME, text[m.start() : k], None, tuple(dict.fromkeys(repairs)))
 
 
-def _parameters(text: str, k: int, tags: _Tags) -> tuple[dict[str, Any], int, list[str]]:
-    args: dict[str, Any] = {}
+def _parameters(text: str, k: int, tags: _Tags) -> tuple[dict[str, JSONValue], int, list[str]]:
+    args: dict[str, JSONValue] = {}
     repairs: list[str] = []
     while (p := tags.parameter.match(text, k)) is not None:
         nxt = tags.any_tag.search(text, p.end())  # its closer, or the tag that cuts it short (linear: no rescan)
@@ -157,12 +159,12 @@ def _value(text: str, string: str | None) -> Any:
     return decoded.value
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     kv = pairs(arguments)
     if kv is None:  # broken JSON from an earlier turn: written inside the invoke as it was
         body = arguments if isinstance(arguments, str) else to_json(arguments)
     else:
-        parsed = as_object(arguments)
+        parsed = cast(Mapping[str, object], as_object(arguments))  # pairs() found an object
         lines = []
         for key, text in kv:
             is_str = isinstance(parsed.get(key), str)

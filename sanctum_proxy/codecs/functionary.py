@@ -16,13 +16,13 @@ text, `all\n` is markup and `NAME\n{...}` a call when NAME is an offered tool.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, json_between, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "functionary"
 STARTS: tuple[str, ...] = (">>>",)
@@ -65,7 +65,7 @@ def _part(text: str, m: re.Match[str], name: str) -> list[Found]:
     if text.startswith(("{", "["), body):
         closed = value_end(text, body)
         end = closed if closed is not None and closed <= stop else stop
-        args: str | dict[str, str] | None = text[body:end].strip()
+        args: str | dict[str, JSONValue] | None = text[body:end].strip()
     elif name == "python":
         end, args = stop, {"code": text[m.end() : stop].strip()}
     else:
@@ -73,11 +73,11 @@ def _part(text: str, m: re.Match[str], name: str) -> list[Found]:
     return [Found(m.start(), end, (Candidate(name, args or None, NAME, text[m.start() : end]),))]
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     return f">>>{name}\n{arguments_text(arguments)}"
 
 
-def render_call_v31(name: str, arguments: Any) -> str:
+def render_call_v31(name: str, arguments: JSONValue) -> str:
     """Functionary v3.1: JSON inside `<function=NAME>...</function>` (read back by qwen_xml)."""
     return f"<function={name}>{arguments_text(arguments)}</function>"
 

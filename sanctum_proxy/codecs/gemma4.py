@@ -25,6 +25,7 @@ from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, Scanner, register, register_format, template_has
 from sanctum_proxy.codecs.writing import as_object
 from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "gemma4"
 OPEN = "<|tool_call>"
@@ -48,7 +49,7 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\Z")
 _SPACE = re.compile(r"\s+")
 _STOP = re.compile(r"[,}\])<]")
 _ASCII_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_LITERALS: dict[str, Any] = {"true": True, "false": False, "null": None, "True": True, "False": False,
+_LITERALS: dict[str, JSONValue] = {"true": True, "false": False, "null": None, "True": True, "False": False,
                              "None": None}
 _CLOSER = {"{": "}", "(": ")"}
 _TRAIL = re.compile(r"\s*" + re.escape(CLOSE))
@@ -87,11 +88,11 @@ class _Reader:
         m = _SPACE.match(self.text, k)
         return m.end() if m else k
 
-    def members(self, k: int, closer: str, depth: int) -> tuple[dict[str, Any], int]:
+    def members(self, k: int, closer: str, depth: int) -> tuple[dict[str, JSONValue], int]:
         """`key:value,...` up to `closer`, from k (after the opener); the end is after the closer."""
         if depth > MAX_DEPTH:
             raise _Unread
-        out: dict[str, Any] = {}
+        out: dict[str, JSONValue] = {}
         k = self.skip(k)
         if self.text.startswith(closer, k):
             return out, k + 1
@@ -268,7 +269,7 @@ def _marked(reader: _Reader, scan: Scanner, start: int) -> Found:
     return Found(start, max(k, body), tuple(calls))
 
 
-def format_value(value: Any) -> str:
+def format_value(value: JSONValue) -> str:
     """One value as the template's `format_argument` writes it (keys bare, sorted)."""
     if isinstance(value, str):
         return QUOTE + value + QUOTE
@@ -281,7 +282,7 @@ def format_value(value: Any) -> str:
     return "null" if value is None else json.dumps(value)
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     args = as_object(arguments)
     if isinstance(args, dict):
         body = format_value(args)[1:-1]

@@ -13,12 +13,12 @@ strings written; repair coerces them to the schema's types ("3" -> 3, "[1, 2]" -
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import hermes, json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import pairs
 from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "glm"
 STARTS: tuple[str, ...] = ("<tool_call>",)
@@ -49,8 +49,8 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return out
 
 
-def _pairs(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
-    args: dict[str, str] = {}
+def _pairs(text: str, k: int) -> tuple[dict[str, JSONValue], int, list[str]]:
+    args: dict[str, JSONValue] = {}
     repairs: list[str] = []
     while p := _KEY.match(text, k):
         stop = _VALUE_END.search(text, p.end())  # the first tag after the value (one scan, never quadratic)
@@ -65,7 +65,7 @@ def _pairs(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
     return args, k, repairs
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     kv = pairs(arguments)
     if kv is None:  # not an object (broken JSON from an earlier turn): Hermes keeps it as written
         return hermes.render_call(name, arguments)

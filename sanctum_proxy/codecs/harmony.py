@@ -19,13 +19,13 @@ tokens the server stripped (`assistantcommentary to=functions.NAME json{...}`, k
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "harmony"
 STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "assistantcommentary to=functions.", "commentary to=functions.",
@@ -141,7 +141,7 @@ def _name(recipient: str, ctype: str | None, names: frozenset[str]) -> str:
     return name
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     return (f"<|start|>assistant<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>"
             f"{arguments_text(arguments)}<|call|>")
 

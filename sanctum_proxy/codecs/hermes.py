@@ -8,12 +8,11 @@ does not cut the call short); a missing closing tag or outer brace is tolerated.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, json_between, register, register_format, template_has
 from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core.calls import Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "hermes"
 OPEN = "<tool_call>"
@@ -54,7 +53,7 @@ def _find_tagged(text: str, names: frozenset[str], opener: str, closer: str, sou
     return out
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     return f"{OPEN}\n{json_call(name, arguments)}\n{CLOSE}"
 
 

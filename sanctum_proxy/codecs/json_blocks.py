@@ -22,6 +22,7 @@ from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core import loose_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.core.tool_names import resolve_name
 
 NAME = "json"
@@ -106,7 +107,7 @@ def _collect(value: Any, ctx: _Ctx, out: list[Candidate], depth: int, call_id: A
         out.append(Candidate(name, args, ctx.source, ctx.raw, ident, ctx.repairs))
 
 
-def _call(d: dict[str, Any], ctx: _Ctx) -> tuple[str, str | dict[str, Any] | None] | None:
+def _call(d: dict[str, Any], ctx: _Ctx) -> tuple[str, str | dict[str, JSONValue] | None] | None:
     name = d.get("name", d.get("tool_name", d.get("function")))
     arg_key = next((k for k in ARG_KEYS if k in d), None)
     if isinstance(name, str):
@@ -123,7 +124,7 @@ def _call(d: dict[str, Any], ctx: _Ctx) -> tuple[str, str | dict[str, Any] | Non
     return None
 
 
-def _arguments(value: Any) -> str | dict[str, Any] | None:
+def _arguments(value: Any) -> str | dict[str, JSONValue] | None:
     if value is None or isinstance(value, str | dict):
         return value
     try:
@@ -332,7 +333,7 @@ def _explicit(payload: str, source: str, names: frozenset[str], repairs: tuple[s
     return [Candidate(guess.group(1) if guess else "", payload, source, payload, None, repairs)]
 
 
-def render_fenced(name: str, arguments: Any) -> str:
+def render_fenced(name: str, arguments: JSONValue) -> str:
     return f"```json\n{json_call(name, arguments)}\n```"
 
 

@@ -10,12 +10,12 @@ The section markers may be missing, or written in the singular (`<|tool_call_sec
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Candidate, Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "kimi"
 _SECTION = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
@@ -65,7 +65,7 @@ def _section_start(text: str, pos: int, begin: int) -> int:
     return begin
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     return (f"{_SECTION[0]}{_BEGIN}functions.{name}:0<|tool_call_argument_begin|>"
             f"{arguments_text(arguments)}{_END}<|tool_calls_section_end|>")
 

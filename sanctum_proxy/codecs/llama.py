@@ -5,12 +5,11 @@ several calls separated by `;`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, json_between, register, register_format, template_has
 from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core.calls import Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "llama"
 STARTS: tuple[str, ...] = ("<|python_tag|>", "<|python_start|>")
@@ -39,7 +38,7 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return out
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     """Meta's template writes the call bare, with `parameters` (read back as JSON)."""
     return json_call(name, arguments, key="parameters")
 

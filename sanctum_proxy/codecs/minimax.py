@@ -19,13 +19,13 @@ core/reasoning.py's. Tool results go back as the template writes them, `<respons
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import pairs, to_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "minimax"
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
@@ -67,7 +67,7 @@ def _invoke(text: str, m: re.Match[str]) -> tuple[int, Candidate]:
     name = _name(m).strip()
     body = _skip_ws(text, m.end())
     repairs: list[str] = []
-    args: str | dict[str, Any]
+    args: str | dict[str, JSONValue]
     if text.startswith(("{", "["), body) and (end := value_end(text, body)) is not None:
         args, k = text[body:end], end  # the arguments as one JSON object (how a broken earlier call is quoted)
     else:
@@ -80,8 +80,8 @@ def _invoke(text: str, m: re.Match[str]) -> tuple[int, Candidate]:
     return k, Candidate(name, args, NAME, text[m.start() : k], None, tuple(dict.fromkeys(repairs)))
 
 
-def _parameters(text: str, k: int) -> tuple[dict[str, str], int, list[str]]:
-    args: dict[str, str] = {}
+def _parameters(text: str, k: int) -> tuple[dict[str, JSONValue], int, list[str]]:
+    args: dict[str, JSONValue] = {}
     repairs: list[str] = []
     while (p := _PARAMETER.match(text, _skip_ws(text, k))) is not None:
         nxt = _ANY_TAG.search(text, p.end())  # its closer, or the tag that cuts it short (linear: no rescan)
@@ -111,7 +111,7 @@ def _skip_ws(text: str, k: int) -> int:
     return blank.end() if blank else k
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     kv = pairs(arguments)
     if kv is None:  # broken JSON from an earlier turn: written inside the invoke as it was
         body = arguments if isinstance(arguments, str) else to_json(arguments)

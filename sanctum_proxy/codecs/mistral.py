@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "mistral"
 TAG = "[TOOL_CALLS]"
@@ -63,7 +63,7 @@ def _named(text: str, body: int) -> tuple[int, list[Candidate]] | None:
     return end, [Candidate(m.group(1), args, NAME, text[body:end].strip())]
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     return f"{TAG}[{json_call(name, arguments)}]"
 
 

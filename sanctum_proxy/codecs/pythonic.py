@@ -19,6 +19,7 @@ from sanctum_proxy.codecs.base import Codec, Format, register, register_format, 
 from sanctum_proxy.codecs.writing import as_object, to_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "pythonic"
 OPEN = "<|tool_call_start|>"
@@ -191,7 +192,7 @@ def _literal(node: ast.expr) -> Any:
     raise _NotLiteral
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     args = as_object(arguments)
     if not isinstance(args, Mapping) or not all(isinstance(k, str) and k.isidentifier() for k in args):
         return hermes.render_call(name, arguments)  # not writable as keyword arguments

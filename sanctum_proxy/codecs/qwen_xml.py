@@ -17,13 +17,13 @@ next tag or the end of the text (its layout blanks trimmed).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, Scanner, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text, pairs
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "qwen_xml"
 STARTS: tuple[str, ...] = ("<function=",)
@@ -81,13 +81,13 @@ def _call(scan: Scanner, m: re.Match[str]) -> tuple[int, Candidate]:
     return k, Candidate(name, args, NAME, raw, None, tuple(dict.fromkeys(repairs)))
 
 
-def _parameters(scan: Scanner, k: int) -> tuple[dict[str, str], int, list[str]]:
+def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[str]]:
     """`<parameter=name>value</parameter>` pairs from k on (found with the Scanner: a lazy regex, or str.find
     from each opener, would rescan the rest of the text for every missing closer). A value whose
     `</parameter>` is left out ends where the next tag begins, or at the end of the text (then the answer
     holds nothing else: a cut answer's value is refused by repair, `unclosed_at_end`)."""
     text = scan.text
-    args: dict[str, str] = {}
+    args: dict[str, JSONValue] = {}
     repairs: list[str] = []
     while p := _PARAMETER_OPEN.match(text, k):
         close = scan.find(_PARAMETER_CLOSE, p.end())
@@ -135,7 +135,7 @@ def _unclosed_end(scan: Scanner, k: int) -> int:
     return min(ends) if ends else len(scan.text)
 
 
-def render_call(name: str, arguments: Any, wrap: tuple[str, str] = ("<tool_call>", "</tool_call>")) -> str:
+def render_call(name: str, arguments: JSONValue, wrap: tuple[str, str] = ("<tool_call>", "</tool_call>")) -> str:
     kv = pairs(arguments)
     if kv is None:
         body = arguments_text(arguments)

@@ -9,7 +9,6 @@ without candidates is markup or reasoning that is not content (a harmony channel
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     command_r,
@@ -32,6 +31,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, RESULT_OPENER, Codec, Format, blank, codecs, formats
 from sanctum_proxy.core.calls import Found
 from sanctum_proxy.core.lenient_json import forget_scans
+from sanctum_proxy.core.shapes import JSONValue
 
 # Codecs that claim reasoning blocks (harmony's analysis, Command-R's thinking, Seed's think) read first, so
 # no later codec reads calls written inside reasoning; GLM before Hermes (both open with <tool_call>).
@@ -48,7 +48,7 @@ def format_of(fmt: str) -> Format:
     return FORMATS.get(fmt) or FORMATS[FALLBACK]
 
 
-def render_call(fmt: str, name: str, arguments: Any) -> str:
+def render_call(fmt: str, name: str, arguments: JSONValue) -> str:
     """One call as text in format `fmt` (arguments: a mapping, or JSON text; broken JSON stays as written)."""
     return format_of(fmt).render_call(name, arguments)
 

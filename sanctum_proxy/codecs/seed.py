@@ -14,11 +14,11 @@ example call there); its text is reasoning, not content. The call body is read b
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from sanctum_proxy.codecs import json_blocks, qwen_xml
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.core.calls import Found
+from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "seed"
 _CALL, _CALL_END = "<seed:tool_call>", "</seed:tool_call>"
@@ -66,7 +66,7 @@ def _blocks(text: str, opener: str, closer: str, stops: tuple[str, ...], *, clos
     return out
 
 
-def render_call(name: str, arguments: Any) -> str:
+def render_call(name: str, arguments: JSONValue) -> str:
     return qwen_xml.render_call(name, arguments, (_CALL, _CALL_END))
 
 

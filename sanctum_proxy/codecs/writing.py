@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 import orjson
 
+from sanctum_proxy.core.shapes import JSONValue
 
-def as_object(arguments: Any) -> Any:
+
+def as_object(arguments: JSONValue) -> JSONValue:
     """The arguments as a value: JSON text parsed (kept as the string when it does not parse), None as {}."""
     if isinstance(arguments, str):
         try:
@@ -22,20 +23,20 @@ def as_object(arguments: Any) -> Any:
     return arguments if arguments is not None else {}
 
 
-def to_json(value: Any) -> str:
+def to_json(value: JSONValue) -> str:
     try:
         return orjson.dumps(value).decode()
     except TypeError:  # an integer past 64 bits (from json-parsed text): json can write it
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def arguments_text(arguments: Any) -> str:
+def arguments_text(arguments: JSONValue) -> str:
     """The arguments as JSON text; a string that is not valid JSON is kept as the model wrote it."""
     args = as_object(arguments)
     return args if isinstance(args, str) else to_json(args)
 
 
-def json_call(name: str, arguments: Any, key: str = "arguments") -> str:
+def json_call(name: str, arguments: JSONValue, key: str = "arguments") -> str:
     """`{"name": ..., "arguments": ...}` (or another key for the arguments)."""
     args = as_object(arguments)
     if isinstance(args, str):  # broken JSON from an earlier turn stays as the model wrote it
@@ -43,7 +44,7 @@ def json_call(name: str, arguments: Any, key: str = "arguments") -> str:
     return to_json({"name": name, key: args})
 
 
-def pairs(arguments: Any) -> list[tuple[str, str]] | None:
+def pairs(arguments: JSONValue) -> list[tuple[str, str]] | None:
     """Key/value texts for the XML-ish formats (strings as written, the rest as JSON); None when the
     arguments are not an object (broken JSON from an earlier turn)."""
     args = as_object(arguments)

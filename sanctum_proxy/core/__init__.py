@@ -1,6 +1,7 @@
 """The pure core every layer speaks: no I/O, no state, nothing from the rest of the package but errors.
 
     calls.py         offered tools, candidate and mended calls, problems: the data passed between the layers
+    shapes.py        the wire shapes crossing the layers (chat message, tool call, usage, answer meta, JSONValue)
     openai_chat.py   the OpenAI chat shapes the proxy writes (completion, chunk, message, tool call, usage,
                      the `sanctum` block, the error body): TypedDicts and the builders that fix their key order
     lenient_json.py  one JSON value out of text a model wrote, and where such a value ends

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sanctum_proxy.core import openai_chat
+from sanctum_proxy.core.shapes import JSONValue
 
 Reason = Literal[
     "unknown_spell",
@@ -48,7 +49,7 @@ class Candidate:
     a dict (already parsed, e.g. Ollama's object arguments) or None (no arguments given)."""
 
     name: str
-    arguments: str | dict[str, Any] | None
+    arguments: str | dict[str, JSONValue] | None
     source: str  # "native" or the codec name that found it in content ("hermes", "mistral", ...)
     raw: str  # the exact text (or JSON of the native call) it came from, for omens and corrections
     id: str | None = None
@@ -108,7 +109,7 @@ class Assessment:
         return not self.problems
 
 
-def content_text(content: Any) -> str:
+def content_text(content: JSONValue) -> str:
     """A message content as text: a string, or the text parts of a list of parts (a part without a type is
     text); anything else is no text."""
     if isinstance(content, str):
@@ -124,14 +125,14 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
-_PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}
+_PLACEHOLDERS: dict[str, JSONValue] = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}
 _STRING_PLACEHOLDER = "..."
 # The placeholders that are no plausible value of their own: a call holding one the conversation does not hold
 # copied the prompt's example (repair/grounding). The others (1, true, [], {}) are common real values.
-COPIED_EXAMPLES: tuple[Any, ...] = (_PLACEHOLDERS["number"], _STRING_PLACEHOLDER)
+COPIED_EXAMPLES: tuple[JSONValue, ...] = (_PLACEHOLDERS["number"], _STRING_PLACEHOLDER)
 
 
-def example_arguments(parameters: Any) -> dict[str, Any]:
+def example_arguments(parameters: JSONValue) -> dict[str, JSONValue]:
     """Example arguments for a tool's schema, as prompts show them: its first two properties, each an enum's
     first value or a placeholder of its type."""
     props = parameters.get("properties") if isinstance(parameters, dict) else None
@@ -140,7 +141,7 @@ def example_arguments(parameters: Any) -> dict[str, Any]:
     return {key: _placeholder(spec) for key, spec in list(props.items())[:2]}
 
 
-def _placeholder(spec: Any) -> Any:
+def _placeholder(spec: JSONValue) -> JSONValue:
     if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
         return spec["enum"][0]
     kind = spec.get("type") if isinstance(spec, dict) else None

@@ -182,7 +182,7 @@ def text_delta(field: str, text: str) -> Delta:
     return cast(Delta, {field: text})
 
 
-def chunk(meta: Mapping[str, Any], delta: Delta, finish_reason: str | None = None, index: int = 0) -> Chunk:
+def chunk(meta: Mapping[str, object], delta: Delta, finish_reason: str | None = None, index: int = 0) -> Chunk:
     out: Json = {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"],
                  "model": meta["model"]}
     if meta.get("system_fingerprint"):
@@ -191,7 +191,7 @@ def chunk(meta: Mapping[str, Any], delta: Delta, finish_reason: str | None = Non
     return cast(Chunk, out)
 
 
-def closing(finish: Chunk, meta: Mapping[str, Any], usage: Json | None, extra: Mapping[str, Any],
+def closing(finish: Chunk, meta: Mapping[str, object], usage: Json | None, extra: Mapping[str, object],
             sanctum: Sanctum) -> list[Chunk]:
     """The last chunks of a stream: the finish chunk, then, when there is a usage to send, the usage chunk
     (`choices: []`); the answering round's own fields (`extra`) and the `sanctum` block go on the last of them."""
@@ -203,13 +203,13 @@ def closing(finish: Chunk, meta: Mapping[str, Any], usage: Json | None, extra: M
     return [finish, _ending(usage_chunk, extra, sanctum)]
 
 
-def _ending(last: Chunk, extra: Mapping[str, Any], sanctum: Sanctum) -> Chunk:
+def _ending(last: Chunk, extra: Mapping[str, object], sanctum: Sanctum) -> Chunk:
     out = cast(Chunk, {**last, **{k: v for k, v in extra.items() if k != "sanctum"}})
     out["sanctum"] = sanctum
     return out
 
 
-def message(upstream: Mapping[str, Any]) -> Message:
+def message(upstream: Mapping[str, object]) -> Message:
     """The message with the keys the OpenAPI spec requires of it (ChatCompletionResponseMessage: role, content,
     refusal) present: null where the upstream left one out (llama.cpp, Ollama and vLLM send no `refusal`)."""
     if "content" in upstream and "refusal" in upstream:
@@ -217,14 +217,14 @@ def message(upstream: Mapping[str, Any]) -> Message:
     return cast(Message, {"role": "assistant", "content": None, **upstream, "refusal": upstream.get("refusal")})
 
 
-def choice(index: int, message: Message, finish_reason: str | None, extra: Mapping[str, Any]) -> Choice:
+def choice(index: int, message: Message, finish_reason: str | None, extra: Mapping[str, object]) -> Choice:
     """A choice of a chat.completion: the choice's own fields the upstream sent (`extra`: logprobs, vendor
     fields) before the finish_reason, logprobs null where it sent none."""
     return cast(Choice, {"index": index, "message": message, "logprobs": None, **extra,
                          "finish_reason": finish_reason})
 
 
-def completion(meta: Mapping[str, Any], choices: list[Choice], usage: Json | None, extra: Mapping[str, Any],
+def completion(meta: Mapping[str, object], choices: list[Choice], usage: Json | None, extra: Mapping[str, object],
                sanctum: Sanctum) -> Completion:
     """The chat.completion: `meta` (id, created, model, system_fingerprint), the choices, the usage when the
     upstream sent one, the answering round's own fields (`extra`, never over the proxy's), `sanctum` last."""
@@ -240,6 +240,6 @@ def completion(meta: Mapping[str, Any], choices: list[Choice], usage: Json | Non
 
 
 def error_body(message: str, type_: str, param: str | None, code: str | None,
-               extra: Mapping[str, Any]) -> ErrorBody:
+               extra: Mapping[str, object]) -> ErrorBody:
     """The OpenAI-shaped error body: {"error": {message, type, param, code}}, then the error's own fields."""
     return {"error": cast(Error, {"message": message, "type": type_, "param": param, "code": code, **extra})}

@@ -15,6 +15,7 @@ import orjson
 from jsonschema import exceptions as schema_errors
 
 from sanctum_proxy.config import Settings
+from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.errors import ArrayTooLong, InvalidRequest, shown
 from sanctum_proxy.repair import schemas
 
@@ -106,7 +107,7 @@ def chat_request(body: dict[str, Any], headers: Mapping[str, str], settings: Set
     return ChatRequest(body=body, controls=parse_controls(headers, sanctum, settings, on_surrender))
 
 
-def check_model(model: Any) -> None:
+def check_model(model: JSONValue) -> None:
     if isinstance(model, str) and len(model) > MAX_MODEL_CHARS:
         raise InvalidRequest(f"'model' is {len(model)} characters long; model names of at most {MAX_MODEL_CHARS} "
                              "characters are served", param="model")
@@ -151,7 +152,7 @@ def check_choices(body: dict[str, Any]) -> None:
                              param="function_call")
 
 
-def check_messages(messages: Any) -> None:
+def check_messages(messages: JSONValue) -> None:
     if messages is None:
         raise InvalidRequest("'messages' is a required property", param="messages")
     if not isinstance(messages, list) or not messages:
@@ -199,7 +200,7 @@ def check_tools(body: dict[str, Any]) -> None:
         check_function(function, f"functions[{i}]", "functions", seen, patterns)
 
 
-def check_function(function: Any, where: str, param: str, seen: set[str],
+def check_function(function: JSONValue, where: str, param: str, seen: set[str],
                    patterns: list[int] | None = None) -> None:
     if not isinstance(function, dict):
         raise InvalidRequest(f"{where} must be an object", param=param)
@@ -255,7 +256,7 @@ def schema_patterns(serialized: bytes) -> int:
     return schemas.pattern_count(orjson.loads(serialized))
 
 
-def parse_controls(headers: Mapping[str, str], sanctum: Any, settings: Settings,
+def parse_controls(headers: Mapping[str, str], sanctum: JSONValue, settings: Settings,
                    on_surrender: str | None = None) -> Controls:
     if sanctum is not None and not isinstance(sanctum, dict):
         raise InvalidRequest("'sanctum' must be an object", param="sanctum")
@@ -280,7 +281,7 @@ def parse_controls(headers: Mapping[str, str], sanctum: Any, settings: Settings,
     )
 
 
-def _choice(value: Any, allowed: tuple[str, ...], name: str, default: str | None) -> Any:
+def _choice(value: JSONValue, allowed: tuple[str, ...], name: str, default: str | None) -> Any:
     if value is None:
         return default
     if value not in allowed:
@@ -289,7 +290,7 @@ def _choice(value: Any, allowed: tuple[str, ...], name: str, default: str | None
     return value
 
 
-def _rounds(value: Any, default: int) -> int:
+def _rounds(value: JSONValue, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():  # int() takes '²' too

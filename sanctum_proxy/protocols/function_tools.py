@@ -7,10 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool
+from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.errors import InvalidRequest, shown
 
 
-def chat_tools(tools: Any, function_of: Callable[[int, Any], Json]) -> list[FunctionTool]:
+def chat_tools(tools: JSONValue, function_of: Callable[[int, Any], Json]) -> list[FunctionTool]:
     """`function_of(i, tool)`: the chat `function` of tools[i] (raising `unsupported` for one it cannot serve)."""
     if tools is None:
         return []
@@ -19,7 +20,7 @@ def chat_tools(tools: Any, function_of: Callable[[int, Any], Json]) -> list[Func
     return [function_tool(function_of(i, tool)) for i, tool in enumerate(tools)]
 
 
-def unsupported(i: int, tool: Any, served: str) -> InvalidRequest:
+def unsupported(i: int, tool: JSONValue, served: str) -> InvalidRequest:
     kind = tool.get("type") if isinstance(tool, dict) else None
     return InvalidRequest(f"tools[{i}]: tools of type {shown(kind)} are not supported: sanctum-proxy serves {served}",
                           param=f"tools[{i}].type")

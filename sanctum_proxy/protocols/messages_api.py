@@ -22,11 +22,12 @@ with a 400 naming the field: state kept on the server (`thread`, with `details.e
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
 from sanctum_proxy.core.openai_chat import ToolCall, tool_call
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.errors import InvalidRequest, ProxyError, shown
 from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply, arguments_object
@@ -48,6 +49,33 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
 # Anthropic's documented types: 400 invalid_request_error, 401 authentication_error, 402 billing_error,
 # 403 permission_error, 404 not_found_error, 413 request_too_large, 429 rate_limit_error, 500 api_error,
 # 504 timeout_error, 529 overloaded_error; the proxy's own 408 and 422 are invalid requests, other 5xx api_error.
+
+
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ThinkingBlock(TypedDict):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class ToolUseBlock(TypedDict):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, JSONValue]  # the call's arguments object
+
+
+ContentBlock = TextBlock | ThinkingBlock | ToolUseBlock  # an answer's content block (Anthropic's Message)
+
+
+class MessagesUsage(TypedDict):
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: NotRequired[int]
 
 
 class ThreadUnsupported(InvalidRequest):
@@ -115,7 +143,7 @@ def _output_format(body: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": given["schema"], "strict": True}}
 
 
-def _system(system: Any, where: str = "system") -> list[dict[str, Any]]:
+def _system(system: JSONValue, where: str = "system") -> list[ChatMessage]:
     """A system prompt as one chat system message. Claude Code's billing block (`x-anthropic-billing-header:
     ...`, different in every request) is left out: it tells the model nothing, and it would make the upstream
     re-read the whole prompt each time instead of reusing its prompt cache."""
@@ -130,16 +158,16 @@ def _system(system: Any, where: str = "system") -> list[dict[str, Any]]:
     raise InvalidRequest(f"'{where}' must be a string or an array of text blocks", param=where)
 
 
-def _text_block(block: Any, at: str) -> str:
+def _text_block(block: JSONValue, at: str) -> str:
     if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
         raise InvalidRequest(f"{at} must be a text block {{\"type\": \"text\", \"text\": ...}}", param=at)
     return str(block["text"])
 
 
-def _messages(messages: Any) -> list[dict[str, Any]]:
+def _messages(messages: JSONValue) -> list[ChatMessage]:
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array", param="messages")
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     for i, message in enumerate(messages):
         at = f"messages[{i}]"
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
@@ -158,9 +186,10 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant(blocks: list[Any], at: str) -> list[dict[str, Any]]:
+def _assistant(blocks: list[Any], at: str) -> list[ChatMessage]:
     """Text and tool_use blocks as one assistant message (text joined, calls in order)."""
-    texts, calls = [], []
+    texts: list[str] = []
+    calls: list[JSONValue] = []
     for j, block in enumerate(blocks):
         where = f"{at}.content[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -173,7 +202,7 @@ def _assistant(blocks: list[Any], at: str) -> list[dict[str, Any]]:
         else:
             raise InvalidRequest(f"{where}: assistant blocks of type {shown(kind)} are not supported (text, tool_use, "
                                  "thinking)", param=f"{where}.type")
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    message: ChatMessage = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if calls:
         message["tool_calls"] = calls
     return [message]
@@ -185,10 +214,10 @@ def _call(block: dict[str, Any], at: str) -> ToolCall:
     return tool_call(block["id"], block["name"], orjson.dumps(block.get("input") or {}).decode())
 
 
-def _user(blocks: list[Any], at: str) -> list[dict[str, Any]]:
+def _user(blocks: list[Any], at: str) -> list[ChatMessage]:
     """tool_result blocks as `tool` messages (first: they answer the calls before them), the rest as one user
     message after them, with the images of the results (a chat `tool` message takes text only)."""
-    results: list[dict[str, Any]] = []
+    results: list[ChatMessage] = []
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(blocks):
         where = f"{at}.content[{j}]"
@@ -224,7 +253,7 @@ def _part(block: Any, at: str) -> dict[str, Any]:
                          param=f"{at}.type")
 
 
-def _result(block: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _result(block: dict[str, Any], at: str) -> tuple[ChatMessage, list[dict[str, Any]]]:
     """The `tool` message, and the result's images."""
     if not isinstance(block.get("tool_use_id"), str):
         raise InvalidRequest(f"{at}: a tool_result block needs a string 'tool_use_id'", param=f"{at}.tool_use_id")
@@ -243,7 +272,7 @@ def _result(block: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[s
     return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}, images
 
 
-def _function(i: int, tool: Any) -> dict[str, Any]:
+def _function(i: int, tool: JSONValue) -> dict[str, Any]:
     """A Messages tool as a chat function."""
     if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
         raise unsupported(i, tool, "client tools with an input_schema only")
@@ -274,9 +303,9 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
 
 # The answer.
 
-def content_blocks(reply: Reply) -> list[dict[str, Any]]:
+def content_blocks(reply: Reply) -> list[ContentBlock]:
     """A message's `content`: thinking, text, then each tool_use."""
-    out: list[dict[str, Any]] = []
+    out: list[ContentBlock] = []
     if reply.reasoning:
         out.append(thinking_block(reply.reasoning))
     if answer_text(reply) or not reply.calls:
@@ -290,11 +319,11 @@ def answer_text(reply: Reply) -> str:
     return reply.text or reply.refusal
 
 
-def thinking_block(text: str) -> dict[str, Any]:
+def thinking_block(text: str) -> ThinkingBlock:
     return {"type": "thinking", "thinking": text, "signature": ""}
 
 
-def tool_use_block(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+def tool_use_block(call_id: str, name: str, arguments: dict[str, JSONValue]) -> ToolUseBlock:
     return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
 
 
@@ -304,10 +333,11 @@ def stop_reason(reply: Reply) -> str:
     return "refusal" if reply.refusal else STOP_REASONS.get(reply.finish_reason, "end_turn")
 
 
-def usage(reply: Reply) -> dict[str, Any]:
+def usage(reply: Reply) -> MessagesUsage:
     """Anthropic counts cached prompt tokens apart: `input_tokens` are the others, `cache_read_input_tokens`
     the cached ones (OpenAI's prompt_tokens_details.cached_tokens)."""
-    out = {"input_tokens": max(0, reply.input_tokens - reply.cached_tokens), "output_tokens": reply.output_tokens}
+    out: MessagesUsage = {"input_tokens": max(0, reply.input_tokens - reply.cached_tokens),
+                          "output_tokens": reply.output_tokens}
     if reply.cached_tokens:
         out["cache_read_input_tokens"] = reply.cached_tokens
     return out

@@ -19,14 +19,14 @@ Omens go out as SSE comment lines (`: omen {json}`), which SSE clients skip.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.accumulated import Accumulated
+from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
@@ -35,7 +35,7 @@ from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final
 from sanctum_proxy.repair.plan import Plan
 
 
-def event(kind: str, **fields: Any) -> bytes:
+def event(kind: str, **fields: JSONValue) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
 
 
@@ -45,7 +45,7 @@ PING = event("ping")
 class MessagesWriter(StreamWriter):
     keepalive = PING
 
-    def __init__(self, message: dict[str, Any], trace_id: str, plan: Plan,
+    def __init__(self, message: Mapping[str, JSONValue], trace_id: str, plan: Plan,
                  reply_of: Callable[[Final], Reply], *, split_reasoning: bool = False) -> None:
         self.message, self.trace_id = message, trace_id
         super().__init__()
@@ -104,7 +104,7 @@ class MessagesWriter(StreamWriter):
         out.append(event("content_block_delta", index=self.blocks - 1, delta={"type": "text_delta", "text": text}))
         return out
 
-    def start(self, block: dict[str, Any]) -> bytes:
+    def start(self, block: api.ContentBlock) -> bytes:
         self.blocks += 1
         return event("content_block_start", index=self.blocks - 1, content_block=block)
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.accumulated import Accumulated
 from sanctum_proxy.core.calls import content_text
+from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.repair.streaming import unseen
 
 
@@ -35,13 +37,15 @@ class Reply:
     model: str = ""  # the upstream's own model name ("" when it sent none)
 
     @classmethod
-    def of(cls, message: dict[str, Any], finish_reason: str, usage: dict[str, Any] | None,
-           accepted: dict[str, Any] | None = None, *, logprobs: Any = None, model: Any = None) -> Reply:
+    def of(cls, message: Mapping[str, object], finish_reason: str, usage: Mapping[str, object] | None,
+           accepted: Mapping[str, object] | None = None, *, logprobs: JSONValue = None,
+           model: JSONValue = None) -> Reply:
         """`accepted`: the accepted round's raw answer, whose reasoning the repaired message drops;
         `logprobs`: the choice's chat logprobs object; `model`: the upstream's model."""
         reasoning = next((m.get(f) for m in (message, accepted or {}) for f in ("reasoning_content", "reasoning")
                           if isinstance(m.get(f), str) and m.get(f)), None)
-        calls = tuple(_call(c, i) for i, c in enumerate(message.get("tool_calls") or []) if isinstance(c, dict))
+        listed = message.get("tool_calls") or []  # a ChatMessage: the calls the loop settled (a list)
+        calls = tuple(_call(c, i) for i, c in enumerate(cast(Sequence[JSONValue], listed)) if isinstance(c, dict))
         usage = usage or {}
         refusal = message.get("refusal")
         tokens = logprobs.get("content") if isinstance(logprobs, dict) else None
@@ -54,7 +58,7 @@ class Reply:
                    model if isinstance(model, str) else "")
 
 
-def _detail(usage: dict[str, Any], details: str, name: str) -> Any:
+def _detail(usage: Mapping[str, object], details: str, name: str) -> JSONValue:
     part = usage.get(details)
     return part.get(name) if isinstance(part, dict) else None
 
@@ -67,11 +71,11 @@ def _call(call: dict[str, Any], index: int) -> Call:
     return Call(str(call.get("id") or f"call_{index}"), str(function.get("name") or ""), arguments or "{}")
 
 
-def _count(value: Any) -> int:
+def _count(value: JSONValue) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def arguments_object(arguments: str) -> dict[str, Any]:
+def arguments_object(arguments: str) -> dict[str, JSONValue]:
     """A call's arguments as an object (the loop only lets valid JSON objects through; {} otherwise)."""
     try:
         value = orjson.loads(arguments)

@@ -22,13 +22,15 @@ sampling fields upstreams read (`FORWARDED`: `seed`, `stop`, `top_k`, `min_p`, .
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool, tool_call
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.core.tool_names import NAMESPACE_JOIN  # `<namespace>__<name>`: Codex's canonical flat name
 from sanctum_proxy.errors import InvalidRequest
 from sanctum_proxy.errors import shown as quoted
@@ -115,7 +117,7 @@ def _copy(source: dict[str, Any], target: dict[str, Any], keys: tuple[str, ...])
             target[key] = source[key]
 
 
-def _instructions(instructions: Any) -> list[dict[str, Any]]:
+def _instructions(instructions: JSONValue) -> list[ChatMessage]:
     if instructions is None or instructions == "":
         return []
     if isinstance(instructions, str):
@@ -125,7 +127,7 @@ def _instructions(instructions: Any) -> list[dict[str, Any]]:
     raise InvalidRequest("'instructions' must be a string", param="instructions")
 
 
-def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
+def input_messages(items: JSONValue, where: str = "input") -> list[ChatMessage]:
     """Input items as chat messages: consecutive function calls (and the assistant text before them) become
     one assistant message with tool_calls; each function_call_output a `tool` message (the images of outputs
     follow the tool messages as one user message: a chat `tool` message takes text only)."""
@@ -133,7 +135,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
         return [{"role": "user", "content": items}]
     if not isinstance(items, list):
         raise InvalidRequest(f"'{where}' must be a string or an array of input items", param=where)
-    messages: list[dict[str, Any]] = []
+    messages: list[ChatMessage] = []
     images: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         at = f"{where}[{i}]"
@@ -164,7 +166,7 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
     return messages
 
 
-def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
+def _message(item: dict[str, Any], at: str) -> ChatMessage:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {quoted(role)}",
@@ -180,7 +182,7 @@ def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
     return {"role": role, "content": parts}
 
 
-def _part(part: Any, at: str) -> dict[str, Any]:
+def _part(part: JSONValue, at: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise InvalidRequest(f"{at} must be an object", param=at)
     kind = part.get("type")
@@ -200,7 +202,7 @@ def _part(part: Any, at: str) -> dict[str, Any]:
                          "refusal, input_image)", param=f"{at}.type")
 
 
-def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> None:
+def _add_call(messages: list[ChatMessage], item: dict[str, Any], at: str) -> None:
     name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
     if not isinstance(name, str) or not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call item needs a string 'name' and 'call_id'", param=at)
@@ -211,12 +213,12 @@ def _add_call(messages: list[dict[str, Any]], item: dict[str, Any], at: str) -> 
                      orjson.dumps(arguments if arguments is not None else {}).decode())
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), (str, type(None))):
-        last.setdefault("tool_calls", []).append(call)
+        cast(list[JSONValue], last.setdefault("tool_calls", [])).append(call)  # the list this function wrote
     else:
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def _call_output(item: dict[str, Any], at: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _call_output(item: dict[str, Any], at: str) -> tuple[ChatMessage, list[dict[str, Any]]]:
     """The `tool` message, and the output's images."""
     call_id, output = item.get("call_id"), item.get("output")
     if not isinstance(call_id, str):
@@ -236,7 +238,7 @@ def flat_name(namespace: str, name: str) -> str:
     return namespace.rstrip("_") + NAMESPACE_JOIN + name.lstrip("_")
 
 
-def read_tools(tools: Any) -> Spells:
+def read_tools(tools: JSONValue) -> Spells:
     """The chat functions of a request's `tools`: function tools as they are, each namespace's functions under
     their flat names, every other type left out (`withheld`) but `custom` (a 400)."""
     if tools is None:
@@ -308,7 +310,7 @@ def namespaced_names(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return read_tools(body.get("tools")).namespaced
 
 
-def _check_forced(choice: Any) -> None:
+def _check_forced(choice: JSONValue) -> None:
     """A tool_choice that forces a tool of another type than function (a hosted tool, left out; a custom tool) is a
     400: the model could never make that call here."""
     kind = choice.get("type") if isinstance(choice, dict) else None
@@ -318,7 +320,7 @@ def _check_forced(choice: Any) -> None:
                              param="tool_choice")
 
 
-def _allowed(tools: Any, spells: Spells) -> set[str]:
+def _allowed(tools: JSONValue, spells: Spells) -> set[str]:
     """The flat names an allowed_tools choice lists (a namespace entry: all of its functions)."""
     names: set[str] = set()
     for tool in tools if isinstance(tools, list) else []:
@@ -332,7 +334,7 @@ def _allowed(tools: Any, spells: Spells) -> set[str]:
     return names
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: JSONValue) -> Any:
     if choice in ("none", "auto", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
@@ -343,7 +345,7 @@ def _tool_choice(choice: Any) -> Any:
                          "{\"type\": \"function\", \"name\": ...} or allowed_tools)", param="tool_choice")
 
 
-def _response_format(text: Any) -> dict[str, Any] | None:
+def _response_format(text: JSONValue) -> dict[str, Any] | None:
     form = text.get("format") if isinstance(text, dict) else None
     if not isinstance(form, dict) or form.get("type") in (None, "text"):
         return None
@@ -355,14 +357,74 @@ def _response_format(text: Any) -> dict[str, Any] | None:
 
 # The answer.
 
+class LogProb(TypedDict):
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: NotRequired[list[LogProb]]
+
+
+class OutputText(TypedDict):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[JSONValue]
+    logprobs: list[LogProb]
+
+
+class Refusal(TypedDict):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class ReasoningText(TypedDict):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ReasoningItem(TypedDict):
+    type: Literal["reasoning"]
+    id: str
+    summary: list[JSONValue]
+    content: list[ReasoningText]
+
+
+class MessageItem(TypedDict):
+    type: Literal["message"]
+    id: str
+    status: str
+    role: Literal["assistant"]
+    content: list[OutputText | Refusal]
+
+
+class FunctionCallItem(TypedDict):
+    type: Literal["function_call"]
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: str
+    namespace: NotRequired[str]
+
+
+OutputItem = ReasoningItem | MessageItem | FunctionCallItem  # an item of a response's `output`
+
+
+class ResponsesUsage(TypedDict):
+    input_tokens: int
+    input_tokens_details: dict[str, int]  # cached_tokens, cache_write_tokens
+    output_tokens: int
+    output_tokens_details: dict[str, int]  # reasoning_tokens
+    total_tokens: int
+
+
 def output_items(reply: Reply, ids: str, *, logprobs: bool = False,
-                 namespaced: dict[str, tuple[str, str]] | None = None) -> list[dict[str, Any]]:
+                 namespaced: dict[str, tuple[str, str]] | None = None) -> list[OutputItem]:
     """The `output` of a response: reasoning, the message (its text, with the tokens' logprobs when asked; a
     refusal as a `refusal` part), then each function call (`namespaced`: flat name -> (namespace, name))."""
-    out = []
+    out: list[OutputItem] = []
     if reply.reasoning:
         out.append(reasoning_item(reply.reasoning, ids))
-    parts = []
+    parts: list[OutputText | Refusal] = []
     if reply.text or not (reply.calls or reply.refusal):
         parts.append(text_part(reply.text, response_logprobs(reply.logprobs) if logprobs else []))
     if reply.refusal:
@@ -373,32 +435,32 @@ def output_items(reply: Reply, ids: str, *, logprobs: bool = False,
     return out
 
 
-def reasoning_item(text: str | None, ids: str) -> dict[str, Any]:
+def reasoning_item(text: str | None, ids: str) -> ReasoningItem:
     """A reasoning item; `text` None: its empty start in a stream (`response.output_item.added`)."""
     return {"type": "reasoning", "id": f"rs_{ids}", "summary": [],
             "content": [] if text is None else [reasoning_part(text)]}
 
 
-def reasoning_part(text: str) -> dict[str, Any]:
+def reasoning_part(text: str) -> ReasoningText:
     return {"type": "reasoning_text", "text": text}
 
 
-def message_item(text: str | None, ids: str, status: str) -> dict[str, Any]:
-    content = [] if text is None else [text_part(text)]
+def message_item(text: str | None, ids: str, status: str) -> MessageItem:
+    content: list[OutputText | Refusal] = [] if text is None else [text_part(text)]
     return {"type": "message", "id": f"msg_{ids}", "status": status, "role": "assistant", "content": content}
 
 
-def text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def text_part(text: str, logprobs: list[LogProb] | None = None) -> OutputText:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def refusal_part(text: str) -> dict[str, Any]:
+def refusal_part(text: str) -> Refusal:
     return {"type": "refusal", "refusal": text}
 
 
-def response_logprobs(tokens: Any) -> list[dict[str, Any]]:
+def response_logprobs(tokens: Any) -> list[LogProb]:
     """Chat completion token logprobs as the Responses API's (`LogProb`: token, logprob, bytes, top_logprobs)."""
-    out = []
+    out: list[LogProb] = []
     for token in tokens or ():
         if not isinstance(token, dict) or not isinstance(token.get("token"), str):
             continue
@@ -408,7 +470,7 @@ def response_logprobs(tokens: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _logprob(token: dict[str, Any]) -> dict[str, Any]:
+def _logprob(token: dict[str, Any]) -> LogProb:
     raw = token.get("bytes")
     value = token.get("logprob")
     return {"token": token["token"], "logprob": value if isinstance(value, int | float) else 0.0,
@@ -416,16 +478,16 @@ def _logprob(token: dict[str, Any]) -> dict[str, Any]:
 
 
 def call_item(call_id: str, name: str, arguments: str, status: str,
-              namespaced: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
+              namespaced: dict[str, tuple[str, str]] | None = None) -> FunctionCallItem:
     """A function_call item; a namespaced function's call with its own `name` and its `namespace`."""
-    item = {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+    item: FunctionCallItem = {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
             "arguments": arguments, "status": status}
     if namespaced and name in namespaced:
         item["namespace"], item["name"] = namespaced[name]
     return item
 
 
-def usage(reply: Reply) -> dict[str, Any]:
+def usage(reply: Reply) -> ResponsesUsage:
     return {"input_tokens": reply.input_tokens,
             "input_tokens_details": {"cached_tokens": reply.cached_tokens, "cache_write_tokens": 0},
             "output_tokens": reply.output_tokens, "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
@@ -447,7 +509,7 @@ def skeleton(request: dict[str, Any], ids: str, created: int, model: str) -> dic
             "metadata": request.get("metadata") or {}}  # no usage yet: the key is left out (the spec has no null)
 
 
-def finished(response: dict[str, Any], reply: Reply, output: list[dict[str, Any]]) -> dict[str, Any]:
+def finished(response: dict[str, Any], reply: Reply, output: Sequence[OutputItem]) -> dict[str, Any]:
     """The response once answered: `completed`, or `incomplete` when the answer hit max_output_tokens."""
     cut = reply.finish_reason == "length"
     return {**response, "status": "incomplete" if cut else "completed", "output": output,

@@ -21,7 +21,7 @@ Omens go out as SSE comment lines (`: omen {json}`), which SSE clients skip.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -45,7 +45,7 @@ class ResponsesWriter(StreamWriter):
         self.plan = plan
         self.reply_of = reply_of
         self.sequence = 0
-        self.output: list[dict[str, Any]] = []
+        self.output: list[api.OutputItem] = []
         self.shown = Accumulated()
         self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
         self.held_tokens: list[dict[str, Any]] = []
@@ -104,7 +104,7 @@ class ResponsesWriter(StreamWriter):
 
     def close_reasoning(self) -> list[bytes]:
         index = self.reasoning_at
-        if index is None or self.output[index]["content"]:
+        if index is None or cast(api.ReasoningItem, self.output[index])["content"]:  # the item at reasoning_at
             return []
         text, item_id = str(self.thought.live), f"rs_{self.ids}"
         self.output[index] = api.reasoning_item(text, self.ids)
@@ -172,7 +172,7 @@ class ResponsesWriter(StreamWriter):
         declined, and the message item done."""
         out = self.open_message()
         index, item_id = self._message_index(), f"msg_{self.ids}"
-        parts = []
+        parts: list[api.OutputText | api.Refusal] = []
         if self.text_open:
             part = api.text_part(str(self.shown), api.response_logprobs(self.tokens) if self.logprobs else [])
             out += [self.event("response.output_text.done", item_id=item_id, output_index=index, content_index=0,
@@ -191,11 +191,11 @@ class ResponsesWriter(StreamWriter):
                                refusal=refusal),
                     self.event("response.content_part.done", item_id=item_id, output_index=index,
                                content_index=at, part=parts[-1])]
-        done = {**api.message_item(None, self.ids, "completed"), "content": parts}
+        done: api.MessageItem = {**api.message_item(None, self.ids, "completed"), "content": parts}
         self.output[index] = done
         return out + [self.event("response.output_item.done", output_index=index, item=done)]
 
-    def item(self, item: dict[str, Any]) -> list[bytes]:
+    def item(self, item: api.OutputItem) -> list[bytes]:
         index = len(self.output)
         self.output.append(item)
         return [self.event("response.output_item.added", output_index=index, item=item),

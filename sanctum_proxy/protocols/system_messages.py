@@ -8,12 +8,12 @@ is and puts the text of every system and developer message, in order, into one s
 
 from __future__ import annotations
 
-from typing import Any
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 
 INSTRUCTION_ROLES = ("system", "developer")
 
 
-def merge_system_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_system_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
     """`messages` with one leading system message: the texts of the system and developer messages, in order,
     joined by a blank line (content parts' text joined). Unchanged when there is at most one such message and
     it is a leading `system` one (or there is none)."""
@@ -26,7 +26,7 @@ def merge_system_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
     return [{"role": "system", "content": "\n\n".join(texts)}, *rest]
 
 
-def _text(content: Any) -> str:
+def _text(content: JSONValue) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):

@@ -4,13 +4,12 @@ call; and how a corrected answer's calls join those kept from before. Pure: no I
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
 from sanctum_proxy.codecs import families
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.calls import Assessment, Problem, ToolCall, content_text
+from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.constraint import Constraint
 from sanctum_proxy.repair.correct import rejected_answer_text, sent_answer_text
@@ -21,7 +20,7 @@ from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.repeats import repeated_call
 
 
-def refusal(message: dict[str, Any]) -> bool:
+def refusal(message: ChatMessage) -> bool:
     """The model declined (OpenAI's `refusal`) and made no call."""
     said = message.get("refusal")
     return isinstance(said, str) and bool(said) and not message.get("tool_calls")

@@ -3,20 +3,22 @@ only what tier 1 changed replaced. Pure: no I/O."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Assessment
+from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.events import Answer, Mode
 
 
-def client_message(assessment: Assessment, sent: dict[str, Any]) -> dict[str, Any]:
+def client_message(assessment: Assessment, sent: ChatMessage) -> ChatMessage:
     """The upstream's message with only what tier 1 changed replaced (content, calls): its reasoning fields,
     refusal and every other field go to the client as they came. Reasoning a call format holds in content
     (harmony analysis, Command-R thinking, <seed:think>) is moved out with the calls, into reasoning_content."""
-    message: dict[str, Any] = {"role": "assistant"}
-    message.update((k, v) for k, v in sent.items() if k not in ("role", "content", "tool_calls"))
+    out: dict[str, object] = {"role": "assistant"}  # the upstream's own fields ride along (untyped: as sent)
+    out.update((k, v) for k, v in sent.items() if k not in ("role", "content", "tool_calls"))
+    message = cast(ChatMessage, out)
     message["content"] = assessment.content
     if assessment.reasoning:
         before = message.get("reasoning_content")
@@ -26,7 +28,7 @@ def client_message(assessment: Assessment, sent: dict[str, Any]) -> dict[str, An
     return message
 
 
-def unechoed(message: dict[str, Any], mode: Mode) -> dict[str, Any]:
+def unechoed(message: ChatMessage, mode: Mode) -> ChatMessage:
     """A prompted round's message without the tool-result tags the proxy wrote into its history and the model
     echoed (prompted.without_result_tags); any other message as it is."""
     content = message.get("content")

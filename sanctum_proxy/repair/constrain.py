@@ -25,6 +25,7 @@ import orjson
 
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.calls import Problem, example_arguments, new_call_id
+from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.repair.reading import object_keys
 from sanctum_proxy.repair.toolbox import Toolbox
 
@@ -101,7 +102,7 @@ def format_section(book: Toolbox, *, text: bool, parallel: bool) -> str:
     return FORMAT % (first.name, example) + (_PARALLEL if parallel else "") + (_TEXT if text else "")
 
 
-def decode(message: dict[str, Any], new_id: Callable[[], str] | None = None) -> dict[str, Any]:
+def decode(message: ChatMessage, new_id: Callable[[], str] | None = None) -> ChatMessage:
     """The OpenAI message an answer object stands for; anything else comes back unchanged. A text-branch
     answer cut short (max_tokens) is the text it had reached."""
     content = message.get("content")
@@ -130,7 +131,7 @@ def _is_call(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("name"), str) and "arguments" in value
 
 
-def broken_call(message: dict[str, Any], finish_reason: str | None) -> Problem | None:
+def broken_call(message: ChatMessage, finish_reason: str | None) -> Problem | None:
     """A call-branch answer that is not whole JSON (cut by max_tokens, or a grammar the upstream did not
     hold to): a malformed call, to bounce, rather than text for the ordinary tiers to pick apart. Its tool
     is the one it names when it is a single call."""

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.events import Answer, Mode
@@ -62,8 +63,8 @@ class Stage:
     refused: bool = False  # the upstream refused a schema, grammar or tool_choice for this request
 
 
-def transcript(turns: Sequence[dict[str, Any]], constraint: Constraint | None,
-               constrained_from: int | None) -> list[dict[str, Any]]:
+def transcript(turns: Sequence[ChatMessage], constraint: Constraint | None,
+               constrained_from: int | None) -> list[ChatMessage]:
     """The hidden turns a round is sent. A constrained round leaves out the turns of the unconstrained rounds
     before it (`constrained_from`: how many came before the first constrained round): the grammar now does
     what their corrections asked (a call, a known name, valid arguments), and a small model copies a failed

@@ -17,6 +17,7 @@ from typing import Any
 
 from sanctum_proxy.codecs import families
 from sanctum_proxy.core.calls import Problem, Tool, content_text
+from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.repair.mend import native_call_text
 from sanctum_proxy.repair.toolbox import Toolbox
 
@@ -137,7 +138,7 @@ def _compact(schema: Mapping[str, Any]) -> str:
     return text if len(text) <= 4000 else text[:3997] + "..."
 
 
-def rejected_answer_text(message: Any, fmt: str = families.FALLBACK) -> str:
+def rejected_answer_text(message: ChatMessage, fmt: str = families.FALLBACK) -> str:
     """The answer as the correction turn quotes it back to the model: its content, then each native call
     written in the prompt format `fmt` (Hermes for unknown formats; arguments verbatim, even broken JSON)."""
     msg = message if isinstance(message, Mapping) else {}
@@ -152,7 +153,7 @@ def rejected_answer_text(message: Any, fmt: str = families.FALLBACK) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def sent_answer_text(message: Any) -> str:
+def sent_answer_text(message: ChatMessage) -> str:
     """The answer as the model sent it, for a surrender's `rejected` list: its content, then each native call
     as the JSON it came in (never re-rendered in a prompt format), less the id and index the server gave it,
     so that a model repeating a call verbatim sends the same text again."""

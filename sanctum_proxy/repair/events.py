@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast, overload
 
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.shapes import ChatMessage, Usage
 from sanctum_proxy.errors import ProxyError
 
 Mode = Literal["native", "prompted"]
@@ -44,10 +45,11 @@ class FieldDelta:
 class Answer:
     """One upstream round's answer, however it arrived."""
 
-    message: dict[str, Any]
+    message: ChatMessage
     finish_reason: str | None
-    usage: dict[str, Any] | None
-    meta: dict[str, Any]  # id, model, created, system_fingerprint of the upstream response
+    usage: Usage | None
+    meta: dict[str, Any]  # id, model, created, system_fingerprint of the upstream response (routes/chat.py builds
+    # it; AnswerMeta once routes/ is typed)
     extra: dict[str, Any] = field(default_factory=dict)  # the response's other top-level fields, as sent
     choice_extra: dict[str, Any] = field(default_factory=dict)  # the choice's fields but index/message/finish
 
@@ -78,9 +80,9 @@ class RoundRecord:
     mode: Mode
     sent: dict[str, Any]
     latency_ms: float
-    answer: dict[str, Any] | None = None
+    answer: ChatMessage | None = None
     finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     error: dict[str, Any] | None = None
     outcome: str = "pending"  # accepted | rejected | fallback | error
     constrained: bool = False  # the round's decoding was constrained (answer schema, grammar or tool_choice)
@@ -89,6 +91,9 @@ class RoundRecord:
 
 @dataclass
 class Final:
+    """The answer as routes/ reads it: still plain dicts there (routes/ is typed separately, issue 35); the loop
+    builds it from typed values (`final`)."""
+
     message: dict[str, Any]
     finish_reason: str
     usage: dict[str, Any] | None
@@ -101,6 +106,15 @@ class Final:
     choice_extra: dict[str, Any] = field(default_factory=dict)  # ... and Answer.choice_extra
     accepted: dict[str, Any] | None = None  # the last round's answer as it came (None: it ended in an error):
     # reasoning the client's message may have dropped (protocols/reply.py)
+
+
+@overload
+def loose(shape: ChatMessage | Usage) -> dict[str, Any]: ...
+@overload
+def loose(shape: ChatMessage | Usage | None) -> dict[str, Any] | None: ...
+def loose(shape: ChatMessage | Usage | None) -> dict[str, Any] | None:
+    """A typed shape as the plain dict Final still holds for routes/ (a cast: no copy, no cost)."""
+    return cast("dict[str, Any] | None", shape)
 
 
 def note(records: list[RoundRecord], record: RoundRecord) -> None:

@@ -3,12 +3,13 @@ rounds ask for the next call, one each, and keep it only when it adds something 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import ToolCall
+from sanctum_proxy.core.shapes import ChatMessage, ToolCallWire
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.constraint import Constraint
 from sanctum_proxy.repair.events import Answer
@@ -26,7 +27,7 @@ def follows_up(plan: Plan, constraint: Constraint | None, free_choice: bool, cal
             and plan.parallel and calls == 1 and number <= plan.max_rounds)
 
 
-def next_call_turns(call: ToolCall) -> tuple[dict[str, Any], dict[str, Any]]:
+def next_call_turns(call: ToolCall) -> tuple[ChatMessage, ChatMessage]:
     """The turns a MORE round is sent after those before it: the call, as the answer object the constrained
     round wrote it in (constrain.py), and the request for the next one."""
     written = orjson.dumps({"name": call.name, "arguments": loads(call.arguments)}).decode()
@@ -46,7 +47,7 @@ def next_call(plan: Plan, answer: Answer, number: int) -> tuple[ToolCall | None,
     return assessment.calls[0], tuple(om.repaired(number, r) for r in assessment.repairs)
 
 
-def novel(plan: Plan, call: ToolCall, held: list[dict[str, Any]]) -> bool:
+def novel(plan: Plan, call: ToolCall, held: Sequence[ToolCallWire]) -> bool:
     """Whether a follow-up call adds something: one of its values is in the user's turns (whole) and in no held
     call. So not a held call again, nor its values swapped about, nor one with made-up values; the same rule
     for a call to another tool (a second tool called with the first one's values is not a second request)."""

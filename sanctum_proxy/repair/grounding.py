@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.core.calls import COPIED_EXAMPLES, Problem, ToolCall, content_text
+from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.repair.toolbox import Toolbox
 
 MAX_TEXT_CHARS = 200_000
@@ -51,7 +52,7 @@ class Evidence:
     words: frozenset[str]
 
     @classmethod
-    def of(cls, messages: Any) -> Evidence:
+    def of(cls, messages: JSONValue) -> Evidence:
         text = "\n".join(_texts(messages))[:MAX_TEXT_CHARS].lower()
         numbers: set[float] = set()
         for m in _NUMBER.finditer(text):
@@ -71,7 +72,7 @@ class Evidence:
         return float(value) in self.numbers
 
 
-def ungrounded(arguments: Any, parameters: Mapping[str, Any], evidence: Evidence) -> list[str]:
+def ungrounded(arguments: JSONValue, parameters: Mapping[str, Any], evidence: Evidence) -> list[str]:
     """The made-up values of a call ("weight=1.5") when none of its values is traced, or when one of them is a
     prompt's example placeholder the conversation does not hold (copied); else []."""
     if not isinstance(arguments, dict):
@@ -108,13 +109,13 @@ def _values(arguments: dict[str, Any], properties: Any) -> Iterator[tuple[str, A
             yield key, leaf
 
 
-def _given_by_schema(value: Any, schema: Mapping[str, Any]) -> bool:
+def _given_by_schema(value: JSONValue, schema: Mapping[str, Any]) -> bool:
     enum = schema.get("enum")
     return (isinstance(enum, list) and value in enum) or ("const" in schema and value == schema["const"]) or (
         "default" in schema and value == schema["default"])
 
 
-def leaves(value: Any, depth: int = 0) -> Iterator[str | float]:
+def leaves(value: JSONValue, depth: int = 0) -> Iterator[str | float]:
     """The strings and numbers of a JSON value (booleans and nulls are no evidence of anything), at most
     MAX_VALUES items of a list or object and 8 levels deep."""
     if depth > 8 or isinstance(value, bool) or value is None:
@@ -132,7 +133,7 @@ def leaves(value: Any, depth: int = 0) -> Iterator[str | float]:
             yield from leaves(item, depth + 1)
 
 
-def made_up(book: Toolbox, messages: Any, calls: tuple[ToolCall, ...]) -> Problem | None:
+def made_up(book: Toolbox, messages: JSONValue, calls: tuple[ToolCall, ...]) -> Problem | None:
     """A call the grammar let through when text could have won, with not one argument value from the
     conversation (`ungrounded`): the model had no call to make. None when any call is grounded."""
     evidence = Evidence.of(messages)
@@ -149,7 +150,7 @@ def made_up(book: Toolbox, messages: Any, calls: tuple[ToolCall, ...]) -> Proble
     return Problem("ungrounded_arguments", next(iter(tools)) if len(tools) == 1 else None, tuple(details), raw)
 
 
-def users(messages: Any) -> list[Any]:
+def users(messages: JSONValue) -> list[Any]:
     """The user's turns: what a further call's values come from (tool results hold many values no one asked
     to call with: an agent loop would take them for more calls)."""
     return [m for m in messages if isinstance(m, dict) and m.get("role") == "user"] if isinstance(messages, list) \
@@ -178,11 +179,11 @@ def loads(arguments: str) -> Any:
         return None
 
 
-def _texts(messages: Any) -> Iterator[str]:
+def _texts(messages: JSONValue) -> Iterator[str]:
     if isinstance(messages, list):
         yield from (content_text(m.get("content")) for m in messages if isinstance(m, dict))
 
 
-def _show(value: Any) -> str:
+def _show(value: JSONValue) -> str:
     text = repr(value) if not isinstance(value, str) else '"' + value[:40] + '"'
     return text[:60]

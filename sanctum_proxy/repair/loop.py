@@ -54,17 +54,18 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Assessment, Problem, ToolCall
 from sanctum_proxy.core.offload import offloaded
+from sanctum_proxy.core.shapes import ChatMessage, ToolCallWire, Usage
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import answer_checks as checks
 from sanctum_proxy.repair import constraint as ct
 from sanctum_proxy.repair import correct, follow_up
 from sanctum_proxy.repair.client_message import accepted_omens, client_message, finish, outcome, unechoed
-from sanctum_proxy.repair.events import Answer, Event, Final, Lesson, Mode, RoundRecord, Sender
+from sanctum_proxy.repair.events import Answer, Event, Final, Lesson, Mode, RoundRecord, Sender, loose
 from sanctum_proxy.repair.grounding import made_up
 from sanctum_proxy.repair.offloading import heavy_answer, heavy_round
 from sanctum_proxy.repair.plan import Plan
@@ -78,7 +79,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
     """The round loop (see the module docstring): rounds until an Accept, a raise or a surrender."""
     state = State(plan.mode)
     omens: list[om.Omen] = []
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     shown = False  # live content reached the client: later rounds are hidden (no text twice)
     number = 0  # rounds sent
     for omen in plan.opening_omens:
@@ -129,8 +130,9 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
             raise ToolCallParseError(verdict.message, rounds=number, rejected=list(verdict.rejected))
         if isinstance(verdict, Accept):
             answer = verdict.answer
-            yield Final(verdict.message, verdict.finish_reason, usage, state.mode, number, omens, answer.meta,
-                        outcome(omens, verdict.surrendered), answer.extra, answer.choice_extra, record.answer)
+            yield Final(loose(verdict.message), verdict.finish_reason, loose(usage), state.mode, number, omens,
+                        answer.meta, outcome(omens, verdict.surrendered), answer.extra, answer.choice_extra,
+                        loose(record.answer))
             return
         state = verdict.state
 
@@ -157,8 +159,8 @@ class State:
 
     mode: Mode
     kind: Kind = Kind.ASK
-    turns: tuple[dict[str, Any], ...] = ()  # hidden correction turns so far (none: the round may be live)
-    closing: tuple[dict[str, Any], ...] = ()  # TEXT: the turns the text round is sent after the conversation
+    turns: tuple[ChatMessage, ...] = ()  # hidden correction turns so far (none: the round may be live)
+    closing: tuple[ChatMessage, ...] = ()  # TEXT: the turns the text round is sent after the conversation
     phase: Phase = Phase.WAITING
     grammar_from: int = 0  # CONSTRAINING: len(turns) when the first constrained round was sent
     pin: str | None = None  # the one known tool the last correction was about
@@ -214,7 +216,7 @@ def _constraint(plan: Plan, state: State) -> ct.Constraint | None:
 class Accept:
     """The answer: the message for the client."""
 
-    message: dict[str, Any]
+    message: ChatMessage
     finish_reason: str
     answer: Answer
     omens: tuple[om.Omen, ...] = ()
@@ -363,7 +365,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     repeat = checks.repeat(plan, assessment, answer) if not problems and not state.kept else None
     if repeat is not None:  # an answered call again: the result is there, the request is asked for text
         text = correct.correction([repeat], plan.book)
-        closing = ({"role": "user", "content": text},)  # without the repeat: see repeats.py
+        closing: tuple[ChatMessage, ...] = ({"role": "user", "content": text},)  # without the repeat: see repeats.py
         text_round = replace(state, kind=Kind.TEXT, closing=closing, rejected=(*state.rejected, repeat.raw))
         return AskForText(text_round, (om.rejected(number, repeat, text),))
     if not problems:
@@ -413,7 +415,7 @@ def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept
     held = state.held
     assert held is not None
     new, omens = follow_up.next_call(plan, answer, number)
-    calls = held.message.get("tool_calls") or []
+    calls = cast(list[ToolCallWire], held.message.get("tool_calls") or [])  # the proxy's own (client_message)
     if new is None or not follow_up.novel(plan, new, calls):
         return Accept(held.message, held.finish_reason, held.answer)
     grown = replace(held, message={**held.message, "tool_calls": [*calls, new.to_openai()]})
@@ -426,7 +428,8 @@ def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, reject
              number: int, first: tuple[om.Omen, ...] = ()) -> Correct:
     assert plan.book is not None
     text = correct.correction(problems, plan.book, [c.name for c in state.kept])
-    turns = (*state.turns, {"role": "assistant", "content": raw}, {"role": "user", "content": text})
+    turns: tuple[ChatMessage, ...] = (*state.turns, {"role": "assistant", "content": raw},
+                                      {"role": "user", "content": text})
     after = replace(state, turns=turns, pin=correct.pinned(problems, plan.book), rejected=rejected)
     # A first JSON-prompt round is sent without the turns before it (constraint.transcript): say so, never
     # claim a correction the model did not read.

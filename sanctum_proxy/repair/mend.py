@@ -23,6 +23,7 @@ from sanctum_proxy.codecs.registry import find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, fallback_budget, strict
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import coerce
 
@@ -30,7 +31,7 @@ _SEPARATOR = re.compile(r"[\s;,]*")
 
 
 def assess(
-    message: Any,
+    message: ChatMessage,
     book: Toolbox,
     *,
     finish_reason: str | None = None,
@@ -51,7 +52,7 @@ def assess(
                        asked_format, client_json)
 
 
-def _assess(message: Any, book: Toolbox, cut: bool, parallel_tool_calls: bool, new_id: Callable[[], str],
+def _assess(message: ChatMessage, book: Toolbox, cut: bool, parallel_tool_calls: bool, new_id: Callable[[], str],
             max_repair_chars: int, asked_format: str | None, client_json: bool) -> Assessment:
     msg = message if isinstance(message, dict) else {}
     native = native_candidates(msg.get("tool_calls"))
@@ -130,13 +131,13 @@ def strip_calls(text: str, found: list[Found]) -> str | None:
     return rest or None
 
 
-def native_candidates(tool_calls: Any) -> list[Candidate]:
+def native_candidates(tool_calls: JSONValue) -> list[Candidate]:
     if not isinstance(tool_calls, list):
         return []
     return [_native(item) for item in tool_calls[:MAX_CANDIDATES]]
 
 
-def _native(item: Any) -> Candidate:
+def _native(item: JSONValue) -> Candidate:
     d = item if isinstance(item, dict) else {}
     fn: dict[str, Any] = d["function"] if isinstance(d.get("function"), dict) else {}
     name = fn.get("name")
@@ -156,7 +157,7 @@ def _native(item: Any) -> Candidate:
 BIG_RAW_CHARS = 1024 * 1024
 
 
-def native_call_text(item: Any) -> str:
+def native_call_text(item: JSONValue) -> str:
     """A native call as the JSON it came in (its `raw`)."""
     fn = item.get("function") if isinstance(item, dict) else None
     args = fn.get("arguments") if isinstance(fn, dict) else None
@@ -168,7 +169,7 @@ def native_call_text(item: Any) -> str:
         return _dumps(item, pretty=True) or repr(item)[:10_000]
 
 
-def _dumps(value: Any, *, pretty: bool = False) -> str:
+def _dumps(value: JSONValue, *, pretty: bool = False) -> str:
     try:
         if pretty:
             return json.dumps(value, ensure_ascii=False)

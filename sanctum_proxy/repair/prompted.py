@@ -10,7 +10,7 @@ GLM, Kimi, ...): its calls and tool results are written in that family's own sha
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -18,6 +18,7 @@ from sanctum_proxy.codecs import families
 from sanctum_proxy.codecs.base import RESULT_TAGS
 from sanctum_proxy.codecs.registry import format_of, render_call
 from sanctum_proxy.core.calls import content_text, example_arguments
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.repair.toolbox import Toolbox
 
 _RESULTS = "After a tool runs, its result comes back to you inside <tool_response></tool_response> tags."
@@ -27,7 +28,7 @@ STRIPPED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool
 _OWN_FORMAT = "To call a tool, write the call in exactly this format, for example:\n%s"
 
 
-def _how_to_call(fmt: str, name: str, example: dict[str, Any]) -> str:
+def _how_to_call(fmt: str, name: str, example: dict[str, JSONValue]) -> str:
     own = format_of(fmt)
     if own.instructions:
         return own.instructions % (name, orjson.dumps(example).decode())
@@ -69,7 +70,7 @@ def to_prompted(body: dict[str, Any], book: Toolbox | None, fmt: str, *, paralle
     return out
 
 
-def merge_system(messages: list[dict[str, Any]], section: str) -> list[dict[str, Any]]:
+def merge_system(messages: list[ChatMessage], section: str) -> list[ChatMessage]:
     """The section goes after the client's own system text, in one system message at the front."""
     if messages and messages[0].get("role") in ("system", "developer"):
         own = content_text(messages[0].get("content"))
@@ -77,9 +78,9 @@ def merge_system(messages: list[dict[str, Any]], section: str) -> list[dict[str,
     return [{"role": "system", "content": section}, *messages]
 
 
-def rewrite_history(messages: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
+def rewrite_history(messages: list[ChatMessage], fmt: str) -> list[ChatMessage]:
     names: dict[str, str] = {}
-    out: list[tuple[dict[str, Any], bool]] = []  # (message, is a tool result)
+    out: list[tuple[ChatMessage, bool]] = []  # (message, is a tool result)
     for message in messages:
         role = message.get("role")
         if role == "assistant" and (message.get("tool_calls") or message.get("function_call")):
@@ -87,11 +88,12 @@ def rewrite_history(messages: list[dict[str, Any]], fmt: str) -> list[dict[str, 
         elif role in ("tool", "function"):
             out.append((_result_as_text(message, fmt, names), True))
         else:
-            out.append(({k: v for k, v in message.items() if k not in ("tool_calls", "tool_call_id")}, False))
+            kept = {k: v for k, v in message.items() if k not in ("tool_calls", "tool_call_id")}
+            out.append((cast(ChatMessage, kept), False))
     return _merge_adjacent_results(out)
 
 
-def _assistant_as_text(message: dict[str, Any], fmt: str, names: dict[str, str]) -> dict[str, Any]:
+def _assistant_as_text(message: ChatMessage, fmt: str, names: dict[str, str]) -> ChatMessage:
     parts = [content_text(message.get("content"))] if message.get("content") else []
     calls = list(message.get("tool_calls") or [])
     if message.get("function_call"):
@@ -105,19 +107,20 @@ def _assistant_as_text(message: dict[str, Any], fmt: str, names: dict[str, str])
     return {"role": "assistant", "content": "\n".join(p for p in parts if p)}
 
 
-def _result_as_text(message: dict[str, Any], fmt: str, names: dict[str, str]) -> dict[str, Any]:
+def _result_as_text(message: ChatMessage, fmt: str, names: dict[str, str]) -> ChatMessage:
     call_id = str(message.get("tool_call_id") or "")
     name = str(message.get("name") or names.get(call_id, ""))
     return {"role": "user", "content": families.render_result(fmt, name, call_id, content_text(message.get("content")))}
 
 
-def _merge_adjacent_results(messages: list[tuple[dict[str, Any], bool]]) -> list[dict[str, Any]]:
+def _merge_adjacent_results(messages: list[tuple[ChatMessage, bool]]) -> list[ChatMessage]:
     """Several tool results in a row become one user turn (templates want roles to alternate)."""
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     previous = False
     for message, result in messages:
         if result and previous:
-            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + message["content"]}
+            joined = cast(str, out[-1]["content"]) + "\n" + cast(str, message["content"])  # _result_as_text's
+            out[-1] = {"role": "user", "content": joined}
         else:
             out.append(message)
         previous = result

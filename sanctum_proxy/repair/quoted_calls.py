@@ -4,10 +4,10 @@ read by tier 1 as if the upstream had answered it as content. Pure: no I/O."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Repair, ToolCall
+from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.answer_checks import missing_call
@@ -27,7 +27,7 @@ _CLOSING = frozenset({"unclosed_braces", "unclosed_tag", "unclosed_at_end"})
 class Quoted:
     """The answer read from a quote: the message for the client, the quote as the round's answer, the omens."""
 
-    message: dict[str, Any]
+    message: ChatMessage
     answer: Answer
     omens: tuple[om.Omen, ...]
 
@@ -43,7 +43,7 @@ def read_quote(plan: Plan, error: UpstreamError, kept: tuple[ToolCall, ...], num
     quote, arguments = quoted_output(error), quoted_arguments(error)
     only = next(iter(plan.book.tools)) if len(plan.book.tools) == 1 else None
     if quote is not None:
-        sent: dict[str, Any] = {"role": "assistant", "content": quote}
+        sent: ChatMessage = {"role": "assistant", "content": quote}
     elif arguments is not None and only is not None:  # the name is not quoted: the one tool offered is the one
         sent = {"role": "assistant", "content": None, "tool_calls": [
             {"id": "", "type": "function", "function": {"name": only, "arguments": arguments}}]}

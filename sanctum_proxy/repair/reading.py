@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sanctum_proxy.core.shapes import JSONValue
+
 COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "unevaluatedProperties", "not")
 
 
@@ -70,7 +72,7 @@ def typed_values(values: Sequence[Any], schema: Mapping[str, Any]) -> list[Any]:
     return [v for v in values if any(is_type(v, k) for k in kinds)]
 
 
-def is_type(value: Any, kind: str) -> bool:
+def is_type(value: JSONValue, kind: str) -> bool:
     """JSON Schema's `type` test (an integral float is an integer; a boolean is no number)."""
     if kind == "integer":
         return (isinstance(value, int) and not isinstance(value, bool)) or (

@@ -14,16 +14,16 @@ user's question."); with this one, "The weather in Paris is sunny, 24C."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import orjson
 
 from sanctum_proxy.core.calls import Problem, ToolCall, content_text
+from sanctum_proxy.core.shapes import JSONValue
 
 MAX_RESULT_CHARS = 600  # of a tool result quoted back in the correction
 
 
-def answered_calls(messages: Any) -> dict[tuple[str, bytes], str]:
+def answered_calls(messages: JSONValue) -> dict[tuple[str, bytes], str]:
     """(name, canonical arguments) -> the tool result text, for every call a tool message answered."""
     if not isinstance(messages, list):
         return {}
@@ -42,7 +42,7 @@ def answered_calls(messages: Any) -> dict[tuple[str, bytes], str]:
     return answered
 
 
-def canonical(arguments: Any) -> bytes:
+def canonical(arguments: JSONValue) -> bytes:
     """Arguments as sorted-key JSON, so `{"a":1,"b":2}` and `{"b": 2, "a": 1}` are the same call."""
     value = arguments
     if isinstance(arguments, str):
@@ -56,7 +56,7 @@ def canonical(arguments: Any) -> bytes:
         return repr(value).encode()
 
 
-def repeated_call(calls: Sequence[ToolCall], messages: Any, raw: str) -> Problem | None:
+def repeated_call(calls: Sequence[ToolCall], messages: JSONValue, raw: str) -> Problem | None:
     """A Problem when every call repeats one the conversation already answered (a new call beside a repeat
     is the model going on: it passes); None otherwise."""
     if not calls:
@@ -73,7 +73,7 @@ def repeated_call(calls: Sequence[ToolCall], messages: Any, raw: str) -> Problem
     return Problem("repeated_call", next(iter(names)) if len(names) == 1 else None, (*said, ask), raw)
 
 
-def _last_question(messages: Any) -> str:
+def _last_question(messages: JSONValue) -> str:
     for message in reversed(messages if isinstance(messages, list) else []):
         if isinstance(message, dict) and message.get("role") == "user":
             return _excerpt(content_text(message.get("content")))

@@ -33,6 +33,8 @@ from jsonschema import validators
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
+from sanctum_proxy.core.shapes import JSONValue
+
 REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 MAX_PATTERN_CHARS = 1000
 MAX_SCHEMA_DEPTH = 64
@@ -41,7 +43,7 @@ MAX_PATTERNS = 128  # patterns (and patternProperties keys) in one request's too
 RE2_MAX_MEM = 1 << 20  # bytes RE2 may use for one pattern's program
 
 
-def refusal(schema: Any) -> str | None:
+def refusal(schema: JSONValue) -> str | None:
     """Why the proxy will not take this tool schema, or None."""
     if _depth(schema) > MAX_SCHEMA_DEPTH:
         return f"it is nested more than {MAX_SCHEMA_DEPTH} levels deep"
@@ -124,12 +126,12 @@ def expansion(schema: Mapping[str, Any]) -> int:
 _BRANCHING = frozenset({"anyOf", "oneOf", "allOf", "if", "not", "dependentSchemas", *REF_KEYWORDS})
 
 
-def branches(schema: Any) -> bool:
+def branches(schema: JSONValue) -> bool:
     """Whether the schema uses a keyword whose validation may visit a subschema more than once per value."""
     return any(key in _BRANCHING for key, _ in _keywords(schema))
 
 
-def pattern_count(schema: Any) -> int:
+def pattern_count(schema: JSONValue) -> int:
     """The patterns a schema holds (`pattern` values and `patternProperties` keys)."""
     count = 0
     for key, value in _keywords(schema):
@@ -159,7 +161,7 @@ def _unresolvable(schema: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _keywords(schema: Any) -> Iterator[tuple[str, Any]]:
+def _keywords(schema: JSONValue) -> Iterator[tuple[str, JSONValue]]:
     """Every (key, value) of every object in the schema, iteratively (depth is checked before)."""
     stack = [schema]
     while stack:
@@ -172,7 +174,7 @@ def _keywords(schema: Any) -> Iterator[tuple[str, Any]]:
             stack.extend(node)
 
 
-def _depth(schema: Any) -> int:
+def _depth(schema: JSONValue) -> int:
     deepest, stack = 0, [(schema, 1)]
     while stack:
         node, depth = stack.pop()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sanctum_proxy.codecs.registry import stream_lead, stream_shapes, stream_starts
 from sanctum_proxy.core import reasoning
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue, Usage
 from sanctum_proxy.repair import constrain
 
 _CHUNK_OWN = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage", "sanctum"})
@@ -75,14 +76,14 @@ class _Call:
     id: str | None = None
     name: str = ""
     parts: list[str] = field(default_factory=list)
-    object_arguments: dict[str, Any] | None = None
+    object_arguments: dict[str, JSONValue] | None = None
 
     @property
     def arguments(self) -> str:
         return _joined(self.parts)
 
     @property
-    def wire_arguments(self) -> str | dict[str, Any]:
+    def wire_arguments(self) -> str | dict[str, JSONValue]:
         return self.object_arguments if self.object_arguments is not None else self.arguments
 
 
@@ -93,7 +94,7 @@ class Assembler:
     holding: bool = False
     calls: dict[int, _Call] = field(default_factory=dict)
     finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # the chunks' other top-level fields
     _delimiters: _Delimiters | None = None  # `starts` read once (_delimiters_of)
@@ -294,9 +295,9 @@ class Assembler:
         self._delimiters = _delimiters_of(self.starts)
         return self._delimiters
 
-    def message(self) -> dict[str, Any]:
+    def message(self) -> ChatMessage:
         """The whole answer, shaped like a non-streaming message."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        message: dict[str, object] = {"role": "assistant", "content": self.content}  # + the PASSED fields
         for name, parts in self._passed.items():
             message[name] = _joined(parts)
         if self.calls:
@@ -304,7 +305,7 @@ class Assembler:
                 {"id": c.id or "", "type": "function",
                  "function": {"name": c.name, "arguments": c.wire_arguments}}
                 for _, c in sorted(self.calls.items())]
-        return message
+        return cast(ChatMessage, message)
 
 
 def unseen(shown: str, final: str | None) -> str:

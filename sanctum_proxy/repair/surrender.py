@@ -20,8 +20,9 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import Decoded, decode
+from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.events import Final, RoundRecord
+from sanctum_proxy.repair.events import Final, RoundRecord, loose
 from sanctum_proxy.repair.mend import calls_outside_reasoning, native_candidates
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
@@ -50,10 +51,10 @@ def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
             usage = summed_usage(usage, each.usage) if usage is not None else dict(each.usage)
     message = {"role": "assistant", "content": None, "tool_calls": calls}
     return Final(message, "tool_calls", usage, record.mode, len(records), [*omens, surrendered], {},
-                 "surrendered", accepted=record.answer)
+                 "surrendered", accepted=loose(record.answer))
 
 
-def known_calls(message: dict[str, Any], book: Toolbox) -> list[openai_chat.ToolCall]:
+def known_calls(message: ChatMessage, book: Toolbox) -> list[openai_chat.ToolCall]:
     """The answer's calls (native, then written in its text) that name an offered tool, with object arguments."""
     text = content_text(message.get("content"))
     found = calls_outside_reasoning(text, book.name_set) if text else []

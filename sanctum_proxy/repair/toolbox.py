@@ -17,6 +17,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
 from sanctum_proxy.core.calls import Problem, Tool
+from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.core.tool_names import resolve_name
 from sanctum_proxy.repair.schemas import branches, check_schema, refusal, validator_for
 from sanctum_proxy.repair.validate import problems_for
@@ -44,7 +45,7 @@ def _canonical(schema: Mapping[str, Any]) -> bytes:
         return orjson.dumps(_NO_CONSTRAINTS)
 
 
-def _tool_from(fn: Any) -> Tool | None:
+def _tool_from(fn: JSONValue) -> Tool | None:
     if not isinstance(fn, Mapping):
         return None
     name = fn.get("name")
@@ -89,7 +90,7 @@ class Toolbox:
         return self._branching
 
     @classmethod
-    def from_tools(cls, tools: Any) -> Toolbox:
+    def from_tools(cls, tools: JSONValue) -> Toolbox:
         items = tools if isinstance(tools, list) else []
         fns = [t.get("function") for t in items if isinstance(t, Mapping)]
         return cls([s for s in map(_tool_from, fns) if s is not None])
@@ -109,6 +110,6 @@ class Toolbox:
     def validator(self, name: str) -> Validator:
         return _compiled(_canonical(self.tools[name].parameters))  # only for the tools actually called
 
-    def check(self, name: str, args: Any) -> list[Problem]:
+    def check(self, name: str, args: JSONValue) -> list[Problem]:
         """Why `args` cannot be sent to tool `name`: one Problem per reason; [] when they are valid."""
         return problems_for(self.tools[name], self.validator(name), args)

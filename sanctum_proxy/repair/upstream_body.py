@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.constraint import Constraint
@@ -14,7 +15,7 @@ from sanctum_proxy.repair.events import Mode
 from sanctum_proxy.repair.plan import Plan
 
 
-def upstream_body(plan: Plan, mode: Mode, extra: list[dict[str, Any]],
+def upstream_body(plan: Plan, mode: Mode, extra: list[ChatMessage],
                   constraint: Constraint | None = None, *, tools: bool = True) -> dict[str, Any]:
     body = plan.body
     if not tools:  # the conversation alone, for a text answer
@@ -56,7 +57,7 @@ def native_body(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _normalised(message: dict[str, Any]) -> dict[str, Any]:
+def _normalised(message: dict[str, Any]) -> dict[str, Any]:  # a client's message, its calls as sent
     calls = message.get("tool_calls")
     if message.get("role") != "assistant" or not isinstance(calls, list):
         return message

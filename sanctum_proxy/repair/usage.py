@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeGuard, cast
+
+from sanctum_proxy.core.shapes import Usage
 
 
-def added(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:
+def added(total: Usage | None, usage: Usage | None) -> Usage | None:
     """One round's usage as sent (details and vendor fields kept); over rounds, every count is summed."""
     if not isinstance(usage, dict):
         return total
-    return summed_usage(total, usage) if total is not None else copy.deepcopy(usage)
+    return cast(Usage, summed_usage(total, usage)) if total is not None else copy.deepcopy(usage)
 
 
-def summed_usage(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
-    """Usage of several answers (rounds, choices): counts added, nested details too, other fields as first seen."""
-    out = dict(total)
+def summed_usage(total: Mapping[str, object], usage: Mapping[str, object]) -> dict[str, Any]:
+    """Usage of several answers (rounds, choices): counts added, nested details too, other fields as first seen.
+    A plain dict: routes/choices.py sums the choices' Final.usage (a Usage once routes/ is typed)."""
+    out: dict[str, Any] = dict(total)
     for key, value in usage.items():
         if key not in out:
             out[key] = copy.deepcopy(value)
@@ -26,5 +30,5 @@ def summed_usage(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def _count(value: Any) -> bool:
+def _count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

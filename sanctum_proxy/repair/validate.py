@@ -20,6 +20,7 @@ from referencing.exceptions import Unresolvable
 
 from sanctum_proxy.core.calls import Problem, Reason, Tool
 from sanctum_proxy.core.lenient_json import Decoded, decode
+from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.repair.reading import is_type, object_keys
 from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 
@@ -31,7 +32,7 @@ MAX_STEPS = 30_000
 MAX_MESSAGE_CHARS = 200
 
 
-def problems_for(tool: Tool, validator: Validator, args: Any) -> list[Problem]:
+def problems_for(tool: Tool, validator: Validator, args: JSONValue) -> list[Problem]:
     schema = tool.parameters
     if isinstance(args, dict) and _plainly_valid(schema, args, 0) and not _unexpected(schema, args):
         return []  # jsonschema would agree; it costs ~20 µs a call, this ~2
@@ -71,7 +72,7 @@ _PLAIN_KEYS = frozenset(
 )
 
 
-def _plainly_valid(schema: Any, value: Any, depth: int) -> bool:
+def _plainly_valid(schema: JSONValue, value: JSONValue, depth: int) -> bool:
     """True only when `value` is valid under a schema that uses nothing but the plain keywords
     (type, properties, required, additionalProperties, items, string enums, annotations); False means
     "not sure", and the full validator decides."""
@@ -108,7 +109,7 @@ def _plain_object(schema: Mapping[str, Any], value: dict[str, Any], depth: int) 
     return True
 
 
-def _problem(reason: Reason, tool: str, details: list[str], args: Any) -> Problem:
+def _problem(reason: Reason, tool: str, details: list[str], args: JSONValue) -> Problem:
     try:
         raw = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
@@ -159,7 +160,7 @@ def _describe(err: ValidationError) -> str:
     return f"argument {where!r}: {message}"
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: JSONValue) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -201,7 +202,7 @@ def _coerce_object(
     return out
 
 
-def _coerce_value(value: Any, schema: Mapping[str, Any], repairs: dict[str, None], depth: int) -> Any:
+def _coerce_value(value: JSONValue, schema: Mapping[str, Any], repairs: dict[str, None], depth: int) -> JSONValue:
     types = _types(schema)
     if types and not any(_is(value, t) for t in types):
         value = _convert(value, types, repairs)
@@ -225,7 +226,7 @@ def _types(schema: Mapping[str, Any]) -> set[str]:
 _is = is_type
 
 
-def _convert(value: Any, types: set[str], repairs: dict[str, None]) -> Any:
+def _convert(value: JSONValue, types: set[str], repairs: dict[str, None]) -> JSONValue:
     if isinstance(value, str):
         return _from_string(value, types, repairs)
     if "string" in types and isinstance(value, int) and not isinstance(value, bool):
@@ -234,7 +235,7 @@ def _convert(value: Any, types: set[str], repairs: dict[str, None]) -> Any:
     return value
 
 
-def _from_string(value: str, types: set[str], repairs: dict[str, None]) -> Any:
+def _from_string(value: str, types: set[str], repairs: dict[str, None]) -> JSONValue:
     if "integer" in types and _INTEGER.fullmatch(value):
         repairs["coerced_integer"] = None
         return int(value)

@@ -1,0 +1,59 @@
+"""The wire shapes that cross the seams between layers: a chat message, a tool call as the wire holds it, the
+usage, an upstream answer's meta, and the names for JSON that is genuinely arbitrary.
+
+TypedDicts on purpose: they cost nothing at run time (the dicts parsed from the upstream's bytes are the
+values, orjson writes them back as they are; no conversion, no validation on the hot path), and mypy checks
+every key the proxy reads or writes. A dataclass or a msgspec Struct would need a conversion at each edge and a
+way to carry the vendor fields the proxy passes on untouched. A TypedDict names only the keys the proxy reads:
+an upstream's other fields still ride in the same dict (total=False; `**message` keeps them).
+
+Reused, not duplicated: the tool call, its function, the usage come from core/openai_chat.py (the shapes the
+proxy writes); the chat message and the answer's meta are new here because the written ones (openai_chat.Message,
+openai_chat.Meta) require keys an upstream may leave out. The translated protocols' own answer shapes live with
+their builders (protocols/messages_api.py, protocols/responses_api.py).
+
+Not yet everywhere: the events routes/ builds or reads as plain dicts (Final, Answer.meta, ContentDelta.meta)
+keep `dict[str, Any]` until routes/ is typed; repair/events.loose hands a typed value to Final as a cast.
+AnswerMeta is the shape those metas take then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, TypedDict
+
+from sanctum_proxy.core.openai_chat import FunctionCall, ToolCall, Usage
+
+__all__ = ["AnswerMeta", "ChatMessage", "FunctionCall", "JSONValue", "Role", "ToolCallWire", "Usage"]
+
+# A value that really is arbitrary JSON (a content part, an upstream's tool call before tier 1 reads it, a vendor
+# field passed on): the proxy reads it only after an isinstance check, so `object` is what it is.
+JSONValue = object
+
+ToolCallWire = ToolCall  # {"id", "type": "function", "function": {"name", "arguments": JSON text}}
+
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+
+
+class ChatMessage(TypedDict, total=False):
+    """A chat message as the upstream sends it or the proxy writes it into a transcript: only the keys the proxy
+    reads are named; an upstream's own fields ride along in the same dict."""
+
+    role: Role
+    content: str | Sequence[JSONValue] | None  # text, or a client's content parts (a list)
+    tool_calls: Sequence[JSONValue]  # ToolCallWire as the proxy writes them; an upstream's as sent (checked on read)
+    tool_call_id: str
+    name: str
+    function_call: JSONValue  # the legacy API's call (FunctionCall as written)
+    refusal: str | None
+    reasoning_content: str
+    reasoning: str
+
+
+class AnswerMeta(TypedDict, total=False):
+    """The fields of an upstream answer every chunk of the client's stream repeats: whichever it sent."""
+
+    id: str
+    model: str
+    created: int
+    system_fingerprint: str
