@@ -35,7 +35,10 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 
     async def watch() -> None:
         nonlocal left
-        await _disconnect(request)
+        try:
+            await _disconnect(request)
+        except Exception:  # a receive that fails ends the work as a disconnect does
+            pass
         left = True
         caller.cancel()
 
