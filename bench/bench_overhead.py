@@ -2,11 +2,15 @@
 a LiteLLM proxy (default settings), in interleaved rounds.
 
     python bench/bench_overhead.py [--quick] [--rounds R] [--no-litellm] [--litellm PATH] [--workers N]
+    flock /tmp/sanctum-llama.lock python bench/bench_overhead.py --llama     # plus the real llama-server row
 
 Upstream: bench/canned_upstream.py (raw asyncio, canned answers). Cases: non-streaming with a valid tool call
 (the proxy validates it against the offered tool), streaming with content and a call. One client for latency
 (p50/p99, added ms against direct); 16 and 64 clients for throughput (ratio to direct, same round).
 Every figure is relative to the direct baseline of the same round; writes bench/results/overhead.{md,png}.
+`--llama`: also a real llama-server on the embedded SmolLM2 model (sanctum_proxy/upstreams/embedded.py), time to
+first token reached directly and through sanctum-proxy, alternating request by request, so the proxy's share of
+what a user waits for is visible (one llama-server at a time on a shared machine: run it under the lock above).
 LiteLLM is a bench-only requirement (bench/requirements-litellm.txt, its own venv: see bench/README.md);
 without it that column is skipped.
 """
@@ -40,6 +44,10 @@ STREAM = json.dumps({"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "temp
 THINK_MS = 20  # the shortest answer of a fast local model: the realistic floor of an upstream's time
 CALL_THINKING = json.dumps({"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "temperature": 0,
                             "user": f"think-ms-{THINK_MS}"}).encode()
+
+
+LLAMA_STREAM = json.dumps({"model": "smollm2", "messages": [{"role": "user", "content": "Say hello to Paris."}],
+                           "temperature": 0, "max_tokens": 16, "stream": True}).encode()
 
 
 @dataclass
@@ -112,6 +120,59 @@ async def warm_up(urls: dict[str, str]) -> None:
         await one_client(url, PATH, CALL, 30)
         await one_client(url, PATH, STREAM, 30, stream=True)
         await many_clients(url, PATH, CALL, 16, 0.3)
+
+
+@dataclass
+class LlamaRow:
+    """Time to first token and whole stream (ms) on the real llama-server, direct and through sanctum-proxy."""
+
+    ttft: dict[str, list[float]] = field(default_factory=dict)
+    total: dict[str, list[float]] = field(default_factory=dict)
+
+
+def llama_row(requests: int) -> LlamaRow:
+    """The embedded llama-server (SmolLM2) reached directly and through sanctum-proxy, one streamed request at a
+    time, alternating (the model's own time drifts with the machine's load: each pair shares it)."""
+    from sanctum_proxy.upstreams.embedded import LlamaServer
+
+    row = LlamaRow()
+    with LlamaServer() as llama:
+        proxy = servers.sanctum(llama.base_url).start()
+        try:
+            urls = {"llama-server direct": llama.base_url, "llama-server via sanctum": proxy.url}
+
+            async def pairs() -> None:
+                for url in urls.values():  # warm both (the model's first answer loads its weights); a
+                    for _ in range(3):     # connection each: llama-server closes one after an event stream
+                        await one_client(url, PATH, LLAMA_STREAM, 1, stream=True)
+                for _ in range(requests):
+                    for name, url in urls.items():
+                        reply = (await one_client(url, PATH, LLAMA_STREAM, 1, stream=True))[0]
+                        if reply.first_token_ms is None:
+                            raise RuntimeError(f"{name}: no content in the stream: {reply.body[:300]!r}")
+                        row.ttft.setdefault(name, []).append(reply.first_token_ms)
+                        row.total.setdefault(name, []).append(reply.total_ms)
+
+            asyncio.run(pairs())
+        finally:
+            proxy.stop()
+    return row
+
+
+def llama_report(row: LlamaRow) -> list[str]:
+    direct, via = "llama-server direct", "llama-server via sanctum"
+    lines = ["", "## A real upstream: llama-server on the embedded SmolLM2-135M, streamed, one client", "",
+             f"{len(row.ttft[direct])} requests each, direct and through sanctum-proxy alternating "
+             "(a short answer, no tools: what the proxy adds to a model's own time).", "",
+             "| target | time to first token p50 ms | p90 ms | whole stream p50 ms |", "|---|---:|---:|---:|"]
+    for name in (direct, via):
+        lines.append(f"| {name} | {percentile(row.ttft[name], 0.5):.2f} | {percentile(row.ttft[name], 0.9):.2f} | "
+                     f"{percentile(row.total[name], 0.5):.2f} |")
+    pairs = [v - d for v, d in zip(row.ttft[via], row.ttft[direct], strict=True)]
+    share = statistics.median(pairs) / percentile(row.ttft[via], 0.5) * 100
+    lines += ["", f"Added to time to first token, median of the per-pair differences: {statistics.median(pairs):+.2f} "
+              f"ms, {share:.1f}% of what the user waits for the first token through the proxy."]
+    return lines
 
 
 def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
@@ -284,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     samples, notes = run(args)
     text = report(samples, notes, args)
+    if args.llama:
+        text += "\n".join(llama_report(llama_row(args.llama_requests))) + "\n"
     print(text)
     if args.quick:
         return 0  # a smoke run never overwrites the recorded results
@@ -311,8 +374,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="also measure sanctum-proxy --workers N as its own column (default: not)")
     p.add_argument("--sanctum-flag", action="append", default=[],
                    help="extra flag for sanctum-proxy (repeatable, e.g. --sanctum-flag=--log-level=warning)")
+    p.add_argument("--llama", action="store_true",
+                   help="also time a real llama-server (embedded SmolLM2) direct and through sanctum-proxy; "
+                        "run under `flock /tmp/sanctum-llama.lock`")
+    p.add_argument("--llama-requests", type=int, help="streamed requests per target on llama-server "
+                                                      "(default 40; quick 5)")
     args = p.parse_args(argv)
     quick = args.quick
+    args.llama_requests = args.llama_requests or (5 if quick else 40)
     args.rounds = args.rounds or (1 if quick else 5)
     args.requests = args.requests or (60 if quick else 300)
     args.seconds = args.seconds or (0.5 if quick else 2.0)

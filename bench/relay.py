@@ -1,5 +1,5 @@
 """The floor under sanctum-proxy's overhead: a bare FastAPI + aiohttp relay (same framework, same HTTP client,
-same uvicorn defaults) that forwards /v1/chat/completions bytes unread, streaming or not.
+same uvicorn defaults, its access log included) that forwards /v1/chat/completions bytes unread, streaming or not.
 
     python bench/relay.py --upstream http://127.0.0.1:9000/v1 --port 9100
 
@@ -60,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="bare FastAPI + aiohttp relay (the overhead floor)")
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--log-level", default="info",
+                        help="uvicorn's log level (default info: uvicorn's default and sanctum-proxy's, so both "
+                             "write uvicorn's access line per request)")
     args = parser.parse_args(argv)
-    uvicorn.run(create_app(args.upstream.rstrip("/")), host="127.0.0.1", port=args.port, log_level="warning")
+    uvicorn.run(create_app(args.upstream.rstrip("/")), host="127.0.0.1", port=args.port, log_level=args.log_level)
     return 0
 
 

@@ -25,21 +25,34 @@ class ClientGone(Exception):
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """The result of `work`, or ClientGone (with `work` cancelled and finished) if the client leaves first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnect(request))
+    """The result of `work`, or ClientGone (with `work` cancelled and finished) if the client leaves first.
+
+    `work` runs in the caller's task; one watcher task waits for `http.disconnect` and cancels the caller (a
+    task of its own for the work, and asyncio.wait over both, cost about as much as the rest of the route)."""
+    caller = asyncio.current_task()
+    assert caller is not None
+    left = False
+
+    async def watch() -> None:
+        nonlocal left
+        try:
+            await _disconnect(request)
+        except Exception:  # a receive that fails ends the work as a disconnect does
+            pass
+        left = True
+        caller.cancel()
+
+    watcher = asyncio.ensure_future(watch())
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        return await work
+    except asyncio.CancelledError:
+        if left and caller.uncancel() == 0:  # the watcher's cancel only: the client left
+            raise ClientGone from None
+        raise
     finally:
-        for pending in (watcher, task):
-            if not pending.done():
-                pending.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
-        if task.cancelled() or not task.done():
-            await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
-        raise ClientGone
-    return task.result()
+        if not watcher.done():
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
 
 
 async def _disconnect(request: Request) -> None:

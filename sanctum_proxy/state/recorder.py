@@ -239,9 +239,11 @@ class Recorder:
                 docs.append(doc if self.retention.bodies else metadata_only(doc))
             except Exception:  # one unreadable trace must not stop the writer
                 log.exception("trace %s could not be recorded", trace.id)
+        logged = access_log.LOGGER.isEnabledFor(logging.INFO)  # the line is not built for nobody
         for doc in docs:
             self.metrics.observe(doc)
-            access_log.LOGGER.info(access_log.line(doc))
+            if logged:
+                access_log.LOGGER.info(access_log.line(doc))
         if self.store is None or not docs:
             return
         try:
