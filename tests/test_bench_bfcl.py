@@ -180,7 +180,27 @@ def test_the_report_shows_both_halves(monkeypatch: pytest.MonkeyPatch) -> None:
     for i, message in enumerate([None, {"role": "assistant", "content": "no call"}, None, a_call]):
         bench_bfcl.score(tally, Entry(f"irrelevance_{i}", "irrelevance", [], [DOC], None), message,
                          "HTTP 422" if i == 0 else "")
-    args = argparse.Namespace(quick=False, constrain_modes=False, limit=4, skip=0, categories=["irrelevance"],
-                              model=None, threads=2, template={}, max_tokens=128, minutes=1)
+    args = argparse.Namespace(quick=False, constrain_modes=False, limit=4, skip=0, half=None,
+                              categories=["irrelevance"], model=None, threads=2, template={}, max_tokens=128,
+                              minutes=1)
     text = bench_bfcl.report({"direct native": tally}, args, 1.0, [])
     assert "| direct native | tuning | 100% | 100% |" in text and "| direct native | held-out | 50% | 50% |" in text
+
+
+def test_the_held_out_half_from_an_offset_is_asked_in_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--skip 2 --half held-out --limit 2: the odd entries from the third on, two per category, in turn."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_bfcl
+
+    (tmp_path / "data").mkdir()
+    for category, stem in (("simple", "simple_python"), ("irrelevance", "irrelevance")):
+        rows = [{"id": f"{stem}_{i}", "question": [[{"role": "user", "content": str(i)}]], "function": [DOC]}
+                for i in range(8)]
+        (tmp_path / "data" / bench_bfcl.bfcl_ast.FILES[category]).write_text(
+            "\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    args = bench_bfcl.parse(["--data", str(tmp_path), "--skip", "2", "--half", "held-out", "--limit", "2",
+                             "--categories", "simple,irrelevance"])
+    assert [e.id for e in bench_bfcl.chosen(args)] == [
+        "simple_python_3", "irrelevance_3", "simple_python_5", "irrelevance_5"]
+    args = bench_bfcl.parse(["--data", str(tmp_path), "--half", "tuning", "--limit", "9", "--categories", "simple"])
+    assert [e.id for e in bench_bfcl.chosen(args)] == [f"simple_python_{i}" for i in (0, 2, 4, 6)]
