@@ -43,6 +43,12 @@ def without_grounding(doc: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]
     return final.get("message"), False
 
 
+def key(messages: Any, tools: Any) -> str:
+    """An entry as its request shows it: two entries may ask the same question (irrelevance_77 and _81)."""
+    names = sorted(t["function"]["name"] for t in tools or [] if isinstance(t, dict) and "function" in t)
+    return json.dumps([messages, names], sort_keys=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("traces", type=Path, help="the SQLite trace file of bench_bfcl.py --traces")
@@ -52,7 +58,7 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
     p.add_argument("--out", type=Path, required=True, help="JSON Lines appended to")
     args = p.parse_args()
-    entries = {json.dumps(e.messages, sort_keys=True): e for c in CATEGORIES for e in bfcl_ast.load(args.data, c)}
+    entries = {key(e.messages, e.tools): e for c in CATEGORIES for e in bfcl_ast.load(args.data, c)}
     db = sqlite3.connect(f"file:{args.traces}?mode=ro", uri=True)
     written = changed = 0
     with args.out.open("a", encoding="utf-8") as out:
@@ -60,7 +66,8 @@ def main() -> None:
             doc = json.loads(raw)
             if doc.get("requested_mode") != args.requested_mode:
                 continue
-            entry = entries.get(json.dumps((doc.get("request") or {}).get("messages"), sort_keys=True))
+            request = doc.get("request") or {}
+            entry = entries.get(key(request.get("messages"), request.get("tools")))
             if entry is None:
                 continue
             message, moved = without_grounding(doc)
