@@ -49,14 +49,14 @@ COLUMNS: dict[str, dict[str, Any] | None] = {  # None: straight to llama-server
 # Issue 31's rule checks, run only when `--columns` names them: the controls of a column above on a proxy
 # started with one setting changed (SERVER_SETTINGS), or tool_choice "required" (correction rounds).
 RULE_COLUMNS: dict[str, dict[str, Any] | None] = {
-    "proxy constrained, follow-up": {"spell_calling": "prompted", "constrain": "always"},
-    "proxy default, tool_choice required": {"tool_choice": "required"},
-    "proxy default, tool_choice required, fresh": {"tool_choice": "required"},
+    "proxy constrained + follow-up": {"spell_calling": "prompted", "constrain": "always"},
+    "proxy default + tool_choice required": {"tool_choice": "required"},
+    "proxy default + tool_choice required + fresh": {"tool_choice": "required"},
 }
 # Columns whose proxy runs with settings other than the defaults (env vars; one proxy per distinct set).
 SERVER_SETTINGS: dict[str, dict[str, str]] = {
-    "proxy constrained, follow-up": {"SANCTUM_FOLLOW_UP_CALLS": "true"},
-    "proxy default, tool_choice required, fresh": {"SANCTUM_CORRECTION_CONTEXT": "fresh"},
+    "proxy constrained + follow-up": {"SANCTUM_FOLLOW_UP_CALLS": "true"},
+    "proxy default + tool_choice required + fresh": {"SANCTUM_CORRECTION_CONTEXT": "fresh"},
 }
 # `--constrain-modes`: issue 6's comparison. A `tool_choice` key goes into the request body, not the controls.
 CONSTRAIN_COLUMNS: dict[str, dict[str, Any] | None] = {

@@ -54,7 +54,7 @@ def main() -> None:
     p.add_argument("traces", type=Path, help="the SQLite trace file of bench_bfcl.py --traces")
     p.add_argument("--model-label", required=True, help="the model field of the records (bench_bfcl.py's label)")
     p.add_argument("--requested-mode", default="prompted", help="the traced requests' spell_calling")
-    p.add_argument("--column", default="proxy constrained, no grounding")
+    p.add_argument("--column", default="proxy constrained - grounding")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
     p.add_argument("--out", type=Path, required=True, help="JSON Lines appended to")
     args = p.parse_args()

@@ -204,3 +204,15 @@ def test_the_held_out_half_from_an_offset_is_asked_in_turn(tmp_path: Path, monke
         "simple_python_3", "irrelevance_3", "simple_python_5", "irrelevance_5"]
     args = bench_bfcl.parse(["--data", str(tmp_path), "--half", "tuning", "--limit", "9", "--categories", "simple"])
     assert [e.id for e in bench_bfcl.chosen(args)] == [f"simple_python_{i}" for i in (0, 2, 4, 6)]
+
+
+def test_every_column_can_be_named_in_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--columns splits on commas: a column name with one could never be asked for."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_bfcl
+
+    names = [*bench_bfcl.COLUMNS, *bench_bfcl.RULE_COLUMNS]
+    assert all("," not in name for name in names)
+    assert set(bench_bfcl.SERVER_SETTINGS) <= set(names)
+    args = bench_bfcl.parse(["--columns", "direct native,proxy constrained + follow-up"])
+    assert args.columns == ["direct native", "proxy constrained + follow-up"]
