@@ -216,3 +216,32 @@ def test_every_column_can_be_named_in_columns(monkeypatch: pytest.MonkeyPatch) -
     assert set(bench_bfcl.SERVER_SETTINGS) <= set(names)
     args = bench_bfcl.parse(["--columns", "direct native,proxy constrained + follow-up"])
     assert args.columns == ["direct native", "proxy constrained + follow-up"]
+
+
+def test_the_grounding_replay_takes_the_call_a_text_round_replaced() -> None:
+    """bfcl_traces_replay: a trace whose round 1 calls were rejected as made up answers with those calls; any
+    other trace with the answer the client got."""
+    from bench.bfcl_traces_replay import without_grounding
+
+    calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]
+    text = {"role": "assistant", "content": "no call"}
+    flagged = {"omens": [{"type": "SpellCallRejected", "round": 1, "reason": "ungrounded_arguments"}],
+               "rounds": [{"number": 1, "answer": {"role": "assistant", "content": None, "tool_calls": calls}},
+                          {"number": 2, "answer": text}],
+               "answer": {"message": text}}
+    assert without_grounding(flagged) == ({"role": "assistant", "content": None, "tool_calls": calls}, True)
+    other = {**flagged, "omens": [{"type": "SpellCallRejected", "round": 1, "reason": "missing_call"}]}
+    assert without_grounding(other) == (text, False)
+
+
+def test_paired_counts_only_entries_both_columns_answered() -> None:
+    from bench.bfcl_paired import paired
+
+    def v(column: str, entry: str, passed: bool) -> dict[str, object]:
+        return {"model": "m", "column": column, "id": entry, "category": "simple", "official": passed}
+
+    verdicts = [v("a", "simple_python_1", False), v("b", "simple_python_1", True), v("a", "simple_python_3", True),
+                v("b", "simple_python_3", True), v("b", "simple_python_5", True), v("a", "simple_python_2", True),
+                v("b", "simple_python_2", False)]
+    assert paired(verdicts, "a", "b") == [
+        "| m | b vs a | held-out simple 1 -> 2 / 2, tuning simple 1 -> 0 / 1 |"]
