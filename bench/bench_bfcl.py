@@ -19,6 +19,7 @@ Lines, for the official evaluator: `bench/bfcl_official.py` scores the same answ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import platform
@@ -39,10 +40,23 @@ DEFAULT_DATA = servers.ROOT.parent / "shared" / "benchmarks" / "bfcl"
 CATEGORIES = ("simple", "multiple", "parallel", "irrelevance")
 COLUMNS: dict[str, dict[str, Any] | None] = {  # None: straight to llama-server
     "direct native": None,
+    "proxy default": {},  # no sanctum controls: the settings a user gets without choosing any
     "proxy native": {"spell_calling": "native"},
     "proxy prompted": {"spell_calling": "prompted"},
     "proxy auto": {"spell_calling": "auto"},
     "proxy constrained": {"spell_calling": "prompted", "constrain": "always"},
+}
+# Issue 31's rule checks, run only when `--columns` names them: the controls of a column above on a proxy
+# started with one setting changed (SERVER_SETTINGS), or tool_choice "required" (correction rounds).
+RULE_COLUMNS: dict[str, dict[str, Any] | None] = {
+    "proxy constrained + follow-up": {"spell_calling": "prompted", "constrain": "always"},
+    "proxy default + tool_choice required": {"tool_choice": "required"},
+    "proxy default + tool_choice required + fresh": {"tool_choice": "required"},
+}
+# Columns whose proxy runs with settings other than the defaults (env vars; one proxy per distinct set).
+SERVER_SETTINGS: dict[str, dict[str, str]] = {
+    "proxy constrained + follow-up": {"SANCTUM_FOLLOW_UP_CALLS": "true"},
+    "proxy default + tool_choice required + fresh": {"SANCTUM_CORRECTION_CONTEXT": "fresh"},
 }
 # `--constrain-modes`: issue 6's comparison. A `tool_choice` key goes into the request body, not the controls.
 CONSTRAIN_COLUMNS: dict[str, dict[str, Any] | None] = {
@@ -77,7 +91,7 @@ class Tally:
 
 
 def ask(client: httpx.Client, url: str, entry: bfcl_ast.Entry, controls: dict[str, Any] | None,
-        max_tokens: int) -> tuple[dict[str, Any] | None, float, str]:
+        max_tokens: int, usage: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, float, str]:
     body: dict[str, Any] = {"model": "bench", "messages": entry.messages, "temperature": 0,
                             "max_tokens": max_tokens}
     if entry.functions:
@@ -87,7 +101,8 @@ def ask(client: httpx.Client, url: str, entry: bfcl_ast.Entry, controls: dict[st
         if "tool_choice" in controls and entry.functions:
             body["tool_choice"] = controls.pop("tool_choice")
         controls.pop("tool_choice", None)
-        body["sanctum"] = controls
+        if controls:
+            body["sanctum"] = controls
     start = time.perf_counter()
     try:
         response = client.post(f"{url}/chat/completions", json=body)
@@ -96,7 +111,10 @@ def ask(client: httpx.Client, url: str, entry: bfcl_ast.Entry, controls: dict[st
     took = time.perf_counter() - start
     if response.status_code != 200:
         return None, took, f"HTTP {response.status_code}"
-    return response.json()["choices"][0]["message"], took, ""
+    answer = response.json()
+    if usage is not None and isinstance(answer.get("usage"), dict):  # token counts, for the latency notes
+        usage.update({k: v for k, v in answer["usage"].items() if k in ("prompt_tokens", "completion_tokens")})
+    return answer["choices"][0]["message"], took, ""
 
 
 def score(tally: Tally, entry: bfcl_ast.Entry, message: dict[str, Any] | None, error: str) -> str:
@@ -136,13 +154,21 @@ def template_note(client: httpx.Client, root_url: str) -> dict[str, Any]:
             "mentions_tools": isinstance(template, str) and "tools" in template}
 
 
+def chosen(args: argparse.Namespace) -> list[bfcl_ast.Entry]:
+    """The entries asked: each category's from --skip on, only --half's when given, --limit of them; taken
+    round-robin over categories, so that a time budget cut leaves every category about equally covered."""
+    per_category = [bfcl_ast.load(args.data, c)[args.skip:] for c in args.categories]
+    if args.half:
+        per_category = [[e for e in row if bfcl_ast.half(e.id) == args.half] for row in per_category]
+    per_category = [row[:args.limit] for row in per_category]
+    return [e for row in itertools.zip_longest(*per_category) for e in row if e is not None]
+
+
 def run(args: argparse.Namespace,
         columns: dict[str, dict[str, Any] | None]) -> tuple[dict[str, Tally], float]:
     from sanctum_proxy.upstreams.embedded import LlamaServer
 
-    per_category = [bfcl_ast.load(args.data, c, args.skip + args.limit)[args.skip:] for c in args.categories]
-    # Round-robin over categories, so that a time budget cut leaves every category about equally covered.
-    entries = [e for row in itertools.zip_longest(*per_category) for e in row if e is not None]
+    entries = chosen(args)
     if args.resume and args.raw and args.raw.is_file():
         done = answered(args.raw, model_label(args))
         entries = [e for e in entries if not all((name, e.id) in done for name in columns)]
@@ -151,8 +177,18 @@ def run(args: argparse.Namespace,
     began = time.perf_counter()
     llama_server = LlamaServer(jinja=True, ctx_size=4096, threads=args.threads, model=args.model)
     raw = args.raw.open("a", encoding="utf-8") if args.raw else None
-    with llama_server as llama, servers.sanctum(llama.base_url) as proxy, \
-            httpx.Client(timeout=args.timeout) as client:
+    settings = sorted({tuple(sorted(SERVER_SETTINGS.get(name, {}).items())) for name, c in columns.items()
+                       if c is not None})
+    with contextlib.ExitStack() as stack:
+        llama = stack.enter_context(llama_server)
+        proxies: dict[tuple[tuple[str, str], ...], servers.Child] = {}
+        for number, extra in enumerate(settings):
+            env = dict(extra)
+            if args.traces:  # one trace file per proxy: traces.db, traces.1.db, ...
+                path = args.traces if not extra else args.traces.with_suffix(f".{number}{args.traces.suffix}")
+                env["SANCTUM_TRACES_PATH"] = str(path.resolve())
+            proxies[extra] = stack.enter_context(servers.sanctum(llama.base_url, env=env))
+        client = stack.enter_context(httpx.Client(timeout=args.timeout))
         args.template = template_note(client, llama.root_url)
         print(f"model {model_label(args)}: chat template {args.template}", flush=True)
         for number, entry in enumerate(entries, 1):
@@ -160,14 +196,16 @@ def run(args: argparse.Namespace,
                 print(f"time budget of {args.minutes:g} min spent after {number - 1} entries", flush=True)
                 break
             for name, controls in columns.items():
-                url = llama.base_url if controls is None else proxy.url
-                message, took, error = ask(client, url, entry, controls, args.max_tokens)
+                url = (llama.base_url if controls is None
+                       else proxies[tuple(sorted(SERVER_SETTINGS.get(name, {}).items()))].url)
+                usage: dict[str, Any] = {}
+                message, took, error = ask(client, url, entry, controls, args.max_tokens, usage)
                 tallies[name].seconds.append(took)
                 verdict = score(tallies[name], entry, message, error)
                 if raw is not None:
                     raw.write(json.dumps({"model": model_label(args), "column": name, "id": entry.id,
                                           "category": entry.category, "message": message, "error": error,
-                                          "seconds": round(took, 3)}) + "\n")
+                                          "seconds": round(took, 3), "usage": usage}) + "\n")
                     raw.flush()
                 if args.verbose:
                     print(f"{entry.id} {name}: {took:.1f}s {verdict or 'pass'}", flush=True)
@@ -206,7 +244,7 @@ def report(tallies: dict[str, Tally], args: argparse.Namespace, took: float, not
         "",
         f"`python bench/bench_bfcl.py{' --quick' if args.quick else ''}"
         f"{' --constrain-modes' if args.constrain_modes else ''} --limit {args.limit}"
-        f"{f' --skip {args.skip}' if args.skip else ''} --categories "
+        f"{f' --skip {args.skip}' if args.skip else ''}{f' --half {args.half}' if args.half else ''} --categories "
         f"{','.join(cats)}{' --model ' + str(args.model) if args.model else ''}` — {model_label(args)} on "
         f"llama-server (--jinja, {args.threads} threads; chat template: {args.template}), "
         f"temperature 0, "
@@ -284,11 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     notes = []
     columns = dict(CONSTRAIN_COLUMNS if args.constrain_modes else COLUMNS)
     if args.columns:
-        unknown = set(args.columns) - set(columns)
+        known = {**columns, **RULE_COLUMNS}
+        unknown = set(args.columns) - set(known)
         if unknown:
-            print(f"bench_bfcl: unknown columns {sorted(unknown)}; known: {', '.join(columns)}")
+            print(f"bench_bfcl: unknown columns {sorted(unknown)}; known: {', '.join(known)}")
             return 2
-        columns = {k: v for k, v in columns.items() if k in args.columns}
+        columns = {k: known[k] for k in args.columns}
     if "constrain" not in Settings.model_fields and "proxy constrained" in columns:
         del columns["proxy constrained"]
         notes.append("proxy constrained: skipped, this sanctum-proxy has no `constrain` setting")
@@ -309,6 +348,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, help="entries per category (default 10; quick 1)")
     p.add_argument("--skip", type=int, default=0,
                    help="leave out each category's first N entries (a held-out set for a rule tuned on them)")
+    p.add_argument("--half", choices=bfcl_ast.HALVES,
+                   help="only this half's entries (bfcl_ast.half: tuning = even, held-out = odd), after --skip")
     p.add_argument("--categories", type=lambda s: s.split(","), default=list(CATEGORIES),
                    help=f"comma-separated, from {','.join(bfcl_ast.FILES)} (default {','.join(CATEGORIES)})")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA,
@@ -329,6 +370,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="a GGUF file for llama-server (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--raw", type=Path,
                    help="append every answer to this JSON Lines file (for bench/bfcl_official.py)")
+    p.add_argument("--traces", type=Path,
+                   help="keep the proxy's traces (SQLite) in this file rather than a scratch one deleted after")
     p.add_argument("--resume", action="store_true",
                    help="with --raw: skip entries the raw file already answers in every column (a run cut "
                         "into several shorter ones); the tables then cover only this run's entries")

@@ -152,7 +152,7 @@ def report(verdicts: list[Verdict], args: argparse.Namespace, mismatched: list[s
         "bfcl-eval 2026.3.23's own per-entry checker (`_evaluate_single_ast_entry` / "
         "`_evaluate_single_relevance_entry`, handler: OpenAI Chat Completions in FC mode) over the answers "
         "`bench/bench_bfcl.py --raw` saved. Each cell: **official** / ours (bench/bfcl_ast.py). "
-        "Entries are BFCL v4's first N of each category; ids, questions, functions and possible answers "
+        "Entries: those the raw files answer (BFCL v4 ids); ids, questions, functions and possible answers "
         f"checked identical to bfcl-eval's own data files ({len(mismatched)} differ"
         f"{': ' + ', '.join(mismatched[:5]) if mismatched else ''}).",
         "",
@@ -182,7 +182,7 @@ def report(verdicts: list[Verdict], args: argparse.Namespace, mismatched: list[s
             disagree = sum(v.ours != v.official for v in rows)
             lines.append(f"| {column} | " + " | ".join(cells) + f" | {mean} | {len(rows)} | "
                          f"{statistics.mean(v.seconds for v in rows):.2f} | {disagree} |")
-        lines += ["", "By half (bfcl_ast.half: even entries tune, odd ones are held out), official:", "",
+        lines += ["", "By half (bfcl_ast.half: even entries tune, odd ones are held out), official (passed/asked):", "",
                   "| column | half | " + " | ".join(cats) + " | mean of categories |",
                   "|---|---|" + "---:|" * len(cats) + "---:|"]
         for column in columns:
@@ -191,7 +191,9 @@ def report(verdicts: list[Verdict], args: argparse.Namespace, mismatched: list[s
                 shares = [(sum(v.official for v in in_cat), len(in_cat))
                           for in_cat in ([v for v in rows if v.category == c] for c in cats)]
                 means = [passed / seen for passed, seen in shares if seen]
-                lines.append(f"| {column} | {part} | " + " | ".join(pct(*share) for share in shares)
+                lines.append(f"| {column} | {part} | "
+                             + " | ".join(f"{pct(*share)} ({share[0]}/{share[1]})" if share[1] else "–"
+                                          for share in shares)
                              + f" | {f'{statistics.mean(means):.0%}' if means else '–'} |")
         lines.append("")
     split = [v for v in verdicts if v.ours != v.official]

@@ -180,7 +180,68 @@ def test_the_report_shows_both_halves(monkeypatch: pytest.MonkeyPatch) -> None:
     for i, message in enumerate([None, {"role": "assistant", "content": "no call"}, None, a_call]):
         bench_bfcl.score(tally, Entry(f"irrelevance_{i}", "irrelevance", [], [DOC], None), message,
                          "HTTP 422" if i == 0 else "")
-    args = argparse.Namespace(quick=False, constrain_modes=False, limit=4, skip=0, categories=["irrelevance"],
-                              model=None, threads=2, template={}, max_tokens=128, minutes=1)
+    args = argparse.Namespace(quick=False, constrain_modes=False, limit=4, skip=0, half=None,
+                              categories=["irrelevance"], model=None, threads=2, template={}, max_tokens=128,
+                              minutes=1)
     text = bench_bfcl.report({"direct native": tally}, args, 1.0, [])
     assert "| direct native | tuning | 100% | 100% |" in text and "| direct native | held-out | 50% | 50% |" in text
+
+
+def test_the_held_out_half_from_an_offset_is_asked_in_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--skip 2 --half held-out --limit 2: the odd entries from the third on, two per category, in turn."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_bfcl
+
+    (tmp_path / "data").mkdir()
+    for category, stem in (("simple", "simple_python"), ("irrelevance", "irrelevance")):
+        rows = [{"id": f"{stem}_{i}", "question": [[{"role": "user", "content": str(i)}]], "function": [DOC]}
+                for i in range(8)]
+        (tmp_path / "data" / bench_bfcl.bfcl_ast.FILES[category]).write_text(
+            "\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    args = bench_bfcl.parse(["--data", str(tmp_path), "--skip", "2", "--half", "held-out", "--limit", "2",
+                             "--categories", "simple,irrelevance"])
+    assert [e.id for e in bench_bfcl.chosen(args)] == [
+        "simple_python_3", "irrelevance_3", "simple_python_5", "irrelevance_5"]
+    args = bench_bfcl.parse(["--data", str(tmp_path), "--half", "tuning", "--limit", "9", "--categories", "simple"])
+    assert [e.id for e in bench_bfcl.chosen(args)] == [f"simple_python_{i}" for i in (0, 2, 4, 6)]
+
+
+def test_every_column_can_be_named_in_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--columns splits on commas: a column name with one could never be asked for."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_bfcl
+
+    names = [*bench_bfcl.COLUMNS, *bench_bfcl.RULE_COLUMNS]
+    assert all("," not in name for name in names)
+    assert set(bench_bfcl.SERVER_SETTINGS) <= set(names)
+    args = bench_bfcl.parse(["--columns", "direct native,proxy constrained + follow-up"])
+    assert args.columns == ["direct native", "proxy constrained + follow-up"]
+
+
+def test_the_grounding_replay_takes_the_call_a_text_round_replaced() -> None:
+    """bfcl_traces_replay: a trace whose round 1 calls were rejected as made up answers with those calls; any
+    other trace with the answer the client got."""
+    from bench.bfcl_traces_replay import without_grounding
+
+    calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]
+    text = {"role": "assistant", "content": "no call"}
+    flagged = {"omens": [{"type": "SpellCallRejected", "round": 1, "reason": "ungrounded_arguments"}],
+               "rounds": [{"number": 1, "answer": {"role": "assistant", "content": None, "tool_calls": calls}},
+                          {"number": 2, "answer": text}],
+               "answer": {"message": text}}
+    assert without_grounding(flagged) == ({"role": "assistant", "content": None, "tool_calls": calls}, True)
+    other = {**flagged, "omens": [{"type": "SpellCallRejected", "round": 1, "reason": "missing_call"}]}
+    assert without_grounding(other) == (text, False)
+
+
+def test_paired_counts_only_entries_both_columns_answered() -> None:
+    from bench.bfcl_paired import paired
+
+    def v(column: str, entry: str, passed: bool) -> dict[str, object]:
+        return {"model": "m", "column": column, "id": entry, "category": "simple", "official": passed}
+
+    verdicts = [v("a", "simple_python_1", False), v("b", "simple_python_1", True), v("a", "simple_python_3", True),
+                v("b", "simple_python_3", True), v("b", "simple_python_5", True), v("a", "simple_python_2", True),
+                v("b", "simple_python_2", False)]
+    assert paired(verdicts, "a", "b") == [
+        "| m | b vs a | held-out simple 1 -> 2 / 2, tuning simple 1 -> 0 / 1 |"]
