@@ -71,7 +71,8 @@ def test_split_reasoning_is_live_never_held_by_the_call_markup_hold(make_proxy, 
     assert got.reasoning["reasoning_content"].startswith('A call looks like <tool_call>{"name": "x"}</tool_call>')
 
 
-_TEXT = st.lists(st.sampled_from(["a", " ", "\n", "<think>", "</think>", "[THINK]", "[/THINK]", "<th", "<", "x"]),
+_TEXT = st.lists(st.sampled_from(["a", " ", "\n", "<think>", "</think>", "[THINK]", "[/THINK]", "<th", "<", "x",
+                                  "<|channel>thought", "<channel|>", "<|chan"]),
                  max_size=12).map("".join)
 
 
@@ -111,3 +112,24 @@ def test_split_in_the_responses_and_messages_apis_streamed_or_not(make_proxy, fa
     for got in (message, streamed_message):
         blocks = {b.type: b for b in got.content}
         assert blocks["text"].text == "Sunny in Paris." and blocks["thinking"].thinking == reasoning  # type: ignore[union-attr]
+
+
+GEMMA4_THOUGHT = "<|channel>thought\nThe user wants Paris. <|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>}" \
+                 "<tool_call|> would be wrong.<channel|>"
+GEMMA4_CALL = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'
+
+
+@pytest.mark.parametrize("size", [1, 5, 200])
+def test_gemma_4s_thought_channel_is_reasoning_and_its_call_after_it_the_call(make_proxy, fake, size):
+    """Gemma 4 (its chat template's thought channel): the call thought of inside the channel is no call; split
+    moves the channel's text into reasoning_content, streamed or not."""
+    proxy = make_proxy(reasoning_format="split")
+    text = GEMMA4_THOUGHT + GEMMA4_CALL
+    fake[0].push(Step(body=completion(text)), Step(chunks=content_chunks(text, size=size)))
+    plain = httpx.post(proxy + "/v1/chat/completions", json=ASK, timeout=20).json()["choices"][0]["message"]
+    assert [json.loads(c["function"]["arguments"]) for c in plain["tool_calls"]] == [{"city": "Paris"}]
+    assert plain["reasoning_content"].startswith("The user wants Paris.") and "content" not in plain or \
+        not plain["content"], plain
+    got = streamed(proxy, ASK)
+    assert got.parsed_calls() == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    assert got.reasoning == {"reasoning_content": plain["reasoning_content"]}

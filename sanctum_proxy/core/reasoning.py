@@ -8,6 +8,7 @@ is kept whole. The markup of the reasoning models people run locally:
     [THINK] ... [/THINK]                                  Magistral
     <seed:think> ... </seed:think>                        Seed-OSS
     <|START_THINKING|> ... <|END_THINKING|>               Command-R / Command-A
+    <|channel>thought ... <channel|>                      Gemma 4 (its chat template's thought channel)
 
 A span runs from its opener to the end of its closer. An opener without a closer (the answer was cut, or
 is still arriving) runs to the end of the text. A closer with no opener before it, first in the text, closes
@@ -38,6 +39,9 @@ class Marker:
 MARKERS: tuple[Marker, ...] = (
     Marker("<think>", "</think>", True),
     Marker("[THINK]", "[/THINK]", True),
+    # Gemma 4: `<|channel>thought\n...<channel|>` (google/gemma-4 chat_template.jinja; llama.cpp's reasoning
+    # budget watches the same two strings). A prompt that opens the channel leaves the output the closer alone.
+    Marker("<|channel>thought", "<channel|>", True),
 )
 OPENERS: tuple[str, ...] = tuple(m.opener for m in MARKERS)
 ORPHAN_CLOSERS: tuple[str, ...] = tuple(m.closer for m in MARKERS if m.orphan_closer)

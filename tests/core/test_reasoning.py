@@ -283,3 +283,12 @@ def test_reasoning_cut_by_max_tokens_is_the_answer_not_a_parse_failure(client, f
     r = client.post("/v1/chat/completions", json=ASK)
     assert r.json()["choices"][0]["message"]["content"] == "<think>Let me think about whether to call"
     assert r.json()["choices"][0]["finish_reason"] == "length" and len(fake[0].requests) == 1
+
+
+def test_gemma_4s_thought_channel_is_reasoning():
+    """Gemma 4 writes its thinking as `<|channel>thought\n...<channel|>` before the answer (its chat template);
+    a call written inside it is no call, the text after it is the answer."""
+    text = '<|channel>thought\nMaybe <|tool_call>call:f{a:1}<tool_call|>?<channel|>The answer.'
+    assert [text[s:e] for s, e in reasoning.spans(text)] == [text[:text.index("The")]]
+    assert [text[s:e] for s, e in reasoning.outside(text)] == ["The answer."]
+    assert reasoning.first_orphan_closer("thinking<channel|>answer") == len("thinking<channel|>")
