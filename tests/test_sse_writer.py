@@ -1,14 +1,14 @@
-"""The chat SSE writer (routes/sse.SseWriter) on its own: the loop's events in, the exact bytes a client reads
-out (docs/contract.md section 6). The same writer through the proxy is tests/test_streaming_proxy.py."""
+"""The chat SSE writer (protocols/chat_events.SseWriter) on its own: the loop's events in, the exact bytes a client
+reads out (docs/contract.md section 6). The same writer through the proxy is tests/test_streaming_proxy.py."""
 
 from __future__ import annotations
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Problem
 from sanctum_proxy.errors import UpstreamUnreachable
+from sanctum_proxy.protocols.chat_events import ChoicesWriter, SseWriter
 from sanctum_proxy.repair.events import ContentDelta, Final
 from sanctum_proxy.routes.choices import Finals
-from sanctum_proxy.routes.sse import ChoicesWriter, SseWriter
 
 HEAD = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
 
