@@ -24,10 +24,9 @@ import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
-from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.accumulated import Accumulated
 from sanctum_proxy.errors import ProxyError
-from sanctum_proxy.protocols.reply import held_back, rest_after
+from sanctum_proxy.protocols.reply import LiveText
 from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
 from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final, StreamItem
 from sanctum_proxy.repair.streaming import PASSED
@@ -134,12 +133,10 @@ class SseWriter(StreamWriter):
         omen = om.sse_event if omen_style == "events" else om.sse_comment
         super().__init__(omen if not index else lambda o: omen(om.of_choice(o, index)))
         self.meta, self.trace_id = meta, trace_id
-        # reasoning_format = "split": reasoning markup in content goes out as reasoning_content deltas
-        self.splitter = reasoning.Splitter() if split_reasoning else None
+        # whitespace held back; reasoning_format = "split": reasoning markup out as reasoning_content deltas
+        self.live = LiveText(split_reasoning)
         self.index = index  # the choice this writer's chunks are of (n > 1: routes/choices.py)
         self.include_usage, self.legacy = include_usage, legacy
-        self.shown = Accumulated()
-        self.held = Accumulated()  # live whitespace not sent yet: it goes out with the next text, or the final content
         self.held_logprobs: dict[str, Any] | None = None
         self.shown_reasoning: dict[str, Accumulated] = {}
         self.opened = False  # the role chunk goes out with the first data, under the upstream's id and model
@@ -172,16 +169,12 @@ class SseWriter(StreamWriter):
         return self.data(self.chunk(oc.role_delta()))
 
     def content(self, text: str) -> bytes:
-        self.shown += text
-        if self.splitter is not None:
-            return b"".join(self.split(self.splitter.feed(text)))
-        opening = b"" if self.opened else self.opening(now=True)
-        return opening + self._content_head + orjson.dumps(text) + self._content_tail
+        """Content (markup in) as chunks of their fields."""
+        return b"".join(self.split(self.live.split(text)))
 
     def content_with(self, text: str, logprobs: dict[str, Any]) -> bytes:
         """A content chunk carrying the upstream's logprobs of its tokens."""
-        self.shown += text
-        pieces = self.splitter.feed(text) if self.splitter is not None else [("content", text)]
+        pieces = self.live.split(text)
         if not pieces:
             return b""
         (name, first), rest = pieces[0], pieces[1:]
@@ -190,8 +183,7 @@ class SseWriter(StreamWriter):
         return self.data(payload) + b"".join(self.split(rest))
 
     def split(self, pieces: list[tuple[str, str]]) -> list[bytes]:
-        """Content split by reasoning.Splitter, each piece a chunk of its field (not counted as shown: `shown`
-        is the content as the loop gave it)."""
+        """Content pieces (`LiveText.split`), each a chunk of its field."""
         out = [self.opening(now=True)] if pieces and not self.opened else []
         for name, text in pieces:
             if name == "content":
@@ -210,7 +202,7 @@ class SseWriter(StreamWriter):
         if event.meta:
             self.adopt(event.meta)
         logprobs = joined_logprobs(self.held_logprobs, event.logprobs)
-        text = held_back(self.held, event.text)  # trailing whitespace waits for the text after it
+        text = self.live.take(event.text)  # trailing whitespace waits for the text after it
         self.held_logprobs = None if text else logprobs
         if text and logprobs:
             return self.omens.due() + [self.content_with(text, logprobs)]
@@ -233,11 +225,10 @@ class SseWriter(StreamWriter):
             if isinstance(thought, str) and thought.startswith(seen) and len(thought) > len(seen):
                 out.append(self.reasoning(name, thought[len(seen):]))
         content = final.message.get("content") or ""
-        rest = rest_after(str(self.shown), str(self.held), content)
+        rest = self.live.unsent(content)
         if rest:
             out.append(self.content(rest))
-        if self.splitter is not None:
-            out += self.split(self.splitter.flush())
+        out += self.split(self.live.flush())
         finish_reason = final.finish_reason
         calls = final.message.get("tool_calls") or []
         if self.legacy and calls:

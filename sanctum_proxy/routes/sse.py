@@ -1,5 +1,6 @@
 """The streaming answer of POST /v1/chat/completions (docs/contract.md section 6): the upstream read as a stream,
-one round at a time, and the SSE writer that turns the round loop's events into `chat.completion.chunk`s.
+one round at a time, pumped through the SSE writer (protocols/chat_events.py) that turns the round loop's events
+into `chat.completion.chunk`s.
 
 What the client sees:
   - headers as soon as the first upstream round is accepted (an error before that is a plain HTTP error);
