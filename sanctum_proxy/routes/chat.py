@@ -19,7 +19,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import BodyTooLarge
-from sanctum_proxy.protocols.chat_events import chat_meta
+from sanctum_proxy.protocols.chat_events import META, chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
 from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
 from sanctum_proxy.repair.plan import Plan
@@ -222,7 +222,6 @@ def plain_sender(request: Request, auth: str | None) -> Sender:
     return send_plain
 
 
-META = ("id", "model", "created", "system_fingerprint")
 _BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
 
 
