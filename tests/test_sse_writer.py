@@ -1,14 +1,16 @@
-"""The chat SSE writer (routes/sse.SseWriter) on its own: the loop's events in, the exact bytes a client reads
-out (docs/contract.md section 6). The same writer through the proxy is tests/test_streaming_proxy.py."""
+"""The chat SSE writer (protocols/chat_events.SseWriter) on its own: the loop's events in, the exact bytes a client
+reads out (docs/contract.md section 6). The same writer through the proxy is tests/test_streaming_proxy.py."""
 
 from __future__ import annotations
+
+import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Problem
 from sanctum_proxy.errors import UpstreamUnreachable
+from sanctum_proxy.protocols.chat_events import ChoicesWriter, SseWriter
 from sanctum_proxy.repair.events import ContentDelta, Final
 from sanctum_proxy.routes.choices import Finals
-from sanctum_proxy.routes.sse import ChoicesWriter, SseWriter
 
 HEAD = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
 
@@ -74,3 +76,32 @@ def test_several_choices_close_with_the_last_finish_chunk_then_one_usage_chunk_b
         b'"sanctum":{"mode":"native","rounds":1,"omens":[],"trace_id":"t"}}\n\n',
         b"data: [DONE]\n\n"]
     assert w.ended
+
+
+def test_split_reasoning_logprobs_go_on_the_first_piece_and_a_partial_marker_waits_for_the_end() -> None:
+    # reasoning_format "split": the chat writer's live text is protocols/reply.LiveText, as the other writers'
+    w = writer(split_reasoning=True)
+
+    def lp(token: str) -> dict[str, object]:
+        return {"content": [{"token": token, "logprob": -0.5, "bytes": None, "top_logprobs": []}]}
+
+    def tokens(*names: str) -> bytes:
+        return b',"logprobs":{"content":[' + b",".join(
+            b'{"token":' + orjson.dumps(n) + b',"logprob":-0.5,"bytes":null,"top_logprobs":[]}' for n in names) + b"]}"
+
+    pieces = ["<think>Why", " ", "not</think>\n\nSo", " it <thi"]
+    out = [w.render(ContentDelta(p, logprobs=lp(p))) for p in pieces]
+    final = Final({"role": "assistant", "content": "<think>Why not</think>\n\nSo it <thi"}, "stop", None, "native",
+                  1, [], {}, "clean")
+    out.append(w.render(final))
+    assert out == [
+        [HEAD + b'{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+         + HEAD + b'{"reasoning_content":"Why"},"finish_reason":null' + tokens("<think>Why") + b"}]}\n\n"],
+        [],  # whitespace waits for the text after it, with its logprobs
+        [HEAD + b'{"reasoning_content":" not"},"finish_reason":null'
+         + tokens(" ", "not</think>\n\nSo") + b"}]}\n\n"
+         + HEAD + b'{"content":"So"},"finish_reason":null}]}\n\n'],
+        [HEAD + b'{"content":" it "},"finish_reason":null' + tokens(" it <thi") + b"}]}\n\n"],
+        [HEAD + b'{"content":"<thi"},"finish_reason":null}]}\n\n',  # the partial marker was text after all
+         HEAD + b'{},"finish_reason":"stop"}],"sanctum":{"mode":"native","rounds":1,"omens":[],"trace_id":"t"}}\n\n',
+         b"data: [DONE]\n\n"]]

@@ -21,11 +21,12 @@ from sanctum_proxy.codecs.families import opens_bare
 from sanctum_proxy.config import load_settings
 from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.errors import ToolCallParseError
+from sanctum_proxy.protocols.chat_events import SseWriter
 from sanctum_proxy.repair.events import Answer, ContentDelta, Final, RoundRecord
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
-from sanctum_proxy.routes.sse import SseWriter, stream_sender
+from sanctum_proxy.routes.sse import stream_sender
 from tests.codecs.test_corpus import CASES
 from tests.conftest import ServerThread
 from tests.fakes.upstream import FakeUpstream, Step

@@ -1,5 +1,5 @@
 """The streamed answer of POST /v1/messages: the round loop's events as Anthropic SSE events (`event: <type>`
-and `data: {"type", ...}`). Pure but for the running record of what the client has seen, like routes/sse.py's
+and `data: {"type", ...}`). Pure but for the running record of what the client has seen, like chat_events.py's
 SseWriter, whose place it takes in the same pump.
 
     opening     message_start (empty content, usage so far 0), ping

@@ -99,9 +99,9 @@ def held_back(held: Accumulated, text: str) -> str:
 
 
 class LiveText:
-    """The live text of a translated stream: whitespace held back (`held_back`) and, with reasoning_format
-    "split", reasoning markup taken out as reasoning pieces (`feed`). `shown` is the content sent; `rest` what of
-    the final text is left to send."""
+    """The live text of a stream (chat, Responses, Messages): whitespace held back (`held_back`) and, with
+    reasoning_format "split", reasoning markup taken out as reasoning pieces (`feed`). `shown` is the content
+    sent; `rest` what of the final text is left to send (the chat writer: `unsent`, then `split` and `flush`)."""
 
     def __init__(self, split_reasoning: bool = False) -> None:
         self.splitter = reasoning.Splitter() if split_reasoning else None
@@ -110,16 +110,36 @@ class LiveText:
         self.held = Accumulated()
 
     def feed(self, text: str) -> list[tuple[str, str]]:
-        """The (kind, text) pieces to send now of a live delta, in order: kind "content", or "reasoning" (the
-        text of reasoning markup, when splitting)."""
+        """The (field, text) pieces to send now of a live delta, in order: field "content", or
+        "reasoning_content" (the text of reasoning markup, when splitting)."""
+        return self.split(self.take(text))
+
+    def take(self, text: str) -> str:
+        """What to send now of a live delta, markup in: trailing whitespace waits for the text after it."""
         text = held_back(self.held, text)
         self.raw += text
+        return text
+
+    def split(self, text: str) -> list[tuple[str, str]]:
+        """Text to send as (field, text) pieces: reasoning markup out when splitting (a partial marker waits)."""
         if self.splitter is None:
             pieces = [("content", text)] if text else []
         else:
-            pieces = [("content" if f == "content" else "reasoning", t) for f, t in self.splitter.feed(text)]
-        self.shown += "".join(t for kind, t in pieces if kind == "content")
+            pieces = self.splitter.feed(text)
+        self.shown += "".join(t for field, t in pieces if field == "content")
         return pieces
+
+    def flush(self) -> list[tuple[str, str]]:
+        """The end of the text: the splitter's partial marker, text after all."""
+        pieces = self.splitter.flush() if self.splitter is not None else []
+        self.shown += "".join(t for field, t in pieces if field == "content")
+        return pieces
+
+    def unsent(self, final_content: str) -> str:
+        """What of the answer's content (markup in) is left to send; counted as sent."""
+        rest = rest_after(str(self.raw), str(self.held), final_content)
+        self.raw += rest
+        return rest
 
     def rest(self, final_content: Any, text: str) -> str:
         """What of the answer's `text` is left to send; `final_content`: the answer's content as the loop gave it

@@ -1,6 +1,6 @@
 """The streamed answer of POST /v1/responses: the round loop's events as Responses SSE events
 (`event: <type>` and `data: {"type", "sequence_number", ...}`). Pure but for the running record of what the
-client has seen, like routes/sse.py's SseWriter, whose place it takes in the same pump.
+client has seen, like chat_events.py's SseWriter, whose place it takes in the same pump.
 
     opening     response.created, response.in_progress
     reasoning   (reasoning_content / reasoning deltas, or `<think>` text with reasoning_format "split", before

@@ -1,4 +1,4 @@
-"""What the stream writers share (routes/sse.SseWriter for chat, protocols/responses_events.ResponsesWriter,
+"""What the stream writers share (protocols/chat_events.SseWriter for chat, responses_events.ResponsesWriter,
 protocols/messages_events.MessagesWriter): the pump (routes/sse.pump) hands each the round loop's events; an
 omen is held until the next event goes out (`core/omens.Held`), an error or the Final ends the stream.
 

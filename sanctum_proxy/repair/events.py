@@ -126,6 +126,6 @@ def note(records: list[RoundRecord], record: RoundRecord) -> None:
 
 
 Event = ContentDelta | FieldDelta | om.Omen | Lesson | RoundRecord | Final
-# What a stream writer renders (routes/sse.py, protocols/*_events.py): the loop's events but the lessons, which
+# What a stream writer renders (protocols/*_events.py): the loop's events but the lessons, which
 # stay at the edge (routes/rounds.py), and the error that ends a stream.
 StreamItem = ContentDelta | FieldDelta | om.Omen | Final | ProxyError

@@ -19,6 +19,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import BodyTooLarge
+from sanctum_proxy.protocols.chat_events import META, chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
 from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
 from sanctum_proxy.repair.plan import Plan
@@ -116,7 +117,7 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     if choices.count(rounds.chat.body) > 1:  # every choice's events (the recorder keeps their omens), Finals last
         many = choices.Choices(rounds.plan, later, kept_run(request), recorder_of(request))
         events = request.app.state.recorder.watch(
-            request, many.events(many.lead_sender(first_of_several(request, rounds.auth, many))))
+            request, many.events(many.lead_sender(plain_first_of_several(request, rounds.auth, many))))
     else:
         events = run_traced(request, rounds.plan, later)
     final = await unless_disconnected(request, last_event(events))
@@ -124,7 +125,7 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     return final
 
 
-def first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Sender:
+def plain_first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Sender:
     """The first round of n > 1 choices: sent once with `n`; choice 0's Answer for its own loop, a loop
     started for each other choice."""
     upstream = request.state.destination.upstream
@@ -221,7 +222,6 @@ def plain_sender(request: Request, auth: str | None) -> Sender:
     return send_plain
 
 
-META = ("id", "model", "created", "system_fingerprint")
 _BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
 
 
@@ -263,9 +263,7 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
             settled = [legacy.to_function_call(m, r) for m, r in settled]
         each = [oc.choice(i, m, r, f.choice_extra)
                 for i, ((m, r), f) in enumerate(zip(settled, final.each, strict=True))]
-    meta = {"id": final.meta.get("id") or f"chatcmpl-{trace_id}", "model": final.meta.get("model") or chat.model,
-            "created": final.meta.get("created") or int(time.time()),
-            "system_fingerprint": final.meta.get("system_fingerprint")}
+    meta = chat_meta(trace_id, chat.model, int(time.time()), final.meta)
     sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
     return oc.completion(meta, each, final.usage, final.extra, sanctum)
 
