@@ -20,7 +20,7 @@ from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Lesson, Rou
 from sanctum_proxy.repair.follow_up import NEXT_CALL
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
-from sanctum_proxy.repair.toolbox import Toolbox
+from tests.repair.plans import make_plan
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -83,13 +83,7 @@ class Script:
 
 
 def plan(**overrides: Any) -> Plan:
-    body = {"model": "m", "messages": ASK, "tools": TOOLS, **overrides.pop("body", {})}
-    ids = iter(range(1000))
-    fields: dict[str, Any] = {"book": Toolbox.from_tools(body["tools"]) if body.get("tools") else None,
-                              "mode": "native", "auto": False, "max_rounds": 2, "constrain": "off",
-                              "new_id": lambda: f"call_new{next(ids)}"}
-    fields.update(overrides)
-    return Plan(body=body, **fields)
+    return make_plan(ASK, TOOLS, **overrides)
 
 
 async def events(the_plan: Plan, script: Script) -> list[Any]:

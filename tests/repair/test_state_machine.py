@@ -32,7 +32,7 @@ from sanctum_proxy.repair.loop import (
 )
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.quoted_calls import READ_FROM_ERROR
-from sanctum_proxy.repair.toolbox import Toolbox
+from tests.repair.plans import make_plan
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -45,13 +45,7 @@ ASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "
 
 
 def plan(**overrides: Any) -> Plan:
-    body = {"model": "m", "messages": ASK, "tools": [WEATHER, TIME], **overrides.pop("body", {})}
-    ids = iter(range(1000))
-    fields: dict[str, Any] = {"book": Toolbox.from_tools(body["tools"]) if body.get("tools") else None,
-                              "mode": "native", "auto": False, "max_rounds": 2, "constrain": "off",
-                              "new_id": lambda: f"call_new{next(ids)}"}
-    fields.update(overrides)
-    return Plan(body=body, **fields)
+    return make_plan(ASK, [WEATHER, TIME], **overrides)
 
 
 def native_call(name: str, arguments: str) -> Answer:
