@@ -206,8 +206,7 @@ def quiet_gc() -> None:
     """Keep the garbage collector off the request path. The modules, the app and the settings live as long as
     the process: frozen, a full collection no longer walks them. And each request allocates a few thousand
     short-lived objects (parsed JSON, coroutines, tasks): with the default gen-0 threshold of 700, collections
-    ran several times per request. Measured with bench/bench_overhead.py's canned upstream: 16 clients went
-    from 1.3k to 1.9k requests/s."""
+    ran several times per request (the throughput gained: bench/results/design_costs.md)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)

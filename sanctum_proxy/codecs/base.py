@@ -58,8 +58,7 @@ class Scanner:
     """`str.find` over one text for a reader whose position only moves forward: where each needle next occurs
     is remembered, so a needle is looked for again only once the reader has passed where it was (or from
     where it was not). Finding closers that never come, again from every opener, scanned the rest of the
-    text each time (quadratic: a 4.6 MB answer of Qwen-XML parameters was 90 s); with it each needle scans
-    the text about once."""
+    text each time (quadratic: bench/results/design_costs.md); with it each needle scans the text about once."""
 
     def __init__(self, text: str) -> None:
         self.text = text

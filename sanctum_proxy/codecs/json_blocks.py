@@ -34,7 +34,7 @@ MAX_UNCLOSED = 16
 ARG_KEYS = ("arguments", "parameters", "params", "args", "input")
 _WRAPPERS = ("tool_calls", "tool_call", "function_call")
 # Possessive: `[ \t]*[\w-]*[ \t]*` over a long run of blanks (a call the codecs before blanked out) backtracked
-# through every split of it: a 40 kB run after a fence was 4 s.
+# through every split of it (bench/results/design_costs.md).
 _FENCE = re.compile(r"```[ \t]*+[\w-]*+[ \t]*+\n(.*?)(?:```|\Z)", re.S)
 _OPEN = re.compile(r"[{\[]")
 

@@ -23,15 +23,15 @@ from typing import Any
 import json_repair
 
 MAX_DEPTH = 200
-# json_repair is pure Python, about 5 µs a character: past this only the cheap rules run (~50 ms at most).
+# json_repair is slow, pure Python (bench/results/design_costs.md): past this only the cheap rules run.
 MAX_FALLBACK_CHARS = 16_000
 # ... and one answer's calls (up to 128) share this many characters of it (`fallback_budget`, docs/contract.md,
-# Budgets): three calls of 16k characters of `[{` were 1.2 s each. Deeper nesting than MAX_DEPTH never reaches it.
+# Budgets), so many calls cannot each spend MAX_FALLBACK_CHARS. Deeper nesting than MAX_DEPTH never reaches it.
 MAX_FALLBACK_PER_ANSWER = 48_000
 _FALLBACK_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("sanctum_json_repair_left",
                                                                                   default=None)
-# Past this nothing is mended, only strict JSON is read (the rules cost about 3 µs and 100 bytes of memory
-# a character: a 10 MB argument was 7 s and 1.7 GB). The setting max_repair_bytes passes its own.
+# Past this nothing is mended, only strict JSON is read (the rules' time and memory grow with the text:
+# bench/results/design_costs.md). The setting max_repair_bytes passes its own.
 MAX_REPAIR_CHARS = 64 * 1024
 
 _CLOSER = {"{": "}", "[": "]", "(": ")"}
@@ -108,7 +108,7 @@ def _mend(text: str) -> Decoded | Undecodable:
 
 
 # A string's closing quote is optional: an unclosed one matches to the end once (required, the regex retried it
-# from every later quote: 16k characters of `['\'\'...` were 4.7 s), and is left as it is for strict parsing.
+# from every later quote, quadratic), and is left as it is for strict parsing.
 _QUICK = re.compile(r"""("(?:[^"\\]|\\.)*"?)|('(?:[^'\\]|\\.)*)('?)|,(\s*[}\]])|\b(True|False|None)\b""", re.S)
 
 
@@ -328,7 +328,7 @@ def _nesting(s: str) -> int:
 def _by_json_repair(s: str, repairs: dict[str, None]) -> Decoded | Undecodable:
     if len(s) > MAX_FALLBACK_CHARS:
         return Undecodable("the JSON is broken beyond the local rules")
-    if _nesting(s) > MAX_DEPTH:  # json_repair recurses per level: 8,000 levels of `[{` were 1.2 s
+    if _nesting(s) > MAX_DEPTH:  # json_repair recurses per level
         return Undecodable("the JSON is nested too deeply")
     left = _FALLBACK_LEFT.get()
     if left is not None:
@@ -383,8 +383,8 @@ def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
     quote, which `_Quotes` finds once per text: the codecs call this from every opener of a long answer, and
     a string that never closes was scanned to the end again each time (bench/results/design_costs.md).
     All the calls on one text share a budget of SCAN_TOKENS_PER_CHAR tokens a character (plus
-    SCAN_TOKENS_BASE): from each of 256 openers over a long run of short strings, the scans were 256 times the
-    text; past it, no more values are read (their text goes to repair as it is)."""
+    SCAN_TOKENS_BASE), so scans from many openers stay linear in the text; past it, no more values are read
+    (their text goes to repair as it is)."""
     quotes = _quotes_of(text)
     stack: list[str] = []
     search = (_STRUCTURE_PARENS if parens else _STRUCTURE).search

@@ -245,9 +245,8 @@ def _schema_problem(serialized: bytes) -> str | None:
     return None
 
 
-# Clients send the same tools with every request, and checking one schema against its metaschema costs about
-# a millisecond (a fifth of the proxy's own time per request in bench/bench_overhead.py); the cache is
-# bounded in entries and in the size of each schema.
+# Clients send the same tools with every request, and checking a schema against its metaschema is costly
+# (bench/results/design_costs.md); the cache is bounded in entries and in the size of each schema.
 schema_problem = functools.lru_cache(maxsize=512)(_schema_problem)
 
 

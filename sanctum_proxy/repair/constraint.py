@@ -68,9 +68,7 @@ def transcript(turns: Sequence[ChatMessage], constraint: Constraint | None,
     """The hidden turns a round is sent. A constrained round leaves out the turns of the unconstrained rounds
     before it (`constrained_from`: how many came before the first constrained round): the grammar now does
     what their corrections asked (a call, a known name, valid arguments), and a small model copies a failed
-    answer's mistakes from its context. Measured on SmolLM2-135M, BFCL first 20 entries, tool_choice required,
-    constrain repair, exact calls: simple 14-15 with this, 5 with the whole transcript, 4 with the corrections
-    alone; multiple 6 with this, 0 with the corrections alone. What constrained rounds were told is kept: a
+    answer's mistakes from its context (bench/results/design_costs.md). What constrained rounds were told is kept: a
     grammar-valid answer bounced for a rule the grammar cannot hold (a pattern, a format) needs its correction."""
     if constraint is None or not constraint.json_prompt or constrained_from is None:
         return list(turns)

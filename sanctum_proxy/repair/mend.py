@@ -161,7 +161,7 @@ def native_call_text(item: JSONValue) -> str:
     """A native call as the JSON it came in (its `raw`)."""
     fn = item.get("function") if isinstance(item, dict) else None
     args = fn.get("arguments") if isinstance(fn, dict) else None
-    if isinstance(args, str) and len(args) > BIG_RAW_CHARS:  # orjson reserves ~13 bytes a character to write
+    if isinstance(args, str) and len(args) > BIG_RAW_CHARS:  # orjson reserves many bytes a character to write
         return json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=repr)
     try:
         return orjson.dumps(item).decode()

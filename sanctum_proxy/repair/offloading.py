@@ -29,5 +29,5 @@ def heavy_answer(plan: Plan, answer: Answer) -> bool:
         size += len(arguments) if isinstance(arguments, str) else INLINE_ANSWER_CHARS
     if size > INLINE_ANSWER_CHARS or not isinstance(message.get("content"), str | None):
         return True
-    # a first check against a long schema compiles it (its meta-schema check: about 6 µs a byte)
+    # a first check against a long schema compiles it (its meta-schema check costs per byte)
     return plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES or plan.book.branching  # (a walk: small books only)

@@ -1,14 +1,13 @@
 """Calls the conversation has already answered: the agent-loop trap of small models.
 
 After a tool result, a small model often calls the same tool with the same arguments again instead of
-answering (measured through six frameworks on the embedded SmolLM2 under `constrain = "always"`: 30 of 30 loops
-ran to the framework's turn cap). A call whose name and arguments (compared as parsed JSON) equal an earlier
-assistant call that a `role: "tool"` message answered is a repeat. Pure: messages and calls in, a Problem out.
+answering, until the framework's turn cap (bench/results/design_costs.md). A call whose name and arguments
+(compared as parsed JSON) equal an earlier assistant call that a `role: "tool"` message answered is a repeat.
+Pure: messages and calls in, a Problem out.
 
 The correction names the result and repeats the user's question, and the round that follows is sent without
-tools and without the repeated call. Measured on SmolLM2-135M (real llama-server, temperature 0): with the
-repeated call and a "do not call it again" correction it answered the correction ("You've already answered the
-user's question."); with this one, "The weather in Paris is sunny, 24C."
+tools and without the repeated call: with the repeated call and a "do not call it again" correction, a small
+model answers the correction rather than the user.
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ def compiled(pattern: str) -> Any:
 
 _QUIET = re2.Options()
 _QUIET.log_errors = False  # a refused pattern is the client's answer, not a line on the proxy's stderr
-_QUIET.max_mem = RE2_MAX_MEM  # `(\pL|\pN){400}` was 8 MB and ~0.2 s to compile; now refused in ~10 ms
+_QUIET.max_mem = RE2_MAX_MEM  # a huge program is refused early, not compiled (bench/results/design_costs.md)
 
 
 def search(pattern: str, text: str) -> bool:

@@ -25,7 +25,7 @@ from sanctum_proxy.repair.reading import is_type, object_keys
 from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 
 MAX_ERRORS = 20
-# Keywords one call's arguments may cost the validator (docs/contract.md, Budgets): about 0.1 s. The schema's own
+# Keywords one call's arguments may cost the validator (docs/contract.md, Budgets). The schema's own
 # expansion is bounded when the request is read (schemas.MAX_SCHEMA_EXPANSION); this bounds what nested
 # arguments multiply under anyOf / oneOf / allOf, and what jsonschema keeps of each branch's errors.
 MAX_STEPS = 30_000
@@ -35,7 +35,7 @@ MAX_MESSAGE_CHARS = 200
 def problems_for(tool: Tool, validator: Validator, args: JSONValue) -> list[Problem]:
     schema = tool.parameters
     if isinstance(args, dict) and _plainly_valid(schema, args, 0) and not _unexpected(schema, args):
-        return []  # jsonschema would agree; it costs ~20 µs a call, this ~2
+        return []  # jsonschema would agree, at several times the cost
     if not isinstance(args, dict):
         detail = f"the arguments must be a JSON object, not {_json_type(args)}"
         return [_problem("invalid_arguments", tool.name, [detail], args)]

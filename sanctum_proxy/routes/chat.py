@@ -52,8 +52,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 # A body longer than INLINE_PARSE_BYTES, one with tools longer than INLINE_TOOLS_BYTES (a schema not seen before
-# is checked against its meta-schema: about 6 µs a byte), or one with schema patterns (each compiled with RE2
-# when first seen) is read off the event loop (core/offload.py): JSON, depth, every tool schema's checks.
+# is checked against its meta-schema, at a cost per byte: bench/results/design_costs.md), or one with schema
+# patterns (each compiled with RE2 when first seen) is read off the event loop (core/offload.py): JSON, depth,
+# every tool schema's checks.
 INLINE_PARSE_BYTES = 16 * 1024
 INLINE_TOOLS_BYTES = 4096
 

@@ -1,8 +1,7 @@
 """The only module that talks HTTP to the model servers, and the one place client errors are mapped.
 
 `Upstream` is one named pool of identical backends (base URLs) behind one pooled `aiohttp.ClientSession`
-(aiohttp, not httpx, on this hot path: its C parser costs about a quarter of httpx's per request; see
-bench/results/overhead.md).
+(aiohttp, not httpx, on this hot path: its C parser costs less per request; bench/results/design_costs.md).
 Requests go round-robin to the healthy backends; a backend that refuses the connection (or cannot be
 reached within connect_timeout) is marked down and the next one is tried. A request whose connection dies
 before any byte of an answer came back (a kept-alive connection the server had already closed) is sent once
