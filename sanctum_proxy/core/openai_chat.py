@@ -3,8 +3,8 @@ that make them: a `chat.completion` and its choice, a `chat.completion.chunk` an
 call and its streamed deltas (and the legacy `function_call`), the usage, the `sanctum` block, the error body.
 
 A builder fixes the bytes a client reads: a dict keeps the order its keys were written in and orjson writes that
-order, so each builder writes its keys in the order of the wire (tests/test_sse_writer.py pins them). Fields the
-proxy passes on as the upstream sent them (a choice's logprobs, the usage, vendor fields such as llama.cpp's
+order, so each builder writes its keys in the order of the wire (tests/protocols/test_chat_events.py pins
+them). Fields the proxy passes on as the upstream sent them (a choice's logprobs, the usage, vendor fields such as llama.cpp's
 `timings`) are `Json` or ride in `extra`; they are never rebuilt.
 
 In core/ (not protocols/): the tool call is written by core/calls.py and the translators (protocols/) alike,
