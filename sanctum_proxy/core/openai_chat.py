@@ -4,8 +4,8 @@ call and its streamed deltas (and the legacy `function_call`), the usage, the `s
 
 A builder fixes the bytes a client reads: a dict keeps the order its keys were written in and orjson writes that
 order, so each builder writes its keys in the order of the wire (tests/protocols/test_chat_events.py pins
-them). Fields the proxy passes on as the upstream sent them (a choice's logprobs, the usage, vendor fields such as llama.cpp's
-`timings`) are `Json` or ride in `extra`; they are never rebuilt.
+them). Fields the proxy passes on as the upstream sent them (a choice's logprobs, the usage, vendor fields such as
+llama.cpp's `timings`) are `Json` or ride in `extra`; they are never rebuilt.
 
 In core/ (not protocols/): the tool call is written by core/calls.py and the translators (protocols/) alike,
 and the writers (routes/) use the rest; pure, no imports from the package.
