@@ -1,0 +1,28 @@
+"""codecs/minimax.py on its own: MiniMax-M2's `<minimax:tool_call>` with `<invoke>` and `<parameter>` tags (pi
+issue 368, verbatim), values as written (typed later by the schema), and `render_call` read back."""
+
+from __future__ import annotations
+
+from sanctum_proxy.codecs import minimax
+from sanctum_proxy.core.shapes import JSONValue
+
+NAMES = frozenset({"bash", "get_weather"})
+
+
+def calls(text: str) -> list[tuple[str, JSONValue]]:
+    return [(c.name, c.arguments) for f in minimax.find(text, NAMES) for c in f.candidates]
+
+
+def test_two_invokes_in_one_block_are_read() -> None:
+    text = ('<minimax:tool_call>\n<invoke name="bash">\n<parameter name="command">mb --help</parameter>\n</invoke>\n'
+            '<invoke name="bash">\n<parameter name="command">cm --help</parameter>\n</invoke>\n</minimax:tool_call>')
+    assert calls(text) == [("bash", {"command": "mb --help"}), ("bash", {"command": "cm --help"})]
+
+
+def test_render_call_is_read_back_as_strings() -> None:
+    assert calls(minimax.render_call("get_weather", {"city": "Paris", "days": 3})) == [
+        ("get_weather", {"city": "Paris", "days": "3"})]
+
+
+def test_prose_is_no_call() -> None:
+    assert minimax.find('Use <invoke name="bash"> to run it.', NAMES) == []
