@@ -43,7 +43,7 @@ def test_expansion_counts_each_use_of_a_reference() -> None:
              "type": "object", "properties": {"x": {"$ref": "#/$defs/n"}, "y": {"$ref": "#/$defs/n"}}}
     assert expansion(small) > expansion({**small, "properties": {"x": {"$ref": "#/$defs/n"}}})
     # each level refers to the one below twice: 2**30 subschemas for a schema of 30 definitions
-    defs: dict[str, Any] = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(30)}
+    defs: dict[str, Any] = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(30)}
     defs["d30"] = {"type": "string"}
     bomb = {"$defs": defs, "$ref": "#/$defs/d0"}
     assert expansion(bomb) > MAX_SCHEMA_EXPANSION
