@@ -16,6 +16,7 @@ from fastapi.responses import Response
 
 from sanctum_proxy.config import Settings, redacted_url
 from sanctum_proxy.errors import InvalidRequest, NotFound
+from sanctum_proxy.services import services
 from sanctum_proxy.state.recorder import Recorder
 from sanctum_proxy.state.replicated import without_password
 from sanctum_proxy.state.trace_store import Query, UnknownCursor
@@ -55,7 +56,7 @@ FILES: dict[int | str, dict[str, Any]] = {
 
 @router.get("/sanctum/status", dependencies=guarded)
 async def status(request: Request) -> JsonResponse:
-    state = request.app.state
+    state = services(request)
     return JsonResponse({"settings": shown_settings(state.settings), "modes": state.modes.snapshot(),
                            "capabilities": state.capabilities.snapshot(),
                            "upstreams": state.pools.snapshot(), "shared_state": state.shared.snapshot()})
@@ -82,7 +83,7 @@ async def traces(request: Request) -> JsonResponse:
     """Summaries, newest first. Filters: outcome, model, since (unix seconds or ISO 8601); paging: limit
     (1..200, default 50) and after (the last id of the previous page), as OpenAI's list endpoints do."""
     query = parse_query(request.query_params)
-    recorder: Recorder = request.app.state.recorder
+    recorder = services(request).recorder
     try:
         data, more = await asyncio.to_thread(_listed, recorder, query)
     except UnknownCursor as exc:
@@ -93,7 +94,7 @@ async def traces(request: Request) -> JsonResponse:
 
 @router.get("/sanctum/traces/{trace_id}", dependencies=guarded, responses={404: ERROR})
 async def trace(request: Request, trace_id: str) -> JsonResponse:
-    recorder: Recorder = request.app.state.recorder
+    recorder = services(request).recorder
     doc = await asyncio.to_thread(_got, recorder, trace_id)
     if doc is None:
         raise NotFound(f"no trace with id {trace_id!r} (never recorded, or past retention)", param="trace_id")

@@ -39,6 +39,7 @@ from sanctum_proxy.routes.chat import (
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response
 from sanctum_proxy.routes.passthrough import passthrough
 from sanctum_proxy.routes.sse import stream_answer
+from sanctum_proxy.services import services
 from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.upstreams import tokens
 from sanctum_proxy.web.auth import check_client_key
@@ -73,14 +74,14 @@ async def messages(request: Request) -> Response:
 async def count_tokens(request: Request) -> Response:
     """Anthropic's `{"input_tokens": N}` for the request as the upstream would get it: llama.cpp's exact count,
     else an estimate (upstreams/tokens.py); the header `x-sanctum-token-count` says which."""
-    settings = request.app.state.settings
+    settings = services(request).settings
     if settings.messages_api == "pass":
         return await passthrough("messages/count_tokens", request)
     try:
         check_client_key(request)
         chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
                                        lambda raw: _counted(raw, request.headers, settings))
-        destination = request.app.state.pools.destination(chat.model)
+        destination = services(request).pools.destination(chat.model)
         upstream = destination.upstream
         counted, exact = await tokens.count(upstream, upstream.root_url, destination.rewrite(chat.body),
                                             settings.probe_timeout)
@@ -99,7 +100,7 @@ def _counted(raw: bytes, headers: Mapping[str, str], settings: Settings) -> Chat
 
 
 async def serve(request: Request, dialect: Dialect) -> Response:
-    settings = request.app.state.settings
+    settings = services(request).settings
     if getattr(settings, f"{dialect.name}_api", "repair") == "pass":
         return await passthrough(dialect.name, request)
     request.state.protocol = dialect.name
@@ -121,7 +122,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     except ClientGone:
         return gone_response()
     except ProxyError as exc:
-        request.app.state.recorder.refused(request, exc)
+        services(request).recorder.refused(request, exc)
         return refusal(dialect, exc, trace_id(request))
     except Exception as exc:  # a bug: still this protocol's error shape, with the trace id
         return refusal(dialect, unexpected(exc), trace_id(request))
