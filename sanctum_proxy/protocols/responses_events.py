@@ -69,7 +69,9 @@ class ResponsesWriter(StreamWriter):
     def delta(self, event: ContentDelta | FieldDelta) -> list[bytes]:
         if isinstance(event, FieldDelta):  # a refusal goes out with the answer's end
             return self.omens.due() + self.reason(event.text) if event.field in reasoning.FIELDS else []
-        tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
+        listed = (event.logprobs or {}).get("content") if self.logprobs else None
+        fresh = [t for t in listed if isinstance(t, dict)] if isinstance(listed, list) else []
+        tokens = self.held_tokens + fresh
         pieces = self.live.feed(event.text)
         shows = any(kind == "content" for kind, _ in pieces)
         self.held_tokens = [] if shows else tokens

@@ -18,6 +18,7 @@ from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import offloaded
+from sanctum_proxy.core.shapes import ClientMessage
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_events import META, chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
@@ -269,7 +270,7 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
     return oc.completion(meta, each, final.usage, final.extra, sanctum)
 
 
-def split_message(message: dict[str, Any]) -> dict[str, Any]:
+def split_message(message: ClientMessage) -> ClientMessage:
     """The setting reasoning_format = "split": reasoning markup in content moved into reasoning_content."""
     content = message.get("content")
     if not isinstance(content, str):
@@ -277,7 +278,7 @@ def split_message(message: dict[str, Any]) -> dict[str, Any]:
     text, thought = reasoning.split(content)
     if text == content and not thought:
         return message
-    out = {**message, "content": text or (None if message.get("tool_calls") else "")}
+    out: ClientMessage = {**message, "content": text or (None if message.get("tool_calls") else "")}
     if thought:
         before = message.get("reasoning_content")
         out["reasoning_content"] = f"{before}{thought}" if isinstance(before, str) else thought

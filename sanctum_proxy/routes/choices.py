@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.shapes import Usage
 from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Final, RoundRecord, Sender
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.usage import summed_usage
@@ -58,7 +59,7 @@ class Finals(Final):
     @classmethod
     def of(cls, finals: list[Final]) -> Finals:
         head = finals[0]
-        usage: dict[str, Any] | None = None
+        usage: Usage | None = None
         for final in finals:
             if isinstance(final.usage, dict):
                 usage = summed_usage(usage, final.usage) if usage is not None else copy.deepcopy(final.usage)
