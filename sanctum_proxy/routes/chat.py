@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -18,7 +18,7 @@ from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import offloaded
-from sanctum_proxy.core.shapes import ClientMessage
+from sanctum_proxy.core.shapes import ClientMessage, JSONObject, Usage
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_events import META, chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
@@ -132,7 +132,7 @@ def plain_first_of_several(request: Request, auth: str | None, many: choices.Cho
     started for each other choice."""
     upstream = destination(request).upstream
 
-    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[Answer]:
+    async def first(body: JSONObject, live: bool) -> AsyncIterator[Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)
         answers = answers_of(reply.body)
         for index, answer in enumerate(answers[1:], 1):
@@ -217,7 +217,7 @@ async def settle_by_probe(request: Request, settings: Settings, model: str) -> l
 def plain_sender(request: Request, auth: str | None) -> Sender:
     upstream = destination(request).upstream
 
-    async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
+    async def send_plain(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)
         yield answers_of(reply.body)[0]
 
@@ -227,21 +227,23 @@ def plain_sender(request: Request, auth: str | None) -> Sender:
 _BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
 
 
-def answers_of(body: dict[str, Any]) -> list[Answer]:
+def answers_of(body: JSONObject) -> list[Answer]:
     """A chat.completion's choices as Answers, in index order (at least one: an empty answer where none is a
     message); the usage goes with the first only, the response's own fields with every one."""
     meta = {k: body[k] for k in META if k in body}
     extra = {k: v for k, v in body.items() if k not in META and k not in _BUILT}
-    choices = sorted((c for c in body.get("choices") or [] if isinstance(c, dict)), key=_index)
+    listed = body.get("choices")
+    choices = sorted((c for c in listed if isinstance(c, dict)) if isinstance(listed, list) else (), key=_index)
+    usage = cast("Usage | None", body.get("usage"))  # as the upstream sent it: its readers check (repair/usage.py)
     out = []
     for i, choice in enumerate(choices):
         choice_extra = {k: v for k, v in choice.items() if k not in ("index", "message", "finish_reason")}
         out.append(Answer(choice.get("message") or {}, choice.get("finish_reason"),
-                          body.get("usage") if i == 0 else None, meta, extra, choice_extra))
-    return out or [Answer({}, None, body.get("usage"), meta, extra)]
+                          usage if i == 0 else None, meta, extra, choice_extra))
+    return out or [Answer({}, None, usage, meta, extra)]
 
 
-def _index(choice: dict[str, Any]) -> int:
+def _index(choice: JSONObject) -> int:
     index = choice.get("index")
     return index if isinstance(index, int) else 0
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError, UpstreamError
 from sanctum_proxy.protocols import messages_api
 from sanctum_proxy.routes.chat import read_body
@@ -48,7 +49,7 @@ async def models(request: Request) -> Response:
     return JsonResponse({"object": "list", "data": await model_list(pools)})
 
 
-async def upstream_models(request: Request, upstream: Upstream) -> list[dict[str, Any]]:
+async def upstream_models(request: Request, upstream: Upstream) -> list[JSONObject]:
     """The upstream's own GET /models `data` (its error as an UpstreamError)."""
     settings = services(request).settings
     auth = forwarded_key(request) if settings.forward_client_key else None
@@ -171,7 +172,7 @@ async def target(path: str, request: Request) -> tuple[Upstream, Any]:
         raise InvalidRequest("the request body is nested too deeply to be passed on") from exc
 
 
-async def model_list(pools: UpstreamPools) -> list[dict[str, Any]]:
+async def model_list(pools: UpstreamPools) -> list[JSONObject]:
     data = [{"id": model, "object": "model", "created": 0, "owned_by": name}
             for model, name in listed_models(pools.entries)]
     seen = {item["id"] for item in data}

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from sanctum_proxy.config import Settings, redacted_url
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import InvalidRequest, NotFound
 from sanctum_proxy.services import services
 from sanctum_proxy.state.recorder import Recorder
@@ -46,9 +47,9 @@ def check_admin(request: Request) -> None:
 router = APIRouter()
 guarded = [Depends(check_admin)]
 # What /openapi.json says of the answers that are not JSON objects (checked by tests/test_openapi_fuzz.py).
-ERROR: dict[str, Any] = {"description": "OpenAI-shaped error", "content": {"application/json": {}}}
-HTML: dict[int | str, dict[str, Any]] = {200: {"content": {"text/html": {}}, "description": "The trace viewer"}}
-FILES: dict[int | str, dict[str, Any]] = {
+ERROR: JSONObject = {"description": "OpenAI-shaped error", "content": {"application/json": {}}}
+HTML: dict[int | str, JSONObject] = {200: {"content": {"text/html": {}}, "description": "The trace viewer"}}
+FILES: dict[int | str, JSONObject] = {
     200: {"content": {t.split(";")[0]: {} for t in STATIC.values()}, "description": "A viewer file"},
     404: ERROR,
 }
@@ -62,7 +63,7 @@ async def status(request: Request) -> JsonResponse:
                            "upstreams": state.pools.snapshot(), "shared_state": state.shared.snapshot()})
 
 
-def shown_settings(settings: Settings) -> dict[str, Any]:
+def shown_settings(settings: Settings) -> JSONObject:
     """The settings with every key and password replaced by "***"."""
     shown = settings.model_dump()
     for key in SECRET:
@@ -118,12 +119,12 @@ def _static(name: str) -> bytes:
     return (resources.files("sanctum_proxy") / "static" / name).read_bytes()
 
 
-def _listed(recorder: Recorder, query: Query) -> tuple[list[dict[str, Any]], bool]:
+def _listed(recorder: Recorder, query: Query) -> tuple[list[JSONObject], bool]:
     recorder.flush()
     return recorder.store.list(query) if recorder.store is not None else ([], False)
 
 
-def _got(recorder: Recorder, trace_id: str) -> dict[str, Any] | None:
+def _got(recorder: Recorder, trace_id: str) -> JSONObject | None:
     recorder.flush()
     return recorder.store.get(trace_id) if recorder.store is not None else None
 
