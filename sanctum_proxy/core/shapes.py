@@ -23,8 +23,8 @@ from typing import Literal, TypedDict
 
 from sanctum_proxy.core.openai_chat import FunctionCall, ToolCall, Usage
 
-__all__ = ["AnswerMeta", "ChatMessage", "ClientMessage", "FunctionCall", "JSONObject", "JSONValue", "Role",
-           "ToolCallWire", "Usage"]
+__all__ = ["AnswerMeta", "ChatMessage", "ClientMessage", "ContentPart", "FunctionCall", "JSONObject", "JSONValue",
+           "Role", "ToolCallWire", "Usage"]
 
 # A value that really is arbitrary JSON (a content part, an upstream's tool call before tier 1 reads it, a vendor
 # field passed on): the proxy reads it only after an isinstance check, so `object` is what it is.
@@ -49,6 +49,14 @@ class ChatMessage(TypedDict, total=False):
     refusal: str | None
     reasoning_content: str
     reasoning: str
+
+
+class ContentPart(TypedDict, total=False):
+    """A chat content part the translators write (protocols/): text, or an image by URL or data URL."""
+
+    type: Literal["text", "image_url"]
+    text: str
+    image_url: JSONObject  # {"url": ..., "detail"?: ...}
 
 
 class ClientMessage(TypedDict, total=False):

@@ -11,7 +11,7 @@ import orjson
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.accumulated import Accumulated
 from sanctum_proxy.core.calls import content_text
-from sanctum_proxy.core.shapes import JSONValue
+from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.repair.streaming import unseen
 
 
@@ -31,7 +31,7 @@ class Reply:
     input_tokens: int
     output_tokens: int
     refusal: str = ""  # the model declined (OpenAI's `refusal`)
-    logprobs: tuple[dict[str, Any], ...] = ()  # the content tokens' logprobs, as the chat answer carried them
+    logprobs: tuple[JSONObject, ...] = ()  # the content tokens' logprobs, as the chat answer carried them
     cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens
     reasoning_tokens: int = 0  # usage.completion_tokens_details.reasoning_tokens
     model: str = ""  # the upstream's own model name ("" when it sent none)
@@ -63,8 +63,9 @@ def _detail(usage: Mapping[str, object], details: str, name: str) -> JSONValue:
     return part.get(name) if isinstance(part, dict) else None
 
 
-def _call(call: dict[str, Any], index: int) -> Call:
-    function = call.get("function") or {}
+def _call(call: JSONObject, index: int) -> Call:
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
     arguments = function.get("arguments")
     if not isinstance(arguments, str):
         arguments = orjson.dumps(arguments if arguments is not None else {}).decode()

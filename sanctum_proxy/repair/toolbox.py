@@ -17,12 +17,12 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
 from sanctum_proxy.core.calls import Problem, Tool
-from sanctum_proxy.core.shapes import JSONValue
+from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.core.tool_names import resolve_name
 from sanctum_proxy.repair.schemas import branches, check_schema, refusal, validator_for
 from sanctum_proxy.repair.validate import problems_for
 
-_NO_CONSTRAINTS: dict[str, Any] = {"type": "object", "additionalProperties": True}
+_NO_CONSTRAINTS: JSONObject = {"type": "object", "additionalProperties": True}
 
 
 @functools.lru_cache(maxsize=256)
