@@ -14,9 +14,9 @@ and the writers (routes/) use the rest; pure, no imports from the package.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Literal, NotRequired, TypedDict, cast
 
-Json = dict[str, Any]  # a field passed on as the upstream sent it
+Json = dict[str, object]  # a field passed on as the upstream sent it (read only after a check)
 
 
 class FunctionTool(TypedDict):

@@ -280,8 +280,8 @@ def _add_namespace(spells: Spells, tool: JSONObject, i: int) -> None:
         function = _function(member, at)
         name = function.get("name")
         if isinstance(name, str):
-            function["name"] = flat_name(namespace, name)
-            spells.namespaced[function["name"]] = (namespace, name)
+            flat = function["name"] = flat_name(namespace, name)
+            spells.namespaced[flat] = (namespace, name)
         spells.functions.append(function_tool(function))
 
 

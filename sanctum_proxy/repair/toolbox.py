@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import orjson
 from jsonschema.exceptions import SchemaError
@@ -37,7 +36,7 @@ def _compiled(schema_json: bytes) -> Validator:
     return validator_for(schema)
 
 
-def _canonical(schema: Mapping[str, Any]) -> bytes:
+def _canonical(schema: Mapping[str, object]) -> bytes:
     """The schema's cache key (and the text it is compiled from): orjson with sorted keys."""
     try:
         return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)

@@ -12,7 +12,6 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
@@ -92,7 +91,7 @@ def _plainly_valid(schema: JSONValue, value: JSONValue, depth: int) -> bool:
     return True
 
 
-def _plain_object(schema: Mapping[str, Any], value: JSONObject, depth: int) -> bool:
+def _plain_object(schema: Mapping[str, object], value: JSONObject, depth: int) -> bool:
     props = schema.get("properties", {})
     addl = schema.get("additionalProperties", True)
     if not isinstance(props, Mapping) or not (addl is True or addl is False):
@@ -117,12 +116,12 @@ def _problem(reason: Reason, tool: str, details: list[str], args: JSONValue) -> 
     return Problem(reason=reason, tool=tool, details=tuple(details), raw=raw)
 
 
-def _required(schema: Mapping[str, Any]) -> list[str]:
+def _required(schema: Mapping[str, object]) -> list[str]:
     req = schema.get("required")
     return [k for k in req if isinstance(k, str)] if isinstance(req, list) else []
 
 
-def _unexpected(schema: Mapping[str, Any], args: JSONObject) -> list[str]:
+def _unexpected(schema: Mapping[str, object], args: JSONObject) -> list[str]:
     """The keys the arguments object may not hold, read as the grammar reads them (reading.object_keys)."""
     keys = object_keys(schema, top=True)
     if keys.others is not False:
@@ -182,7 +181,7 @@ _BOOLS = {"true": True, "false": False, "True": True, "False": False}
 MAX_COERCE_DEPTH = 16
 
 
-def coerce(args: JSONObject, schema: Mapping[str, Any]) -> tuple[JSONObject, tuple[str, ...]]:
+def coerce(args: JSONObject, schema: Mapping[str, object]) -> tuple[JSONObject, tuple[str, ...]]:
     """`args` with the lossless coercions its schema asks for, and their names (empty when none)."""
     repairs: dict[str, None] = {}
     value = _coerce_object(args, schema, repairs, 0)
@@ -190,7 +189,7 @@ def coerce(args: JSONObject, schema: Mapping[str, Any]) -> tuple[JSONObject, tup
 
 
 def _coerce_object(
-    obj: JSONObject, schema: Mapping[str, Any], repairs: dict[str, None], depth: int
+    obj: JSONObject, schema: Mapping[str, object], repairs: dict[str, None], depth: int
 ) -> JSONObject:
     props = schema.get("properties")
     if not isinstance(props, Mapping) or depth > MAX_COERCE_DEPTH:
@@ -202,7 +201,7 @@ def _coerce_object(
     return out
 
 
-def _coerce_value(value: JSONValue, schema: Mapping[str, Any], repairs: dict[str, None], depth: int) -> JSONValue:
+def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[str, None], depth: int) -> JSONValue:
     types = _types(schema)
     if types and not any(_is(value, t) for t in types):
         value = _convert(value, types, repairs)
@@ -214,7 +213,7 @@ def _coerce_value(value: JSONValue, schema: Mapping[str, Any], repairs: dict[str
     return value
 
 
-def _types(schema: Mapping[str, Any]) -> set[str]:
+def _types(schema: Mapping[str, object]) -> set[str]:
     t = schema.get("type")
     if isinstance(t, str):
         return {t}

@@ -57,7 +57,7 @@ class Dialect:
     to_chat: Callable[[JSONObject], JSONObject]
     answer: Callable[[JSONObject, Rounds, Final, Reply], JSONObject]
     writer: Callable[[JSONObject, Rounds], Any]
-    error_body: Callable[[ProxyError], Mapping[str, Any]]
+    error_body: Callable[[ProxyError], Mapping[str, object]]
     opening: Callable[[JSONObject], list[om.Omen]] = lambda body: []  # omens of the translation itself
 
 
