@@ -26,8 +26,8 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from sanctum_proxy.core.openai_chat import ToolCall, tool_call
-from sanctum_proxy.core.shapes import ChatMessage, ContentPart, JSONObject, JSONValue
+from sanctum_proxy.core.openai_chat import tool_call
+from sanctum_proxy.core.shapes import ChatMessage, ContentPart, JSONObject, JSONValue, ToolCallWire
 from sanctum_proxy.errors import InvalidRequest, ProxyError, shown
 from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply, arguments_object
@@ -208,7 +208,7 @@ def _assistant(blocks: list[Any], at: str) -> list[ChatMessage]:
     return [message]
 
 
-def _call(block: JSONObject, at: str) -> ToolCall:
+def _call(block: JSONObject, at: str) -> ToolCallWire:
     call_id, name = block.get("id"), block.get("name")
     if not isinstance(call_id, str) or not isinstance(name, str):
         raise InvalidRequest(f"{at}: a tool_use block needs a string 'id' and 'name'", param=at)

@@ -18,7 +18,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import Decoded, decode
-from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, Usage
+from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, ToolCallWire, Usage
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair.events import Final, RoundRecord, loose
 from sanctum_proxy.repair.mend import calls_outside_reasoning, native_candidates
@@ -52,7 +52,7 @@ def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
                  "surrendered", accepted=loose(record.answer))
 
 
-def known_calls(message: ChatMessage, book: Toolbox) -> list[openai_chat.ToolCall]:
+def known_calls(message: ChatMessage, book: Toolbox) -> list[ToolCallWire]:
     """The answer's calls (native, then written in its text) that name an offered tool, with object arguments."""
     text = content_text(message.get("content"))
     found = calls_outside_reasoning(text, book.name_set) if text else []
