@@ -31,7 +31,9 @@ __all__ = ["AnswerMeta", "ChatMessage", "ClientMessage", "ContentPart", "Functio
 JSONValue = object
 JSONObject = dict[str, JSONValue]  # a JSON object whose values the reader checks (a body, a vendor's fields)
 
-ToolCallWire = ToolCall  # {"id", "type": "function", "function": {"name", "arguments": JSON text}}
+# A tool call on the chat wire: {"id", "type": "function", "function": {"name", "arguments": JSON text}}. Inside
+# the proxy a call is core/calls.ToolCall (id, name, arguments); ToolCall.to_openai and ToolCall.from_wire convert.
+ToolCallWire = ToolCall
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
