@@ -14,6 +14,7 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError
 from sanctum_proxy.protocols import messages_api
 from sanctum_proxy.routes import chat, health, metrics, passthrough, sanctum, translated
+from sanctum_proxy.services import Services
 from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state.replicated import SharedState
 from sanctum_proxy.upstreams.auto_mode import ModeBook
@@ -29,31 +30,23 @@ from sanctum_proxy.web.request_id import EchoRequestId
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.recorder.start()
-        app.state.pools = upstream_pools(settings)
-        app.state.upstream = app.state.pools.default
-        app.state.pools.start()
-        await app.state.shared.start()
+        parts.recorder.start()
+        pools = parts.started_pools = upstream_pools(settings)
+        pools.start()
+        await parts.shared.start()
         try:
             yield
         finally:
-            await app.state.pools.aclose()
-            await app.state.shared.aclose()
-            app.state.recorder.close()
+            await pools.aclose()
+            await parts.shared.aclose()
+            parts.recorder.close()
 
     app = FastAPI(title="sanctum-proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.settings = settings
-    app.state.shared = SharedState(settings.redis_url, max_rows=settings.max_models)
-    app.state.modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
-                               parse_failure_threshold=settings.parse_failure_threshold,
-                               table=app.state.shared.table("modes"))
-    app.state.keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
-    app.state.capabilities = CapabilityBook(table=app.state.shared.table("capabilities"),
-                                            probes_per_minute=settings.probes_per_minute)
-    app.state.recorder = Recorder(retention(settings))
+    parts = app.state.services = make_services(settings)
+    app.state.settings, app.state.recorder = settings, parts.recorder  # routes/sse.py reads them so (for now)
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
-                       keys=app.state.keys, per_key=settings.max_concurrent_per_key)
+                       keys=parts.keys, per_key=settings.max_concurrent_per_key)
     app.add_middleware(EchoRequestId)  # outside the limit: a 429 echoes X-Request-Id too
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
@@ -61,7 +54,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JsonResponse:
-        app.state.recorder.refused(request, exc)
+        parts.recorder.refused(request, exc)
         return shaped(request, exc)
 
     @app.exception_handler(StarletteHTTPException)
@@ -83,6 +76,15 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(passthrough.router)  # last: its /v1/{path} catches what the others do not
     return app
+
+
+def make_services(settings: Settings) -> Services:
+    shared = SharedState(settings.redis_url, max_rows=settings.max_models)
+    modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
+                     parse_failure_threshold=settings.parse_failure_threshold, table=shared.table("modes"))
+    capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute)
+    keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
+    return Services(settings, shared, modes, keys, capabilities, Recorder(retention(settings)))
 
 
 def shaped(request: Request, error: ProxyError) -> JsonResponse:

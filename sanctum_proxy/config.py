@@ -20,6 +20,7 @@ from pydantic_settings import (
 )
 
 from sanctum_proxy.codecs.families import PromptFormat
+from sanctum_proxy.core.shapes import JSONObject
 
 ToolCalling = Literal["native", "prompted", "auto"]
 Surrender = Literal["error", "content", "last_call"]
@@ -187,7 +188,7 @@ class SettingsError(ValueError):
     """An invalid setting; the message is one line naming it."""
 
 
-def load_settings(flags: dict[str, Any] | None = None, config_file: str | Path | None = None) -> Settings:
+def load_settings(flags: JSONObject | None = None, config_file: str | Path | None = None) -> Settings:
     """Build Settings with precedence flags > env > TOML file > default."""
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     if config_file is not None and not Path(config_file).is_file():

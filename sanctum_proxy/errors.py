@@ -25,6 +25,7 @@ from typing import Any
 
 from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.openai_chat import ErrorBody
+from sanctum_proxy.core.shapes import JSONObject
 
 CLIENT_GONE = 499  # nginx's "client closed request": nobody reads it, the access log and traces do
 _NO_RETRY = frozenset({400, 401, 413, 422})  # the same request would fail the same way
@@ -44,7 +45,7 @@ class ProxyError(Exception):
         """The OpenAI-shaped error body: {"error": {message, type, param, code}}, then the error's own fields."""
         return openai_chat.error_body(self.message, self.type, self.param, self.code, self.extra())
 
-    def extra(self) -> dict[str, Any]:
+    def extra(self) -> JSONObject:
         return {}
 
 
@@ -115,22 +116,23 @@ class UpstreamError(ProxyError):
         self.upstream_status = status
         self.raw = raw
         fields = upstream_fields(raw)
-        if isinstance(fields.get("code"), str) and fields["code"]:
-            self.code = fields["code"]
-        if isinstance(fields.get("param"), str):
-            self.param = fields["param"]
+        code, param = fields.get("code"), fields.get("param")
+        if isinstance(code, str) and code:
+            self.code = code
+        if isinstance(param, str):
+            self.param = param
         self._kept = {k: v for k, v in fields.items() if k not in _OWN}
         if isinstance(fields.get("type"), str):
             self._kept["upstream_type"] = fields["type"]
 
-    def extra(self) -> dict[str, Any]:
+    def extra(self) -> JSONObject:
         return {**self._kept, "upstream_status": self.upstream_status}
 
 
 _OWN = frozenset({"message", "type", "param", "code", "upstream_status", "upstream_type", "rounds", "rejected"})
 
 
-def upstream_fields(raw: Any) -> dict[str, Any]:
+def upstream_fields(raw: Any) -> JSONObject:
     """The upstream's error object (`{"error": {...}}` of OpenAI, llama.cpp and vLLM), or {}."""
     error = raw.get("error") if isinstance(raw, dict) else None
     return error if isinstance(error, dict) else {}
@@ -155,7 +157,7 @@ class ToolCallParseError(ProxyError):
         self.rounds = rounds
         self.rejected = rejected
 
-    def extra(self) -> dict[str, Any]:
+    def extra(self) -> JSONObject:
         return {"rounds": self.rounds, "rejected": self.rejected}
 
 

@@ -52,7 +52,7 @@ class Proxy:
 
     def busy_connections(self) -> int:
         async def count() -> int:
-            upstream = self.app.state.upstream  # aiohttp keeps no public count of connections lent out
+            upstream = self.app.state.services.pools.default  # aiohttp keeps no public count of connections lent out
             return sum(len(s.connector._acquired) for s in (upstream._session, upstream._fresh_session)
                        if s is not None and s.connector is not None)
 
@@ -389,7 +389,7 @@ def test_sse_line_of_10_mb_is_delivered_and_freed(start_proxy, fake, stream):
     once()  # warms caches and pools; the trace writer is flushed, as it holds answers until written
     tracemalloc.start()
     try:
-        left = traced(lambda: [once() for _ in range(2)] and proxy.app.state.recorder.flush())
+        left = traced(lambda: [once() for _ in range(2)] and proxy.app.state.services.recorder.flush())
     finally:
         tracemalloc.stop()
     assert left < 1_000_000, f"{left} bytes left allocated after two 10 MB answers"

@@ -18,8 +18,11 @@ and the helpers every tier shares: `content_text` (a message content as text), `
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import orjson
 
 from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.shapes import JSONValue
@@ -75,7 +78,19 @@ class ToolCall:
     arguments: str  # the JSON text sent to the client (byte-identical to the model's when it was valid)
 
     def to_openai(self) -> openai_chat.ToolCall:
+        """The call as the chat wire holds it (core/shapes.ToolCallWire)."""
         return openai_chat.tool_call(self.id, self.name, self.arguments)
+
+    @classmethod
+    def from_wire(cls, call: Mapping[str, object], index: int) -> ToolCall:
+        """A chat wire call (ToolCallWire, or a client's as sent) as the proxy holds one: a missing id is
+        `call_{index}`, a missing name "", arguments that are not JSON text are written as JSON."""
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = orjson.dumps(arguments if arguments is not None else {}).decode()
+        return cls(str(call.get("id") or f"call_{index}"), str(function.get("name") or ""), arguments or "{}")
 
 
 @dataclass(frozen=True)

@@ -2,31 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from sanctum_proxy.core.openai_chat import Message, function_tool, tool_call
+from sanctum_proxy.core.shapes import JSONObject
 
 
-def uses_functions(body: dict[str, Any]) -> bool:
+def uses_functions(body: JSONObject) -> bool:
     return bool(body.get("functions")) and not body.get("tools")
 
 
-def to_tools(body: dict[str, Any]) -> dict[str, Any]:
+def to_tools(body: JSONObject) -> JSONObject:
     out = {k: v for k, v in body.items() if k not in ("functions", "function_call")}
-    out["tools"] = [function_tool(f) for f in body.get("functions", [])]
+    functions, messages = body.get("functions", []), body.get("messages", [])  # lists: chat_request checked them
+    out["tools"] = [function_tool(f) for f in functions] if isinstance(functions, list) else []
     choice = body.get("function_call")
     if isinstance(choice, dict) and choice.get("name"):
         out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     elif choice in ("none", "auto"):
         out["tool_choice"] = choice
     out["parallel_tool_calls"] = False
-    out["messages"] = [_message_to_tools(m) for m in body.get("messages", [])]
+    out["messages"] = [_message_to_tools(m) for m in messages] if isinstance(messages, list) else []
     return out
 
 
-def _message_to_tools(message: dict[str, Any]) -> dict[str, Any]:
-    if message.get("role") == "assistant" and isinstance(message.get("function_call"), dict):
-        call = message["function_call"]
+def _message_to_tools(message: JSONObject) -> JSONObject:
+    call = message.get("function_call")
+    if message.get("role") == "assistant" and isinstance(call, dict):
         rest = {k: v for k, v in message.items() if k != "function_call"}
         return {**rest, "tool_calls": [
             tool_call(f"call_legacy_{call.get('name', '')}", call.get("name", ""), call.get("arguments", "{}"))]}

@@ -21,12 +21,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 import orjson
 
 from sanctum_proxy.core.calls import Problem, Repair
 from sanctum_proxy.core.openai_chat import Sanctum
+from sanctum_proxy.core.shapes import JSONObject
 
 
 class OmenType(StrEnum):
@@ -56,9 +56,9 @@ class Outcome(StrEnum):
 class Omen:
     type: OmenType
     round: int
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: JSONObject = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"type": str(self.type), "round": self.round, **self.fields}
 
 
@@ -97,7 +97,7 @@ def surrendered(round_no: int, message: str, rejected_raw: Sequence[str]) -> Ome
     return Omen(OmenType.SURRENDERED, round_no, {"message": message, "rejected": list(rejected_raw)})
 
 
-def withheld(round_no: int, tools: list[dict[str, Any]], reason: str) -> Omen:
+def withheld(round_no: int, tools: list[JSONObject], reason: str) -> Omen:
     return Omen(OmenType.WITHHELD, round_no, {"tools": tools, "reason": reason})
 
 

@@ -14,9 +14,9 @@ and the writers (routes/) use the rest; pure, no imports from the package.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Literal, NotRequired, TypedDict, cast
 
-Json = dict[str, Any]  # a field passed on as the upstream sent it
+Json = dict[str, object]  # a field passed on as the upstream sent it (read only after a check)
 
 
 class FunctionTool(TypedDict):
@@ -191,7 +191,7 @@ def chunk(meta: Mapping[str, object], delta: Delta, finish_reason: str | None = 
     return cast(Chunk, out)
 
 
-def closing(finish: Chunk, meta: Mapping[str, object], usage: Json | None, extra: Mapping[str, object],
+def closing(finish: Chunk, meta: Mapping[str, object], usage: Usage | None, extra: Mapping[str, object],
             sanctum: Sanctum) -> list[Chunk]:
     """The last chunks of a stream: the finish chunk, then, when there is a usage to send, the usage chunk
     (`choices: []`); the answering round's own fields (`extra`) and the `sanctum` block go on the last of them."""
@@ -199,7 +199,7 @@ def closing(finish: Chunk, meta: Mapping[str, object], usage: Json | None, extra
         return [_ending(finish, extra, sanctum)]
     usage_chunk = chunk(meta, {})
     usage_chunk["choices"] = []
-    usage_chunk["usage"] = cast(Usage, usage)  # the upstream's, as it came
+    usage_chunk["usage"] = usage  # the upstream's, as it came
     return [finish, _ending(usage_chunk, extra, sanctum)]
 
 
@@ -224,7 +224,7 @@ def choice(index: int, message: Message, finish_reason: str | None, extra: Mappi
                          "finish_reason": finish_reason})
 
 
-def completion(meta: Mapping[str, object], choices: list[Choice], usage: Json | None, extra: Mapping[str, object],
+def completion(meta: Mapping[str, object], choices: list[Choice], usage: Usage | None, extra: Mapping[str, object],
                sanctum: Sanctum) -> Completion:
     """The chat.completion: `meta` (id, created, model, system_fingerprint), the choices, the usage when the
     upstream sent one, the answering round's own fields (`extra`, never over the proxy's), `sanctum` last."""

@@ -12,9 +12,8 @@ proxy writes); the chat message and the answer's meta are new here because the w
 openai_chat.Meta) require keys an upstream may leave out. The translated protocols' own answer shapes live with
 their builders (protocols/messages_api.py, protocols/responses_api.py).
 
-Not yet everywhere: the events routes/ builds or reads as plain dicts (Final, Answer.meta, ContentDelta.meta)
-keep `dict[str, Any]` until routes/ is typed; repair/events.loose hands a typed value to Final as a cast.
-AnswerMeta is the shape those metas take then.
+Not yet everywhere: Answer.meta, ContentDelta.meta and Final.meta are a JSONObject until repair/streaming.py,
+routes/sse.py and protocols/chat_events.py write and read AnswerMeta (the shape they take then).
 """
 
 from __future__ import annotations
@@ -24,13 +23,17 @@ from typing import Literal, TypedDict
 
 from sanctum_proxy.core.openai_chat import FunctionCall, ToolCall, Usage
 
-__all__ = ["AnswerMeta", "ChatMessage", "FunctionCall", "JSONValue", "Role", "ToolCallWire", "Usage"]
+__all__ = ["AnswerMeta", "ChatMessage", "ClientMessage", "ContentPart", "FunctionCall", "JSONObject", "JSONValue",
+           "Role", "ToolCallWire", "Usage"]
 
 # A value that really is arbitrary JSON (a content part, an upstream's tool call before tier 1 reads it, a vendor
 # field passed on): the proxy reads it only after an isinstance check, so `object` is what it is.
 JSONValue = object
+JSONObject = dict[str, JSONValue]  # a JSON object whose values the reader checks (a body, a vendor's fields)
 
-ToolCallWire = ToolCall  # {"id", "type": "function", "function": {"name", "arguments": JSON text}}
+# A tool call on the chat wire: {"id", "type": "function", "function": {"name", "arguments": JSON text}}. Inside
+# the proxy a call is core/calls.ToolCall (id, name, arguments); ToolCall.to_openai and ToolCall.from_wire convert.
+ToolCallWire = ToolCall
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 
@@ -45,6 +48,28 @@ class ChatMessage(TypedDict, total=False):
     tool_call_id: str
     name: str
     function_call: JSONValue  # the legacy API's call (FunctionCall as written)
+    refusal: str | None
+    reasoning_content: str
+    reasoning: str
+
+
+class ContentPart(TypedDict, total=False):
+    """A chat content part the translators write (protocols/): text, or an image by URL or data URL."""
+
+    type: Literal["text", "image_url"]
+    text: str
+    image_url: JSONObject  # {"url": ..., "detail"?: ...}
+
+
+class ClientMessage(TypedDict, total=False):
+    """The message the proxy answers with (repair/events.Final.message): the loop's accepted message, whose calls
+    tier 1 wrote as ToolCallWire (repair/answer.client_message); a round without tools offered passes the
+    upstream's as it came."""
+
+    role: Role
+    content: str | None
+    tool_calls: list[ToolCallWire]
+    function_call: FunctionCall  # the legacy API's (core/legacy.to_function_call)
     refusal: str | None
     reasoning_content: str
     reasoning: str

@@ -15,7 +15,7 @@ import orjson
 from jsonschema import exceptions as schema_errors
 
 from sanctum_proxy.config import Settings
-from sanctum_proxy.core.shapes import JSONValue
+from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.errors import ArrayTooLong, InvalidRequest, shown
 from sanctum_proxy.repair import schemas
 
@@ -29,7 +29,7 @@ SURRENDER = ("error", "content", "last_call")
 MAX_MODEL_CHARS = 256
 
 
-def check_counts(body: dict[str, Any], max_messages: int, max_tools: int) -> None:
+def check_counts(body: JSONObject, max_messages: int, max_tools: int) -> None:
     """Too many messages or tools is a 400 `invalid_request_error` naming the field, code
     `array_above_max_length`: what OpenAI answers for the same request."""
     for field, limit in (("messages", max_messages), ("tools", max_tools), ("functions", max_tools)):
@@ -52,7 +52,7 @@ class Controls:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    body: dict[str, Any]  # without `sanctum`
+    body: dict[str, Any]  # without `sanctum` (a JSONObject once routes/sse.py checks what it reads)
     controls: Controls
 
     @property
@@ -65,16 +65,16 @@ class ChatRequest:
         return model if isinstance(model, str) else ""
 
     @property
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[JSONObject]:
         tools = self.body.get("tools")
         return tools if isinstance(tools, list) else []
 
     @property
-    def functions(self) -> list[dict[str, Any]]:
+    def functions(self) -> list[JSONObject]:
         functions = self.body.get("functions")
         return functions if isinstance(functions, list) else []
 
-    def with_body(self, body: dict[str, Any]) -> ChatRequest:
+    def with_body(self, body: JSONObject) -> ChatRequest:
         return replace(self, body=body)
 
 
@@ -82,7 +82,7 @@ def parse_chat_request(raw: bytes, headers: Mapping[str, str], settings: Setting
     return chat_request(json_object(raw), headers, settings)
 
 
-def json_object(raw: bytes) -> dict[str, Any]:
+def json_object(raw: bytes) -> JSONObject:
     """A request body that must be one JSON object (400 otherwise)."""
     try:
         body = orjson.loads(raw)
@@ -93,7 +93,7 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def chat_request(body: dict[str, Any], headers: Mapping[str, str], settings: Settings, *,
+def chat_request(body: JSONObject, headers: Mapping[str, str], settings: Settings, *,
                  on_surrender: str | None = None) -> ChatRequest:
     """A chat body already read (or translated from another protocol), checked, its `sanctum` taken out.
     `on_surrender`: the endpoint's own default (settings.on_surrender when None)."""
@@ -118,7 +118,7 @@ def check_model(model: JSONValue) -> None:
 DEPTH_HEADROOM = 16
 
 
-def check_depth(body: dict[str, Any]) -> None:
+def check_depth(body: JSONObject) -> None:
     """A field nested too deep to be written back is a 400 naming it (it was a 500 once the answer was
     written). orjson finds out at C speed; a walk in Python would cost more than the whole request."""
     for key, value in body.items():
@@ -131,7 +131,7 @@ def check_depth(body: dict[str, Any]) -> None:
                                  f"{254 - DEPTH_HEADROOM} levels deep is refused)", param=key) from exc
 
 
-def check_choices(body: dict[str, Any]) -> None:
+def check_choices(body: JSONObject) -> None:
     """`tool_choice` and `stream_options` are read by the proxy, so their shape must be OpenAI's."""
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and "function" in choice:
@@ -166,7 +166,7 @@ def check_messages(messages: JSONValue) -> None:
         check_history_calls(message, f"messages[{i}]")
 
 
-def check_history_calls(message: dict[str, Any], where: str) -> None:
+def check_history_calls(message: JSONObject, where: str) -> None:
     """Earlier calls in the history are read back (prompted mode rewrites them as text): their shape must
     be OpenAI's, or the request is a 400 naming the place."""
     calls = message.get("tool_calls")
@@ -183,7 +183,7 @@ def check_history_calls(message: dict[str, Any], where: str) -> None:
                              param=f"{where}.function_call")
 
 
-def check_tools(body: dict[str, Any]) -> None:
+def check_tools(body: JSONObject) -> None:
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise InvalidRequest("'tools' must be an array", param="tools")

@@ -26,8 +26,8 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from sanctum_proxy.core.openai_chat import ToolCall, tool_call
-from sanctum_proxy.core.shapes import ChatMessage, JSONValue
+from sanctum_proxy.core.openai_chat import tool_call
+from sanctum_proxy.core.shapes import ChatMessage, ContentPart, JSONObject, JSONValue, ToolCallWire
 from sanctum_proxy.errors import InvalidRequest, ProxyError, shown
 from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 from sanctum_proxy.protocols.reply import Reply, arguments_object
@@ -84,11 +84,11 @@ class ThreadUnsupported(InvalidRequest):
 
     code = "thread_unsupported_request"
 
-    def extra(self) -> dict[str, Any]:
+    def extra(self) -> JSONObject:
         return {"details": {"error_code": self.code}}
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+def to_chat(body: JSONObject) -> JSONObject:
     """The chat-completions body for a Messages request (InvalidRequest naming the field it cannot serve)."""
     max_tokens = body.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
@@ -97,7 +97,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat_messages(body)
 
 
-def chat_messages(body: dict[str, Any]) -> dict[str, Any]:
+def chat_messages(body: JSONObject) -> JSONObject:
     """`to_chat` without the check of `max_tokens` (POST /v1/messages/count_tokens takes none)."""
     if body.get("thread") is not None and body.get("thread") is not False:
         raise ThreadUnsupported("'thread' is not supported: sanctum-proxy keeps no conversation state; send the "
@@ -106,7 +106,7 @@ def chat_messages(body: dict[str, Any]) -> dict[str, Any]:
         if body.get(name):
             raise InvalidRequest(f"'{name}' is not supported: sanctum-proxy keeps no state on the server and serves "
                                  "client tools only", param=name)
-    chat: dict[str, Any] = {k: v for k, v in body.items() if k not in IGNORED and k not in TRANSLATED}
+    chat: JSONObject = {k: v for k, v in body.items() if k not in IGNORED and k not in TRANSLATED}
     chat["model"] = body.get("model")
     chat["messages"] = merge_system_messages(_system(body.get("system")) + _messages(body.get("messages")))
     answer_format = _output_format(body)
@@ -126,7 +126,7 @@ def chat_messages(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def _output_format(body: dict[str, Any]) -> dict[str, Any] | None:
+def _output_format(body: JSONObject) -> JSONObject | None:
     """`output_config.format` (or the older top-level `output_format`), `{"type": "json_schema", "schema": ...}`,
     as the chat `response_format` (Claude Code's title request asks for one). `effort` and `task_budget` mean
     nothing to a chat upstream: left out."""
@@ -208,17 +208,18 @@ def _assistant(blocks: list[Any], at: str) -> list[ChatMessage]:
     return [message]
 
 
-def _call(block: dict[str, Any], at: str) -> ToolCall:
-    if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+def _call(block: JSONObject, at: str) -> ToolCallWire:
+    call_id, name = block.get("id"), block.get("name")
+    if not isinstance(call_id, str) or not isinstance(name, str):
         raise InvalidRequest(f"{at}: a tool_use block needs a string 'id' and 'name'", param=at)
-    return tool_call(block["id"], block["name"], orjson.dumps(block.get("input") or {}).decode())
+    return tool_call(call_id, name, orjson.dumps(block.get("input") or {}).decode())
 
 
 def _user(blocks: list[Any], at: str) -> list[ChatMessage]:
     """tool_result blocks as `tool` messages (first: they answer the calls before them), the rest as one user
     message after them, with the images of the results (a chat `tool` message takes text only)."""
     results: list[ChatMessage] = []
-    parts: list[dict[str, Any]] = []
+    parts: list[ContentPart] = []
     for j, block in enumerate(blocks):
         where = f"{at}.content[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
@@ -235,7 +236,7 @@ def _user(blocks: list[Any], at: str) -> list[ChatMessage]:
     return out
 
 
-def _part(block: Any, at: str) -> dict[str, Any]:
+def _part(block: Any, at: str) -> ContentPart:
     kind = block.get("type") if isinstance(block, dict) else None
     if kind == "text":
         return {"type": "text", "text": _text_block(block, at)}
@@ -253,12 +254,13 @@ def _part(block: Any, at: str) -> dict[str, Any]:
                          param=f"{at}.type")
 
 
-def _result(block: dict[str, Any], at: str) -> tuple[ChatMessage, list[dict[str, Any]]]:
+def _result(block: JSONObject, at: str) -> tuple[ChatMessage, list[ContentPart]]:
     """The `tool` message, and the result's images."""
-    if not isinstance(block.get("tool_use_id"), str):
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a tool_result block needs a string 'tool_use_id'", param=f"{at}.tool_use_id")
     content = block.get("content")
-    images: list[dict[str, Any]] = []
+    images: list[ContentPart] = []
     if isinstance(content, list):
         parts = [_part(p, f"{at}.content[{j}]") for j, p in enumerate(content)]
         content = "".join(p["text"] for p in parts if p["type"] == "text")
@@ -269,14 +271,14 @@ def _result(block: dict[str, Any], at: str) -> tuple[ChatMessage, list[dict[str,
         raise InvalidRequest(f"{at}.content must be a string or an array of blocks", param=f"{at}.content")
     if block.get("is_error") is True:
         content = f"Error: {content}"
-    return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}, images
+    return {"role": "tool", "tool_call_id": call_id, "content": content}, images
 
 
-def _function(i: int, tool: JSONValue) -> dict[str, Any]:
+def _function(i: int, tool: JSONValue) -> JSONObject:
     """A Messages tool as a chat function."""
     if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
         raise unsupported(i, tool, "client tools with an input_schema only")
-    function: dict[str, Any] = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
+    function: JSONObject = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
     if tool.get("description") is not None:
         function["description"] = tool["description"]
     if tool.get("strict") is not None:
@@ -284,7 +286,7 @@ def _function(i: int, tool: JSONValue) -> dict[str, Any]:
     return function
 
 
-def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
+def _tool_choice(choice: Any, chat: JSONObject) -> None:
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind == "auto":
         chat["tool_choice"] = "auto"
@@ -343,7 +345,7 @@ def usage(reply: Reply) -> MessagesUsage:
     return out
 
 
-def message(reply: Reply, ids: str, model: str) -> dict[str, Any]:
+def message(reply: Reply, ids: str, model: str) -> JSONObject:
     """The Message; `model` is the one the client asked for (a stream's message_start names it before the
     upstream answers: both say the same)."""
     return {"id": f"msg_{ids}", "type": "message", "role": "assistant", "model": model,
@@ -351,7 +353,7 @@ def message(reply: Reply, ids: str, model: str) -> dict[str, Any]:
             "usage": usage(reply)}
 
 
-def error_body(error: ProxyError) -> dict[str, Any]:
+def error_body(error: ProxyError) -> JSONObject:
     """Anthropic's error shape; the proxy's own type and code (and a surrender's rounds and rejected answers)
     stay beside it."""
     body = error.body()["error"]
@@ -361,17 +363,33 @@ def error_body(error: ProxyError) -> dict[str, Any]:
                                        **extra}}
 
 
-def model_list(data: list[dict[str, Any]]) -> dict[str, Any]:
+class ModelInfo(TypedDict):
+    type: Literal["model"]
+    id: str
+    display_name: str
+    created_at: str
+    lifecycle: str
+
+
+class ModelPage(TypedDict):
+    data: list[ModelInfo]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+def model_list(data: list[JSONObject]) -> ModelPage:
     """OpenAI's model list `data` as Anthropic's page of ModelInfo (the whole list: `has_more` false). A model
     without a `created` time gets the epoch, as Anthropic's docs allow for an unknown release date."""
-    models = []
+    models: list[ModelInfo] = []
     for item in data:
-        if not isinstance(item.get("id"), str):
+        model_id = item.get("id")
+        if not isinstance(model_id, str):
             continue
         created = item.get("created")
         seconds = created if isinstance(created, int) and not isinstance(created, bool) and created >= 0 else 0
         stamp = datetime.fromtimestamp(min(seconds, MAX_TIMESTAMP), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        models.append({"type": "model", "id": item["id"], "display_name": item["id"], "created_at": stamp,
+        models.append({"type": "model", "id": model_id, "display_name": model_id, "created_at": stamp,
                        "lifecycle": "active"})
     return {"data": models, "first_id": models[0]["id"] if models else None,
             "last_id": models[-1]["id"] if models else None, "has_more": False}

@@ -10,28 +10,21 @@ import orjson
 
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.accumulated import Accumulated
-from sanctum_proxy.core.calls import content_text
-from sanctum_proxy.core.shapes import JSONValue
+from sanctum_proxy.core.calls import ToolCall, content_text
+from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.repair.streaming import unseen
-
-
-@dataclass(frozen=True)
-class Call:
-    id: str
-    name: str
-    arguments: str  # the JSON text of the arguments object
 
 
 @dataclass(frozen=True)
 class Reply:
     text: str
-    calls: tuple[Call, ...]
+    calls: tuple[ToolCall, ...]
     reasoning: str
     finish_reason: str  # the chat finish_reason: stop | tool_calls | length | content_filter | ...
     input_tokens: int
     output_tokens: int
     refusal: str = ""  # the model declined (OpenAI's `refusal`)
-    logprobs: tuple[dict[str, Any], ...] = ()  # the content tokens' logprobs, as the chat answer carried them
+    logprobs: tuple[JSONObject, ...] = ()  # the content tokens' logprobs, as the chat answer carried them
     cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens
     reasoning_tokens: int = 0  # usage.completion_tokens_details.reasoning_tokens
     model: str = ""  # the upstream's own model name ("" when it sent none)
@@ -45,7 +38,8 @@ class Reply:
         reasoning = next((m.get(f) for m in (message, accepted or {}) for f in ("reasoning_content", "reasoning")
                           if isinstance(m.get(f), str) and m.get(f)), None)
         listed = message.get("tool_calls") or []  # a ChatMessage: the calls the loop settled (a list)
-        calls = tuple(_call(c, i) for i, c in enumerate(cast(Sequence[JSONValue], listed)) if isinstance(c, dict))
+        calls = tuple(ToolCall.from_wire(c, i) for i, c in enumerate(cast(Sequence[JSONValue], listed))
+                      if isinstance(c, dict))
         usage = usage or {}
         refusal = message.get("refusal")
         tokens = logprobs.get("content") if isinstance(logprobs, dict) else None
@@ -61,14 +55,6 @@ class Reply:
 def _detail(usage: Mapping[str, object], details: str, name: str) -> JSONValue:
     part = usage.get(details)
     return part.get(name) if isinstance(part, dict) else None
-
-
-def _call(call: dict[str, Any], index: int) -> Call:
-    function = call.get("function") or {}
-    arguments = function.get("arguments")
-    if not isinstance(arguments, str):
-        arguments = orjson.dumps(arguments if arguments is not None else {}).decode()
-    return Call(str(call.get("id") or f"call_{index}"), str(function.get("name") or ""), arguments or "{}")
 
 
 def _count(value: JSONValue) -> int:

@@ -30,7 +30,7 @@ import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool, tool_call
-from sanctum_proxy.core.shapes import ChatMessage, JSONValue
+from sanctum_proxy.core.shapes import ChatMessage, ContentPart, JSONObject, JSONValue
 from sanctum_proxy.core.tool_names import NAMESPACE_JOIN  # `<namespace>__<name>`: Codex's canonical flat name
 from sanctum_proxy.errors import InvalidRequest
 from sanctum_proxy.errors import shown as quoted
@@ -57,13 +57,13 @@ class Spells:
     withheld: list[tuple[int, str]] = field(default_factory=list)  # (index, type) of each tool left out
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+def to_chat(body: JSONObject) -> JSONObject:
     """The chat-completions body for a Responses request (InvalidRequest naming the field it cannot serve)."""
     for name in STATEFUL:
         if body.get(name) not in (None, False):
             raise InvalidRequest(f"'{name}' is not supported: sanctum-proxy keeps no responses or conversations; "
                                  "send the whole conversation in 'input'", param=name)
-    chat: dict[str, Any] = {k: v for k, v in body.items() if k in FORWARDED}
+    chat: JSONObject = {k: v for k, v in body.items() if k in FORWARDED}
     chat["model"] = body.get("model")
     messages = _instructions(body.get("instructions")) + input_messages(body.get("input"))
     chat["messages"] = merge_system_messages(messages)
@@ -96,7 +96,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["logprobs"] = True
         if isinstance(body.get("top_logprobs"), int):
             chat["top_logprobs"] = body["top_logprobs"]
-    effort = (body.get("reasoning") or {}).get("effort") if isinstance(body.get("reasoning"), dict) else None
+    reasoning = body.get("reasoning")
+    effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     if effort is not None:
         chat["reasoning_effort"] = effort
     return chat
@@ -105,13 +106,13 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
-def wants_logprobs(body: dict[str, Any]) -> bool:
+def wants_logprobs(body: JSONObject) -> bool:
     """The request asked for the output text's logprobs (`include`)."""
     include = body.get("include")
     return isinstance(include, list) and LOGPROBS_INCLUDE in include
 
 
-def _copy(source: dict[str, Any], target: dict[str, Any], keys: tuple[str, ...]) -> None:
+def _copy(source: JSONObject, target: JSONObject, keys: tuple[str, ...]) -> None:
     for key in keys:
         if source.get(key) is not None:
             target[key] = source[key]
@@ -136,7 +137,7 @@ def input_messages(items: JSONValue, where: str = "input") -> list[ChatMessage]:
     if not isinstance(items, list):
         raise InvalidRequest(f"'{where}' must be a string or an array of input items", param=where)
     messages: list[ChatMessage] = []
-    images: list[dict[str, Any]] = []
+    images: list[ContentPart] = []
     for i, item in enumerate(items):
         at = f"{where}[{i}]"
         if not isinstance(item, dict):
@@ -166,7 +167,7 @@ def input_messages(items: JSONValue, where: str = "input") -> list[ChatMessage]:
     return messages
 
 
-def _message(item: dict[str, Any], at: str) -> ChatMessage:
+def _message(item: JSONObject, at: str) -> ChatMessage:
     role = item.get("role")
     if role not in ("user", "assistant", "system", "developer"):
         raise InvalidRequest(f"{at}.role must be one of user, assistant, system, developer; got {quoted(role)}",
@@ -182,7 +183,7 @@ def _message(item: dict[str, Any], at: str) -> ChatMessage:
     return {"role": role, "content": parts}
 
 
-def _part(part: JSONValue, at: str) -> dict[str, Any]:
+def _part(part: JSONValue, at: str) -> ContentPart:
     if not isinstance(part, dict):
         raise InvalidRequest(f"{at} must be an object", param=at)
     kind = part.get("type")
@@ -202,7 +203,7 @@ def _part(part: JSONValue, at: str) -> dict[str, Any]:
                          "refusal, input_image)", param=f"{at}.type")
 
 
-def _add_call(messages: list[ChatMessage], item: dict[str, Any], at: str) -> None:
+def _add_call(messages: list[ChatMessage], item: JSONObject, at: str) -> None:
     name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
     if not isinstance(name, str) or not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call item needs a string 'name' and 'call_id'", param=at)
@@ -218,12 +219,12 @@ def _add_call(messages: list[ChatMessage], item: dict[str, Any], at: str) -> Non
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-def _call_output(item: dict[str, Any], at: str) -> tuple[ChatMessage, list[dict[str, Any]]]:
+def _call_output(item: JSONObject, at: str) -> tuple[ChatMessage, list[ContentPart]]:
     """The `tool` message, and the output's images."""
     call_id, output = item.get("call_id"), item.get("output")
     if not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call_output item needs a string 'call_id'", param=f"{at}.call_id")
-    images: list[dict[str, Any]] = []
+    images: list[ContentPart] = []
     if isinstance(output, list):
         parts = [_part(p, f"{at}.output[{j}]") for j, p in enumerate(output)]
         output = "".join(p["text"] for p in parts if p["type"] == "text")
@@ -265,7 +266,7 @@ def read_tools(tools: JSONValue) -> Spells:
     return spells
 
 
-def _add_namespace(spells: Spells, tool: dict[str, Any], i: int) -> None:
+def _add_namespace(spells: Spells, tool: JSONObject, i: int) -> None:
     namespace, members = tool.get("name"), tool.get("tools")
     if not isinstance(namespace, str) or not namespace or not isinstance(members, list):
         raise InvalidRequest(f"tools[{i}]: a namespace tool needs a string 'name' and a 'tools' array",
@@ -279,12 +280,12 @@ def _add_namespace(spells: Spells, tool: dict[str, Any], i: int) -> None:
         function = _function(member, at)
         name = function.get("name")
         if isinstance(name, str):
-            function["name"] = flat_name(namespace, name)
-            spells.namespaced[function["name"]] = (namespace, name)
+            flat = function["name"] = flat_name(namespace, name)
+            spells.namespaced[flat] = (namespace, name)
         spells.functions.append(function_tool(function))
 
 
-def _function(tool: dict[str, Any], at: str) -> Json:
+def _function(tool: JSONObject, at: str) -> Json:
     """A Responses function tool (flat: `{"type": "function", "name", ...}`) as a chat function."""
     if not isinstance(tool.get("name"), str):
         raise InvalidRequest(f"{at}: a function tool needs a string 'name'", param=f"{at}.name")
@@ -295,7 +296,7 @@ def _kinds(withheld: list[tuple[int, str]]) -> str:
     return ", ".join(dict.fromkeys(kind for _, kind in withheld))
 
 
-def withheld_omens(body: dict[str, Any]) -> list[om.Omen]:
+def withheld_omens(body: JSONObject) -> list[om.Omen]:
     """The SpellsWithheld omen of a request (read by to_chat already) whose tools were partly left out."""
     withheld = read_tools(body.get("tools")).withheld
     if not withheld:
@@ -305,7 +306,7 @@ def withheld_omens(body: dict[str, Any]) -> list[om.Omen]:
                         "offered them")]
 
 
-def namespaced_names(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
+def namespaced_names(body: JSONObject) -> dict[str, tuple[str, str]]:
     """Flat name -> (namespace, name) of the request's namespaced functions (the request read by to_chat)."""
     return read_tools(body.get("tools")).namespaced
 
@@ -345,7 +346,7 @@ def _tool_choice(choice: JSONValue) -> Any:
                          "{\"type\": \"function\", \"name\": ...} or allowed_tools)", param="tool_choice")
 
 
-def _response_format(text: JSONValue) -> dict[str, Any] | None:
+def _response_format(text: JSONValue) -> JSONObject | None:
     form = text.get("format") if isinstance(text, dict) else None
     if not isinstance(form, dict) or form.get("type") in (None, "text"):
         return None
@@ -470,11 +471,11 @@ def response_logprobs(tokens: Any) -> list[LogProb]:
     return out
 
 
-def _logprob(token: dict[str, Any]) -> LogProb:
-    raw = token.get("bytes")
-    value = token.get("logprob")
-    return {"token": token["token"], "logprob": value if isinstance(value, int | float) else 0.0,
-            "bytes": raw if isinstance(raw, list) else list(token["token"].encode())}
+def _logprob(token: JSONObject) -> LogProb:
+    raw, value, text = token.get("bytes"), token.get("logprob"), token.get("token")
+    text = text if isinstance(text, str) else ""  # a string: response_logprobs keeps no other
+    return {"token": text, "logprob": value if isinstance(value, int | float) else 0.0,
+            "bytes": raw if isinstance(raw, list) else list(text.encode())}
 
 
 def call_item(call_id: str, name: str, arguments: str, status: str,
@@ -494,10 +495,12 @@ def usage(reply: Reply) -> ResponsesUsage:
             "total_tokens": reply.input_tokens + reply.output_tokens}
 
 
-def skeleton(request: dict[str, Any], ids: str, created: int, model: str) -> dict[str, Any]:
+def skeleton(request: JSONObject, ids: str, created: int, model: str) -> JSONObject:
     """The response object before its output: what the request asked for, status in_progress."""
+    listed = request.get("tools")
     tools = [{**t, "strict": t.get("strict"), "parameters": t.get("parameters")} if t.get("type") == "function"
-             else t for t in request.get("tools") or [] if isinstance(t, dict)]  # the spec requires both keys
+             else t for t in (listed if isinstance(listed, list) else ())
+             if isinstance(t, dict)]  # the spec requires both keys
     return {"id": f"resp_{ids}", "object": "response", "created_at": created, "status": "in_progress",
             "error": None, "incomplete_details": None, "instructions": request.get("instructions"),
             "max_output_tokens": request.get("max_output_tokens"), "model": model, "output": [],
@@ -509,7 +512,7 @@ def skeleton(request: dict[str, Any], ids: str, created: int, model: str) -> dic
             "metadata": request.get("metadata") or {}}  # no usage yet: the key is left out (the spec has no null)
 
 
-def finished(response: dict[str, Any], reply: Reply, output: Sequence[OutputItem]) -> dict[str, Any]:
+def finished(response: JSONObject, reply: Reply, output: Sequence[OutputItem]) -> JSONObject:
     """The response once answered: `completed`, or `incomplete` when the answer hit max_output_tokens."""
     cut = reply.finish_reason == "length"
     return {**response, "status": "incomplete" if cut else "completed", "output": output,
@@ -517,7 +520,7 @@ def finished(response: dict[str, Any], reply: Reply, output: Sequence[OutputItem
             "model": reply.model or response["model"]}  # the upstream's own model, once it answered
 
 
-def failed(response: dict[str, Any], message: str, kind: str | None, param: str | None) -> dict[str, Any]:
+def failed(response: JSONObject, message: str, kind: str | None, param: str | None) -> JSONObject:
     """The response a stream ends with when the request fails after it started (`response.failed`)."""
     return {**response, "status": "failed",
             "error": {"code": "server_error", "message": message, "type": kind, "param": param}}

@@ -28,6 +28,7 @@ import orjson
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.accumulated import Accumulated
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import responses_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
@@ -37,7 +38,7 @@ from sanctum_proxy.repair.plan import Plan
 
 
 class ResponsesWriter(StreamWriter):
-    def __init__(self, response: dict[str, Any], ids: str, trace_id: str, plan: Plan,
+    def __init__(self, response: JSONObject, ids: str, trace_id: str, plan: Plan,
                  reply_of: Callable[[Final], Reply], *, logprobs: bool = False,
                  split_reasoning: bool = False, namespaced: dict[str, tuple[str, str]] | None = None) -> None:
         self.response, self.ids, self.trace_id = response, ids, trace_id
@@ -48,13 +49,13 @@ class ResponsesWriter(StreamWriter):
         self.output: list[api.OutputItem] = []
         self.shown = Accumulated()
         self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
-        self.held_tokens: list[dict[str, Any]] = []
+        self.held_tokens: list[JSONObject] = []
         self.message_open = False
         self.text_open = False
         self.thought = Thought()
         self.reasoning_at: int | None = None  # the output index of the open reasoning item
         self.logprobs = logprobs  # the request asked for the output text's logprobs (`include`)
-        self.tokens: list[dict[str, Any]] = []  # the chat logprobs of the text shown so far
+        self.tokens: list[JSONObject] = []  # the chat logprobs of the text shown so far
         self.namespaced = namespaced or {}  # flat name -> (namespace, name) of the namespaced functions
 
     def event(self, kind: str, **fields: Any) -> bytes:
@@ -69,7 +70,9 @@ class ResponsesWriter(StreamWriter):
     def delta(self, event: ContentDelta | FieldDelta) -> list[bytes]:
         if isinstance(event, FieldDelta):  # a refusal goes out with the answer's end
             return self.omens.due() + self.reason(event.text) if event.field in reasoning.FIELDS else []
-        tokens = self.held_tokens + ((event.logprobs or {}).get("content") or [] if self.logprobs else [])
+        listed = (event.logprobs or {}).get("content") if self.logprobs else None
+        fresh = [t for t in listed if isinstance(t, dict)] if isinstance(listed, list) else []
+        tokens = self.held_tokens + fresh
         pieces = self.live.feed(event.text)
         shows = any(kind == "content" for kind, _ in pieces)
         self.held_tokens = [] if shows else tokens
@@ -123,7 +126,7 @@ class ResponsesWriter(StreamWriter):
         self.output.append(api.message_item(None, self.ids, "in_progress"))
         return out + [self.event("response.output_item.added", output_index=index, item=self.output[index])]
 
-    def text(self, text: str, tokens: list[dict[str, Any]] | None = None) -> list[bytes]:
+    def text(self, text: str, tokens: list[JSONObject] | None = None) -> list[bytes]:
         out = self.open_message()
         if not self.text_open:
             self.text_open = True
@@ -210,7 +213,7 @@ class ResponsesWriter(StreamWriter):
         return out + [self.event("response.failed", response=response)]
 
 
-def _delta_logprobs(tokens: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def _delta_logprobs(tokens: list[JSONObject] | None) -> list[JSONObject]:
     """Chat token logprobs as the Responses API's delta events carry them (token, logprob, top_logprobs)."""
     return [{"token": t["token"], "logprob": t["logprob"],
              "top_logprobs": [{"token": x["token"], "logprob": x["logprob"]} for x in t.get("top_logprobs") or []]}

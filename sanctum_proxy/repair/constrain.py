@@ -25,7 +25,7 @@ import orjson
 
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.calls import Problem, example_arguments, new_call_id
-from sanctum_proxy.core.shapes import ChatMessage
+from sanctum_proxy.core.shapes import ChatMessage, JSONObject
 from sanctum_proxy.repair.reading import object_keys
 from sanctum_proxy.repair.toolbox import Toolbox
 
@@ -40,10 +40,10 @@ _PARALLEL = '- to call several tools at once: {"tool_calls": [{"name": ..., "arg
 _TEXT = '- to answer in text, when no tool is needed: {"content": "<your answer>"}\n'
 
 
-def answer_schema(book: Toolbox, *, text: bool, parallel: bool) -> dict[str, Any]:
+def answer_schema(book: Toolbox, *, text: bool, parallel: bool) -> JSONObject:
     """The JSON Schema of an answer offering every tool in `book` (restrict the book to pin one)."""
     calls = [_call_schema(name, tool.parameters) for name, tool in book.tools.items()]
-    one_call: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    one_call: JSONObject = calls[0] if len(calls) == 1 else {"anyOf": calls}
     branches = [one_call]
     if parallel:
         branches.append(
@@ -66,7 +66,7 @@ def answer_schema(book: Toolbox, *, text: bool, parallel: bool) -> dict[str, Any
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
-def _call_schema(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+def _call_schema(name: str, parameters: JSONObject) -> JSONObject:
     arguments = parameters if parameters else {"type": "object", "properties": {}}
     if "additionalProperties" not in arguments and object_keys(arguments, top=True).others is False:
         arguments = {**arguments, "additionalProperties": False}  # closed, as validation reads it (reading.py)
@@ -78,17 +78,17 @@ def _call_schema(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def response_format(schema: dict[str, Any]) -> dict[str, Any]:
+def response_format(schema: JSONObject) -> JSONObject:
     return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True}}
 
 
-def is_constrained(body: dict[str, Any]) -> bool:
+def is_constrained(body: JSONObject) -> bool:
     """Whether this upstream body is one of our constrained rounds (the stream reads its text branch)."""
     fmt = body.get("response_format")
     return isinstance(fmt, dict) and (fmt.get("json_schema") or {}).get("name") == SCHEMA_NAME
 
 
-def asks_json(body: dict[str, Any]) -> bool:
+def asks_json(body: JSONObject) -> bool:
     """Whether the client asked for a JSON answer of its own (response_format json_object / json_schema, not
     one of our constrained rounds): its content is that JSON, never read for calls."""
     fmt = body.get("response_format")

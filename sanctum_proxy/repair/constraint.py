@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal
 
-from sanctum_proxy.core.shapes import ChatMessage
+from sanctum_proxy.core.shapes import ChatMessage, JSONObject
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.events import Answer, Mode
@@ -48,7 +48,7 @@ class Constraint:
         """The answer is the JSON answer object (decoded by constrain.decode), not the model's own format."""
         return self.how == "schema"
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> JSONObject:
         return cn.answer_schema(self.book, text=self.text, parallel=self.parallel)
 
 

@@ -130,7 +130,7 @@ def _type(schema: Any) -> str:
     return str(t) if isinstance(t, str) else "any"
 
 
-def _compact(schema: Mapping[str, Any]) -> str:
+def _compact(schema: Mapping[str, object]) -> str:
     try:
         text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
@@ -167,7 +167,7 @@ def sent_answer_text(message: ChatMessage) -> str:
 _SERVER_KEYS = ("id", "index")
 
 
-def _arguments(fn: Mapping[str, Any]) -> Any:
+def _arguments(fn: Mapping[str, object]) -> Any:
     """The arguments as the formats write them: JSON text or a mapping as it is, anything else as JSON."""
     args = fn.get("arguments")
     if isinstance(args, str | Mapping) or args is None:

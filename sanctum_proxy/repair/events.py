@@ -14,12 +14,12 @@ them from its events (`note`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, cast, overload
+from typing import Literal, Protocol, cast, overload
 
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.core.shapes import ChatMessage, Usage
+from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, JSONObject, Usage
 from sanctum_proxy.errors import ProxyError
 
 Mode = Literal["native", "prompted"]
@@ -28,8 +28,9 @@ Mode = Literal["native", "prompted"]
 @dataclass(frozen=True)
 class ContentDelta:
     text: str
-    meta: dict[str, Any] | None = None  # the live round's id, model, created, system_fingerprint, once known
-    logprobs: dict[str, Any] | None = None  # the upstream's logprobs of the tokens this text came from
+    meta: JSONObject | None = None  # the live round's id, model, created, system_fingerprint, once known
+    # (AnswerMeta once repair/streaming.py writes one)
+    logprobs: JSONObject | None = None  # the upstream's logprobs of the tokens this text came from
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,10 @@ class Answer:
     message: ChatMessage
     finish_reason: str | None
     usage: Usage | None
-    meta: dict[str, Any]  # id, model, created, system_fingerprint of the upstream response (routes/chat.py builds
-    # it; AnswerMeta once routes/ is typed)
-    extra: dict[str, Any] = field(default_factory=dict)  # the response's other top-level fields, as sent
-    choice_extra: dict[str, Any] = field(default_factory=dict)  # the choice's fields but index/message/finish
+    meta: JSONObject  # id, model, created, system_fingerprint of the upstream response (AnswerMeta once
+    # repair/streaming.py writes one)
+    extra: JSONObject = field(default_factory=dict)  # the response's other top-level fields, as sent
+    choice_extra: JSONObject = field(default_factory=dict)  # the choice's fields but index/message/finish
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Lesson:
 
 
 class Sender(Protocol):
-    def __call__(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]: ...
+    def __call__(self, body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]: ...
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,12 @@ class RoundRecord:
 
     number: int
     mode: Mode
-    sent: dict[str, Any]
+    sent: JSONObject
     latency_ms: float
     answer: ChatMessage | None = None
     finish_reason: str | None = None
     usage: Usage | None = None
-    error: dict[str, Any] | None = None
+    error: JSONObject | None = None  # the OpenAI error object (errors.ProxyError.body()["error"])
     outcome: str = "pending"  # accepted | rejected | fallback | error
     constrained: bool = False  # the round's decoding was constrained (answer schema, grammar or tool_choice)
     free_choice: bool = False  # ... offering text as well as calls, with no call attempt before it
@@ -91,30 +92,32 @@ class RoundRecord:
 
 @dataclass
 class Final:
-    """The answer as routes/ reads it: still plain dicts there (routes/ is typed separately, issue 35); the loop
-    builds it from typed values (`final`)."""
+    """The answer as routes/ reads it."""
 
-    message: dict[str, Any]
+    message: ClientMessage
     finish_reason: str
-    usage: dict[str, Any] | None
+    usage: Usage | None
     mode: Mode
     rounds: int
     omens: list[om.Omen]
-    meta: dict[str, Any]
+    meta: JSONObject  # the answering round's Answer.meta
     outcome: str  # clean | repaired | rejected | fallback | surrendered (the most telling one)
-    extra: dict[str, Any] = field(default_factory=dict)  # the answering round's Answer.extra
-    choice_extra: dict[str, Any] = field(default_factory=dict)  # ... and Answer.choice_extra
-    accepted: dict[str, Any] | None = None  # the last round's answer as it came (None: it ended in an error):
+    extra: JSONObject = field(default_factory=dict)  # the answering round's Answer.extra
+    choice_extra: JSONObject = field(default_factory=dict)  # ... and Answer.choice_extra
+    accepted: Mapping[str, object] | None = None  # the last round's answer as it came (None: it ended in an error):
     # reasoning the client's message may have dropped (protocols/reply.py)
 
 
 @overload
-def loose(shape: ChatMessage | Usage) -> dict[str, Any]: ...
+def loose(shape: ChatMessage) -> ClientMessage: ...  # type: ignore[overload-overlap]  # a {} is both
 @overload
-def loose(shape: ChatMessage | Usage | None) -> dict[str, Any] | None: ...
-def loose(shape: ChatMessage | Usage | None) -> dict[str, Any] | None:
-    """A typed shape as the plain dict Final still holds for routes/ (a cast: no copy, no cost)."""
-    return cast("dict[str, Any] | None", shape)
+def loose(shape: None) -> None: ...
+@overload
+def loose(shape: Usage | None) -> Usage | None: ...
+def loose(shape: ChatMessage | Usage | None) -> ClientMessage | Usage | None:
+    """The loop's accepted message as Final holds it (a cast, no copy): its calls are the ones tier 1 wrote
+    (ClientMessage); a usage or a missing one as it is."""
+    return cast("ClientMessage | Usage | None", shape)
 
 
 def note(records: list[RoundRecord], record: RoundRecord) -> None:

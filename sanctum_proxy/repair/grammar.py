@@ -30,6 +30,7 @@ import orjson
 
 from sanctum_proxy.codecs.base import gbnf_literal as _literal
 from sanctum_proxy.codecs.registry import FORMATS
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.repair.reading import object_keys, typed_values
 from sanctum_proxy.repair.toolbox import Toolbox
 
@@ -178,7 +179,7 @@ class _Schema:
         self.rules.add("value" if body == NEVER else body, name)  # (a recursive use may have named it already)
         return name
 
-    def _object(self, schema: dict[str, Any], top: bool) -> str:
+    def _object(self, schema: JSONObject, top: bool) -> str:
         """Required keys first (in the schema's order), then each optional one or not, in order: one rule per
         optional property (`_optional`), so the grammar grows linearly with them."""
         keys = object_keys(schema, top=top)
@@ -223,7 +224,7 @@ class _Schema:
             start = self.rules.add(f"{head} | {start}" if start else head)
         return start
 
-    def _array(self, schema: dict[str, Any]) -> str:
+    def _array(self, schema: JSONObject) -> str:
         item = self.rule_for(schema.get("items"))
         least = schema.get("minItems")
         if item == NEVER:

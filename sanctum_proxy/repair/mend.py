@@ -23,7 +23,7 @@ from sanctum_proxy.codecs.registry import find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, fallback_budget, strict
-from sanctum_proxy.core.shapes import ChatMessage, JSONValue
+from sanctum_proxy.core.shapes import ChatMessage, JSONObject, JSONValue
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import coerce
 
@@ -139,7 +139,7 @@ def native_candidates(tool_calls: JSONValue) -> list[Candidate]:
 
 def _native(item: JSONValue) -> Candidate:
     d = item if isinstance(item, dict) else {}
-    fn: dict[str, Any] = d["function"] if isinstance(d.get("function"), dict) else {}
+    fn: JSONObject = d["function"] if isinstance(d.get("function"), dict) else {}
     name = fn.get("name")
     args = fn.get("arguments")
     if args is not None and not isinstance(args, str | dict):

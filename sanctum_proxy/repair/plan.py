@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.events import Mode
 from sanctum_proxy.repair.toolbox import Toolbox
@@ -16,7 +17,7 @@ from sanctum_proxy.repair.toolbox import Toolbox
 class Plan:
     """What the loop needs to know about the request, settled before the first round."""
 
-    body: dict[str, Any]
+    body: JSONObject
     book: Toolbox | None  # None: no tools offered
     mode: Mode
     auto: bool

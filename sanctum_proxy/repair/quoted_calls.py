@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Repair, ToolCall
+from sanctum_proxy.core.openai_chat import tool_call
 from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
@@ -45,8 +46,7 @@ def read_quote(plan: Plan, error: UpstreamError, kept: tuple[ToolCall, ...], num
     if quote is not None:
         sent: ChatMessage = {"role": "assistant", "content": quote}
     elif arguments is not None and only is not None:  # the name is not quoted: the one tool offered is the one
-        sent = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "", "type": "function", "function": {"name": only, "arguments": arguments}}]}
+        sent = {"role": "assistant", "content": None, "tool_calls": [tool_call("", only, arguments)]}
     else:
         return None
     assessment = assess(sent, plan.book, finish_reason="length", parallel_tool_calls=plan.parallel,

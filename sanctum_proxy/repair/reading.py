@@ -29,9 +29,9 @@ COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "uneval
 class Keys:
     """The keys an object may hold."""
 
-    properties: Mapping[str, Any]  # listed, in the schema's order (a name -> its schema)
+    properties: Mapping[str, object]  # listed, in the schema's order (a name -> its schema)
     required: tuple[str, ...]  # listed ones in the schema's order, then any the properties do not list
-    others: bool | Mapping[str, Any]  # keys not listed: False none, True any value, or the schema of their values
+    others: bool | Mapping[str, object]  # keys not listed: False none, True any value, or the schema of their values
     patterns: tuple[str, ...]  # patternProperties: a key matching one is allowed too (the grammar never writes one)
 
     @property
@@ -39,17 +39,17 @@ class Keys:
         return [k for k in self.properties if k not in self.required]
 
 
-def object_keys(schema: Mapping[str, Any], *, top: bool) -> Keys:
+def object_keys(schema: Mapping[str, object], *, top: bool) -> Keys:
     """The keys `schema` allows in an object: `top` for the tool's arguments object (see the module docstring)."""
     props = schema.get("properties")
-    properties: Mapping[str, Any] = props if isinstance(props, Mapping) else {}
+    properties: Mapping[str, object] = props if isinstance(props, Mapping) else {}
     req = schema.get("required")
     named = [k for k in req if isinstance(k, str)] if isinstance(req, list) else []
     required = tuple(dict.fromkeys([k for k in properties if k in named] + [k for k in named if k not in properties]))
     pp = schema.get("patternProperties")
     patterns = tuple(p for p in pp if isinstance(p, str)) if isinstance(pp, Mapping) else ()
     addl = schema.get("additionalProperties")
-    others: bool | Mapping[str, Any]
+    others: bool | Mapping[str, object]
     if addl is False or addl is True:
         others = addl
     elif isinstance(addl, Mapping):
@@ -61,7 +61,7 @@ def object_keys(schema: Mapping[str, Any], *, top: bool) -> Keys:
     return Keys(properties, required, others, patterns)
 
 
-def typed_values(values: Sequence[Any], schema: Mapping[str, Any]) -> list[Any]:
+def typed_values(values: Sequence[Any], schema: Mapping[str, object]) -> list[Any]:
     """The values of an `enum` (or a `const`) that the schema's `type` allows: none when the enum contradicts its
     type (BFCL has `{"type": "boolean", "enum": ["True", "False", "dontcare"]}`): no value is valid there."""
     kind = schema.get("type")

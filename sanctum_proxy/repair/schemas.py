@@ -69,7 +69,7 @@ def refusal(schema: JSONValue) -> str | None:
     return _unresolvable(schema) or _over_expanded(schema)
 
 
-def _over_expanded(schema: Mapping[str, Any]) -> str | None:
+def _over_expanded(schema: Mapping[str, object]) -> str | None:
     try:
         size = expansion(schema)
     except RecursionError:
@@ -80,7 +80,7 @@ def _over_expanded(schema: Mapping[str, Any]) -> str | None:
             f"(about {min(size, 10**12)}): checking arguments against it would take too long")
 
 
-def expansion(schema: Mapping[str, Any]) -> int:
+def expansion(schema: Mapping[str, object]) -> int:
     """How many subschemas validation may visit for one value: the schema's nodes with each local `$ref`
     replaced by what it points at, counted once per use (a ref back into itself counts 1: that recursion
     goes only as deep as the arguments). Linear in the schema (each node is sized once)."""
@@ -142,7 +142,7 @@ def pattern_count(schema: JSONValue) -> int:
     return count
 
 
-def _unresolvable(schema: Mapping[str, Any]) -> str | None:
+def _unresolvable(schema: Mapping[str, object]) -> str | None:
     """A local reference that points at nothing, found now rather than when the model's arguments are
     checked (where it could only be skipped). Schemas with nested `$id`s change the base of their refs:
     those are left to the validator, whose registry still fetches nothing."""
@@ -248,9 +248,10 @@ def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: An
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
-def _additional(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
-    properties = schema.get("properties", {})
-    patterns = schema.get("patternProperties", {})
+def _additional(instance: Mapping[str, object], schema: Mapping[str, object]) -> list[str]:
+    properties, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+    properties = properties if isinstance(properties, dict) else {}  # dicts: check_schema checked the schema
+    patterns = patterns if isinstance(patterns, dict) else {}
     return [k for k in instance if k not in properties and not any(search(p, k) for p in patterns)]
 
 
@@ -313,7 +314,7 @@ def _on_re2(base: type[Validator]) -> type[Validator]:
     return cls
 
 
-def validator_for(schema: Mapping[str, Any]) -> Validator:
+def validator_for(schema: Mapping[str, object]) -> Validator:
     """A validator for `schema` (its `$schema` dialect, 2020-12 by default) whose patterns run on RE2 and
     whose references never leave it."""
     base = validators.validator_for(schema, default=validators.Draft202012Validator)
@@ -321,6 +322,6 @@ def validator_for(schema: Mapping[str, Any]) -> Validator:
     return validator
 
 
-def check_schema(schema: Mapping[str, Any]) -> None:
+def check_schema(schema: Mapping[str, object]) -> None:
     """Raise jsonschema's SchemaError when `schema` is not valid under its meta-schema."""
     validators.validator_for(schema, default=validators.Draft202012Validator).check_schema(schema)

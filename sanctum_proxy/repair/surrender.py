@@ -12,15 +12,13 @@ routes/rounds.py turns it into this Final on its way to the client.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import Decoded, decode
-from sanctum_proxy.core.shapes import ChatMessage
+from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, ToolCallWire, Usage
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair.events import Final, RoundRecord, loose
 from sanctum_proxy.repair.mend import calls_outside_reasoning, native_candidates
@@ -45,16 +43,16 @@ def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
         return None
     surrendered = om.surrendered(record.number, f"{error.message}; the last call goes to the client as the model "
                                  "made it (on_surrender = \"last_call\")", error.rejected)
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     for each in records:
         if isinstance(each.usage, dict):
-            usage = summed_usage(usage, each.usage) if usage is not None else dict(each.usage)
-    message = {"role": "assistant", "content": None, "tool_calls": calls}
+            usage = summed_usage(usage, each.usage) if usage is not None else each.usage.copy()
+    message: ClientMessage = {"role": "assistant", "content": None, "tool_calls": calls}
     return Final(message, "tool_calls", usage, record.mode, len(records), [*omens, surrendered], {},
                  "surrendered", accepted=loose(record.answer))
 
 
-def known_calls(message: ChatMessage, book: Toolbox) -> list[openai_chat.ToolCall]:
+def known_calls(message: ChatMessage, book: Toolbox) -> list[ToolCallWire]:
     """The answer's calls (native, then written in its text) that name an offered tool, with object arguments."""
     text = content_text(message.get("content"))
     found = calls_outside_reasoning(text, book.name_set) if text else []

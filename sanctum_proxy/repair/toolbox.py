@@ -10,19 +10,18 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import orjson
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
 from sanctum_proxy.core.calls import Problem, Tool
-from sanctum_proxy.core.shapes import JSONValue
+from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.core.tool_names import resolve_name
 from sanctum_proxy.repair.schemas import branches, check_schema, refusal, validator_for
 from sanctum_proxy.repair.validate import problems_for
 
-_NO_CONSTRAINTS: dict[str, Any] = {"type": "object", "additionalProperties": True}
+_NO_CONSTRAINTS: JSONObject = {"type": "object", "additionalProperties": True}
 
 
 @functools.lru_cache(maxsize=256)
@@ -37,7 +36,7 @@ def _compiled(schema_json: bytes) -> Validator:
     return validator_for(schema)
 
 
-def _canonical(schema: Mapping[str, Any]) -> bytes:
+def _canonical(schema: Mapping[str, object]) -> bytes:
     """The schema's cache key (and the text it is compiled from): orjson with sorted keys."""
     try:
         return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)

@@ -3,11 +3,9 @@ answer-object prompt of a constrained round), its constraint, and the hidden tur
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
-from sanctum_proxy.core.shapes import ChatMessage
+from sanctum_proxy.core.shapes import ChatMessage, JSONObject
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.constraint import Constraint
@@ -16,7 +14,7 @@ from sanctum_proxy.repair.plan import Plan
 
 
 def upstream_body(plan: Plan, mode: Mode, extra: list[ChatMessage],
-                  constraint: Constraint | None = None, *, tools: bool = True) -> dict[str, Any]:
+                  constraint: Constraint | None = None, *, tools: bool = True) -> JSONObject:
     body = plan.body
     if not tools:  # the conversation alone, for a text answer
         body = prompted.to_prompted(body, None, plan.prompt_format)
@@ -40,24 +38,25 @@ def upstream_body(plan: Plan, mode: Mode, extra: list[ChatMessage],
     else:
         body = native_body(body)
     if extra:
-        body = {**body, "messages": [*body["messages"], *extra]}
+        messages = body.get("messages")  # a list: protocols/chat_request.py checked it
+        body = {**body, "messages": [*(messages if isinstance(messages, list) else ()), *extra]}
     return body
 
 
-def native_body(body: dict[str, Any]) -> dict[str, Any]:
+def native_body(body: JSONObject) -> JSONObject:
     """Absorb upstream quirks: a named tool_choice is sent as only that tool with "required" (llama.cpp
     reads the object form as "auto"); history tool_calls get the `type` and `arguments` llama.cpp needs."""
     out = dict(body)
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict) and isinstance(body.get("tools"), list):
+    choice, tools, messages = body.get("tool_choice"), body.get("tools"), body.get("messages")
+    if isinstance(choice, dict) and isinstance(tools, list):
         name = (choice.get("function") or {}).get("name")
-        out["tools"] = [t for t in body["tools"] if (t.get("function") or {}).get("name") == name]
+        out["tools"] = [t for t in tools if (t.get("function") or {}).get("name") == name]
         out["tool_choice"] = "required"
-    out["messages"] = [_normalised(m) for m in body.get("messages", [])]
+    out["messages"] = [_normalised(m) for m in messages] if isinstance(messages, list) else []
     return out
 
 
-def _normalised(message: dict[str, Any]) -> dict[str, Any]:  # a client's message, its calls as sent
+def _normalised(message: JSONObject) -> JSONObject:  # a client's message, its calls as sent
     calls = message.get("tool_calls")
     if message.get("role") != "assistant" or not isinstance(calls, list):
         return message

@@ -4,29 +4,33 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, TypeGuard, cast
+from typing import TypeGuard, cast
 
-from sanctum_proxy.core.shapes import Usage
+from sanctum_proxy.core.shapes import JSONObject, Usage
 
 
 def added(total: Usage | None, usage: Usage | None) -> Usage | None:
     """One round's usage as sent (details and vendor fields kept); over rounds, every count is summed."""
     if not isinstance(usage, dict):
         return total
-    return cast(Usage, summed_usage(total, usage)) if total is not None else copy.deepcopy(usage)
+    return summed_usage(total, usage) if total is not None else copy.deepcopy(usage)
 
 
-def summed_usage(total: Mapping[str, object], usage: Mapping[str, object]) -> dict[str, Any]:
-    """Usage of several answers (rounds, choices): counts added, nested details too, other fields as first seen.
-    A plain dict: routes/choices.py sums the choices' Final.usage (a Usage once routes/ is typed)."""
-    out: dict[str, Any] = dict(total)
+def summed_usage(total: Usage, usage: Usage) -> Usage:
+    """Usage of several answers (rounds, choices): counts added, nested details too, other fields as first seen."""
+    return cast(Usage, _summed(total, usage))
+
+
+def _summed(total: Mapping[str, object], usage: Mapping[str, object]) -> JSONObject:
+    out: JSONObject = dict(total)
     for key, value in usage.items():
+        before = out.get(key, None)
         if key not in out:
             out[key] = copy.deepcopy(value)
-        elif _count(value) and _count(out[key]):
-            out[key] += value
-        elif isinstance(value, dict) and isinstance(out[key], dict):
-            out[key] = summed_usage(out[key], value)
+        elif _count(value) and _count(before):
+            out[key] = before + value
+        elif isinstance(value, dict) and isinstance(before, dict):
+            out[key] = _summed(before, value)
     return out
 
 

@@ -12,7 +12,6 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
@@ -20,7 +19,7 @@ from referencing.exceptions import Unresolvable
 
 from sanctum_proxy.core.calls import Problem, Reason, Tool
 from sanctum_proxy.core.lenient_json import Decoded, decode
-from sanctum_proxy.core.shapes import JSONValue
+from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.repair.reading import is_type, object_keys
 from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 
@@ -92,7 +91,7 @@ def _plainly_valid(schema: JSONValue, value: JSONValue, depth: int) -> bool:
     return True
 
 
-def _plain_object(schema: Mapping[str, Any], value: dict[str, Any], depth: int) -> bool:
+def _plain_object(schema: Mapping[str, object], value: JSONObject, depth: int) -> bool:
     props = schema.get("properties", {})
     addl = schema.get("additionalProperties", True)
     if not isinstance(props, Mapping) or not (addl is True or addl is False):
@@ -117,12 +116,12 @@ def _problem(reason: Reason, tool: str, details: list[str], args: JSONValue) -> 
     return Problem(reason=reason, tool=tool, details=tuple(details), raw=raw)
 
 
-def _required(schema: Mapping[str, Any]) -> list[str]:
+def _required(schema: Mapping[str, object]) -> list[str]:
     req = schema.get("required")
     return [k for k in req if isinstance(k, str)] if isinstance(req, list) else []
 
 
-def _unexpected(schema: Mapping[str, Any], args: dict[str, Any]) -> list[str]:
+def _unexpected(schema: Mapping[str, object], args: JSONObject) -> list[str]:
     """The keys the arguments object may not hold, read as the grammar reads them (reading.object_keys)."""
     keys = object_keys(schema, top=True)
     if keys.others is not False:
@@ -130,7 +129,7 @@ def _unexpected(schema: Mapping[str, Any], args: dict[str, Any]) -> list[str]:
     return [k for k in args if k not in keys.properties and not any(search(p, k) for p in keys.patterns)]
 
 
-def _invalid(validator: Validator, args: dict[str, Any]) -> list[str]:
+def _invalid(validator: Validator, args: JSONObject) -> list[str]:
     details: list[str] = []
     try:
         with steps(MAX_STEPS):
@@ -182,7 +181,7 @@ _BOOLS = {"true": True, "false": False, "True": True, "False": False}
 MAX_COERCE_DEPTH = 16
 
 
-def coerce(args: dict[str, Any], schema: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+def coerce(args: JSONObject, schema: Mapping[str, object]) -> tuple[JSONObject, tuple[str, ...]]:
     """`args` with the lossless coercions its schema asks for, and their names (empty when none)."""
     repairs: dict[str, None] = {}
     value = _coerce_object(args, schema, repairs, 0)
@@ -190,8 +189,8 @@ def coerce(args: dict[str, Any], schema: Mapping[str, Any]) -> tuple[dict[str, A
 
 
 def _coerce_object(
-    obj: dict[str, Any], schema: Mapping[str, Any], repairs: dict[str, None], depth: int
-) -> dict[str, Any]:
+    obj: JSONObject, schema: Mapping[str, object], repairs: dict[str, None], depth: int
+) -> JSONObject:
     props = schema.get("properties")
     if not isinstance(props, Mapping) or depth > MAX_COERCE_DEPTH:
         return obj
@@ -202,7 +201,7 @@ def _coerce_object(
     return out
 
 
-def _coerce_value(value: JSONValue, schema: Mapping[str, Any], repairs: dict[str, None], depth: int) -> JSONValue:
+def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[str, None], depth: int) -> JSONValue:
     types = _types(schema)
     if types and not any(_is(value, t) for t in types):
         value = _convert(value, types, repairs)
@@ -214,7 +213,7 @@ def _coerce_value(value: JSONValue, schema: Mapping[str, Any], repairs: dict[str
     return value
 
 
-def _types(schema: Mapping[str, Any]) -> set[str]:
+def _types(schema: Mapping[str, object]) -> set[str]:
     t = schema.get("type")
     if isinstance(t, str):
         return {t}

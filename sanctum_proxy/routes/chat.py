@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -18,6 +18,7 @@ from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import offloaded
+from sanctum_proxy.core.shapes import ClientMessage, JSONObject, Usage
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_events import META, chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
@@ -28,6 +29,7 @@ from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
+from sanctum_proxy.services import destination, services
 from sanctum_proxy.upstreams import capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.json_response import JsonResponse
@@ -69,7 +71,7 @@ async def off_loop_if_heavy(raw: bytes, parse: Callable[[bytes], T]) -> T:
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    settings: Settings = request.app.state.settings
+    settings = services(request).settings
     check_client_key(request)
     raw = await read_body(request, settings.max_body_bytes)
     chat = await off_loop_if_heavy(raw, lambda data: parse_chat_request(data, request.headers, settings))
@@ -101,11 +103,11 @@ class Rounds:
 
 
 async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:
-    request.state.destination = request.app.state.pools.destination(chat.model)  # the upstream pool for this model
-    chat = chat.with_body(request.state.destination.rewrite(chat.body))  # an alias becomes the upstream's name
+    request.state.destination = services(request).pools.destination(chat.model)  # the upstream pool for this model
+    chat = chat.with_body(destination(request).rewrite(chat.body))  # an alias becomes the upstream's name
     plan = await make_plan(request, chat, settings)
     trace_id = uuid.uuid4().hex
-    request.app.state.recorder.begin(request, trace_id, chat, plan)
+    services(request).recorder.begin(request, trace_id, chat, plan)
     auth = forwarded_key(request) if settings.forward_client_key else None
     return Rounds(chat, plan, trace_id, auth, settings.reasoning_format == "split")
 
@@ -117,7 +119,7 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
     events: AsyncIterator[Shown | tuple[int, Shown]]
     if choices.count(rounds.chat.body) > 1:  # every choice's events (the recorder keeps their omens), Finals last
         many = choices.Choices(rounds.plan, later, kept_run(request), recorder_of(request))
-        events = request.app.state.recorder.watch(
+        events = services(request).recorder.watch(
             request, many.events(many.lead_sender(plain_first_of_several(request, rounds.auth, many))))
     else:
         events = run_traced(request, rounds.plan, later)
@@ -129,9 +131,9 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
 def plain_first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Sender:
     """The first round of n > 1 choices: sent once with `n`; choice 0's Answer for its own loop, a loop
     started for each other choice."""
-    upstream = request.state.destination.upstream
+    upstream = destination(request).upstream
 
-    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[Answer]:
+    async def first(body: JSONObject, live: bool) -> AsyncIterator[Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)
         answers = answers_of(reply.body)
         for index, answer in enumerate(answers[1:], 1):
@@ -155,16 +157,16 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
     choice = chat.controls.spell_calling
     mode = "prompted" if choice == "prompted" else "native"
     opening: list[om.Omen] = []
-    key = request.state.destination.key  # decisions are per (upstream, model): the upstream's name or URL
+    key = destination(request).key  # decisions are per (upstream, model): the upstream's name or URL
     if choice == "auto":
-        decision = request.app.state.modes.get(key, chat.model)
+        decision = services(request).modes.get(key, chat.model)
         if decision is None and book is not None and settings.probe_capabilities:
             opening = await settle_by_probe(request, settings, chat.model)
-            decision = request.app.state.modes.get(key, chat.model)
+            decision = services(request).modes.get(key, chat.model)
         if decision is not None:
             mode = decision.mode
     prompt_format = await pick_format(request, settings, chat.model, mode, book)  # may probe: caps after it
-    caps = request.app.state.capabilities.cached(key, chat.model)
+    caps = services(request).capabilities.cached(key, chat.model)
     constrain = chat.controls.constrain or settings.constrain
     if caps is None and mode == "native" and book is not None and constrain != "off" and settings.probe_capabilities:
         caps = await probed(request, settings, chat.model)  # whether tool_choice can hold a correction round
@@ -188,7 +190,7 @@ async def pick_format(request: Request, settings: Settings, model: str, mode: st
     fmt = settings.prompt_format_for(model)
     if fmt != "auto":
         return fmt
-    caps = request.app.state.capabilities.cached(request.state.destination.key, model)
+    caps = services(request).capabilities.cached(destination(request).key, model)
     if caps is None and mode == "prompted" and book is not None and settings.probe_capabilities:
         caps = await probed(request, settings, model)
     return (caps.family if caps is not None else None) or "hermes"
@@ -196,15 +198,15 @@ async def pick_format(request: Request, settings: Settings, model: str, mode: st
 
 async def probed(request: Request, settings: Settings, model: str) -> capabilities.Capabilities:
     """What the upstream says of this model (asked once per model: capabilities.CapabilityBook)."""
-    state, dest = request.app.state, request.state.destination
-    return await state.capabilities.get(dest.key, model, lambda: capabilities.probe(  # type: ignore[no-any-return]
+    state, dest = services(request), destination(request)
+    return await state.capabilities.get(dest.key, model, lambda: capabilities.probe(
         dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
 
 
 async def settle_by_probe(request: Request, settings: Settings, model: str) -> list[om.Omen]:
     """Ask the upstream what it can do (once per model); a model without tool support goes prompted
     before it ever sees `tools`, with a SpellCallingFallback omen on the request that found out."""
-    state, dest = request.app.state, request.state.destination
+    state, dest = services(request), destination(request)
     caps = await state.capabilities.get(dest.key, model, lambda: capabilities.probe(
         dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
     if caps.tools is not False or state.modes.get(dest.key, model) is not None:
@@ -214,9 +216,9 @@ async def settle_by_probe(request: Request, settings: Settings, model: str) -> l
 
 
 def plain_sender(request: Request, auth: str | None) -> Sender:
-    upstream = request.state.destination.upstream
+    upstream = destination(request).upstream
 
-    async def send_plain(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
+    async def send_plain(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | Answer]:
         reply = await upstream.chat({**body, "stream": False}, auth)
         yield answers_of(reply.body)[0]
 
@@ -226,21 +228,23 @@ def plain_sender(request: Request, auth: str | None) -> Sender:
 _BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
 
 
-def answers_of(body: dict[str, Any]) -> list[Answer]:
+def answers_of(body: JSONObject) -> list[Answer]:
     """A chat.completion's choices as Answers, in index order (at least one: an empty answer where none is a
     message); the usage goes with the first only, the response's own fields with every one."""
     meta = {k: body[k] for k in META if k in body}
     extra = {k: v for k, v in body.items() if k not in META and k not in _BUILT}
-    choices = sorted((c for c in body.get("choices") or [] if isinstance(c, dict)), key=_index)
+    listed = body.get("choices")
+    choices = sorted((c for c in listed if isinstance(c, dict)) if isinstance(listed, list) else (), key=_index)
+    usage = cast("Usage | None", body.get("usage"))  # as the upstream sent it: its readers check (repair/usage.py)
     out = []
     for i, choice in enumerate(choices):
         choice_extra = {k: v for k, v in choice.items() if k not in ("index", "message", "finish_reason")}
         out.append(Answer(choice.get("message") or {}, choice.get("finish_reason"),
-                          body.get("usage") if i == 0 else None, meta, extra, choice_extra))
-    return out or [Answer({}, None, body.get("usage"), meta, extra)]
+                          usage if i == 0 else None, meta, extra, choice_extra))
+    return out or [Answer({}, None, usage, meta, extra)]
 
 
-def _index(choice: dict[str, Any]) -> int:
+def _index(choice: JSONObject) -> int:
     index = choice.get("index")
     return index if isinstance(index, int) else 0
 
@@ -269,7 +273,7 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
     return oc.completion(meta, each, final.usage, final.extra, sanctum)
 
 
-def split_message(message: dict[str, Any]) -> dict[str, Any]:
+def split_message(message: ClientMessage) -> ClientMessage:
     """The setting reasoning_format = "split": reasoning markup in content moved into reasoning_content."""
     content = message.get("content")
     if not isinstance(content, str):
@@ -277,7 +281,7 @@ def split_message(message: dict[str, Any]) -> dict[str, Any]:
     text, thought = reasoning.split(content)
     if text == content and not thought:
         return message
-    out = {**message, "content": text or (None if message.get("tool_calls") else "")}
+    out: ClientMessage = {**message, "content": text or (None if message.get("tool_calls") else "")}
     if thought:
         before = message.get("reasoning_content")
         out["reasoning_content"] = f"{before}{thought}" if isinstance(before, str) else thought

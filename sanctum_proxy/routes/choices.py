@@ -23,9 +23,9 @@ import copy
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.shapes import JSONObject, Usage
 from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Final, RoundRecord, Sender
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.usage import summed_usage
@@ -37,13 +37,13 @@ class Ended:
     """Put on a queue after the last item: a choice's loop, or a choice's chunks, ended."""
 
 
-def count(body: dict[str, Any]) -> int:
+def count(body: JSONObject) -> int:
     """How many choices the client asked for (1 unless `n` is an integer above 1)."""
     n = body.get("n")
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
 
-def alone(body: dict[str, Any]) -> dict[str, Any]:
+def alone(body: JSONObject) -> JSONObject:
     """A round of one choice: the body without `n`."""
     return {k: v for k, v in body.items() if k != "n"}
 
@@ -58,7 +58,7 @@ class Finals(Final):
     @classmethod
     def of(cls, finals: list[Final]) -> Finals:
         head = finals[0]
-        usage: dict[str, Any] | None = None
+        usage: Usage | None = None
         for final in finals:
             if isinstance(final.usage, dict):
                 usage = summed_usage(usage, final.usage) if usage is not None else copy.deepcopy(final.usage)
@@ -71,13 +71,13 @@ class Finals(Final):
 
 
 
-def split_chunk(piece: dict[str, Any]) -> dict[int, dict[str, Any]]:
+def split_chunk(piece: JSONObject) -> dict[int, JSONObject]:
     """A stream chunk by choice index, each part a chunk of its own whose one choice has index 0 (the usage
     and a chunk without choices go with choice 0)."""
     choices = piece.get("choices")
     if not isinstance(choices, list) or not choices:
         return {0: piece}
-    by_index: dict[int, list[dict[str, Any]]] = {}
+    by_index: dict[int, list[JSONObject]] = {}
     for choice in choices:
         if not isinstance(choice, dict):
             continue
@@ -116,7 +116,7 @@ class Choices:
     def _sender(self, first: Sender) -> Sender:
         used = False
 
-        def send(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
+        def send(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
             nonlocal used
             if used:
                 return self.later(alone(body), live)
@@ -128,7 +128,7 @@ class Choices:
     def lead_sender(self, first: Sender) -> Sender:
         """Choice 0's Sender: `first` (which sends `n` and spawns the other choices) until a round answers."""
 
-        async def send(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
+        async def send(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
             if self._first_done:
                 async for event in self.later(alone(body), live):
                     yield event
@@ -184,19 +184,19 @@ class Choices:
 def one_answer(answer: Answer) -> Sender:
     """A first round answered by an Answer already in hand."""
 
-    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
+    async def first(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         yield answer
 
     return first
 
 
-ChunkQueue = asyncio.Queue[dict[str, Any] | BaseException | Ended]  # one choice's chunks of a streamed first round
+ChunkQueue = asyncio.Queue[JSONObject | BaseException | Ended]  # one choice's chunks of a streamed first round
 
 
-def queued_chunks(queue: ChunkQueue) -> AsyncIterator[dict[str, Any]]:
+def queued_chunks(queue: ChunkQueue) -> AsyncIterator[JSONObject]:
     """The chunks put in `queue` until Ended; an exception put there is raised."""
 
-    async def chunks() -> AsyncIterator[dict[str, Any]]:
+    async def chunks() -> AsyncIterator[JSONObject]:
         while True:
             item = await queue.get()
             if isinstance(item, Ended):

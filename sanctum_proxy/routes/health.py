@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from sanctum_proxy.config import redacted_url
+from sanctum_proxy.services import services
 from sanctum_proxy.web.json_response import JsonResponse
 
 router = APIRouter()
@@ -26,12 +27,12 @@ async def healthz() -> JsonResponse:
 async def readyz(request: Request) -> JsonResponse:
     """With `[[upstreams]]`: ready while any of them answers (one model server down must not take every
     replica out of the load balancer); the body says which answer."""
-    pools = request.app.state.pools
+    pools = services(request).pools
     answers = await pools.ready()
     ready = any(answers.values())
     body: dict[str, object] = {"status": "ready" if ready else "upstream unavailable"}
     if pools.several:
         body["upstreams"] = answers
     else:
-        body["upstream"] = redacted_url(request.app.state.settings.upstream)
+        body["upstream"] = redacted_url(services(request).settings.upstream)
     return JsonResponse(body, status_code=200 if ready else 503)

@@ -8,8 +8,8 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from sanctum_proxy.services import services
 from sanctum_proxy.state.metrics import CONTENT_TYPE
-from sanctum_proxy.state.recorder import Recorder
 from sanctum_proxy.web.auth import check_admin_key
 
 router = APIRouter()
@@ -18,7 +18,7 @@ router = APIRouter()
 @router.get("/metrics", responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}})
 async def metrics(request: Request) -> Response:
     check_admin_key(request)
-    recorder: Recorder = request.app.state.recorder
+    recorder = services(request).recorder
     # Counters are fed by the trace writer thread: let it catch up, so a finished request is counted.
     await asyncio.to_thread(recorder.flush, 2.0)
     return Response(recorder.metrics.render(), media_type=CONTENT_TYPE)

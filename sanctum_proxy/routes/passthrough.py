@@ -15,9 +15,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError, UpstreamError
 from sanctum_proxy.protocols import messages_api
 from sanctum_proxy.routes.chat import read_body
+from sanctum_proxy.services import services
 from sanctum_proxy.upstreams.client import HOP_BY_HOP, Upstream, upstream_error
 from sanctum_proxy.upstreams.pools import UpstreamPools, listed_models
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
@@ -33,7 +35,7 @@ CONFINED = {"content-security-policy": "sandbox; default-src 'none'", "x-content
 @router.get("/v1/models")
 async def models(request: Request) -> Response:
     """OpenAI's list; with an `anthropic-version` header (the anthropic SDKs send one) Anthropic's."""
-    pools: UpstreamPools = request.app.state.pools
+    pools = services(request).pools
     if "anthropic-version" in request.headers:
         try:
             check_client_key(request)
@@ -47,9 +49,9 @@ async def models(request: Request) -> Response:
     return JsonResponse({"object": "list", "data": await model_list(pools)})
 
 
-async def upstream_models(request: Request, upstream: Upstream) -> list[dict[str, Any]]:
+async def upstream_models(request: Request, upstream: Upstream) -> list[JSONObject]:
     """The upstream's own GET /models `data` (its error as an UpstreamError)."""
-    settings = request.app.state.settings
+    settings = services(request).settings
     auth = forwarded_key(request) if settings.forward_client_key else None
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
@@ -81,7 +83,7 @@ async def one_model(model_id: str, request: Request) -> Response:
     another); without it, passed through like every other path."""
     if "anthropic-version" not in request.headers:
         return await passthrough(f"models/{model_id}", request)
-    pools: UpstreamPools = request.app.state.pools
+    pools = services(request).pools
     try:
         check_client_key(request)
         data = await model_list(pools) if pools.several else await upstream_models(request, pools.default)
@@ -99,7 +101,7 @@ async def one_model(model_id: str, request: Request) -> Response:
 async def passthrough(path: str, request: Request) -> StreamingResponse:
     check_client_key(request)
     check_path(request)
-    settings = request.app.state.settings
+    settings = services(request).settings
     upstream, content = await target(path, request)
     auth = forwarded_key(request) if settings.forward_client_key else None
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
@@ -148,11 +150,11 @@ def check_path(request: Request) -> None:
 async def target(path: str, request: Request) -> tuple[Upstream, Any]:
     """The upstream for this request and the body to send it (read whole first, at most max_body_bytes:
     over it is a 413 and nothing is sent)."""
-    pools: UpstreamPools = request.app.state.pools
+    pools = services(request).pools
     has_body = request.method not in ("GET", "HEAD")
     if path.startswith("models/") and pools.several:
         return pools.destination(path.removeprefix("models/")).upstream, None
-    raw = await read_body(request, request.app.state.settings.max_body_bytes) if has_body else None
+    raw = await read_body(request, services(request).settings.max_body_bytes) if has_body else None
     if not pools.several or not raw:
         return pools.default, raw
     try:
@@ -170,7 +172,7 @@ async def target(path: str, request: Request) -> tuple[Upstream, Any]:
         raise InvalidRequest("the request body is nested too deeply to be passed on") from exc
 
 
-async def model_list(pools: UpstreamPools) -> list[dict[str, Any]]:
+async def model_list(pools: UpstreamPools) -> list[JSONObject]:
     data = [{"id": model, "object": "model", "created": 0, "owned_by": name}
             for model, name in listed_models(pools.entries)]
     seen = {item["id"] for item in data}

@@ -8,7 +8,6 @@ upstreams/capabilities.py); it yields each round's `RoundRecord`, and this edge 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from fastapi import Request
 
@@ -18,6 +17,7 @@ from sanctum_proxy.repair import surrender
 from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, Lesson, RoundRecord, Sender, note
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.services import Services, services
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final  # the loop's events but its lessons and round records
 Recorded = Callable[[RoundRecord], None]  # where a loop's round records go (the trace)
@@ -27,13 +27,13 @@ def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Show
     """`run(plan, send)` with its lessons kept, a surrender answered as `on_surrender` says, its rounds in the
     trace and its end recorded (recorder.watch)."""
     events = kept_run(request)(plan, send, lambda record: record_round(request, record))
-    return request.app.state.recorder.watch(request, events)  # type: ignore[no-any-return]
+    return services(request).recorder.watch(request, events)
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
     """`run` with its lessons kept, a surrender answered and its round records handed to `recorded`, its end not
     recorded: the loops of n > 1 choices (routes/choices.py), whose events the caller records together."""
-    return lambda plan, send, recorded: _keeping(request.app.state, plan, _surrendering(plan, run(plan, send)),
+    return lambda plan, send, recorded: _keeping(services(request), plan, _surrendering(plan, run(plan, send)),
                                                  recorded)
 
 
@@ -69,7 +69,8 @@ async def _surrendering(plan: Plan, events: AsyncIterator[Event]) -> AsyncIterat
         yield final
 
 
-async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event], recorded: Recorded) -> AsyncIterator[Shown]:
+async def _keeping(state: Services, plan: Plan, events: AsyncIterator[Event],
+                   recorded: Recorded) -> AsyncIterator[Shown]:
     async for event in events:
         if isinstance(event, Lesson):
             keep(state, plan, event)
@@ -79,7 +80,7 @@ async def _keeping(state: Any, plan: Plan, events: AsyncIterator[Event], recorde
             yield event
 
 
-def keep(state: Any, plan: Plan, lesson: Lesson) -> None:
+def keep(state: Services, plan: Plan, lesson: Lesson) -> None:
     """Remember a lesson for (plan.upstream, plan.model): auto-mode decisions, a refused answer schema or
     tool_choice "required"."""
     if lesson.what == "tools_rejected":

@@ -15,7 +15,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from sanctum_proxy.config import Settings, redacted_url
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import InvalidRequest, NotFound
+from sanctum_proxy.services import services
 from sanctum_proxy.state.recorder import Recorder
 from sanctum_proxy.state.replicated import without_password
 from sanctum_proxy.state.trace_store import Query, UnknownCursor
@@ -45,9 +47,9 @@ def check_admin(request: Request) -> None:
 router = APIRouter()
 guarded = [Depends(check_admin)]
 # What /openapi.json says of the answers that are not JSON objects (checked by tests/test_openapi_fuzz.py).
-ERROR: dict[str, Any] = {"description": "OpenAI-shaped error", "content": {"application/json": {}}}
-HTML: dict[int | str, dict[str, Any]] = {200: {"content": {"text/html": {}}, "description": "The trace viewer"}}
-FILES: dict[int | str, dict[str, Any]] = {
+ERROR: JSONObject = {"description": "OpenAI-shaped error", "content": {"application/json": {}}}
+HTML: dict[int | str, JSONObject] = {200: {"content": {"text/html": {}}, "description": "The trace viewer"}}
+FILES: dict[int | str, JSONObject] = {
     200: {"content": {t.split(";")[0]: {} for t in STATIC.values()}, "description": "A viewer file"},
     404: ERROR,
 }
@@ -55,13 +57,13 @@ FILES: dict[int | str, dict[str, Any]] = {
 
 @router.get("/sanctum/status", dependencies=guarded)
 async def status(request: Request) -> JsonResponse:
-    state = request.app.state
+    state = services(request)
     return JsonResponse({"settings": shown_settings(state.settings), "modes": state.modes.snapshot(),
                            "capabilities": state.capabilities.snapshot(),
                            "upstreams": state.pools.snapshot(), "shared_state": state.shared.snapshot()})
 
 
-def shown_settings(settings: Settings) -> dict[str, Any]:
+def shown_settings(settings: Settings) -> JSONObject:
     """The settings with every key and password replaced by "***"."""
     shown = settings.model_dump()
     for key in SECRET:
@@ -82,7 +84,7 @@ async def traces(request: Request) -> JsonResponse:
     """Summaries, newest first. Filters: outcome, model, since (unix seconds or ISO 8601); paging: limit
     (1..200, default 50) and after (the last id of the previous page), as OpenAI's list endpoints do."""
     query = parse_query(request.query_params)
-    recorder: Recorder = request.app.state.recorder
+    recorder = services(request).recorder
     try:
         data, more = await asyncio.to_thread(_listed, recorder, query)
     except UnknownCursor as exc:
@@ -93,7 +95,7 @@ async def traces(request: Request) -> JsonResponse:
 
 @router.get("/sanctum/traces/{trace_id}", dependencies=guarded, responses={404: ERROR})
 async def trace(request: Request, trace_id: str) -> JsonResponse:
-    recorder: Recorder = request.app.state.recorder
+    recorder = services(request).recorder
     doc = await asyncio.to_thread(_got, recorder, trace_id)
     if doc is None:
         raise NotFound(f"no trace with id {trace_id!r} (never recorded, or past retention)", param="trace_id")
@@ -117,12 +119,12 @@ def _static(name: str) -> bytes:
     return (resources.files("sanctum_proxy") / "static" / name).read_bytes()
 
 
-def _listed(recorder: Recorder, query: Query) -> tuple[list[dict[str, Any]], bool]:
+def _listed(recorder: Recorder, query: Query) -> tuple[list[JSONObject], bool]:
     recorder.flush()
     return recorder.store.list(query) if recorder.store is not None else ([], False)
 
 
-def _got(recorder: Recorder, trace_id: str) -> dict[str, Any] | None:
+def _got(recorder: Recorder, trace_id: str) -> JSONObject | None:
     recorder.flush()
     return recorder.store.get(trace_id) if recorder.store is not None else None
 

@@ -20,6 +20,7 @@ from fastapi.responses import Response
 
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api, responses_api
 from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, check_depth, json_object
@@ -39,6 +40,7 @@ from sanctum_proxy.routes.chat import (
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response
 from sanctum_proxy.routes.passthrough import passthrough
 from sanctum_proxy.routes.sse import stream_answer
+from sanctum_proxy.services import services
 from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.upstreams import tokens
 from sanctum_proxy.web.auth import check_client_key
@@ -52,11 +54,11 @@ class Dialect:
     """What differs between the translated endpoints."""
 
     name: str  # the path under /v1, and the setting `<name>_api`
-    to_chat: Callable[[dict[str, Any]], dict[str, Any]]
-    answer: Callable[[dict[str, Any], Rounds, Final, Reply], dict[str, Any]]
-    writer: Callable[[dict[str, Any], Rounds], Any]
-    error_body: Callable[[ProxyError], Mapping[str, Any]]
-    opening: Callable[[dict[str, Any]], list[om.Omen]] = lambda body: []  # omens of the translation itself
+    to_chat: Callable[[JSONObject], JSONObject]
+    answer: Callable[[JSONObject, Rounds, Final, Reply], JSONObject]
+    writer: Callable[[JSONObject, Rounds], Any]
+    error_body: Callable[[ProxyError], Mapping[str, object]]
+    opening: Callable[[JSONObject], list[om.Omen]] = lambda body: []  # omens of the translation itself
 
 
 @router.post("/v1/responses")
@@ -73,14 +75,14 @@ async def messages(request: Request) -> Response:
 async def count_tokens(request: Request) -> Response:
     """Anthropic's `{"input_tokens": N}` for the request as the upstream would get it: llama.cpp's exact count,
     else an estimate (upstreams/tokens.py); the header `x-sanctum-token-count` says which."""
-    settings = request.app.state.settings
+    settings = services(request).settings
     if settings.messages_api == "pass":
         return await passthrough("messages/count_tokens", request)
     try:
         check_client_key(request)
         chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
                                        lambda raw: _counted(raw, request.headers, settings))
-        destination = request.app.state.pools.destination(chat.model)
+        destination = services(request).pools.destination(chat.model)
         upstream = destination.upstream
         counted, exact = await tokens.count(upstream, upstream.root_url, destination.rewrite(chat.body),
                                             settings.probe_timeout)
@@ -99,7 +101,7 @@ def _counted(raw: bytes, headers: Mapping[str, str], settings: Settings) -> Chat
 
 
 async def serve(request: Request, dialect: Dialect) -> Response:
-    settings = request.app.state.settings
+    settings = services(request).settings
     if getattr(settings, f"{dialect.name}_api", "repair") == "pass":
         return await passthrough(dialect.name, request)
     request.state.protocol = dialect.name
@@ -121,14 +123,14 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     except ClientGone:
         return gone_response()
     except ProxyError as exc:
-        request.app.state.recorder.refused(request, exc)
+        services(request).recorder.refused(request, exc)
         return refusal(dialect, exc, trace_id(request))
     except Exception as exc:  # a bug: still this protocol's error shape, with the trace id
         return refusal(dialect, unexpected(exc), trace_id(request))
 
 
 def _read(dialect: Dialect, raw: bytes, headers: Mapping[str, str],
-          settings: Settings) -> tuple[dict[str, Any], ChatRequest]:
+          settings: Settings) -> tuple[JSONObject, ChatRequest]:
     body = json_object(raw)
     check_depth(body)  # before translating: the answer echoes fields (metadata, text, ...) as they came
     return body, chat_request(dialect.to_chat(body), headers, settings,
@@ -151,14 +153,14 @@ def _model(rounds: Rounds) -> str:
 
 # The Responses API.
 
-def _response(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -> dict[str, Any]:
+def _response(body: JSONObject, rounds: Rounds, final: Final, reply: Reply) -> JSONObject:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
     return responses_api.finished(base, reply, responses_api.output_items(
         reply, rounds.trace_id, logprobs=responses_api.wants_logprobs(body),
         namespaced=responses_api.namespaced_names(body)))
 
 
-def _responses_writer(body: dict[str, Any], rounds: Rounds) -> ResponsesWriter:
+def _responses_writer(body: JSONObject, rounds: Rounds) -> ResponsesWriter:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
     return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
                            lambda final: reply_of(rounds, final), logprobs=responses_api.wants_logprobs(body),
@@ -172,18 +174,18 @@ RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_wr
 
 # The Messages API.
 
-def _message(body: dict[str, Any], rounds: Rounds, final: Final, reply: Reply) -> dict[str, Any]:
+def _message(body: JSONObject, rounds: Rounds, final: Final, reply: Reply) -> JSONObject:
     return messages_api.message(reply, rounds.trace_id, _asked_model(body))
 
 
-def _asked_model(body: dict[str, Any]) -> str:
+def _asked_model(body: JSONObject) -> str:
     """The model a Message names: the one the client asked for, streamed or not (a stream's message_start goes out
     before the upstream has named its own, and an alias stays the client's name)."""
     return str(body.get("model") or "")
 
 
-def _messages_writer(body: dict[str, Any], rounds: Rounds) -> MessagesWriter:
-    start: dict[str, Any] = {
+def _messages_writer(body: JSONObject, rounds: Rounds) -> MessagesWriter:
+    start: JSONObject = {
         "id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _asked_model(body),
         "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
     return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final),

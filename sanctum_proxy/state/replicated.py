@@ -24,16 +24,18 @@ from typing import Any, Protocol
 
 import orjson
 
+from sanctum_proxy.core.shapes import JSONObject
+
 log = logging.getLogger("sanctum_proxy.shared")
 CHANNEL = "sanctum:changes"
 PREFIX = "sanctum:"
 
 
 class Table(Protocol):
-    def get(self, key: str) -> dict[str, Any] | None: ...
-    def set(self, key: str, value: dict[str, Any]) -> None: ...
+    def get(self, key: str) -> JSONObject | None: ...
+    def set(self, key: str, value: JSONObject) -> None: ...
     def delete(self, key: str) -> None: ...
-    def items(self) -> list[tuple[str, dict[str, Any]]]: ...
+    def items(self) -> list[tuple[str, JSONObject]]: ...
 
 
 def pair_key(upstream: str, model: str) -> str:
@@ -55,16 +57,16 @@ class LocalTable:
     row for ever)."""
 
     def __init__(self, max_rows: int = MAX_ROWS) -> None:
-        self._rows: dict[str, dict[str, Any]] = {}
+        self._rows: dict[str, JSONObject] = {}
         self.max_rows = max_rows
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str) -> JSONObject | None:
         row = self._rows.pop(key, None)
         if row is not None:
             self._rows[key] = row  # most recently used: last
         return row
 
-    def set(self, key: str, value: dict[str, Any]) -> None:
+    def set(self, key: str, value: JSONObject) -> None:
         self._rows.pop(key, None)
         self._rows[key] = value
         while len(self._rows) > self.max_rows:
@@ -77,10 +79,10 @@ class LocalTable:
     def delete(self, key: str) -> None:
         self._rows.pop(key, None)
 
-    def items(self) -> list[tuple[str, dict[str, Any]]]:
+    def items(self) -> list[tuple[str, JSONObject]]:
         return list(self._rows.items())
 
-    def replace_all(self, rows: dict[str, dict[str, Any]]) -> None:
+    def replace_all(self, rows: dict[str, JSONObject]) -> None:
         self._rows = dict(list(rows.items())[-self.max_rows:])
 
 
@@ -96,7 +98,7 @@ class SharedTable(LocalTable):
         super().evicted(key)
         self._state.write(self.name, key, None)  # Redis' hash stays within the limit too
 
-    def set(self, key: str, value: dict[str, Any]) -> None:
+    def set(self, key: str, value: JSONObject) -> None:
         super().set(key, value)
         self._state.write(self.name, key, value)
 
@@ -104,7 +106,7 @@ class SharedTable(LocalTable):
         super().delete(key)
         self._state.write(self.name, key, None)
 
-    def apply(self, key: str, value: dict[str, Any] | None) -> None:
+    def apply(self, key: str, value: JSONObject | None) -> None:
         """A change published by some replica (this one too): local copy only."""
         if value is None:
             super().delete(key)
@@ -159,7 +161,7 @@ class SharedState:
         if self._redis is not None:
             await self._redis.aclose()
 
-    def write(self, table: str, key: str, value: dict[str, Any] | None) -> None:
+    def write(self, table: str, key: str, value: JSONObject | None) -> None:
         """Send one change to Redis in the background (callers are synchronous)."""
         if self._redis is None:
             return
@@ -167,7 +169,7 @@ class SharedState:
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    async def _write(self, table: str, key: str, value: dict[str, Any] | None) -> None:
+    async def _write(self, table: str, key: str, value: JSONObject | None) -> None:
         message = orjson.dumps({"table": table, "key": key, "value": value})
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
@@ -224,7 +226,7 @@ class SharedState:
             raw = await self._redis.hgetall(PREFIX + name)
             table.replace_all({k.decode(): orjson.loads(v) for k, v in raw.items()})
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JSONObject:
         if not self.redis_url:
             return {"backend": "memory"}
         return {"backend": "redis", "url": without_password(self.redis_url), "connected": self.connected}

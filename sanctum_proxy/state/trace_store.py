@@ -13,10 +13,10 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import orjson
 
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.state.traces import clipped, summary
 
 SCHEMA = """
@@ -76,7 +76,7 @@ class TraceStore:
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
 
-    def add(self, docs: list[dict[str, Any]], max_doc_bytes: int | None = None) -> None:
+    def add(self, docs: list[JSONObject], max_doc_bytes: int | None = None) -> None:
         """Store documents; one whose JSON is over `max_doc_bytes` is stored `clipped`."""
         rows = []
         for d in docs:
@@ -115,7 +115,7 @@ class TraceStore:
             self._db.execute("COMMIT")
         return gone
 
-    def list(self, query: Query) -> tuple[list[dict[str, Any]], bool]:
+    def list(self, query: Query) -> tuple[list[JSONObject], bool]:
         """Summaries, newest first, and whether more follow."""
         where, args = [], []
         with self._lock:
@@ -136,7 +136,7 @@ class TraceStore:
             rows = self._db.execute(sql + " ORDER BY seq DESC LIMIT ?", (*args, query.limit + 1)).fetchall()
         return [orjson.loads(r[0]) for r in rows[:query.limit]], len(rows) > query.limit
 
-    def get(self, trace_id: str) -> dict[str, Any] | None:
+    def get(self, trace_id: str) -> JSONObject | None:
         with self._lock:
             row = self._db.execute("SELECT doc FROM traces WHERE id = ?", (trace_id,)).fetchone()
         return None if row is None else dict(orjson.loads(row[0]))

@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.state.replicated import LocalTable, Table, pair_key, pair_of
 
 
@@ -20,13 +21,16 @@ class Decision:
     since: float
     parse_failures: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"mode": self.mode, "reason": self.reason, "since": self.since,
                 "parse_failures": self.parse_failures}
 
     @classmethod
-    def from_json(cls, row: dict[str, Any]) -> Decision:
-        return cls(row["mode"], str(row["reason"]), float(row["since"]), int(row.get("parse_failures", 0)))
+    def from_json(cls, row: JSONObject) -> Decision:
+        mode, since, failures = row["mode"], row["since"], row.get("parse_failures", 0)
+        if mode not in ("native", "prompted") or not isinstance(since, int | float) or not isinstance(failures, int):
+            raise ValueError(f"not a decision: {row!r}"[:200])
+        return cls("native" if mode == "native" else "prompted", str(row["reason"]), float(since), failures)
 
 
 class ModeBook:
@@ -72,7 +76,7 @@ class ModeBook:
         self._table.set(pair_key(upstream, model), decision.to_json())
         return flipped
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[JSONObject]:
         out = []
         for key, row in self._table.items():
             upstream, model = pair_of(key)

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from sanctum_proxy.codecs.families import detect
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.state.replicated import LocalTable, Table, pair_key, pair_of
 
 
@@ -35,7 +36,7 @@ class Capabilities:
     family: str | None = None  # the call format its chat template shows (families.detect), if known
     tool_choice: bool | None = None  # False: it refused tool_choice "required" (a correction round's)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 
@@ -112,7 +113,9 @@ class CapabilityBook:
         if row is None:
             return None
         try:
-            caps, at = _caps_of(row), float(row["at"])
+            caps, at = _caps_of(row), row["at"]
+            if not isinstance(at, int | float):
+                raise TypeError("at")
         except (KeyError, TypeError, ValueError):  # a row some other version wrote: probe again
             return None
         if caps.tools is None and self._clock() - at > self._unknown_ttl:
@@ -156,7 +159,7 @@ class CapabilityBook:
         self.remember(upstream, model, caps)
         return caps
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[JSONObject]:
         out = []
         for key, row in self._known.items():
             upstream, model = pair_of(key)
@@ -164,8 +167,13 @@ class CapabilityBook:
         return out
 
 
-def _caps_of(row: dict[str, Any]) -> Capabilities:
+def _caps_of(row: JSONObject) -> Capabilities:
     family, tool_choice = row.get("family"), row.get("tool_choice")
-    return Capabilities(tools=row["tools"], json_schema=row["json_schema"], server=str(row["server"]),
+    return Capabilities(tools=_flag(row["tools"]), json_schema=_flag(row["json_schema"]), server=str(row["server"]),
                         source=str(row["source"]), family=family if isinstance(family, str) else None,
                         tool_choice=tool_choice if isinstance(tool_choice, bool) else None)
+
+
+def _flag(value: object) -> bool | None:
+    """A yes / no / unknown the proxy wrote into a row: anything else is unknown."""
+    return value if isinstance(value, bool) else None

@@ -14,9 +14,9 @@ import contextlib
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sanctum_proxy.config import UpstreamConfig, redacted_url
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ModelNotFound
 from sanctum_proxy.upstreams.client import Upstream
 
@@ -53,7 +53,7 @@ class Destination:
     key: str  # what auto-mode decisions and capabilities are kept under
     model: str  # the model name the upstream knows
 
-    def rewrite(self, body: dict[str, Any]) -> dict[str, Any]:
+    def rewrite(self, body: JSONObject) -> JSONObject:
         """The body with an aliased model name replaced by the upstream's."""
         if "model" not in body or body["model"] == self.model:
             return body
@@ -114,7 +114,7 @@ class UpstreamPools:
         answers = await asyncio.gather(*(u.ready() for u in self.upstreams))
         return {u.name: ok for u, ok in zip(self.upstreams, answers, strict=True)}
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[JSONObject]:
         """Each upstream as it stands; the single `upstream` setting's one serves every model."""
         if not self.entries:
             return [{**self.upstreams[0].snapshot(), "models": ["*"], "aliases": {}}]

@@ -11,7 +11,8 @@ arguments), so a key split between two SSE events is masked before any part of i
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from sanctum_proxy.core.shapes import JSONObject
 
 MASK = "***"
 _STREAMED = ("content", "reasoning_content", "reasoning", "refusal")  # delta fields that arrive in pieces
@@ -158,8 +159,9 @@ class DeltaMask:
         self.key = mask.key
         self._held: dict[tuple[int, str, int], str] = {}  # (choice, field, call index) -> text held
 
-    def chunk(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        for choice in chunk.get("choices") or ():
+    def chunk(self, chunk: JSONObject) -> JSONObject:
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
             if not isinstance(choice, dict):
                 continue
             given = choice.get("index")
@@ -187,7 +189,7 @@ class DeltaMask:
             return text[:len(text) - keep]
         return text
 
-    def _release(self, index: int, choice: dict[str, Any]) -> None:
+    def _release(self, index: int, choice: JSONObject) -> None:
         """The choice is finished: what it held goes out with its last chunk."""
         delta = choice.get("delta")
         if not isinstance(delta, dict):

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from sanctum_proxy.core.shapes import JSONObject
+
 CHARS_PER_TOKEN = 4
 PROMPT_FIELDS = ("messages", "tools", "response_format")
 
@@ -21,13 +23,13 @@ class JsonProber(Protocol):
     async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any: ...
 
 
-def estimate(chat: dict[str, Any]) -> int:
+def estimate(chat: JSONObject) -> int:
     """About a token per four characters of the prompt's JSON (messages, tools, answer schema); at least 1."""
     prompt = {k: chat[k] for k in PROMPT_FIELDS if k in chat}
     return max(1, math.ceil(len(orjson.dumps(prompt)) / CHARS_PER_TOKEN))
 
 
-async def count(upstream: JsonProber, root_url: str, chat: dict[str, Any], timeout: float) -> tuple[int, bool]:
+async def count(upstream: JsonProber, root_url: str, chat: JSONObject, timeout: float) -> tuple[int, bool]:
     """(tokens, exact): llama.cpp's own count of the rendered prompt, else `estimate` (exact False)."""
     body = {k: chat[k] for k in ("model", *PROMPT_FIELDS) if k in chat}
     rendered = await upstream.probe_json("POST", f"{root_url}/apply-template", body, timeout=timeout)

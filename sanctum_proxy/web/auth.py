@@ -18,6 +18,7 @@ from pathlib import Path
 from fastapi import Request
 
 from sanctum_proxy.errors import Unauthorized
+from sanctum_proxy.services import services
 
 
 class KeyRing:
@@ -78,7 +79,7 @@ def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
 
 
 def check_client_key(request: Request) -> None:
-    ring: KeyRing = request.app.state.keys
+    ring = services(request).keys
     if ring.client_required() and not matches(presented_key(request), ring.client_keys()):
         raise Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>' "
                            "(or 'x-api-key: <key>')")
@@ -86,7 +87,7 @@ def check_client_key(request: Request) -> None:
 
 def check_admin_key(request: Request) -> None:
     """/sanctum/* JSON and /metrics: the admin key only (a client key never reads another client's traces)."""
-    ring: KeyRing = request.app.state.keys
+    ring = services(request).keys
     if ring.admin is None:
         if ring.client_required():
             raise Unauthorized("Traces, status and metrics take the admin key, and none is set: set admin_key "

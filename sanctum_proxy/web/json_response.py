@@ -22,7 +22,7 @@ class JsonResponse(Response):
         return orjson.dumps(content)
 
 
-def error_response(error: ProxyError, body: Mapping[str, Any] | None = None, trace_id: str | None = None
+def error_response(error: ProxyError, body: Mapping[str, object] | None = None, trace_id: str | None = None
                    ) -> JsonResponse:
     """The error's response; `body` when a dialect shapes its own (Anthropic Messages), else OpenAI's. A
     request that began a trace says which (`x-sanctum-trace-id`), failed or not: a surrender's trace holds

@@ -37,7 +37,7 @@ def relayed(fake: tuple[FakeUpstream, str]) -> Iterator[tuple[FakeUpstream, Stre
 
 
 def _upstream(app: object):  # type: ignore[no-untyped-def]
-    return app.state.pools.default  # type: ignore[attr-defined]
+    return app.state.services.pools.default  # type: ignore[attr-defined]
 
 
 LLAMA_PROPS = {"default_generation_settings": {"n_ctx": 2048}, "total_slots": 1,
