@@ -156,6 +156,7 @@ class Recorder:
         if request.url.path not in ROUND_LOOP_PATHS or trace_id(request) is not None:
             return
         self.metrics.requests.labels("none", "error").inc()
+        setattr(request.state, access_log.LOGGED, True)  # its line is this one (web/access_log.AccessLog)
         access_log.LOGGER.info(access_log.line({
             "id": None, "request_id": _request_id(request), "model": None, "mode": None, "stream": None,
             "rounds": [], "outcome": "error", "status": error.status, "latency_ms": None}))
