@@ -33,7 +33,7 @@ from sanctum_proxy.repair.events import Final
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.state.metrics import Metrics
 from sanctum_proxy.state.trace_store import TraceStore, default_path
-from sanctum_proxy.state.traces import Trace, metadata_only, trace_json
+from sanctum_proxy.state.traces import Trace, compacted, metadata_only, trace_json
 from sanctum_proxy.web import access_log
 
 CHAT_PATH = "/v1/chat/completions"
@@ -237,7 +237,7 @@ class Recorder:
                 continue
             try:
                 doc = trace_json(trace)
-                docs.append(doc if self.retention.bodies else metadata_only(doc))
+                docs.append(compacted(doc) if self.retention.bodies else metadata_only(doc))
             except Exception:  # one unreadable trace must not stop the writer
                 log.exception("trace %s could not be recorded", trace.id)
         logged = access_log.LOGGER.isEnabledFor(logging.INFO)  # the line is not built for nobody
