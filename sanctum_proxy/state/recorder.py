@@ -157,7 +157,7 @@ class Recorder:
             return
         self.metrics.requests.labels("none", "error").inc()
         setattr(request.state, access_log.LOGGED, True)  # its line is this one (web/access_log.AccessLog)
-        access_log.LOGGER.info(access_log.line({
+        access_log.emit(access_log.line({
             "id": None, "request_id": _request_id(request), "model": None, "mode": None, "stream": None,
             "rounds": [], "outcome": "error", "status": error.status, "latency_ms": None}))
 
@@ -244,7 +244,7 @@ class Recorder:
         for doc in docs:
             self.metrics.observe(doc)
             if logged:
-                access_log.LOGGER.info(access_log.line(doc))
+                access_log.emit(access_log.line(doc))
         if self.store is None or not docs:
             return
         try:

@@ -30,6 +30,13 @@ def line(doc: dict[str, Any]) -> str:
     }).decode()
 
 
+def emit(text: str) -> None:
+    """`LOGGER.info(text)` without logging's caller lookup (it walks the stack for every record: the file and
+    line of a line that is JSON already say nothing)."""
+    if LOGGER.isEnabledFor(logging.INFO):
+        LOGGER.handle(LOGGER.makeRecord(LOGGER.name, logging.INFO, __file__, 0, text, (), None))
+
+
 LOGGED = "sanctum_access_logged"  # set in the request's state by whoever logged its line already
 
 
@@ -69,8 +76,8 @@ class AccessLog:
         finally:
             if state.get("trace") is None and not state.get(LOGGED):
                 given = next((v for k, v in scope.get("headers", ()) if k == b"x-request-id"), None)
-                LOGGER.info(http_line(scope["method"], scope["path"], status, (time.perf_counter() - start) * 1000,
-                                      given[:200].decode("latin-1") if given else None))
+                emit(http_line(scope["method"], scope["path"], status, (time.perf_counter() - start) * 1000,
+                               given[:200].decode("latin-1") if given else None))
 
 
 def log_config(level: str) -> dict[str, Any]:
