@@ -314,8 +314,8 @@ class EventStream(Response):
         except asyncio.CancelledError:
             if not watch.left():  # not (only) the client leaving: the cancel stands
                 raise
-        except Exception:  # past the last write (a bug ending the events): the trace says it
-            log.exception("the events of a finished stream ended in an error")
+        except Exception:  # a bug past the headers (the events end in `_next`): the trace says the rest
+            log.exception("a stream ended in an error after its headers")
         finally:
             self._stop()
             await self._events.aclose()  # type: ignore[attr-defined]  # cut short: the upstream stream with it
