@@ -21,6 +21,7 @@ from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import CapabilityBook
 from sanctum_proxy.upstreams.client import Limits, Upstream
 from sanctum_proxy.upstreams.pools import UpstreamPools
+from sanctum_proxy.web.access_log import AccessLog
 from sanctum_proxy.web.auth import KeyRing
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 from sanctum_proxy.web.limits import ConcurrencyLimit
@@ -51,6 +52,7 @@ def create_app(settings: Settings) -> FastAPI:
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], expose_headers=["*"])
+    app.add_middleware(AccessLog)  # outermost: one JSON line per request (uvicorn's access log is off)
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JsonResponse:

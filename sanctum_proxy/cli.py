@@ -139,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _exit_on_signal)
     serve: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
                              "log_config": access_log.log_config(settings.log_level),
+                             "access_log": False,  # sanctum's own JSON line covers every request (web/access_log.py)
                              **http_protocol(settings)}
     try:
         if settings.workers > 1:

@@ -238,6 +238,17 @@ def test_stall_mid_stream_ends_the_stream_with_504_event(start_proxy, raw):
     proxy.assert_nothing_left()
 
 
+def test_plain_answer_whose_body_stalls_after_the_headers_is_504(start_proxy, raw):
+    """A non-streamed round has one deadline for headers and body (upstreams/client.py `chat`)."""
+    proxy = start_proxy(upstream=raw.url, read_timeout=0.5)
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n"
+    raw.push([("send", head + b'{"choices": [{"message": {"content": "hel'), ("sleep", 60)])
+    out = ask(proxy, False)
+    expect_error(out, 504, "upstream_timeout")
+    assert out.seconds < 30
+    proxy.assert_nothing_left()
+
+
 @BOTH
 def test_stream_of_keepalives_that_never_answers_is_504(start_proxy, fake, stream):
     """Comments keep the socket busy but carry nothing: the read timeout counts from the last event."""

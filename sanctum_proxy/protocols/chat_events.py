@@ -1,6 +1,6 @@
 """The streamed answer of POST /v1/chat/completions: the round loop's events as `chat.completion.chunk`s
-(built by core/openai_chat), beside protocols/responses_events.py and protocols/messages_events.py; the pump and
-the response are routes/sse.py's.
+(built by core/openai_chat), beside protocols/responses_events.py and protocols/messages_events.py; the response
+(EventStream) is routes/sse.py's.
 
     opening     the role chunk, held until the first data so it carries the upstream's id and model
     live text   content chunks (whitespace at the end waits for the text after it: `reply.held_back`); with

@@ -1,5 +1,5 @@
 """What the stream writers share (protocols/chat_events.SseWriter for chat, responses_events.ResponsesWriter,
-protocols/messages_events.MessagesWriter): the pump (routes/sse.pump) hands each the round loop's events; an
+protocols/messages_events.MessagesWriter): routes/sse.EventStream hands each the round loop's events; an
 omen is held until the next event goes out (`core/omens.Held`), an error or the Final ends the stream.
 
 A writer says how it writes a live delta (`delta`), the error that ends the stream (`fail`) and the answer

@@ -24,13 +24,15 @@ sent once the round is judged, minus what the client already saw.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, Protocol, TypeVar
 
 import orjson
 from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from sanctum_proxy.codecs import families
 from sanctum_proxy.config import Settings
@@ -43,11 +45,13 @@ from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Sender
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.streaming import Assembler, with_tools
 from sanctum_proxy.routes import choices
-from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
+from sanctum_proxy.routes.disconnect import gone_response
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.upstreams.client import Upstream
 from sanctum_proxy.web.json_response import error_response, unexpected
 
+log = logging.getLogger(__name__)
+TURN_SECONDS = 0.005  # a stream gives the event loop to others at least this often
 E = TypeVar("E")  # what a stream's events are: the loop's (Shown), or n > 1 choices' (Several)
 Several = tuple[int, Shown] | choices.Finals  # the events of n > 1 choices (routes/choices.Choices.events)
 
@@ -60,11 +64,9 @@ def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False,
     (`families.opens_bare`). `names`: the offered tools (a prompted round's body has none), whose bare calls
     are held (`assembler_for`)."""
 
-    async def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
+    def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
-        async with upstream.chat_stream(body, auth) as chunks:
-            async for event in read_round(chunks, assembler_for(body, lead, names), live):
-                yield event
+        return read_round(upstream.chat_stream(body, auth), assembler_for(body, lead, names), live)
 
     return send_stream
 
@@ -84,24 +86,27 @@ def assembler_for(body: dict[str, Any], lead: bool, names: frozenset[str] = froz
                      client_json=constrain.asks_json(body))
 
 
-async def read_round(chunks: AsyncIterator[dict[str, Any]], assembler: Assembler,
+async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[dict[str, Any]]], assembler: Assembler,
                      live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
-    """One round's chunks through the assembler: an empty ContentDelta first (the upstream accepted the round),
-    the content and reasoning it releases when the round is live, then the whole Answer."""
-    yield ContentDelta("")
-    async for piece in chunks:
-        told = bool(assembler.meta)
-        text = assembler.feed(piece)
-        if live and not told and assembler.meta:
-            yield ContentDelta("", dict(assembler.meta))
-        for name, thought in assembler.take_passed().items():
-            if live:
-                yield FieldDelta(thought, name)
-        if text and live:
-            yield ContentDelta(text, logprobs=assembler.take_logprobs())
-    if assembler.finish_reason is None:
-        raise UpstreamUnreachable("upstream stream ended before a finish_reason (cut off mid-answer)")
-    yield Answer(assembler.message(), assembler.finish_reason, assembler.usage, assembler.meta, assembler.extra)
+    """One round's chunks (`opened`: the upstream stream, left when the round ends) through the assembler: an
+    empty ContentDelta first (the upstream accepted the round), the content and reasoning it releases when the
+    round is live, then the whole Answer."""
+    async with opened as chunks:
+        yield ContentDelta("")
+        async for piece in chunks:
+            told = bool(assembler.meta)
+            text = assembler.feed(piece)
+            if live and not told and assembler.meta:
+                yield ContentDelta("", dict(assembler.meta))
+            for name, thought in assembler.take_passed().items():
+                if live:
+                    yield FieldDelta(thought, name)
+            if text and live:
+                yield ContentDelta(text, logprobs=assembler.take_logprobs())
+        if assembler.finish_reason is None:
+            raise UpstreamUnreachable("upstream stream ended before a finish_reason (cut off mid-answer)")
+        yield Answer(assembler.message(), assembler.finish_reason, assembler.usage, assembler.meta,
+                     assembler.extra)
 
 
 async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_id: str,
@@ -137,21 +142,23 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
 
 async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIterator[E],
                    writer_of: Callable[[], Writer[E]], refuse: Callable[[ProxyError], Response] | None) -> Response:
-    """The stream's response, once its first event is in: an error, or the headers and the pump."""
+    """The stream's response, once its first event is in: an error, or the headers and the event stream. The
+    events are read in this task from here to their end; one watch cancels it if the client leaves."""
     settings: Settings = request.app.state.settings
-    queue: asyncio.Queue[E | ProxyError] = asyncio.Queue(maxsize=64)
-    task = asyncio.create_task(_produce(events, queue))
+    watch = DisconnectWatch(request.receive)
     early: list[E | ProxyError] = []  # omens before the upstream accepted a round (a probe, a fallback): held
     try:
-        first = await unless_disconnected(request, queue.get())
+        first = await _next(events)
         while _omen(first):
             early.append(first)
-            first = await unless_disconnected(request, queue.get())
-    except ClientGone:
-        task.cancel()
-        return gone_response()
+            first = await _next(events)
+    except asyncio.CancelledError:
+        if not watch.left():  # not (only) the client leaving: the cancel stands
+            watch.stop()
+            raise
+        return gone_response()  # the events were cancelled where they stood (their trace ends "client gone")
+    watch.stop()  # the response watches for itself (a receive cancelled here is asked again there)
     if isinstance(first, ProxyError):
-        task.cancel()
         return refuse(first) if refuse else error_response(first, trace_id=trace_id)
     writer = writer_of()
     for omen in early:
@@ -160,8 +167,7 @@ async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIte
     mode = trace.mode if trace is not None else plan.mode  # after a fallback: the mode answering
     headers = {"x-sanctum-spell-calling": mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
-    return StreamingResponse(pump(writer, first, queue, task, settings.keepalive_seconds),
-                             media_type="text/event-stream", headers=headers)
+    return EventStream(writer, first, events, settings.keepalive_seconds, headers)
 
 
 def streamed_first_of_several(upstream: Upstream, auth: str | None, many: choices.Choices,
@@ -192,7 +198,7 @@ def streamed_first_of_several(upstream: Upstream, auth: str | None, many: choice
                 queue.put_nowait(choices.Ended())
 
         async with upstream.chat_stream(body, auth) as chunks:
-            async for event in read_round(split(chunks), assembler_for(body, lead, names), live):
+            async for event in read_round(nullcontext(split(chunks)), assembler_for(body, lead, names), live):
                 yield event
 
     return first
@@ -202,7 +208,7 @@ def queued_round(queue: choices.ChunkQueue, lead: bool, names: frozenset[str] = 
     """A first round read from the chunks of one choice that `streamed_first_of_several` puts in `queue`."""
 
     def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
-        return read_round(choices.queued_chunks(queue), assembler_for(body, lead, names), live)
+        return read_round(nullcontext(choices.queued_chunks(queue)), assembler_for(body, lead, names), live)
 
     return first
 
@@ -212,40 +218,148 @@ def _omen(event: object) -> bool:
     return isinstance(event, om.Omen) or isinstance(event, tuple) and isinstance(event[-1], om.Omen)
 
 
-async def _produce(events: AsyncIterator[E], queue: asyncio.Queue[E | ProxyError]) -> None:
+async def _next(events: AsyncIterator[E]) -> E | ProxyError:
+    """The next event, or the error that ends the events: the loop's own, a bug's 500 (never a silent cut), or,
+    for events that end without an answer or an error (a bug), `no_answer`."""
     try:
-        async for event in events:
-            await queue.put(event)
+        return await anext(events)
+    except StopAsyncIteration:
+        return no_answer()
     except ProxyError as exc:
-        await queue.put(exc)
-    except Exception as exc:  # a bug must end the stream with an error, never a silent cut
-        await queue.put(unexpected(exc))
-    else:  # the events ended without an answer or an error: a bug, said in the stream
-        await queue.put(no_answer())
+        return exc
+    except Exception as exc:
+        return unexpected(exc)
 
 
-async def pump(writer: Writer[E], first: E | ProxyError, queue: asyncio.Queue[E | ProxyError],
-               task: asyncio.Task[None], keepalive: float) -> AsyncIterator[bytes]:
-    """The response body: rendered events until the Final or an error, keep-alives while the queue is quiet.
-    Events already waiting go out in one write. Leaving early (the client went away) cancels the producer
-    and with it the upstream stream."""
-    try:
-        out = [*_rendered(writer, None), *_rendered(writer, first)]
-        while True:
-            while not writer.ended and not queue.empty():
-                out += _rendered(writer, queue.get_nowait())
-            if out:
-                yield b"".join(out)
-                out = []
-            if writer.ended:
-                return
-            try:
-                async with asyncio.timeout(keepalive):  # not wait_for: that wraps each get in a new task
-                    out = _rendered(writer, await queue.get())
-            except TimeoutError:
-                yield writer.keepalive
-    finally:
-        task.cancel()
+class DisconnectWatch:
+    """A task that waits for `http.disconnect` and, while `armed`, cancels the task that reads the events (with
+    them the upstream stream; the trace ends "client gone"). One until the first event, one in the response."""
+
+    def __init__(self, receive: Callable[[], Awaitable[Any]]) -> None:
+        self.task = asyncio.current_task()
+        self.armed = True
+        self.gone = False  # the client disconnected
+        self.cancelled = False  # ... and the task was cancelled for it
+        self._future = asyncio.ensure_future(self._wait(receive))
+
+    async def _wait(self, receive: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        except Exception:  # a receive that fails ends the stream as a disconnect does
+            pass
+        self.gone = True
+        if self.armed and self.task is not None:
+            self.cancelled = True
+            self.task.cancel()
+
+    def left(self) -> bool:
+        """After a CancelledError: whether it was this watch's alone (the client left); then it is undone."""
+        self.stop()
+        return self.cancelled and self.task is not None and self.task.uncancel() == 0
+
+    def stop(self) -> None:
+        self.armed = False
+        if not self._future.done():
+            self._future.cancel()
+
+
+class EventStream(Response):
+    """The SSE response: the events are read, rendered and written in the request's own task, one write each
+    (the events of one upstream read come back to back), while the `DisconnectWatch` waits for the client to
+    leave and a timer writes `writer.keepalive` after `keepalive` seconds without a write (a hidden correction
+    round). Was: a producer task feeding an asyncio.Queue, a pump generator under Starlette's StreamingResponse
+    and its task group of two (a write and a disconnect listener): four tasks and a task switch per burst."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, writer: Writer[E], first: E, events: AsyncIterator[E], keepalive: float,
+                 headers: dict[str, str]) -> None:
+        self.status_code = 200
+        self.background = None
+        self.init_headers(headers)  # StreamingResponse's headers: no content-length, text/event-stream; utf-8
+        self._writer: Writer[Any] = writer
+        self._first: Any = first
+        self._events: AsyncIterator[Any] = events
+        self._keepalive = keepalive
+        self._last = 0.0  # loop time of the last write
+        self._turn = 0.0  # loop time when the event loop last had a turn for others
+        self._writing = False  # a write of the events is under way (waiting for the client to read)
+        self._ping: asyncio.Task[None] | None = None  # a keep-alive write under way
+        self._done = False  # the last write was sent (or the client is gone): no keep-alive any more
+        self._timer: asyncio.TimerHandle | None = None
+        self._watch: DisconnectWatch | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        loop = asyncio.get_running_loop()
+        writer = self._writer
+        watch = self._watch = DisconnectWatch(receive)
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            self._last = loop.time()
+            self._timer = loop.call_later(self._keepalive, self._tick, loop, send)
+            out = [*_rendered(writer, None), *_rendered(writer, self._first)]
+            while True:
+                if out:
+                    await self._write(send, b"".join(out), loop)
+                if writer.ended:
+                    break
+                out = _rendered(writer, await _next(self._events))
+            self._stop()
+            if self._ping is not None:
+                await self._ping
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            async for _ in self._events:  # past the Final: the loop ends as it does (its trace "answered")
+                pass
+        except asyncio.CancelledError:
+            if not watch.left():  # not (only) the client leaving: the cancel stands
+                raise
+        except Exception:  # a bug past the headers (the events end in `_next`): the trace says the rest
+            log.exception("a stream ended in an error after its headers")
+        finally:
+            self._stop()
+            await self._events.aclose()  # type: ignore[attr-defined]  # cut short: the upstream stream with it
+
+    def _stop(self) -> None:
+        self._done = True
+        if self._watch is not None:
+            self._watch.stop()
+        if self._timer is not None:
+            self._timer.cancel()
+
+    async def _write(self, send: Any, body: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        if self._ping is not None:  # a keep-alive is waiting for the client to read: after it
+            await self._ping
+        self._writing = True
+        try:
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        finally:
+            self._writing = False
+        self._last = now = loop.time()
+        if now - self._turn > TURN_SECONDS:  # the events may come without a pause (the upstream's reads buffered)
+            self._turn = now
+            await asyncio.sleep(0)  # others' turn: /healthz and other requests are never held up behind a stream
+
+    def _tick(self, loop: asyncio.AbstractEventLoop, send: Any) -> None:
+        """The keep-alive timer: a keep-alive after `keepalive` seconds without a write, then armed again."""
+        if self._done:
+            return
+        quiet = loop.time() - self._last
+        if quiet < self._keepalive:
+            self._timer = loop.call_later(self._keepalive - quiet, self._tick, loop, send)
+            return
+        if not self._writing and self._ping is None:
+            self._ping = asyncio.ensure_future(self._keep_alive(send, loop))
+        self._timer = loop.call_later(self._keepalive, self._tick, loop, send)
+
+    async def _keep_alive(self, send: Any, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            await send({"type": "http.response.body", "body": self._writer.keepalive, "more_body": True})
+            self._last = loop.time()
+        except Exception:  # the client is gone: the disconnect watch ends the stream
+            pass
+        finally:
+            self._ping = None
 
 
 def _rendered(writer: Writer[E], event: E | ProxyError | None) -> list[bytes]:
@@ -266,7 +380,7 @@ E_contra = TypeVar("E_contra", contravariant=True)
 
 
 class Writer(Protocol[E_contra]):
-    """What `pump` writes with: SseWriter, protocols' ResponsesWriter and MessagesWriter (Writer[Shown]: the
+    """What `EventStream` writes with: SseWriter, protocols' ResponsesWriter and MessagesWriter (Writer[Shown]: the
     loop's events) and ChoicesWriter (Writer[Several]); each also renders the ProxyError that ends a stream."""
 
     keepalive: bytes

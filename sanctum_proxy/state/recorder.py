@@ -33,7 +33,7 @@ from sanctum_proxy.repair.events import Final
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.state.metrics import Metrics
 from sanctum_proxy.state.trace_store import TraceStore, default_path
-from sanctum_proxy.state.traces import Trace, metadata_only, trace_json
+from sanctum_proxy.state.traces import Trace, compacted, metadata_only, trace_json
 from sanctum_proxy.web import access_log
 
 CHAT_PATH = "/v1/chat/completions"
@@ -156,7 +156,8 @@ class Recorder:
         if request.url.path not in ROUND_LOOP_PATHS or trace_id(request) is not None:
             return
         self.metrics.requests.labels("none", "error").inc()
-        access_log.LOGGER.info(access_log.line({
+        setattr(request.state, access_log.LOGGED, True)  # its line is this one (web/access_log.AccessLog)
+        access_log.emit(access_log.line({
             "id": None, "request_id": _request_id(request), "model": None, "mode": None, "stream": None,
             "rounds": [], "outcome": "error", "status": error.status, "latency_ms": None}))
 
@@ -236,14 +237,14 @@ class Recorder:
                 continue
             try:
                 doc = trace_json(trace)
-                docs.append(doc if self.retention.bodies else metadata_only(doc))
+                docs.append(compacted(doc) if self.retention.bodies else metadata_only(doc))
             except Exception:  # one unreadable trace must not stop the writer
                 log.exception("trace %s could not be recorded", trace.id)
         logged = access_log.LOGGER.isEnabledFor(logging.INFO)  # the line is not built for nobody
         for doc in docs:
             self.metrics.observe(doc)
             if logged:
-                access_log.LOGGER.info(access_log.line(doc))
+                access_log.emit(access_log.line(doc))
         if self.store is None or not docs:
             return
         try:

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 
 from sanctum_proxy.core.shapes import JSONObject
-from sanctum_proxy.state.traces import clipped, summary
+from sanctum_proxy.state.traces import clipped, expanded, summary
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -139,7 +139,7 @@ class TraceStore:
     def get(self, trace_id: str) -> JSONObject | None:
         with self._lock:
             row = self._db.execute("SELECT doc FROM traces WHERE id = ?", (trace_id,)).fetchone()
-        return None if row is None else dict(orjson.loads(row[0]))
+        return None if row is None else expanded(dict(orjson.loads(row[0])))
 
     def count(self) -> int:
         with self._lock:

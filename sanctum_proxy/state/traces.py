@@ -4,6 +4,8 @@
     trace_json()     the stored document: request, every upstream round (what was sent, status, raw answer,
                      latency, tokens), every omen, the answer or the error, total latency, outcome
     metadata_only()  the same document without message bodies (setting `traces_bodies = false`)
+    compacted()      the document as stored: a round's `sent` without the request's members it sent unchanged
+    expanded()       ... and back, for whoever reads a stored document (the API, the viewer)
     clipped()        the same document cut to `traces_max_doc_bytes` (long strings shortened, said so)
     summary()        the fields the trace list shows
 
@@ -147,6 +149,47 @@ def _summed_usage(records: list[RoundRecord]) -> dict[str, int] | None:
             if key in ("prompt_tokens", "completion_tokens", "total_tokens") and isinstance(value, int):
                 total[key] = total.get(key, 0) + value
     return total or None
+
+
+SENT_KEYS = "sent_keys"  # in a stored round: every key of its `sent` in order; those absent are the request's
+
+
+def compacted(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document as stored: the members of a round's `sent` that are the client's request's own (the same
+    object, or a list of the same objects: a native round's messages and tools) are not written twice; `sent`
+    keeps the others and the round's `sent_keys` lists every key in order. The request is most of a trace's
+    bytes, and the first round sends most of it as it came. `expanded` undoes it; equal values that are not
+    the same objects are written out (nothing is compared deeply: this runs for every trace)."""
+    request = doc.get("request")
+    if not isinstance(request, dict) or not doc.get("rounds"):
+        return doc
+    rounds = []
+    for r in doc["rounds"]:
+        sent = r.get("sent")
+        if isinstance(sent, dict):
+            kept = {k: v for k, v in sent.items() if k not in request or not _same(v, request[k])}
+            if len(kept) < len(sent):
+                r = {**r, "sent": kept, SENT_KEYS: list(sent)}
+        rounds.append(r)
+    return {**doc, "rounds": rounds}
+
+
+def expanded(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored document as `trace_json` made it (`compacted` undone)."""
+    request = doc.get("request")
+    for r in doc.get("rounds") or ():
+        keys = r.pop(SENT_KEYS, None)
+        if isinstance(keys, list) and isinstance(r.get("sent"), dict) and isinstance(request, dict):
+            sent = r["sent"]
+            r["sent"] = {k: sent[k] if k in sent else request.get(k) for k in keys}
+    return doc
+
+
+def _same(value: Any, given: Any) -> bool:
+    if value is given:
+        return True
+    return (isinstance(value, list) and isinstance(given, list) and len(value) == len(given)
+            and all(a is b for a, b in zip(value, given, strict=True)))
 
 
 def metadata_only(doc: dict[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ import os
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,6 +198,8 @@ class Upstream:
         self._max_answer = limits.max_answer_bytes
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout,
                                               sock_read=limits.read_timeout)
+        # a non-streamed chat round: no per-read timer, the round's own deadline (`chat`)
+        self._round_timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout)
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
         self._stream_session: aiohttp.ClientSession | None = None
@@ -330,10 +332,12 @@ class Upstream:
         """POST /chat/completions, non-streaming. Raises UpstreamError on a non-2xx answer."""
         start = time.perf_counter()
         content, headers = orjson.dumps(body), self.headers(client_auth)
-        async with mapped_errors():
-            response = await self._open("POST", "/chat/completions", data=content, headers=headers)
+        # One deadline for the round, headers and body (not aiohttp's sock_read timer, re-armed at every read)
+        async with mapped_errors(), asyncio.timeout(self._read_timeout):
+            response = await self._open("POST", "/chat/completions", data=content, headers=headers,
+                                        timeout=self._round_timeout)
             try:
-                raw = await self._read_body(response)  # masked: a 2xx answer may echo the key too
+                raw = await self._read_body(response, deadline=False)  # masked: a 2xx answer may echo the key
             finally:
                 done(response)
         latency = (time.perf_counter() - start) * 1000
@@ -350,16 +354,16 @@ class Upstream:
         return Reply(response.status, parsed, latency)
 
     async def _read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None, *,
-                         masked: bool = True) -> bytes:
+                         masked: bool = True, deadline: bool = True) -> bytes:
         """The whole body, at most max_answer_bytes of it (or, with `cut_at`, read until past that and
         returned whole for the caller to cut), within read_timeout of the headers (a body that trickles
         forever would dodge the per-read timeout). `masked`: the key masked piece by piece as it arrives (a
-        long body never holds the event loop in one masking pass)."""
+        long body never holds the event loop in one masking pass). `deadline` False: the caller's own covers it."""
         limit = self._max_answer if cut_at is None else cut_at
         body = bytearray()
         stream = ByteStream(self._mask) if self._mask and masked else None
         read = 0
-        async with asyncio.timeout(self._read_timeout):
+        async with asyncio.timeout(self._read_timeout) if deadline else nullcontext():
             async for piece in response.content.iter_any():
                 read += len(piece)
                 body += stream.feed(piece) if stream else piece

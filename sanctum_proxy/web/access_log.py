@@ -1,13 +1,20 @@
-"""The access log: one JSON line per chat request on the logger `sanctum_proxy.access`, and the logging
-config that shows it beside uvicorn's own logs."""
+"""The access log: one JSON line per request on the logger `sanctum_proxy.access`, and the logging config
+that shows it beside uvicorn's own logs (uvicorn's access log is off: this one replaces it).
+
+A chat request (the round-loop endpoints) gets its line from the trace writer (`line`: outcome, rounds, model),
+or from `Recorder.refused` when it was turned away before it had a trace. Every other request (and a chat
+request answered without either: a 429 from the concurrency limit, a 405) gets `http_line` from `AccessLog`,
+the outermost ASGI middleware, when its answer is sent."""
 
 from __future__ import annotations
 
 import copy
 import logging
+import time
 from typing import Any
 
 import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.config import LOGGING_CONFIG
 
 LOGGER = logging.getLogger("sanctum_proxy.access")
@@ -21,6 +28,56 @@ def line(doc: dict[str, Any]) -> str:
         "model": doc["model"], "mode": doc["mode"], "stream": doc["stream"], "rounds": len(doc["rounds"]),
         "outcome": doc["outcome"], "status": doc["status"], "latency_ms": doc["latency_ms"],
     }).decode()
+
+
+def emit(text: str) -> None:
+    """`LOGGER.info(text)` without logging's caller lookup (it walks the stack for every record: the file and
+    line of a line that is JSON already say nothing)."""
+    if LOGGER.isEnabledFor(logging.INFO):
+        LOGGER.handle(LOGGER.makeRecord(LOGGER.name, logging.INFO, __file__, 0, text, (), None))
+
+
+LOGGED = "sanctum_access_logged"  # set in the request's state by whoever logged its line already
+
+
+def http_line(method: str, path: str, status: int | None, latency_ms: float, request_id: str | None) -> str:
+    """{"event": "http_request", "method", "path" (without the query), "status" (null: no answer was sent),
+    "latency_ms", "request_id"} as one line of JSON."""
+    return orjson.dumps({"event": "http_request", "method": method, "path": path, "status": status,
+                         "latency_ms": round(latency_ms, 3), "request_id": request_id}).decode()
+
+
+class AccessLog:
+    """ASGI middleware: the `http_line` of every HTTP request whose line nobody else wrote (no trace began, and
+    `Recorder.refused` did not log it), written once the app is done with it, an exception included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not LOGGER.isEnabledFor(logging.INFO):
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        state: dict[str, Any] = scope.setdefault("state", {})
+        status: int | None = None
+
+        async def watched(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception:
+            status = status or 500  # Starlette's outermost error middleware answers it, outside this one
+            raise
+        finally:
+            if state.get("trace") is None and not state.get(LOGGED):
+                given = next((v for k, v in scope.get("headers", ()) if k == b"x-request-id"), None)
+                emit(http_line(scope["method"], scope["path"], status, (time.perf_counter() - start) * 1000,
+                               given[:200].decode("latin-1") if given else None))
 
 
 def log_config(level: str) -> dict[str, Any]:

@@ -313,7 +313,9 @@ ADMIN = {"authorization": "Bearer sk-admin"}
 
 
 def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
-    return [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "sanctum_proxy.access"]
+    """The chat requests' lines (every other request has an `http_request` line: tests/state/test_access_log.py)."""
+    lines = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "sanctum_proxy.access"]
+    return [line for line in lines if line["event"] == "chat_request"]
 
 
 def test_bodies_of_a_bounced_request_keep_both_answers(proxy, fake):
