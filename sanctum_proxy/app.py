@@ -23,6 +23,7 @@ from sanctum_proxy.upstreams.client import Limits, Upstream
 from sanctum_proxy.upstreams.pools import UpstreamPools
 from sanctum_proxy.web.access_log import AccessLog
 from sanctum_proxy.web.auth import KeyRing
+from sanctum_proxy.web.connection_limit import ConnectionLimit, default_max_connections
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 from sanctum_proxy.web.limits import ConcurrencyLimit
 from sanctum_proxy.web.request_id import EchoRequestId
@@ -48,7 +49,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
                        keys=parts.keys, per_key=settings.max_concurrent_per_key)
-    app.add_middleware(EchoRequestId)  # outside the limit: a 429 echoes X-Request-Id too
+    app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections())
+    app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], expose_headers=["*"])

@@ -7,7 +7,6 @@ import atexit
 import gc
 import importlib.metadata
 import os
-import resource
 import shutil
 import signal
 import sys
@@ -31,6 +30,7 @@ from sanctum_proxy.upstreams.embedded import (
     http_status,
 )
 from sanctum_proxy.web import access_log
+from sanctum_proxy.web.connection_limit import default_max_connections
 from sanctum_proxy.web.header_timeout import HeadDeadline
 from sanctum_proxy.web.header_timeout import protocol as header_protocol
 
@@ -190,17 +190,10 @@ def worker_app() -> Any:
 def http_protocol(settings: Settings) -> dict[str, Any]:
     """uvicorn's `http` and `limit_concurrency` options: its HTTP protocol (httptools where installed, else h11)
     with a deadline on request heads and room kept for new connections (web/header_timeout.py), and the
-    connection limit `max_connections` (unset: half the process's open-file limit)."""
+    connection limit `max_connections` (unset: half the process's open-file limit) that room is kept under
+    (the app answers requests past it: web/connection_limit.py)."""
     HeadDeadline.seconds = settings.header_read_timeout
     return {"http": header_protocol(), "limit_concurrency": settings.max_connections or default_max_connections()}
-
-
-def default_max_connections() -> int:
-    """Half the process's open-file limit (the rest: upstream connections, the trace store, logs), 64 to 65536."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return 65536
-    return max(64, min(65536, soft // 2))
 
 
 def quiet_gc() -> None:

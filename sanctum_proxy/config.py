@@ -112,7 +112,8 @@ class Settings(BaseSettings):
     probes_per_minute: int = Field(30, ge=1, description="capability probes of new models, all upstreams together")
     body_read_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send its body")
     header_read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send its headers")
-    # open connections per process (uvicorn's limit_concurrency); unset: half the open-file limit
+    # requests in flight per process, any path (web/connection_limit.py: 503 past it), and the connection count
+    # at which slow heads make room (web/header_timeout.py); unset: half the open-file limit
     max_connections: int | None = Field(None, ge=8)
     probe_capabilities: bool = True
     probe_timeout: float = Field(3.0, gt=0)

@@ -9,6 +9,7 @@
      │    └── NotFound              404 invalid_request_error, code not_found (e.g. an unknown trace id)
      ├── Unauthorized               401 invalid_api_key
      ├── TooManyRequests            429 rate_limit_exceeded
+     ├── Overloaded                 503 server_error, code server_overloaded (max_connections in flight)
      ├── UpstreamUnreachable        502 upstream_unreachable (refused, reset before an answer)
      ├── UpstreamTimeout            504 upstream_timeout
      ├── UpstreamError              the upstream's status, upstream_error, the upstream's message kept
@@ -88,6 +89,14 @@ class TooManyRequests(ProxyError):
     status = 429
     type = "rate_limit_exceeded"
     code = "rate_limit_exceeded"
+
+
+class Overloaded(ProxyError):
+    """More requests in flight than `max_connections` (web/connection_limit.py); OpenAI's own 503 says
+    `server_error` too."""
+
+    status = 503
+    code = "server_overloaded"
 
 
 class UpstreamUnreachable(ProxyError):

@@ -52,6 +52,10 @@ class Codec:
     # for the start of a streamed answer that may still open a bare call, a bare opening of text (markup to
     # pass over) and a bare call opening (held like a delimiter).
     lead: tuple[str, str, str] | None = None
+    # Its calls' parameters come as the text written between tags, which hold no types (Qwen3-Coder's
+    # `<parameter=k>5</parameter>`, GLM's `<arg_value>`): a candidate whose arguments are such a mapping has
+    # its values typed by the schema without a repair ("5" for an integer is how the format writes 5).
+    text_values: bool = False
 
 
 class Scanner:

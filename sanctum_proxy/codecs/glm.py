@@ -73,6 +73,6 @@ def render_call(name: str, arguments: JSONValue) -> str:
     return f"<tool_call>{name}\n{body}</tool_call>"
 
 
-CODEC = register(Codec(NAME, find, STARTS, rank=60))
+CODEC = register(Codec(NAME, find, STARTS, rank=60, text_values=True))
 register_format(Format(NAME, NAME, render_call, detect=template_has("<arg_key>"), detect_rank=50,
                        families=("glm4moe",)))

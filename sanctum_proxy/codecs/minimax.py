@@ -124,5 +124,5 @@ def render_result(name: str, call_id: str, text: str) -> str:
     return f"<response>{text}</response>"
 
 
-CODEC = register(Codec(NAME, find, (OPEN,), rank=74))
+CODEC = register(Codec(NAME, find, (OPEN,), rank=74, text_values=True))
 register_format(Format(NAME, NAME, render_call, render_result, detect=template_has(OPEN), detect_rank=62))

@@ -144,5 +144,5 @@ def render_call(name: str, arguments: JSONValue, wrap: tuple[str, str] = ("<tool
     return f"{wrap[0]}\n<function={name}>\n{body}\n</function>\n{wrap[1]}"
 
 
-CODEC = register(Codec(NAME, find, STARTS, rank=70))
+CODEC = register(Codec(NAME, find, STARTS, rank=70, text_values=True))
 register_format(Format(NAME, NAME, render_call, detect=template_has("<parameter="), detect_rank=80))

@@ -37,6 +37,9 @@ from sanctum_proxy.core.shapes import JSONValue
 # no later codec reads calls written inside reasoning; GLM before Hermes (both open with <tool_call>).
 CODECS: tuple[Codec, ...] = codecs()
 FORMATS: dict[str, Format] = formats()
+# The `Candidate.source` of codecs whose parameters are the text written (Codec.text_values).
+TEXT_VALUED: frozenset[str] = frozenset(s for codec in CODECS if codec.text_values
+                                        for s in (codec.name, *codec.sources))
 # The values `prompt_format` may take besides "auto", and the format used when none is known.
 FALLBACK = hermes.NAME
 FORMAT_NAMES: tuple[str, ...] = tuple(sorted((name for name, f in FORMATS.items() if f.selectable),

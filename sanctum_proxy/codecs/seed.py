@@ -70,6 +70,6 @@ def render_call(name: str, arguments: JSONValue) -> str:
     return qwen_xml.render_call(name, arguments, (_CALL, _CALL_END))
 
 
-CODEC = register(Codec(NAME, find, STARTS, rank=30))
+CODEC = register(Codec(NAME, find, STARTS, rank=30, text_values=True))
 register_format(Format(NAME, NAME, render_call, detect=template_has(_CALL), detect_rank=40,
                        families=("seed_oss",)))

@@ -19,7 +19,7 @@ import orjson
 
 from sanctum_proxy.codecs import families, json_blocks
 from sanctum_proxy.codecs.base import MALFORMED, MAX_CANDIDATES
-from sanctum_proxy.codecs.registry import find_calls
+from sanctum_proxy.codecs.registry import TEXT_VALUED, find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, fallback_budget, strict
@@ -221,8 +221,9 @@ class _Judge:
         value, coerced = args.value, tuple[str, ...]()
         problems = self.book.check(name, value)
         if problems and isinstance(value, dict):
-            value, coerced = coerce(value, self.book.tools[name].parameters)
-            problems = self.book.check(name, value) if coerced else problems
+            value, coerced = coerce(value, self.book.tools[name].parameters,
+                                    as_text=isinstance(cand.arguments, dict) and cand.source in TEXT_VALUED)
+            problems = self.book.check(name, value) if coerced or value != args.value else problems
         if problems:
             return _Verdict(problems=tuple(replace(p, raw=cand.raw) for p in problems))
         return self._accept(cand, name, value, (*name_repairs, *args.repairs, *coerced), args.unchanged)

@@ -88,6 +88,24 @@ _BARE_PARSE_FAILURE = re.compile(
     re.IGNORECASE,
 )
 
+# Ollama's /v1 stream once it has begun (server/routes.go streamResponse, middleware/openai.go ChatWriter): an error
+# then (its tool parser's, or llama-server's in native mode) is JSON-encoded into the chat writer, read back as an
+# empty chat response and sent as a chunk with model "" and delta {"content": ""}; the body then ends cleanly, with
+# no finish chunk and no [DONE]. Its message is lost. In a round with tools the parser is what fails mid-stream (it
+# holds a call back until the call is whole), so such an end is read as the parse failure it most likely was.
+OLLAMA_LOST_ERROR = ("Ollama ended its stream after an error it did not show (its /v1 stream loses a mid-stream "
+                     "error; with tools, its tool call parser failed)")
+
+
+def ollama_lost_error(chunk: Any) -> bool:
+    """Whether `chunk`, the last of a stream that ended without a finish_reason, is Ollama's echo of an error
+    (above). Its own chunks always name the model."""
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    return (isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)
+            and chunk.get("system_fingerprint") == "fp_ollama" and chunk.get("model") == ""
+            and choices[0].get("delta") == {"content": ""} and choices[0].get("finish_reason") is None)
+
+
 # The upstream refused the request as longer than its context: llama.cpp (400, type exceed_context_size_error,
 # "request (N tokens) exceeds the available context size (M tokens), try increasing it", tools/server/
 # server-context.cpp), vLLM ("This model's maximum context length is N tokens. However, your request has ...",
@@ -130,6 +148,8 @@ def classify(error: UpstreamError, sent: Any = None) -> Verdict | None:
     """The verdict on `error`, an answer to the request body `sent` (None: read the message as it is)."""
     if error.upstream_status < 400:
         return None
+    if error.message == OLLAMA_LOST_ERROR:  # the proxy's own words for what Ollama did not say
+        return "upstream_parse_failure"
     message = error.message[:MAX_MESSAGE].lower()
     bare = error.upstream_status >= 500 and _BARE_PARSE_FAILURE.fullmatch(message.strip()) is not None
     if not (bare or _PARSE_FAILURE.search(message) or _UNSUPPORTED.search(message)):

@@ -179,17 +179,24 @@ _INTEGER = re.compile(r"-?(?:0|[1-9]\d*)")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
 MAX_COERCE_DEPTH = 16
+# How a format that writes every parameter as text (XML tags: Codec.text_values) is read: "5" typed as an
+# integer, "[1, 2]" decoded as an array. Named repairs only where a value could have been written typed.
+TYPED_FROM_TEXT = frozenset({"coerced_integer", "coerced_number", "coerced_boolean", "coerced_null",
+                             "decoded_json_string"})
 
 
-def coerce(args: JSONObject, schema: Mapping[str, object]) -> tuple[JSONObject, tuple[str, ...]]:
-    """`args` with the lossless coercions its schema asks for, and their names (empty when none)."""
+def coerce(args: JSONObject, schema: Mapping[str, object], *, as_text: bool = False
+           ) -> tuple[JSONObject, tuple[str, ...]]:
+    """`args` with the lossless coercions its schema asks for, and their names (empty when none). `as_text`:
+    the parameters' values are the text a text-only format wrote (its tags hold no types), so typing them is
+    reading the format, no repair (TYPED_FROM_TEXT); what such a value holds (a JSON array's items) is not."""
     repairs: dict[str, None] = {}
-    value = _coerce_object(args, schema, repairs, 0)
+    value = _coerce_object(args, schema, repairs, 0, as_text)
     return value, tuple(repairs)
 
 
 def _coerce_object(
-    obj: JSONObject, schema: Mapping[str, object], repairs: dict[str, None], depth: int
+    obj: JSONObject, schema: Mapping[str, object], repairs: dict[str, None], depth: int, as_text: bool = False
 ) -> JSONObject:
     props = schema.get("properties")
     if not isinstance(props, Mapping) or depth > MAX_COERCE_DEPTH:
@@ -197,14 +204,17 @@ def _coerce_object(
     out = dict(obj)
     for key, sub in props.items():
         if key in out and isinstance(sub, Mapping):
-            out[key] = _coerce_value(out[key], sub, repairs, depth + 1)
+            out[key] = _coerce_value(out[key], sub, repairs, depth + 1, as_text)
     return out
 
 
-def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[str, None], depth: int) -> JSONValue:
+def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[str, None], depth: int,
+                  as_text: bool = False) -> JSONValue:
     types = _types(schema)
     if types and not any(_is(value, t) for t in types):
-        value = _convert(value, types, repairs)
+        made: dict[str, None] = {}
+        value = _convert(value, types, made)
+        repairs.update(dict.fromkeys(r for r in made if not (as_text and r in TYPED_FROM_TEXT)))
     if isinstance(value, dict):
         return _coerce_object(value, schema, repairs, depth)
     items = schema.get("items")

@@ -47,6 +47,7 @@ import yarl
 
 from sanctum_proxy.config import redacted_url
 from sanctum_proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable, inband_status
+from sanctum_proxy.repair.upstream_errors import OLLAMA_LOST_ERROR, ollama_lost_error
 from sanctum_proxy.upstreams.redaction import ByteStream, DeltaMask, KeyMask
 
 # Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
@@ -398,7 +399,7 @@ class Upstream:
     async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
         async with mapped_errors():
             events = sse_data(response.content.iter_any(), limit=self._max_answer, idle=self._read_timeout)
-            seen, finished = 0, False
+            seen, finished, last = 0, False, None
             pieces = DeltaMask(self._mask) if self._mask else None  # a key cut between two events
             async for data in events:
                 if data.startswith(b"[DONE]"):
@@ -416,11 +417,13 @@ class Upstream:
                     raise upstream_error(inband_status(chunk), data)
                 if pieces is not None:
                     chunk = pieces.chunk(chunk)
-                seen += 1
+                seen, last = seen + 1, chunk
                 finished = finished or any(isinstance(c, dict) and c.get("finish_reason")
                                            for c in chunk.get("choices") or ())
                 yield chunk
             else:  # the body ended without [DONE]: complete only if a finish_reason came
+                if seen and not finished and ollama_lost_error(last):
+                    raise UpstreamError(500, OLLAMA_LOST_ERROR)
                 if seen and not finished:
                     raise UpstreamUnreachable("upstream closed the stream before the answer was complete")
             if not seen:

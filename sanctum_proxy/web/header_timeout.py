@@ -6,11 +6,12 @@ on a kept-alive connection) to the end of its headers, then the connection is cl
 between requests (`timeout_keep_alive`) but none while headers arrive, so a client sending one header byte a
 second (slowloris) held its connection for ever. The body has its own deadline, `body_read_timeout` (limits.py).
 
-Room: uvicorn's `limit_concurrency` (the setting `max_connections`) answers 503 to requests past the limit, but
-every slow connection still holds a file descriptor, and at the process's open-file limit nothing is accepted at
-all (1,007 slowloris connections at a limit of 1,024 took /healthz down). So when a new connection would reach
-the limit, the oldest connection still waiting for its request head is closed to make room: connections that
-send nothing useful cannot crowd out those that do.
+Room: uvicorn's `limit_concurrency` (the setting `max_connections`) bounds requests, but every slow connection
+still holds a file descriptor, and at the process's open-file limit nothing is accepted at all (1,007 slowloris
+connections at a limit of 1,024 took /healthz down). So when a new connection would reach the limit, the oldest
+connection still waiting for its request head is closed to make room: connections that send nothing useful
+cannot crowd out those that do. uvicorn's own check (a plain-text 503 past the limit) is taken off: the app
+refuses requests past it in the protocol's error shape (web/connection_limit.py).
 """
 
 from __future__ import annotations
@@ -33,16 +34,22 @@ class HeadDeadline:
     server_state: ServerState
     connections: set[Any]
     limit_concurrency: int | None
+    room_limit: int | None = None  # uvicorn's limit_concurrency, kept here for making room
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
     _head_deadline: asyncio.TimerHandle | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # uvicorn would answer past its limit itself, in plain text: the app does it (web/connection_limit.py)
+        self.room_limit, self.limit_concurrency = self.limit_concurrency, None
 
     def _waiting(self) -> dict[HeadDeadline, None]:
         return _WAITING.setdefault(self.server_state, {})
 
     def _make_room(self) -> None:
         """At the connection limit: close the oldest connections still waiting for a head (not this one)."""
-        limit = self.limit_concurrency
+        limit = self.room_limit
         if limit is None:
             return
         waiting = self._waiting()

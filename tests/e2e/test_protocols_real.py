@@ -4,6 +4,7 @@ constrain = "always"): the proxy speaks chat completions upstream (llama-server'
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -21,8 +22,20 @@ def proxy(constrained_proxy: str) -> str:
     return constrained_proxy
 
 
-def test_responses_api_gets_a_function_call_item(proxy):
-    client = openai.OpenAI(base_url=proxy + "/v1", api_key="unused", max_retries=0)
+@pytest.fixture
+def openai_client(proxy: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=proxy + "/v1", api_key="unused", max_retries=0) as client:
+        yield client  # closed after: its pooled connection would outlive the proxy
+
+
+@pytest.fixture
+def anthropic_client(proxy: str) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=proxy, api_key="unused", max_retries=0) as client:
+        yield client
+
+
+def test_responses_api_gets_a_function_call_item(openai_client):
+    client = openai_client
     tools: Any = [{"type": "function", "name": "get_weather", "description": "Current weather for a city.",
                    "parameters": PARAMETERS}]
     response = client.responses.create(model="smollm2", input=QUESTION, tools=tools, temperature=0)
@@ -34,8 +47,8 @@ def test_responses_api_gets_a_function_call_item(proxy):
     assert item.name == "get_weather" and orjson.loads(item.arguments) == {"city": "Paris"}
 
 
-def test_messages_api_gets_a_tool_use_block(proxy):
-    client = anthropic.Anthropic(base_url=proxy, api_key="unused", max_retries=0)
+def test_messages_api_gets_a_tool_use_block(anthropic_client):
+    client = anthropic_client
     tools: Any = [{"name": "get_weather", "description": "Current weather for a city.", "input_schema": PARAMETERS}]
     messages: Any = [{"role": "user", "content": QUESTION}]
     message = client.messages.create(model="smollm2", max_tokens=64, tools=tools, messages=messages,

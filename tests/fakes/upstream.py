@@ -49,6 +49,18 @@ def ollama_v1_error(message: str) -> tuple[int, dict[str, Any]]:
     return 500, {"error": {"message": message, "type": "api_error", "param": None, "code": None}}
 
 
+def ollama_v1_stream_lost_error(created: int = 1) -> dict[str, Any]:
+    """Ollama /v1 once a stream has begun: a parser error reaches server/routes.go streamResponse as gin.H{"error"},
+    which (the response already written) JSON-encodes `{"error": "..."}` into middleware/openai.go's ChatWriter;
+    with the status still 200, writeResponse unmarshals it as an api.ChatResponse (no field matches: no model, no
+    message) and writes it as a chunk: the stream's id and created, model "", delta `{"content": ""}` (no role
+    after the first chunk). Then streamResponse returns false and the body ends cleanly: no finish chunk, no
+    [DONE] (Step(done=False)). The error's message is lost (ollama fb30760, v0.33.0-rc2)."""
+    return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created, "model": "",
+            "system_fingerprint": "fp_ollama", "choices": [{"index": 0, "delta": {"content": ""},
+                                                            "finish_reason": None}]}
+
+
 def ollama_api_error(message: str) -> tuple[int, dict[str, Any]]:
     """Ollama /api/chat (native): the same error as {"error": "..."}."""
     return 500, {"error": message}
@@ -68,6 +80,7 @@ class Step:
     chunk_delay: float = 0.0
     die_after: int | None = None  # close the connection after this many chunks
     endless: Any = None  # after `chunks`, send this piece (dict or bytes) forever, every chunk_delay
+    done: bool = True  # end the stream with [DONE] (Ollama /v1 ends one whose parser failed without it)
 
 
 def completion(content: str | None = "", tool_calls: list[dict[str, Any]] | None = None,
@@ -245,7 +258,7 @@ class FakeUpstream:
                 await asyncio.sleep(step.chunk_delay)
                 piece = step.endless
                 yield piece if isinstance(piece, bytes) else b"data: " + orjson.dumps(piece) + b"\n\n"
-            if step.die_after is None:
+            if step.die_after is None and step.done:
                 yield b"data: [DONE]\n\n"
         except asyncio.CancelledError:
             self.disconnected += 1
