@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from sanctum_proxy.core import openai_chat as oc
-from sanctum_proxy.core.calls import Problem, example_arguments, new_call_id
+from sanctum_proxy.core.calls import Problem, example_text, new_call_id
 from sanctum_proxy.core.shapes import ChatMessage
 from sanctum_proxy.repair.reading import object_keys
 from sanctum_proxy.repair.toolbox import Toolbox
@@ -98,8 +98,8 @@ def asks_json(body: dict[str, Any]) -> bool:
 def format_section(book: Toolbox, *, text: bool, parallel: bool) -> str:
     """The call-format paragraph of the system prompt for a constrained round."""
     first = next(iter(book.tools.values()))
-    example = orjson.dumps(example_arguments(first.parameters)).decode()
-    return FORMAT % (first.name, example) + (_PARALLEL if parallel else "") + (_TEXT if text else "")
+    return (FORMAT % (first.name, example_text(first.parameters)) + (_PARALLEL if parallel else "")
+            + (_TEXT if text else ""))
 
 
 def decode(message: ChatMessage, new_id: Callable[[], str] | None = None) -> ChatMessage:
