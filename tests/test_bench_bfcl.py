@@ -155,7 +155,7 @@ def test_grounding_replay_answers_a_copied_example_in_text_and_keeps_a_right_cal
     def made(**arguments: Any) -> list[dict[str, Any]]:
         return [{"function": {"name": "determine_body_mass_index", "arguments": json.dumps(arguments)}}]
 
-    assert flagged(irrelevance_0, made(weight=70, height=1.75))  # no value from the question
+    assert flagged(irrelevance_0, made(weight=1.5, height=5))  # the prompt's example number, copied
     assert not flagged(irrelevance_0, made(weight=10, height=5))  # every value from the question
     assert not flagged(irrelevance_0, [])
 

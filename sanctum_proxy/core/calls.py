@@ -128,26 +128,46 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
-# The prompts' example call shows the shape of a call, never values a model could copy: each argument is a hint
-# of its type (`{"weight": <number>, "unit": <one of "kg", "lb">}`), which is no JSON value, so a grammar-held
-# model has to write a value of its own. A string argument holding a hint verbatim ("<string>") copied the
-# template (`is_example_hint`; repair/grounding).
+# The prompts' example call. Where a call is required, it shows the shape of a call and no value a model could
+# copy: each argument a hint of its type (`{"weight":<number>,"unit":<one of "kg", "lb">}`), no JSON value, so
+# a grammar-held model writes a value of its own (under tool_choice required Gemma 3 270M copied the old
+# placeholders into 50 of 61 calls; bench/results/bfcl_heldout.md). Where text may win, it shows placeholder
+# values (an enum's first value, 1, 1.5, true, [], {}, "..."): a model that copies 1.5 or "..." into a call
+# nobody asked for is caught by grounding, which the hints lost on BFCL's held-out irrelevance entries (the
+# model wrote the question's own values into an unrelated tool instead). A string holding a hint verbatim
+# ("<string>") copied the template (`is_example_hint`).
 _TYPE_HINTS = {"integer": "integer", "number": "number", "string": "string", "boolean": "true or false",
                "array": "array", "object": "object"}
 _HINT = re.compile(r"<(?:integer|number|string|true or false|array|object|value|one of [^<>]*)>")
 _MARK = re.compile(r"""(["']?)@@sanctum-hint-(\d+)@@\1""")
+_PLACEHOLDERS: dict[str, JSONValue] = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}
+_STRING_PLACEHOLDER = "..."
+# The placeholders that are no plausible value of their own: a call holding one the conversation does not hold
+# copied the prompt's example (repair/grounding). The others (1, true, [], {}) are common real values.
+COPIED_EXAMPLES: tuple[JSONValue, ...] = (_PLACEHOLDERS["number"], _STRING_PLACEHOLDER)
 
 
-def example_text(parameters: JSONValue, render: Callable[[dict[str, JSONValue]], str] | None = None) -> str:
+def example_text(parameters: JSONValue, render: Callable[[dict[str, JSONValue]], str] | None = None, *,
+                 hints: bool = True) -> str:
     """A tool's arguments as the prompts show them: its first two properties, each a type hint in angle
-    brackets (`{"weight": <number>}`). `render` writes an arguments object as the call format does (default:
-    compact JSON); the hints replace the values it wrote."""
+    brackets (`{"weight":<number>}`), or with `hints=False` a placeholder value (`{"weight":1.5}`). `render`
+    writes an arguments object as the call format does (default: compact JSON); hints replace what it wrote."""
     props = parameters.get("properties") if isinstance(parameters, dict) else None
     items = list(props.items())[:2] if isinstance(props, dict) else []
-    hints = [_hint(spec) for _, spec in items]
+    if not hints:
+        values = {key: _placeholder(spec) for key, spec in items}
+        return render(values) if render is not None else json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+    shown = [_hint(spec) for _, spec in items]
     marked: dict[str, JSONValue] = {key: f"@@sanctum-hint-{i}@@" for i, (key, _) in enumerate(items)}
     text = render(marked) if render is not None else json.dumps(marked, ensure_ascii=False, separators=(",", ":"))
-    return _MARK.sub(lambda m: hints[int(m.group(2))], text)
+    return _MARK.sub(lambda m: shown[int(m.group(2))], text)
+
+
+def _placeholder(spec: JSONValue) -> JSONValue:
+    if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
+        return spec["enum"][0]
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    return _PLACEHOLDERS.get(str(kind), _STRING_PLACEHOLDER)
 
 
 def _hint(spec: JSONValue) -> str:

@@ -95,10 +95,11 @@ def asks_json(body: dict[str, Any]) -> bool:
     return isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and not is_constrained(body)
 
 
-def format_section(book: Toolbox, *, text: bool, parallel: bool) -> str:
-    """The call-format paragraph of the system prompt for a constrained round."""
+def format_section(book: Toolbox, *, text: bool, parallel: bool, hints: bool = False) -> str:
+    """The call-format paragraph of the system prompt for a constrained round (`hints`: the example shows type
+    hints, for a request that requires a call: core/calls.example_text)."""
     first = next(iter(book.tools.values()))
-    return (FORMAT % (first.name, example_text(first.parameters)) + (_PARALLEL if parallel else "")
+    return (FORMAT % (first.name, example_text(first.parameters, hints=hints)) + (_PARALLEL if parallel else "")
             + (_TEXT if text else ""))
 
 
