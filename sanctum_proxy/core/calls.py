@@ -12,13 +12,15 @@ the streaming assembler all speak these types, so a call looks the same whicheve
     Assessment   what tier 1 made of one upstream answer
 
 and the helpers every tier shares: `content_text` (a message content as text), `new_call_id`,
-`example_arguments` (a tool's arguments as the prompts show them).
+`example_text` (a tool's arguments as the prompts show them) and `is_example_hint`.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -140,6 +142,18 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
+# The prompts' example call. Where a call is required, it shows the shape of a call and no value a model could
+# copy: each argument a hint of its type (`{"weight":<number>,"unit":<one of "kg", "lb">}`), no JSON value, so
+# a grammar-held model writes a value of its own (under tool_choice required Gemma 3 270M copied the old
+# placeholders into 50 of 61 calls; bench/results/bfcl_heldout.md). Where text may win, it shows placeholder
+# values (an enum's first value, 1, 1.5, true, [], {}, "..."): a model that copies 1.5 or "..." into a call
+# nobody asked for is caught by grounding, which the hints lost on BFCL's held-out irrelevance entries (the
+# model wrote the question's own values into an unrelated tool instead). A string holding a hint verbatim
+# ("<string>") copied the template (`is_example_hint`).
+_TYPE_HINTS = {"integer": "integer", "number": "number", "string": "string", "boolean": "true or false",
+               "array": "array", "object": "object"}
+_HINT = re.compile(r"<(?:integer|number|string|true or false|array|object|value|one of [^<>]*)>")
+_MARK = re.compile(r"""(["']?)@@sanctum-hint-(\d+)@@\1""")
 _PLACEHOLDERS: dict[str, JSONValue] = {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}
 _STRING_PLACEHOLDER = "..."
 # The placeholders that are no plausible value of their own: a call holding one the conversation does not hold
@@ -147,13 +161,20 @@ _STRING_PLACEHOLDER = "..."
 COPIED_EXAMPLES: tuple[JSONValue, ...] = (_PLACEHOLDERS["number"], _STRING_PLACEHOLDER)
 
 
-def example_arguments(parameters: JSONValue) -> dict[str, JSONValue]:
-    """Example arguments for a tool's schema, as prompts show them: its first two properties, each an enum's
-    first value or a placeholder of its type."""
+def example_text(parameters: JSONValue, render: Callable[[dict[str, JSONValue]], str] | None = None, *,
+                 hints: bool = True) -> str:
+    """A tool's arguments as the prompts show them: its first two properties, each a type hint in angle
+    brackets (`{"weight":<number>}`), or with `hints=False` a placeholder value (`{"weight":1.5}`). `render`
+    writes an arguments object as the call format does (default: compact JSON); hints replace what it wrote."""
     props = parameters.get("properties") if isinstance(parameters, dict) else None
-    if not isinstance(props, dict):
-        return {}
-    return {key: _placeholder(spec) for key, spec in list(props.items())[:2]}
+    items = list(props.items())[:2] if isinstance(props, dict) else []
+    if not hints:
+        values = {key: _placeholder(spec) for key, spec in items}
+        return render(values) if render is not None else json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+    shown = [_hint(spec) for _, spec in items]
+    marked: dict[str, JSONValue] = {key: f"@@sanctum-hint-{i}@@" for i, (key, _) in enumerate(items)}
+    text = render(marked) if render is not None else json.dumps(marked, ensure_ascii=False, separators=(",", ":"))
+    return _MARK.sub(lambda m: shown[int(m.group(2))], text)
 
 
 def _placeholder(spec: JSONValue) -> JSONValue:
@@ -161,3 +182,16 @@ def _placeholder(spec: JSONValue) -> JSONValue:
         return spec["enum"][0]
     kind = spec.get("type") if isinstance(spec, dict) else None
     return _PLACEHOLDERS.get(str(kind), _STRING_PLACEHOLDER)
+
+
+def _hint(spec: JSONValue) -> str:
+    if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
+        shown = ", ".join(json.dumps(v, ensure_ascii=False) for v in spec["enum"][:4])
+        return f"<one of {shown}{', ...' if len(spec['enum']) > 4 else ''}>"
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    return f"<{_TYPE_HINTS.get(kind, 'value') if isinstance(kind, str) else 'value'}>"
+
+
+def is_example_hint(value: JSONValue) -> bool:
+    """Whether a value is one of the hints the prompts' example shows in place of a value (a copied template)."""
+    return isinstance(value, str) and _HINT.fullmatch(value.strip()) is not None

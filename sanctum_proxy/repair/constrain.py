@@ -24,7 +24,7 @@ from typing import Any, Literal
 import orjson
 
 from sanctum_proxy.core import openai_chat as oc
-from sanctum_proxy.core.calls import Problem, example_arguments, new_call_id
+from sanctum_proxy.core.calls import Problem, example_text, new_call_id
 from sanctum_proxy.core.shapes import ChatMessage, JSONObject
 from sanctum_proxy.repair.reading import object_keys
 from sanctum_proxy.repair.toolbox import Toolbox
@@ -95,11 +95,12 @@ def asks_json(body: JSONObject) -> bool:
     return isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and not is_constrained(body)
 
 
-def format_section(book: Toolbox, *, text: bool, parallel: bool) -> str:
-    """The call-format paragraph of the system prompt for a constrained round."""
+def format_section(book: Toolbox, *, text: bool, parallel: bool, hints: bool = False) -> str:
+    """The call-format paragraph of the system prompt for a constrained round (`hints`: the example shows type
+    hints, for a request that requires a call: core/calls.example_text)."""
     first = next(iter(book.tools.values()))
-    example = orjson.dumps(example_arguments(first.parameters)).decode()
-    return FORMAT % (first.name, example) + (_PARALLEL if parallel else "") + (_TEXT if text else "")
+    return (FORMAT % (first.name, example_text(first.parameters, hints=hints)) + (_PARALLEL if parallel else "")
+            + (_TEXT if text else ""))
 
 
 def decode(message: ChatMessage, new_id: Callable[[], str] | None = None) -> ChatMessage:

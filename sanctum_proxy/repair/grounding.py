@@ -2,7 +2,7 @@
 
 A grammar makes a call well-formed; it cannot make it meant. A small model held to an answer schema that
 offers "a call or a text reply" takes the call branch for nearly anything and fills the arguments with
-values nobody gave: the example values of the prompt (1.5, ""), empty lists, round numbers. `ungrounded`
+values nobody gave: the example values of the prompt (1.5, "..."), empty lists, round numbers. `ungrounded`
 says so for one call when not one of its values can be traced to the conversation:
 
 - a number is traced when the text holds it (5 / 5.0 / "5,000" / "5%" as 0.05 / "2 million" / "five");
@@ -14,8 +14,9 @@ says so for one call when not one of its values can be traced to the conversatio
 
 It is a judgement, kept narrow on purpose: one traced value clears the call, unless another value is an
 example placeholder of the prompts that the conversation does not hold (`COPIED_EXAMPLES`: the number 1.5
-and the string "..."; not the integer 1, which real answers often hold unsaid: "1 room", "compounded once a
-year"). What it flags among BFCL's reference calls: bench/results/design_costs.md. Pure: no I/O.
+and the string "..."; or a type hint the example shows where a call is required, `is_example_hint`:
+"<string>"; not the integer 1, which real answers often hold unsaid: "1 room", "compounded once a year").
+What it flags among BFCL's reference calls: bench/results/design_costs.md. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from sanctum_proxy.core.calls import COPIED_EXAMPLES, Problem, ToolCall, content_text
+from sanctum_proxy.core.calls import COPIED_EXAMPLES, Problem, ToolCall, content_text, is_example_hint
 from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.repair.toolbox import Toolbox
 
@@ -74,7 +75,7 @@ class Evidence:
 
 def ungrounded(arguments: JSONValue, parameters: Mapping[str, Any], evidence: Evidence) -> list[str]:
     """The made-up values of a call ("weight=1.5") when none of its values is traced, or when one of them is a
-    prompt's example placeholder the conversation does not hold (copied); else []."""
+    prompt's example placeholder or hint the conversation does not hold (copied); else []."""
     if not isinstance(arguments, dict):
         return []
     made_up: list[str] = []
@@ -89,7 +90,7 @@ def ungrounded(arguments: JSONValue, parameters: Mapping[str, Any], evidence: Ev
             traced = True
         else:
             made_up.append(f"{key}={_show(leaf)}")
-            copied = copied or leaf in COPIED_EXAMPLES
+            copied = copied or leaf in COPIED_EXAMPLES or is_example_hint(leaf)
     return made_up if copied or not traced else []
 
 

@@ -17,7 +17,7 @@ import orjson
 from sanctum_proxy.codecs import families
 from sanctum_proxy.codecs.base import RESULT_TAGS
 from sanctum_proxy.codecs.registry import format_of, render_call
-from sanctum_proxy.core.calls import content_text, example_arguments
+from sanctum_proxy.core.calls import content_text, example_text
 from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.repair.toolbox import Toolbox
 
@@ -28,16 +28,17 @@ STRIPPED = ("tools", "tool_choice", "functions", "function_call", "parallel_tool
 _OWN_FORMAT = "To call a tool, write the call in exactly this format, for example:\n%s"
 
 
-def _how_to_call(fmt: str, name: str, example: dict[str, JSONValue]) -> str:
+def _how_to_call(fmt: str, name: str, parameters: JSONValue, hints: bool) -> str:
     own = format_of(fmt)
     if own.instructions:
-        return own.instructions % (name, orjson.dumps(example).decode())
-    return _OWN_FORMAT % own.render_call(name, example)
+        return own.instructions % (name, example_text(parameters, hints=hints))
+    return _OWN_FORMAT % example_text(parameters, lambda example: own.render_call(name, example), hints=hints)
 
 
 def system_section(book: Toolbox, fmt: str, *, parallel: bool = True, required: str | None = None,
                    call_format: str | None = None) -> str:
-    """The text that offers the tools. `required` is "any" or a tool name when a call is mandatory.
+    """The text that offers the tools. `required` is "any" or a tool name when a call is mandatory (the example
+    call then shows type hints, else placeholder values: core/calls.example_text).
     `call_format` replaces the whole how-to-call paragraph (constrained rounds describe their JSON answer)."""
     lines = ["# Tools", "", "You can call these tools. Each is given as a JSON Schema of its arguments:", ""]
     for tool in book.tools.values():
@@ -46,7 +47,7 @@ def system_section(book: Toolbox, fmt: str, *, parallel: bool = True, required: 
     if call_format is not None:
         return "\n".join([*lines, "", call_format.rstrip(), _RESULTS])
     first = next(iter(book.tools.values()))
-    lines += ["", _how_to_call(fmt, first.name, example_arguments(first.parameters))]
+    lines += ["", _how_to_call(fmt, first.name, first.parameters, hints=required is not None)]
     lines.append("You may call several tools, one block each." if parallel else "Call at most one tool per answer.")
     if required == "any":
         lines.append("You must answer with a tool call.")

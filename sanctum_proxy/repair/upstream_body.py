@@ -20,7 +20,7 @@ def upstream_body(plan: Plan, mode: Mode, extra: list[ChatMessage],
         body = prompted.to_prompted(body, None, plan.prompt_format)
     elif constraint is not None and constraint.json_prompt:
         listed, text, parallel = constraint.prompt or (constraint.book, constraint.text, constraint.parallel)
-        section = cn.format_section(listed, text=text, parallel=parallel)
+        section = cn.format_section(listed, text=text, parallel=parallel, hints=plan.required is not None)
         body = prompted.to_prompted(body, listed, "constrained", call_format=section)
         body["response_format"] = cn.response_format(constraint.schema())
     elif constraint is not None and constraint.how == "tool_choice":

@@ -443,3 +443,10 @@ def test_follow_up_calls_are_off_by_default(client, fake):
     fake[0].push(answer_for(fake, CALL))
     r = post(client, TWO_CITIES, spell_calling="prompted", constrain="always")
     assert len(r.json()["choices"][0]["message"]["tool_calls"]) == 1 and len(fake[0].requests) == 1
+
+
+def test_the_format_section_shows_hints_where_a_call_is_required_and_placeholders_where_text_may_win():
+    # core/calls.example_text: under tool_choice required grounding never runs, so the example holds no value a
+    # model could copy; where text may win, a copied placeholder is what grounding catches.
+    assert '"arguments": {"city":<string>' in cn.format_section(BOOK, text=False, parallel=False, hints=True)
+    assert '"arguments": {"city":"..."' in cn.format_section(BOOK, text=True, parallel=False)

@@ -53,11 +53,12 @@ def test_one_grounded_value_clears_the_call():
     assert ungrounded({"radius": 2.5, "label": "Rome"}, AREA, said("Paris")) == ["radius=2.5", 'label="Rome"']
 
 
-@pytest.mark.parametrize("copied", [1.5, "..."])
+@pytest.mark.parametrize("copied", [1.5, "...", "<string>", '<one of "m", "cm">', "<value>"])
 def test_a_copied_example_placeholder_is_made_up_even_beside_a_grounded_value(copied):
-    # The prompts show 1.5 for a number and "..." for a string (core/calls.example_arguments): a small model
-    # held to the answer schema copies them into a call nobody asked for (BFCL irrelevance_0: "the area of a
-    # triangle, base 10, height 5" -> determine_body_mass_index(weight=1.5, height=5)).
+    # The prompts show 1.5 for a number and "..." for a string where text may win, a hint of each argument's type
+    # where a call is required (core/calls.example_text): a small model held to the answer schema copies them
+    # into a call nobody asked for (BFCL irrelevance_0: "the area of a triangle, base 10, height 5" ->
+    # determine_body_mass_index(weight=1.5, height=5); simple_python_63: {"species1": "<string>"}).
     call = {"radius": 5, "label": copied}
     assert ungrounded(call, AREA, said("a circle of radius 5")) == [f"label={copied!r}".replace("'", '"')]
     assert ungrounded(call, AREA, said(f"a circle of radius 5, label {copied}")) == []

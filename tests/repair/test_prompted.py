@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from sanctum_proxy.codecs import families
-from sanctum_proxy.core.calls import Tool
+from sanctum_proxy.core.calls import Tool, example_text, is_example_hint
 from sanctum_proxy.repair.prompted import rewrite_history, system_section, to_prompted, without_result_tags
 
 
@@ -52,6 +53,42 @@ def test_system_section_lists_schemas_and_the_format():
     text = system_section(Book(WEATHER), "json", required="get_weather")
     assert "get_weather" in text and orjson.dumps(WEATHER.parameters).decode() in text
     assert "```json" in text and "must answer with a call to get_weather" in text
+
+
+BMI = Tool("bmi", "Body mass index", {"type": "object", "required": ["weight", "height"], "properties": {
+    "weight": {"type": "number"}, "height": {"type": "integer"}, "unit": {"type": "string", "enum": ["kg", "lb"]}}})
+
+
+def test_the_example_call_shows_type_hints_not_values():
+    # A model under a grammar copied the example's values (issue 31: Gemma 3 270M wrote {"weight":1,"height":1}
+    # in 40 of 48 calls): the example shows the schema's own names with a hint of each type, no JSON value.
+    text = system_section(Book(BMI), "hermes", required="any")
+    assert '{"name": "bmi", "arguments": {"weight":<number>,"height":<integer>}}' in text
+    # Where text may win, placeholder values: grounding catches a copied 1.5 or "..." (repair/grounding).
+    assert '{"name": "bmi", "arguments": {"weight":1.5,"height":1}}' in system_section(Book(BMI), "hermes")
+    assert example_text({"type": "object", "properties": {"unit": BMI.parameters["properties"]["unit"],
+                                                          "tags": {"type": "array"}, "x": {}}}) == \
+        '{"unit":<one of "kg", "lb">,"tags":<array>}'
+    assert example_text({"type": "object", "properties": {"n": {"enum": [1, 2, 3, 4, 5]}}}) == \
+        '{"n":<one of 1, 2, 3, 4, ...>}'
+    assert example_text({"type": "object", "properties": {"a": {}, "b": {"type": ["string", "null"]}}}) == \
+        '{"a":<value>,"b":<value>}'
+    assert example_text({"type": "object"}) == example_text(None) == "{}"
+
+
+@pytest.mark.parametrize(("fmt", "shown"), [
+    ("pythonic", "[bmi(weight=<number>, height=<integer>)]"),
+    ("qwen_xml", "<parameter=weight>\n<number>\n</parameter>"),
+    ("glm", "<arg_value><integer></arg_value>"),
+])
+def test_every_call_format_shows_the_hints_in_its_own_shape(fmt, shown):
+    text = system_section(Book(BMI), fmt, required="bmi")
+    assert shown in text and "@@" not in text
+
+
+def test_a_hint_is_told_from_a_value():
+    assert is_example_hint("<string>") and is_example_hint(' <one of "kg", "lb"> ') and is_example_hint("<value>")
+    assert not any(is_example_hint(v) for v in ("kg", "<b>bold</b>", "...", 1.5, "<html>", None))
 
 
 def test_tool_choice_none_offers_no_tools():
