@@ -4,12 +4,14 @@ call; and how a corrected answer's calls join those kept from before. Pure: no I
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 
 from sanctum_proxy.codecs import families
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.core.calls import Assessment, Problem, ToolCall, content_text
-from sanctum_proxy.core.shapes import ChatMessage
+from sanctum_proxy.core.calls import Assessment, Problem, ToolCall, content_text, is_example_hint
+from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.constraint import Constraint
 from sanctum_proxy.repair.correct import rejected_answer_text, sent_answer_text
@@ -53,8 +55,37 @@ def read_calls(plan: Plan, mode: Mode, constraint: Constraint | None, answer: An
                         parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
                         asked_format=asked, client_json=cn.asks_json(plan.body), **plan.new_ids)
     broken = cn.broken_call(answer.message, answer.finish_reason) if answer_object else None
+    if sent_prompted and plan.required is not None and not broken:  # the example showed hints, not values
+        assessment = without_copied_hints(assessment)
     problems = [broken] if broken else list(assessment.problems) or missing_call(plan, assessment, answer, kept)
     return assessment, broken, problems
+
+
+def without_copied_hints(assessment: Assessment) -> Assessment:
+    """The assessment less the calls that hold a hint of the prompts' example (`<string>`, `<number>`: a
+    template copied, no value), each one a problem instead, so the correction asks for the real values."""
+    copied = {c.id: hints for c in assessment.calls if (hints := _copied_hints(loads(c.arguments), 0))}
+    if not copied:
+        return assessment
+    problems = tuple(Problem("invalid_arguments", c.name,
+                             tuple(f"{h} is the example's placeholder, not a value: write the value it stands for"
+                                   for h in copied[c.id]), c.arguments)
+                     for c in assessment.calls if c.id in copied)
+    return replace(assessment, calls=tuple(c for c in assessment.calls if c.id not in copied),
+                   problems=(*assessment.problems, *problems))
+
+
+def _copied_hints(value: JSONValue, depth: int, where: str = "") -> list[str]:
+    """Where `value` holds an example hint, as `argument 'x'` (nested: `argument 'x.y'`); bounded depth."""
+    if is_example_hint(value):
+        return [f"argument {where!r} ({value})" if where else f"the value {value}"]
+    if depth > 8:
+        return []
+    if isinstance(value, dict):
+        return [h for k, v in value.items() for h in _copied_hints(v, depth + 1, f"{where}.{k}" if where else k)]
+    if isinstance(value, list):
+        return [h for i, v in enumerate(value) for h in _copied_hints(v, depth + 1, f"{where}[{i}]")]
+    return []
 
 
 def missing_call(plan: Plan, assessment: Assessment, answer: Answer, kept: tuple[ToolCall, ...]) -> list[Problem]:

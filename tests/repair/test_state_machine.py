@@ -408,3 +408,31 @@ def test_an_unreachable_upstream_is_raised_as_it_is():
     error = UpstreamUnreachable("connection refused")
     verdict = judge_error(the_plan, state, step, error, 1)
     assert isinstance(verdict, Fail) and verdict.error is error
+
+
+# A copied example hint (the prompts show `<string>` where a call is required): a problem, not a value
+
+def test_a_call_holding_the_examples_hint_is_corrected_where_a_call_is_required():
+    the_plan = plan(mode="prompted", body={"tool_choice": "required"})
+    step, state = first(the_plan)
+    verdict = judge(the_plan, state, step, hermes("get_time", {"city": "<string>"}), 1)
+    assert isinstance(verdict, Correct), verdict
+    assert "'city' (<string>) is the example's placeholder" in verdict.state.turns[-1]["content"]
+    assert verdict.state.kept == ()  # the copied call is not kept beside the corrected one
+
+
+def test_a_hinted_call_beside_a_real_one_keeps_the_real_one():
+    the_plan = plan(mode="prompted", body={"tool_choice": "required"})
+    step, state = first(the_plan)
+    answer = text('<tool_call>{"name": "get_time", "arguments": {"city": "Oslo"}}</tool_call>'
+                  '<tool_call>{"name": "get_weather", "arguments": {"city": "<string>"}}</tool_call>')
+    verdict = judge(the_plan, state, step, answer, 1)
+    assert isinstance(verdict, Correct), verdict
+    assert [c.name for c in verdict.state.kept] == ["get_time"]
+
+
+def test_a_native_call_holding_hint_like_text_is_a_value():
+    the_plan = plan(body={"tool_choice": "required"})  # native: no example was shown, the text is the client's business
+    step, state = first(the_plan)
+    verdict = judge(the_plan, state, step, native_call("get_time", '{"city": "<string>"}'), 1)
+    assert isinstance(verdict, Accept)
