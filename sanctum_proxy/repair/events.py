@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, cast, overload
+from typing import Literal, Protocol
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.shapes import AnswerMeta, ChatMessage, ClientMessage, JSONObject, Usage
@@ -104,18 +104,6 @@ class Final:
     choice_extra: JSONObject = field(default_factory=dict)  # ... and Answer.choice_extra
     accepted: Mapping[str, object] | None = None  # the last round's answer as it came (None: it ended in an error):
     # reasoning the client's message may have dropped (protocols/reply.py)
-
-
-@overload
-def loose(shape: ChatMessage) -> ClientMessage: ...  # type: ignore[overload-overlap]  # a {} is both
-@overload
-def loose(shape: None) -> None: ...
-@overload
-def loose(shape: Usage | None) -> Usage | None: ...
-def loose(shape: ChatMessage | Usage | None) -> ClientMessage | Usage | None:
-    """The loop's accepted message as Final holds it (a cast, no copy): its calls are the ones tier 1 wrote
-    (ClientMessage); a usage or a missing one as it is."""
-    return cast("ClientMessage | Usage | None", shape)
 
 
 def note(records: list[RoundRecord], record: RoundRecord) -> None:
