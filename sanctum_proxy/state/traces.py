@@ -214,15 +214,16 @@ def compacted(doc: TraceDoc) -> TraceDoc:
     keeps the others and the round's `sent_keys` lists every key in order. The request is most of a trace's
     bytes, and the first round sends most of it as it came. `expanded` undoes it; equal values that are not
     the same objects are written out (nothing is compared deeply: this runs for every trace)."""
-    request = doc["request"]
-    if not doc["rounds"]:
+    request: object = doc.get("request")  # checked: a document may come from elsewhere (the tests, a tool)
+    if not isinstance(request, dict) or not doc.get("rounds"):
         return doc
     rounds = []
     for r in doc["rounds"]:
-        sent = r["sent"]
-        kept = {k: v for k, v in sent.items() if k not in request or not _same(v, request[k])}
-        if len(kept) < len(sent):
-            r = {**r, "sent": kept, SENT_KEYS: list(sent)}
+        sent: object = r.get("sent")
+        if isinstance(sent, dict):
+            kept = {k: v for k, v in sent.items() if k not in request or not _same(v, request[k])}
+            if len(kept) < len(sent):
+                r = {**r, "sent": kept, SENT_KEYS: list(sent)}
         rounds.append(r)
     return {**doc, "rounds": rounds}
 
@@ -248,7 +249,7 @@ def _same(value: object, given: object) -> bool:
 def metadata_only(doc: TraceDoc) -> TraceDoc:
     """Drop every message body: counts, names, statuses, latencies, tokens and omen kinds stay."""
     out: TraceDoc = {**doc, "bodies": False, "request": _request_shape(doc["request"])}
-    out["rounds"] = [{**r, "sent": _request_shape(r["sent"]),
+    out["rounds"] = [{**r, "sent": _request_shape(r["sent"]) if r["sent"] is not None else r["sent"],
                       "answer": None if r["answer"] is None else _message_shape(r["answer"])}
                      for r in doc["rounds"]]
     out["omens"] = [{k: o[k] for k in _OMEN_METADATA if k in o} for o in doc["omens"]]
