@@ -125,7 +125,8 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     if writer is not None:
         given = writer
         return await _respond(request, plan, trace_id, run_traced(request, plan, send), lambda: given, refuse)
-    include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
+    options = chat.body.get("stream_options")  # an object or null (protocols/chat_request.py checks it)
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
     split_reasoning = settings.reasoning_format == "split"
 
     def meta() -> oc.Meta:  # when the upstream accepted a round
