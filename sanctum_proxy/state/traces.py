@@ -248,7 +248,8 @@ def _same(value: object, given: object) -> bool:
 
 def metadata_only(doc: TraceDoc) -> TraceDoc:
     """Drop every message body: counts, names, statuses, latencies, tokens and omen kinds stay."""
-    out: TraceDoc = {**doc, "bodies": False, "request": _request_shape(doc["request"])}
+    request = doc["request"]
+    out: TraceDoc = {**doc, "bodies": False, "request": _request_shape(request) if request is not None else request}
     out["rounds"] = [{**r, "sent": _request_shape(r["sent"]) if r["sent"] is not None else r["sent"],
                       "answer": None if r["answer"] is None else _message_shape(r["answer"])}
                      for r in doc["rounds"]]
