@@ -45,7 +45,6 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="sanctum-proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     parts = app.state.services = make_services(settings)
-    app.state.settings, app.state.recorder = settings, parts.recorder  # routes/sse.py reads them so (for now)
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
                        keys=parts.keys, per_key=settings.max_concurrent_per_key)

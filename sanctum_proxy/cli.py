@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import atexit
 import gc
 import importlib.metadata
@@ -14,9 +15,10 @@ import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import uvicorn
+from fastapi import FastAPI
 from prometheus_client import multiprocess
 
 from sanctum_proxy.app import create_app
@@ -118,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if implicit and _default_is_silent(settings):
         settings = _embedded_stand_in(settings) or settings
-    embedded: Any = None
+    embedded: LlamaServer | None = None
     if settings.embedded:
         try:
             binary = find_llama_server()  # before the model: no download for a server that is not there
@@ -137,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown with the handler found before it: the
         # default one would end the process here without `finally`, leaving the llama-server child running.
         signal.signal(signal.SIGTERM, _exit_on_signal)
-    serve: dict[str, Any] = {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
+    serve: ServeOptions = {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
                              "log_config": access_log.log_config(settings.log_level),
                              "access_log": False,  # sanctum's own JSON line covers every request (web/access_log.py)
                              **http_protocol(settings)}
@@ -157,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 WORKER_SETTINGS_ENV = "SANCTUM_WORKER_SETTINGS"  # the settings, as JSON, for each worker process
 
 
-def _serve_workers(settings: Settings, serve: dict[str, Any]) -> None:
+def _serve_workers(settings: Settings, serve: ServeOptions) -> None:
     """uvicorn's supervisor: it binds the port, spawns `settings.workers` processes that build the app with
     `worker_app`, and restarts one that dies. What the processes share: the port; the metrics (a
     prometheus_client multiprocess directory, made here unless PROMETHEUS_MULTIPROC_DIR names one); the traces
@@ -177,7 +179,7 @@ def _serve_workers(settings: Settings, serve: dict[str, Any]) -> None:
             shutil.rmtree(made, ignore_errors=True)
 
 
-def worker_app() -> Any:
+def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn calls this in each), from the settings the CLI resolved."""
     settings = Settings.model_validate_json(os.environ[WORKER_SETTINGS_ENV])
     http_protocol(settings)  # this process's copy of the protocol class gets the header deadline too
@@ -187,7 +189,24 @@ def worker_app() -> Any:
     return app
 
 
-def http_protocol(settings: Settings) -> dict[str, Any]:
+class HttpOptions(TypedDict):
+    """uvicorn's HTTP protocol class and connection limit (`http_protocol`)."""
+
+    http: type[asyncio.Protocol]
+    limit_concurrency: int
+
+
+class ServeOptions(HttpOptions):
+    """The options `uvicorn.run` is given."""
+
+    host: str
+    port: int
+    log_level: str
+    log_config: dict[str, Any]  # logging.config.dictConfig's (web/access_log.log_config)
+    access_log: bool
+
+
+def http_protocol(settings: Settings) -> HttpOptions:
     """uvicorn's `http` and `limit_concurrency` options: its HTTP protocol (httptools where installed, else h11)
     with a deadline on request heads and room kept for new connections (web/header_timeout.py), and the
     connection limit `max_connections` (unset: half the process's open-file limit) that room is kept under

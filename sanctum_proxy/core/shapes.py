@@ -12,19 +12,17 @@ proxy writes); the chat message and the answer's meta are new here because the w
 openai_chat.Meta) require keys an upstream may leave out. The translated protocols' own answer shapes live with
 their builders (protocols/messages_api.py, protocols/responses_api.py).
 
-Not yet everywhere: Answer.meta, ContentDelta.meta and Final.meta are a JSONObject until repair/streaming.py,
-routes/sse.py and protocols/chat_events.py write and read AnswerMeta (the shape they take then).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Literal, TypedDict, cast
 
 from sanctum_proxy.core.openai_chat import FunctionCall, ToolCall, Usage
 
-__all__ = ["AnswerMeta", "ChatMessage", "ClientMessage", "ContentPart", "FunctionCall", "JSONObject", "JSONValue",
-           "Role", "ToolCallWire", "Usage"]
+__all__ = ["META", "AnswerMeta", "ChatMessage", "ClientMessage", "ContentPart", "FunctionCall", "JSONObject",
+           "JSONValue", "Role", "ToolCallWire", "Usage", "answer_meta"]
 
 # A value that really is arbitrary JSON (a content part, an upstream's tool call before tier 1 reads it, a vendor
 # field passed on): the proxy reads it only after an isinstance check, so `object` is what it is.
@@ -82,3 +80,12 @@ class AnswerMeta(TypedDict, total=False):
     model: str
     created: int
     system_fingerprint: str
+
+
+META = ("id", "created", "model", "system_fingerprint")  # AnswerMeta's keys, in the order a chat answer has them
+
+
+def answer_meta(source: Mapping[str, object]) -> AnswerMeta:
+    """The AnswerMeta fields of an upstream answer or chunk, those it sent, as it sent them (a cast: they are
+    passed on to the client untouched, whatever their type)."""
+    return cast("AnswerMeta", {k: source[k] for k in META if k in source})

@@ -18,13 +18,14 @@ chunk and `sanctum` at the end.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.accumulated import Accumulated
+from sanctum_proxy.core.shapes import META, JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols.reply import LiveText
 from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
@@ -32,21 +33,21 @@ from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final, StreamI
 from sanctum_proxy.repair.streaming import PASSED
 
 DONE = b"data: [DONE]\n\n"
-META = ("id", "created", "model", "system_fingerprint")  # a chat answer's own fields the upstream's round sets
 Several = tuple[int, StreamItem] | Final  # the events of n > 1 choices: (index, event), then their Finals
 
 
-def chat_meta(trace_id: str, model: str, now: int, upstream: Mapping[str, object] | None = None) -> dict[str, Any]:
+def chat_meta(trace_id: str, model: str, now: int, upstream: Mapping[str, object] | None = None) -> oc.Meta:
     """The id, created, model (and system_fingerprint) of a chat answer, streamed or not: the upstream's where
     it sent them, else the proxy's own (`now`: the time, in seconds, for `created`)."""
     return adopted({"id": f"chatcmpl-{trace_id}", "created": now, "model": model}, upstream or {})
 
 
-def adopted(meta: dict[str, Any], upstream: Mapping[str, object]) -> dict[str, Any]:
-    """`meta` with the upstream's own META fields over it (in place), those it sent."""
+def adopted(meta: oc.Meta, upstream: Mapping[str, object]) -> oc.Meta:
+    """`meta` with the upstream's own META fields over it (in place), those it sent, as it sent them."""
+    fields = cast("JSONObject", meta)  # the upstream's values are passed on untouched, whatever their type
     for key in META:
         if upstream.get(key):
-            meta[key] = upstream[key]
+            fields[key] = upstream[key]
     return meta
 
 
@@ -57,7 +58,7 @@ class ChoicesWriter:
 
     keepalive = KEEPALIVE
 
-    def __init__(self, meta: dict[str, Any], trace_id: str, *, omen_style: str,
+    def __init__(self, meta: oc.Meta, trace_id: str, *, omen_style: str,
                  include_usage: bool, legacy: bool, split_reasoning: bool = False) -> None:
         self.meta, self.trace_id = meta, trace_id
         self.split_reasoning = split_reasoning
@@ -69,7 +70,7 @@ class ChoicesWriter:
 
     def writer(self, index: int) -> SseWriter:
         if index not in self.writers:
-            self.writers[index] = SseWriter(dict(self.meta), self.trace_id, omen_style=self.omen_style,
+            self.writers[index] = SseWriter(oc.Meta(**self.meta), self.trace_id, omen_style=self.omen_style,
                                             legacy=self.legacy, index=index,
                                             split_reasoning=self.split_reasoning)
         return self.writers[index]
@@ -108,7 +109,7 @@ class ChoicesWriter:
         return [*(w.data(c) for w, c in zip((writer, lead), last, strict=False)), DONE]
 
 
-def closing(finish: oc.Chunk, meta: dict[str, Any], final: Final, trace_id: str,
+def closing(finish: oc.Chunk, meta: oc.Meta, final: Final, trace_id: str,
             include_usage: bool) -> list[oc.Chunk]:
     """The last chunks of a chat stream (SseWriter's and ChoicesWriter's): the finish chunk, the usage chunk when
     asked for and the upstream sent usage (no usage chunk of null), the answering round's own fields and the
@@ -117,17 +118,23 @@ def closing(finish: oc.Chunk, meta: dict[str, Any], final: Final, trace_id: str,
     return oc.closing(finish, meta, final.usage if include_usage else None, final.extra, sanctum)
 
 
-def joined_logprobs(first: dict[str, Any] | None, then: dict[str, Any] | None) -> dict[str, Any] | None:
+def joined_logprobs(first: JSONObject | None, then: JSONObject | None) -> JSONObject | None:
     if first is None or then is None:
         return then if first is None else first
-    return {**then, "content": [*(first.get("content") or []), *(then.get("content") or [])]}
+    return {**then, "content": [*_entries(first), *_entries(then)]}
+
+
+def _entries(logprobs: JSONObject) -> list[object]:
+    """The token entries of a logprobs object (the assembler's: `content` is a list, or none)."""
+    content = logprobs.get("content")
+    return content if isinstance(content, list) else []
 
 
 class SseWriter(StreamWriter):
     """The loop's events as SSE bytes (chat.completion.chunks built by core/openai_chat). Pure but for the running
     record of what the client has seen."""
 
-    def __init__(self, meta: dict[str, Any], trace_id: str, *, omen_style: str = "comments",
+    def __init__(self, meta: oc.Meta, trace_id: str, *, omen_style: str = "comments",
                  include_usage: bool = False, legacy: bool = False, index: int = 0,
                  split_reasoning: bool = False) -> None:
         omen = om.sse_event if omen_style == "events" else om.sse_comment
@@ -137,7 +144,7 @@ class SseWriter(StreamWriter):
         self.live = LiveText(split_reasoning)
         self.index = index  # the choice this writer's chunks are of (n > 1: routes/choices.py)
         self.include_usage, self.legacy = include_usage, legacy
-        self.held_logprobs: dict[str, Any] | None = None
+        self.held_logprobs: JSONObject | None = None
         self.shown_reasoning: dict[str, Accumulated] = {}
         self.opened = False  # the role chunk goes out with the first data, under the upstream's id and model
         self._heads()
@@ -147,7 +154,7 @@ class SseWriter(StreamWriter):
         head = orjson.dumps(self.chunk({"content": ""})).split(b'"content":""', 1)
         self._content_head, self._content_tail = b'data: ' + head[0] + b'"content":', head[1] + b"\n\n"
 
-    def adopt(self, upstream: dict[str, Any]) -> None:
+    def adopt(self, upstream: Mapping[str, object]) -> None:
         """The live round's own id, created, model and system_fingerprint, for every chunk (before any is sent)."""
         if self.opened:
             return
@@ -172,7 +179,7 @@ class SseWriter(StreamWriter):
         """Content (markup in) as chunks of their fields."""
         return b"".join(self.split(self.live.split(text)))
 
-    def content_with(self, text: str, logprobs: dict[str, Any]) -> bytes:
+    def content_with(self, text: str, logprobs: JSONObject) -> bytes:
         """A content chunk carrying the upstream's logprobs of its tokens."""
         pieces = self.live.split(text)
         if not pieces:

@@ -52,7 +52,7 @@ class Controls:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    body: dict[str, Any]  # without `sanctum` (a JSONObject once routes/sse.py checks what it reads)
+    body: JSONObject  # without `sanctum`
     controls: Controls
 
     @property

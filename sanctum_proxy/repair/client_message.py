@@ -7,18 +7,18 @@ from typing import cast
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Assessment
-from sanctum_proxy.core.shapes import ChatMessage
+from sanctum_proxy.core.shapes import ChatMessage, ClientMessage
 from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.events import Answer, Mode
 
 
-def client_message(assessment: Assessment, sent: ChatMessage) -> ChatMessage:
+def client_message(assessment: Assessment, sent: ChatMessage) -> ClientMessage:
     """The upstream's message with only what tier 1 changed replaced (content, calls): its reasoning fields,
     refusal and every other field go to the client as they came. Reasoning a call format holds in content
     (harmony analysis, Command-R thinking, <seed:think>) is moved out with the calls, into reasoning_content."""
     out: dict[str, object] = {"role": "assistant"}  # the upstream's own fields ride along (untyped: as sent)
     out.update((k, v) for k, v in sent.items() if k not in ("role", "content", "tool_calls"))
-    message = cast(ChatMessage, out)
+    message = cast(ClientMessage, out)
     message["content"] = assessment.content
     if assessment.reasoning:
         before = message.get("reasoning_content")
@@ -28,7 +28,14 @@ def client_message(assessment: Assessment, sent: ChatMessage) -> ChatMessage:
     return message
 
 
-def unechoed(message: ChatMessage, mode: Mode) -> ChatMessage:
+def passed(message: ChatMessage) -> ClientMessage:
+    """An answer accepted as it came (no tools offered, the text round's, a refusal): the upstream's message is
+    the client's (a cast, no copy: ClientMessage names the keys the proxy writes; these are the upstream's, as
+    it sent them, which the protocols' writers read with the same checks)."""
+    return cast(ClientMessage, message)
+
+
+def unechoed(message: ClientMessage, mode: Mode) -> ClientMessage:
     """A prompted round's message without the tool-result tags the proxy wrote into its history and the model
     echoed (prompted.without_result_tags); any other message as it is."""
     content = message.get("content")

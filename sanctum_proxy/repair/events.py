@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, cast, overload
+from typing import Literal, Protocol
 
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, JSONObject, Usage
+from sanctum_proxy.core.shapes import AnswerMeta, ChatMessage, ClientMessage, JSONObject, Usage
 from sanctum_proxy.errors import ProxyError
 
 Mode = Literal["native", "prompted"]
@@ -28,8 +28,7 @@ Mode = Literal["native", "prompted"]
 @dataclass(frozen=True)
 class ContentDelta:
     text: str
-    meta: JSONObject | None = None  # the live round's id, model, created, system_fingerprint, once known
-    # (AnswerMeta once repair/streaming.py writes one)
+    meta: AnswerMeta | None = None  # the live round's id, model, created, system_fingerprint, once known
     logprobs: JSONObject | None = None  # the upstream's logprobs of the tokens this text came from
 
 
@@ -49,8 +48,7 @@ class Answer:
     message: ChatMessage
     finish_reason: str | None
     usage: Usage | None
-    meta: JSONObject  # id, model, created, system_fingerprint of the upstream response (AnswerMeta once
-    # repair/streaming.py writes one)
+    meta: AnswerMeta  # id, model, created, system_fingerprint of the upstream response, those it sent
     extra: JSONObject = field(default_factory=dict)  # the response's other top-level fields, as sent
     choice_extra: JSONObject = field(default_factory=dict)  # the choice's fields but index/message/finish
 
@@ -100,24 +98,12 @@ class Final:
     mode: Mode
     rounds: int
     omens: list[om.Omen]
-    meta: JSONObject  # the answering round's Answer.meta
+    meta: AnswerMeta  # the answering round's Answer.meta
     outcome: str  # clean | repaired | rejected | fallback | surrendered (the most telling one)
     extra: JSONObject = field(default_factory=dict)  # the answering round's Answer.extra
     choice_extra: JSONObject = field(default_factory=dict)  # ... and Answer.choice_extra
     accepted: Mapping[str, object] | None = None  # the last round's answer as it came (None: it ended in an error):
     # reasoning the client's message may have dropped (protocols/reply.py)
-
-
-@overload
-def loose(shape: ChatMessage) -> ClientMessage: ...  # type: ignore[overload-overlap]  # a {} is both
-@overload
-def loose(shape: None) -> None: ...
-@overload
-def loose(shape: Usage | None) -> Usage | None: ...
-def loose(shape: ChatMessage | Usage | None) -> ClientMessage | Usage | None:
-    """The loop's accepted message as Final holds it (a cast, no copy): its calls are the ones tier 1 wrote
-    (ClientMessage); a usage or a missing one as it is."""
-    return cast("ClientMessage | Usage | None", shape)
 
 
 def note(records: list[RoundRecord], record: RoundRecord) -> None:

@@ -54,18 +54,18 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import Literal, cast
+from typing import Literal
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Assessment, Problem, ToolCall
 from sanctum_proxy.core.offload import offloaded
-from sanctum_proxy.core.shapes import ChatMessage, ToolCallWire, Usage
+from sanctum_proxy.core.shapes import ChatMessage, Usage
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import answer_checks as checks
 from sanctum_proxy.repair import constraint as ct
 from sanctum_proxy.repair import correct, follow_up
-from sanctum_proxy.repair.client_message import accepted_omens, client_message, finish, outcome, unechoed
-from sanctum_proxy.repair.events import Answer, Event, Final, Lesson, RoundRecord, Sender, loose
+from sanctum_proxy.repair.client_message import accepted_omens, client_message, finish, outcome, passed, unechoed
+from sanctum_proxy.repair.events import Answer, Event, Final, Lesson, RoundRecord, Sender
 from sanctum_proxy.repair.grounding import made_up
 from sanctum_proxy.repair.offloading import heavy_answer, heavy_round
 from sanctum_proxy.repair.plan import Plan
@@ -145,9 +145,9 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
             raise ToolCallParseError(verdict.message, rounds=number, rejected=list(verdict.rejected))
         if isinstance(verdict, Accept):
             answer = verdict.answer
-            yield Final(loose(verdict.message), verdict.finish_reason, loose(usage), state.mode, number, omens,
+            yield Final(verdict.message, verdict.finish_reason, usage, state.mode, number, omens,
                         answer.meta, outcome(omens, verdict.surrendered), answer.extra, answer.choice_extra,
-                        loose(record.answer))
+                        record.answer)
             return
         state = verdict.state
 
@@ -234,7 +234,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if plan.book is None or state.kind is Kind.TEXT or checks.refusal(answer.message):
         # no tools, the text round's answer, or a refusal: an answer, passed through as it came (less the
         # tool-result tags of a prompted history, echoed)
-        return Accept(unechoed(answer.message, state.mode), answer.finish_reason or "stop", answer)
+        return Accept(unechoed(passed(answer.message), state.mode), answer.finish_reason or "stop", answer)
     assessment, broken, problems = checks.read_calls(plan, state.mode, step.constraint, answer, state.kept)
     # The grammar made the model choose between text and a call, and it began a call it could not finish
     # (a string looping until max_tokens, which the same grammar would only repeat) or filled one with values
@@ -300,7 +300,7 @@ def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept
     held = state.held
     assert held is not None
     new, omens = follow_up.next_call(plan, answer, number)
-    calls = cast(list[ToolCallWire], held.message.get("tool_calls") or [])  # the proxy's own (client_message)
+    calls = held.message.get("tool_calls") or []  # the proxy's own (client_message)
     if new is None or not follow_up.novel(plan, new, calls):
         return Accept(held.message, held.finish_reason, held.answer)
     grown = replace(held, message={**held.message, "tool_calls": [*calls, new.to_openai()]})

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Repair, ToolCall
 from sanctum_proxy.core.openai_chat import tool_call
-from sanctum_proxy.core.shapes import ChatMessage
+from sanctum_proxy.core.shapes import ChatMessage, ClientMessage
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.answer_checks import missing_call
@@ -28,7 +28,7 @@ _CLOSING = frozenset({"unclosed_braces", "unclosed_tag", "unclosed_at_end"})
 class Quoted:
     """The answer read from a quote: the message for the client, the quote as the round's answer, the omens."""
 
-    message: ChatMessage
+    message: ClientMessage
     answer: Answer
     omens: tuple[om.Omen, ...]
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from sanctum_proxy.codecs.registry import stream_lead, stream_shapes, stream_starts
+from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.core.shapes import ChatMessage, JSONValue, Usage
+from sanctum_proxy.core.shapes import AnswerMeta, ChatMessage, JSONObject, JSONValue, Usage, answer_meta
 from sanctum_proxy.repair import constrain
 
 _CHUNK_OWN = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage", "sanctum"})
@@ -82,10 +83,6 @@ class _Call:
     def arguments(self) -> str:
         return _joined(self.parts)
 
-    @property
-    def wire_arguments(self) -> str | dict[str, JSONValue]:
-        return self.object_arguments if self.object_arguments is not None else self.arguments
-
 
 @dataclass
 class Assembler:
@@ -95,8 +92,8 @@ class Assembler:
     calls: dict[int, _Call] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: Usage | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # the chunks' other top-level fields
+    meta: AnswerMeta = field(default_factory=lambda: AnswerMeta())
+    extra: JSONObject = field(default_factory=dict)  # the chunks' other top-level fields
     _delimiters: _Delimiters | None = None  # `starts` read once (_delimiters_of)
     text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
     _branch: constrain.TextBranch = field(default_factory=constrain.TextBranch)
@@ -112,7 +109,7 @@ class Assembler:
     _reasoned: bool = False  # reasoning markup was seen: a closer alone no longer ends anything
     _unhold: bool = False  # held content turned out to be reasoning begun in the prompt (a lone closer came)
     _tail: str = ""  # the last few characters of content, to find a closer split across deltas
-    _logprobs: list[Any] = field(default_factory=list)  # logprobs.content entries of content not yet released
+    _logprobs: list[JSONValue] = field(default_factory=list)  # logprobs.content entries of content not yet released
     _passed: dict[str, list[str]] = field(default_factory=dict)  # PASSED fields' deltas, by field
     _live_passed: dict[str, list[str]] = field(default_factory=dict)  # ... not yet taken (take_passed)
 
@@ -120,16 +117,18 @@ class Assembler:
     def content(self) -> str:
         return _joined(self._parts)
 
-    def feed(self, chunk: dict[str, Any]) -> str:
+    def feed(self, chunk: JSONObject) -> str:
         """Take one upstream chunk; return the content that may be shown now ("" for none)."""
         if not self.meta:
-            self.meta = {k: chunk[k] for k in ("id", "model", "created", "system_fingerprint") if k in chunk}
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
+            self.meta = answer_meta(chunk)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = cast("Usage", usage)  # as the upstream sent it: its readers check (repair/usage.py)
         for key, value in chunk.items():
             if key not in _CHUNK_OWN:  # llama.cpp's `timings`, `service_tier`, vendor fields: the latest value
                 self.extra[key] = value
-        for choice in chunk.get("choices") or []:
+        listed = chunk.get("choices")
+        for choice in listed if isinstance(listed, list) else ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             if choice.get("finish_reason"):
@@ -156,12 +155,13 @@ class Assembler:
                 self._add_call(call)
         return self._release()
 
-    def take_logprobs(self) -> dict[str, Any] | None:
+    def take_logprobs(self) -> JSONObject | None:
         """The logprobs of the tokens fed since the last release (they go with the text released now; those of
         text never shown live, a call taken out of content, are not sent)."""
         if not self._logprobs:
             return None
-        out, self._logprobs = {"content": self._logprobs, "refusal": None}, []
+        out: JSONObject = {"content": self._logprobs, "refusal": None}
+        self._logprobs = []
         return out
 
     def take_passed(self) -> dict[str, str]:
@@ -170,12 +170,14 @@ class Assembler:
         self._live_passed.clear()
         return out
 
-    def _add_call(self, delta: dict[str, Any]) -> None:
+    def _add_call(self, delta: JSONObject) -> None:
         index = delta.get("index", len(self.calls))
         call = self.calls.setdefault(index if isinstance(index, int) else len(self.calls), _Call())
         if delta.get("id"):
             call.id = str(delta["id"])
-        function = delta.get("function") or {}
+        function = delta.get("function")
+        if not isinstance(function, dict):  # absent (an id-only delta), or not an object: nothing to add
+            return
         name = function.get("name")
         if isinstance(name, str) and name:
             # llama.cpp re-sends the full name when it grows; others send it once. Never concatenate.
@@ -301,11 +303,17 @@ class Assembler:
         for name, parts in self._passed.items():
             message[name] = _joined(parts)
         if self.calls:
-            message["tool_calls"] = [
-                {"id": c.id or "", "type": "function",
-                 "function": {"name": c.name, "arguments": c.wire_arguments}}
-                for _, c in sorted(self.calls.items())]
+            message["tool_calls"] = [_wire(c) for _, c in sorted(self.calls.items())]
         return cast(ChatMessage, message)
+
+
+def _wire(call: _Call) -> JSONValue:
+    """A streamed call as the chat wire holds it (openai_chat.tool_call); arguments an upstream streamed as an
+    object (not JSON text) stay one, for tier 1 to read like a non-streamed answer's."""
+    wire = oc.tool_call(call.id or "", call.name, call.arguments)
+    if call.object_arguments is None:
+        return wire
+    return {**wire, "function": {"name": call.name, "arguments": call.object_arguments}}
 
 
 def unseen(shown: str, final: str | None) -> str:

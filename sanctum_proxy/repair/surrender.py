@@ -20,7 +20,7 @@ from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import Decoded, decode
 from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, ToolCallWire, Usage
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.events import Final, RoundRecord, loose
+from sanctum_proxy.repair.events import Final, RoundRecord
 from sanctum_proxy.repair.mend import calls_outside_reasoning, native_candidates
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
@@ -49,7 +49,7 @@ def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
             usage = summed_usage(usage, each.usage) if usage is not None else each.usage.copy()
     message: ClientMessage = {"role": "assistant", "content": None, "tool_calls": calls}
     return Final(message, "tool_calls", usage, record.mode, len(records), [*omens, surrendered], {},
-                 "surrendered", accepted=loose(record.answer))
+                 "surrendered", accepted=record.answer)
 
 
 def known_calls(message: ChatMessage, book: Toolbox) -> list[ToolCallWire]:

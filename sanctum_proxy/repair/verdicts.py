@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import ToolCall
-from sanctum_proxy.core.shapes import ChatMessage
+from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.repair import constraint as ct
 from sanctum_proxy.repair.events import Answer, Lesson, Mode
@@ -58,7 +57,7 @@ class State:
 class Round:
     """One round as `next_round` settles it."""
 
-    body: dict[str, Any]
+    body: JSONObject
     constraint: ct.Constraint | None
     free_choice: bool  # constrained, offering text as well as calls, with no call attempt before it
 
@@ -70,7 +69,7 @@ class Round:
 class Accept:
     """The answer: the message for the client."""
 
-    message: ChatMessage
+    message: ClientMessage
     finish_reason: str
     answer: Answer
     omens: tuple[om.Omen, ...] = ()

@@ -18,9 +18,9 @@ from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import offloaded
-from sanctum_proxy.core.shapes import ClientMessage, JSONObject, Usage
+from sanctum_proxy.core.shapes import META, ClientMessage, JSONObject, Usage, answer_meta
 from sanctum_proxy.errors import BodyTooLarge
-from sanctum_proxy.protocols.chat_events import META, chat_meta
+from sanctum_proxy.protocols.chat_events import chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
 from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
 from sanctum_proxy.repair.plan import Plan
@@ -231,7 +231,7 @@ _BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `com
 def answers_of(body: JSONObject) -> list[Answer]:
     """A chat.completion's choices as Answers, in index order (at least one: an empty answer where none is a
     message); the usage goes with the first only, the response's own fields with every one."""
-    meta = {k: body[k] for k in META if k in body}
+    meta = answer_meta(body)
     extra = {k: v for k, v in body.items() if k not in META and k not in _BUILT}
     listed = body.get("choices")
     choices = sorted((c for c in listed if isinstance(c, dict)) if isinstance(listed, list) else (), key=_index)

@@ -35,8 +35,9 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from sanctum_proxy.codecs import families
-from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import openai_chat as oc
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, no_answer
 from sanctum_proxy.protocols.chat_events import ChoicesWriter, SseWriter, chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest
@@ -47,6 +48,7 @@ from sanctum_proxy.repair.streaming import Assembler, with_tools
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import gone_response
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
+from sanctum_proxy.services import destination, services
 from sanctum_proxy.upstreams.client import Upstream
 from sanctum_proxy.web.json_response import error_response, unexpected
 
@@ -64,29 +66,30 @@ def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False,
     (`families.opens_bare`). `names`: the offered tools (a prompted round's body has none), whose bare calls
     are held (`assembler_for`)."""
 
-    def send_stream(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
+    def send_stream(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
         return read_round(upstream.chat_stream(body, auth), assembler_for(body, lead, names), live)
 
     return send_stream
 
 
-def streamed(body: dict[str, Any]) -> dict[str, Any]:
+def streamed(body: JSONObject) -> JSONObject:
     return {**body, "stream": True, "stream_options": {"include_usage": True}}
 
 
-def assembler_for(body: dict[str, Any], lead: bool, names: frozenset[str] = frozenset()) -> Assembler:
+def assembler_for(body: JSONObject, lead: bool, names: frozenset[str] = frozenset()) -> Assembler:
     """The round's assembler; a known tool's name before a parenthesis holds too (a bare `NAME(...)` line is a
     call: codecs/pythonic.py), and an answer opening with one's bare name (`NAME\n{...}`), the tools being the
     body's and `names`."""
-    offered = names | {t["function"]["name"] for t in body.get("tools") or () if isinstance(t, dict)
+    tools = body.get("tools")
+    offered = names | {t["function"]["name"] for t in (tools if isinstance(tools, list) else ()) if isinstance(t, dict)
                        and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)}
     return Assembler(starts=with_tools(offered), text_branch=constrain.is_constrained(body), lead=lead,
                      names=frozenset(offered),
                      client_json=constrain.asks_json(body))
 
 
-async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[dict[str, Any]]], assembler: Assembler,
+async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObject]], assembler: Assembler,
                      live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
     """One round's chunks (`opened`: the upstream stream, left when the round ends) through the assembler: an
     empty ContentDelta first (the upstream accepted the round), the content and reasoning it releases when the
@@ -97,7 +100,7 @@ async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[dict[str,
             told = bool(assembler.meta)
             text = assembler.feed(piece)
             if live and not told and assembler.meta:
-                yield ContentDelta("", dict(assembler.meta))
+                yield ContentDelta("", assembler.meta.copy())
             for name, thought in assembler.take_passed().items():
                 if live:
                     yield FieldDelta(thought, name)
@@ -115,22 +118,23 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     """Headers wait for the first event (the upstream accepted a round), so an error before it is a plain
     HTTP error with its status. Another protocol's endpoint passes its own `writer` (an object with
     `opening()`, `render(event)`, `ended` and `keepalive`, like SseWriter) and `refuse` (its error shape)."""
-    settings: Settings = request.app.state.settings
-    upstream, lead = request.state.destination.upstream, families.opens_bare(plan.prompt_format)
+    settings = services(request).settings
+    upstream, lead = destination(request).upstream, families.opens_bare(plan.prompt_format)
     names = plan.book.name_set if plan.book is not None else frozenset()
     send = stream_sender(upstream, auth, lead=lead, names=names)
     if writer is not None:
         given = writer
         return await _respond(request, plan, trace_id, run_traced(request, plan, send), lambda: given, refuse)
-    include_usage = (chat.body.get("stream_options") or {}).get("include_usage") is True
+    options = chat.body.get("stream_options")  # an object or null (protocols/chat_request.py checks it)
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
     split_reasoning = settings.reasoning_format == "split"
 
-    def meta() -> dict[str, Any]:  # when the upstream accepted a round
+    def meta() -> oc.Meta:  # when the upstream accepted a round
         return chat_meta(trace_id, chat.model, int(time.time()))
 
     if choices.count(chat.body) > 1:
         many = choices.Choices(plan, send, kept_run(request), recorder_of(request))
-        several: AsyncIterator[Several] = request.app.state.recorder.watch(
+        several: AsyncIterator[Several] = services(request).recorder.watch(
             request, many.events(many.lead_sender(streamed_first_of_several(upstream, auth, many, lead, names))))
         return await _respond(request, plan, trace_id, several, lambda: ChoicesWriter(
             meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
@@ -144,7 +148,7 @@ async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIte
                    writer_of: Callable[[], Writer[E]], refuse: Callable[[ProxyError], Response] | None) -> Response:
     """The stream's response, once its first event is in: an error, or the headers and the event stream. The
     events are read in this task from here to their end; one watch cancels it if the client leaves."""
-    settings: Settings = request.app.state.settings
+    settings = services(request).settings
     watch = DisconnectWatch(request.receive)
     early: list[E | ProxyError] = []  # omens before the upstream accepted a round (a probe, a fallback): held
     try:
@@ -175,11 +179,11 @@ def streamed_first_of_several(upstream: Upstream, auth: str | None, many: choice
     """The first round of n > 1 choices, streamed: the upstream's chunks split by choice index as they come;
     choice 0's are read here, each other choice's go to the loop started for it when it first shows."""
 
-    async def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
+    async def first(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
         queues: dict[int, choices.ChunkQueue] = {}
 
-        async def split(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        async def split(chunks: AsyncIterator[JSONObject]) -> AsyncIterator[JSONObject]:
             try:
                 async for piece in chunks:
                     for index, part in choices.split_chunk(piece).items():
@@ -207,7 +211,7 @@ def streamed_first_of_several(upstream: Upstream, auth: str | None, many: choice
 def queued_round(queue: choices.ChunkQueue, lead: bool, names: frozenset[str] = frozenset()) -> Sender:
     """A first round read from the chunks of one choice that `streamed_first_of_several` puts in `queue`."""
 
-    def first(body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
+    def first(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         return read_round(nullcontext(choices.queued_chunks(queue)), assembler_for(body, lead, names), live)
 
     return first

@@ -10,12 +10,15 @@ processes' sum).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sanctum_proxy.core.omens import OmenType, Outcome
+
+if TYPE_CHECKING:  # only for the annotation (state/traces.py imports the repair loop)
+    from sanctum_proxy.state.traces import TraceDoc
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -48,7 +51,7 @@ class Metrics:
         self.traces_dropped = Counter("sanctum_traces_dropped", "Traces lost to a full writer queue",
                                       registry=registry)
 
-    def observe(self, doc: dict[str, Any]) -> None:
+    def observe(self, doc: TraceDoc) -> None:
         """Count one finished request from its trace document."""
         self.requests.labels(doc["mode"], doc["outcome"]).inc()
         self.rounds.observe(len(doc["rounds"]))
@@ -58,7 +61,8 @@ class Metrics:
         for omen in doc["omens"]:
             kind = omen["type"]
             if kind == OmenType.REPAIRED:
-                for repair in omen.get("repairs") or ():
+                repairs = omen.get("repairs")  # a list of repair names (core/omens.repaired)
+                for repair in repairs if isinstance(repairs, list) else ():
                     self.repairs.labels(repair).inc()
             elif kind == OmenType.REJECTED:
                 self.rejections.labels(omen.get("reason") or "unknown").inc()

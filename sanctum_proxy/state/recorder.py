@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi import Request
 
@@ -33,7 +33,7 @@ from sanctum_proxy.repair.events import Final
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.state.metrics import Metrics
 from sanctum_proxy.state.trace_store import TraceStore, default_path
-from sanctum_proxy.state.traces import Trace, compacted, metadata_only, trace_json
+from sanctum_proxy.state.traces import Trace, TraceDoc, compacted, metadata_only, trace_json
 from sanctum_proxy.web import access_log
 
 CHAT_PATH = "/v1/chat/completions"
@@ -64,7 +64,7 @@ class Recorder:
         self.retention = retention
         self.metrics = Metrics()
         self.store: TraceStore | None = None
-        self._queue: queue.Queue[Trace | dict[str, Any] | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
+        self._queue: queue.Queue[Trace | TraceDoc | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
         self._thread: threading.Thread | None = None
         self._queued_bytes = 0  # Trace.weight of the traces queued and not yet written
         self._weights: dict[int, int] = {}  # id(trace) -> its weight, while queued
@@ -157,15 +157,13 @@ class Recorder:
             return
         self.metrics.requests.labels("none", "error").inc()
         setattr(request.state, access_log.LOGGED, True)  # its line is this one (web/access_log.AccessLog)
-        access_log.emit(access_log.line({
-            "id": None, "request_id": _request_id(request), "model": None, "mode": None, "stream": None,
-            "rounds": [], "outcome": "error", "status": error.status, "latency_ms": None}))
+        access_log.emit(access_log.refused_line(_request_id(request), error.status))
 
     def submit(self, trace: Trace) -> None:
         """Queue the trace for the writer. Past `queue_bytes` of queued traces (a burst of huge requests while
         the writer catches up) it is queued as its metadata document instead, built here from references (no
         body is walked), and its bodies are let go at once."""
-        item: Trace | dict[str, Any] = trace
+        item: Trace | TraceDoc = trace
         weight = trace.weight()
         with self._lock:
             over = self._queued_bytes + weight > self.retention.queue_bytes
@@ -174,9 +172,9 @@ class Recorder:
                 self._weights[id(trace)] = weight
         if over:
             try:
-                item = dict(metadata_only(trace_json(trace)),
-                            clipped=f"metadata only (the trace queue held over {self.retention.queue_bytes} "
-                                    "bytes: traces_queue_bytes)")
+                item = {**metadata_only(trace_json(trace)),
+                        "clipped": f"metadata only (the trace queue held over {self.retention.queue_bytes} "
+                                   "bytes: traces_queue_bytes)"}
             except Exception:
                 log.exception("trace %s could not be recorded", trace.id)
                 return
@@ -229,8 +227,8 @@ class Recorder:
             if stop:
                 return
 
-    def _write(self, traces: list[Trace | dict[str, Any]]) -> None:
-        docs = []
+    def _write(self, traces: list[Trace | TraceDoc]) -> None:
+        docs: list[TraceDoc] = []
         for trace in traces:
             if isinstance(trace, dict):  # queued as metadata already (submit)
                 docs.append(trace)

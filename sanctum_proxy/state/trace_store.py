@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 
 from sanctum_proxy.core.shapes import JSONObject
-from sanctum_proxy.state.traces import clipped, expanded, summary
+from sanctum_proxy.state.traces import TraceDoc, clipped, expanded, summary
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -76,7 +76,7 @@ class TraceStore:
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
 
-    def add(self, docs: list[JSONObject], max_doc_bytes: int | None = None) -> None:
+    def add(self, docs: list[TraceDoc], max_doc_bytes: int | None = None) -> None:
         """Store documents; one whose JSON is over `max_doc_bytes` is stored `clipped`."""
         rows = []
         for d in docs:

@@ -18,13 +18,16 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
+from typing import Final as Const
 
 import orjson
 
 from sanctum_proxy.core.omens import Omen, Outcome
+from sanctum_proxy.core.shapes import JSONObject, Usage
 from sanctum_proxy.errors import CLIENT_GONE, ProxyError, ToolCallParseError
 from sanctum_proxy.repair.events import Final, RoundRecord, note
 from sanctum_proxy.repair.plan import Plan
@@ -40,14 +43,14 @@ class Trace:
     request_id: str | None
     created: float  # unix seconds when the request arrived
     started: float  # time.perf_counter() then
-    request: dict[str, Any]  # the client's body (without `sanctum`)
+    request: JSONObject  # the client's body (without `sanctum`)
     plan: Plan
     upstream: str
     requested_mode: str  # the spell-calling control: native | prompted | auto
     protocol: str = "chat"  # the client's protocol: chat | responses | messages (translated to chat)
     final: Final | None = None
     omens: list[Omen] = field(default_factory=list)  # the loop's omens as they happened (recorder.watch)
-    error: dict[str, Any] | None = None  # the OpenAI error object the client got ({"message", "type", ...})
+    error: JSONObject | None = None  # the OpenAI error object the client got ({"message", "type", ...})
     status: int = 0  # the HTTP status the client got (200 for an error sent inside a stream)
     outcome: str = Outcome.ERROR
     latency_ms: float = 0.0
@@ -91,7 +94,7 @@ class Trace:
         self._end()
 
     def failed(self, error: ProxyError, status: int) -> None:
-        self.error, self.status = dict[str, Any](error.body()["error"]), status
+        self.error, self.status = {**error.body()["error"]}, status
         self.outcome = Outcome.SURRENDERED if isinstance(error, ToolCallParseError) else Outcome.ERROR
         self._end()
 
@@ -106,7 +109,57 @@ class Trace:
         self.done = True
 
 
-def trace_json(trace: Trace) -> dict[str, Any]:
+class RoundDoc(TypedDict):
+    """A round in a trace document (`_round_json`)."""
+
+    number: int
+    mode: str
+    outcome: str
+    constrained: bool
+    status: int
+    latency_ms: float
+    finish_reason: str | None
+    usage: Usage | None
+    sent: JSONObject  # the body sent (metadata only: its shape; stored: `compacted`)
+    answer: Mapping[str, object] | None  # the upstream's message as it came (metadata only: its shape)
+    error: JSONObject | None
+    sent_keys: NotRequired[list[str]]  # stored: every key of `sent` in order (`compacted`)
+
+
+class AnswerDoc(TypedDict):
+    message: Mapping[str, object]  # Final.message (metadata only: its shape)
+    finish_reason: str
+
+
+class TraceDoc(TypedDict):
+    """The document of one request (`trace_json`), as the writer hands it to the metrics, the access log and
+    the store (`compacted`, or `metadata_only`, then maybe `clipped`)."""
+
+    object: str
+    id: str
+    request_id: str | None
+    created: float
+    time: str
+    model: str
+    upstream: str
+    mode: str
+    requested_mode: str
+    protocol: str
+    stream: bool
+    outcome: str
+    status: int
+    latency_ms: float
+    usage: Usage | None
+    request: JSONObject  # the client's body (metadata only: its shape)
+    rounds: list[RoundDoc]
+    omens: list[JSONObject]
+    answer: AnswerDoc | None
+    error: JSONObject | None
+    bodies: bool
+    clipped: NotRequired[str]  # what `clipped` (or a full trace queue: Recorder.submit) cut
+
+
+def trace_json(trace: Trace) -> TraceDoc:
     """The full stored document. Runs on the trace writer thread, never on the event loop."""
     final, records = trace.final, trace.records()
     omens = final.omens if final is not None else trace.omens
@@ -126,7 +179,7 @@ def trace_json(trace: Trace) -> dict[str, Any]:
     }
 
 
-def _round_json(record: RoundRecord) -> dict[str, Any]:
+def _round_json(record: RoundRecord) -> RoundDoc:
     return {"number": record.number, "mode": record.mode, "outcome": record.outcome,
             "constrained": getattr(record, "constrained", False),
             "status": _round_status(record.error),
@@ -134,38 +187,39 @@ def _round_json(record: RoundRecord) -> dict[str, Any]:
             "usage": record.usage, "sent": record.sent, "answer": record.answer, "error": record.error}
 
 
-def _round_status(error: dict[str, Any] | None) -> int:
+def _round_status(error: JSONObject | None) -> int:
     """The status this round got: 200, the upstream's own error status, or the proxy's 502/504 for an upstream
     that could not be reached or did not answer in time."""
     if error is None:
         return 200
-    return int(error.get("upstream_status") or error.get("status") or 502)
+    status = error.get("upstream_status") or error.get("status") or 502
+    return int(cast("int | str", status))  # the upstream's status or the proxy's own (errors.py): an int
 
 
-def _summed_usage(records: list[RoundRecord]) -> dict[str, int] | None:
+def _summed_usage(records: list[RoundRecord]) -> Usage | None:
     total: dict[str, int] = {}
     for record in records:
         for key, value in (record.usage or {}).items():
             if key in ("prompt_tokens", "completion_tokens", "total_tokens") and isinstance(value, int):
                 total[key] = total.get(key, 0) + value
-    return total or None
+    return cast("Usage", total) if total else None  # those three keys, ints
 
 
-SENT_KEYS = "sent_keys"  # in a stored round: every key of its `sent` in order; those absent are the request's
+SENT_KEYS: Const = "sent_keys"  # in a stored round: every key of its `sent` in order; those absent are the request's
 
 
-def compacted(doc: dict[str, Any]) -> dict[str, Any]:
+def compacted(doc: TraceDoc) -> TraceDoc:
     """The document as stored: the members of a round's `sent` that are the client's request's own (the same
     object, or a list of the same objects: a native round's messages and tools) are not written twice; `sent`
     keeps the others and the round's `sent_keys` lists every key in order. The request is most of a trace's
     bytes, and the first round sends most of it as it came. `expanded` undoes it; equal values that are not
     the same objects are written out (nothing is compared deeply: this runs for every trace)."""
-    request = doc.get("request")
+    request: object = doc.get("request")  # checked: a document may come from elsewhere (the tests, a tool)
     if not isinstance(request, dict) or not doc.get("rounds"):
         return doc
     rounds = []
     for r in doc["rounds"]:
-        sent = r.get("sent")
+        sent: object = r.get("sent")
         if isinstance(sent, dict):
             kept = {k: v for k, v in sent.items() if k not in request or not _same(v, request[k])}
             if len(kept) < len(sent):
@@ -185,21 +239,23 @@ def expanded(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _same(value: Any, given: Any) -> bool:
+def _same(value: object, given: object) -> bool:
     if value is given:
         return True
     return (isinstance(value, list) and isinstance(given, list) and len(value) == len(given)
             and all(a is b for a, b in zip(value, given, strict=True)))
 
 
-def metadata_only(doc: dict[str, Any]) -> dict[str, Any]:
+def metadata_only(doc: TraceDoc) -> TraceDoc:
     """Drop every message body: counts, names, statuses, latencies, tokens and omen kinds stay."""
-    out = dict(doc, bodies=False, request=_request_shape(doc["request"]))
-    out["rounds"] = [dict(r, sent=_request_shape(r["sent"]), answer=_message_shape(r["answer"]))
+    request = doc["request"]
+    out: TraceDoc = {**doc, "bodies": False, "request": _request_shape(request) if request is not None else request}
+    out["rounds"] = [{**r, "sent": _request_shape(r["sent"]) if r["sent"] is not None else r["sent"],
+                      "answer": None if r["answer"] is None else _message_shape(r["answer"])}
                      for r in doc["rounds"]]
     out["omens"] = [{k: o[k] for k in _OMEN_METADATA if k in o} for o in doc["omens"]]
     if doc["answer"] is not None:
-        out["answer"] = dict(doc["answer"], message=_message_shape(doc["answer"]["message"]))
+        out["answer"] = {**doc["answer"], "message": _message_shape(doc["answer"]["message"])}
     if doc["error"] is not None:
         out["error"] = {k: v for k, v in doc["error"].items() if k != "rejected"}
     return out
@@ -209,7 +265,7 @@ _MARK_BYTES = 48  # what a cut string's note costs at most ("… [N more charact
 _NOTE_BYTES = 128  # the `clipped` note itself
 
 
-def clipped(doc: dict[str, Any], max_bytes: int, size: int) -> dict[str, Any]:
+def clipped(doc: TraceDoc, max_bytes: int, size: int) -> TraceDoc:
     """The document cut to fit `max_bytes` of JSON (`size`: its whole size): every string longer than a limit
     keeps its head and says how much went, the limit halving until it fits; metadata only when even that
     is not enough (thousands of short messages). `clipped` says what was done.
@@ -225,12 +281,12 @@ def clipped(doc: dict[str, Any], max_bytes: int, size: int) -> dict[str, Any]:
         over = _count_over(lengths, limit)
         saved = (totals[over - 1] - over * (limit + _MARK_BYTES)) if over else 0
         if size - saved + _NOTE_BYTES <= max_bytes:
-            out: dict[str, Any] = _clip(doc, limit)
+            out: TraceDoc = _clip(doc, limit)
             out["clipped"] = f"strings over {limit} characters cut ({size} bytes whole)"
             if len(orjson.dumps(out)) <= max_bytes:
                 return out
         limit //= 2
-    return dict(metadata_only(doc), clipped=f"metadata only ({size} bytes whole)")
+    return {**metadata_only(doc), "clipped": f"metadata only ({size} bytes whole)"}
 
 
 def _string_lengths(value: Any) -> list[int]:
@@ -263,39 +319,37 @@ def _clip(value: Any, limit: int) -> Any:
     return value
 
 
-def _request_shape(body: dict[str, Any] | None) -> dict[str, Any] | None:
-    if body is None:
-        return None
+def _request_shape(body: JSONObject) -> JSONObject:
     tools = _listed(body.get("tools"))
     return {"model": body.get("model"), "stream": body.get("stream") is True,
-            "message_count": len(body.get("messages") or []),
+            "message_count": len(_listed(body.get("messages"))),
             "tools": [(t.get("function") or {}).get("name") for t in tools if isinstance(t, dict)]}
 
 
-def _message_shape(message: dict[str, Any] | None) -> dict[str, Any] | None:
-    if message is None:
-        return None
+def _message_shape(message: Mapping[str, object]) -> JSONObject:
     calls = _listed(message.get("tool_calls"))
     return {"role": message.get("role"),
             "tool_calls": [{"id": c.get("id"), "function": {"name": (c.get("function") or {}).get("name")}}
                            for c in calls if isinstance(c, dict)]}
 
 
-def _listed(value: Any) -> list[Any]:
+def _listed(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def summary(doc: dict[str, Any]) -> dict[str, Any]:
+def summary(doc: TraceDoc) -> JSONObject:
     """The list row: who, when, how it went, and what was cast."""
     counts: dict[str, int] = {}
     for omen in doc["omens"]:
-        counts[omen["type"]] = counts.get(omen["type"], 0) + 1
-    message = (doc["answer"] or {}).get("message") or {}
-    calls = message.get("tool_calls") or []
-    keys = ("id", "request_id", "created", "time", "model", "upstream", "mode", "requested_mode", "stream",
-            "outcome", "status", "latency_ms", "usage")
-    return {**{k: doc[k] for k in keys}, "object": "sanctum.trace.summary", "rounds": len(doc["rounds"]),
-            "omens": counts, "cast": [(c.get("function") or {}).get("name") for c in calls],
+        kind = str(omen["type"])
+        counts[kind] = counts.get(kind, 0) + 1
+    calls = _listed(doc["answer"]["message"].get("tool_calls")) if doc["answer"] is not None else []
+    return {"id": doc["id"], "request_id": doc["request_id"], "created": doc["created"], "time": doc["time"],
+            "model": doc["model"], "upstream": doc["upstream"], "mode": doc["mode"],
+            "requested_mode": doc["requested_mode"], "stream": doc["stream"], "outcome": doc["outcome"],
+            "status": doc["status"], "latency_ms": doc["latency_ms"], "usage": doc["usage"],
+            "object": "sanctum.trace.summary", "rounds": len(doc["rounds"]),
+            "omens": counts, "cast": [(c.get("function") or {}).get("name") for c in calls if isinstance(c, dict)],
             "error": (doc["error"] or {}).get("type"), "protocol": doc.get("protocol", "chat")}
 
 

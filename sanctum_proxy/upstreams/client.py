@@ -46,6 +46,7 @@ import orjson
 import yarl
 
 from sanctum_proxy.config import redacted_url
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable, inband_status
 from sanctum_proxy.repair.upstream_errors import OLLAMA_LOST_ERROR, ollama_lost_error
 from sanctum_proxy.upstreams.redaction import ByteStream, DeltaMask, KeyMask
@@ -71,7 +72,7 @@ log = logging.getLogger("sanctum_proxy.upstream")
 @dataclass(frozen=True)
 class Reply:
     status: int
-    body: dict[str, Any]
+    body: JSONObject  # the upstream's chat.completion, as sent (its readers check each value)
     latency_ms: float
 
 
@@ -329,7 +330,7 @@ class Upstream:
             headers["authorization"] = client_auth
         return headers
 
-    async def chat(self, body: dict[str, Any], client_auth: str | None = None) -> Reply:
+    async def chat(self, body: JSONObject, client_auth: str | None = None) -> Reply:
         """POST /chat/completions, non-streaming. Raises UpstreamError on a non-2xx answer."""
         start = time.perf_counter()
         content, headers = orjson.dumps(body), self.headers(client_auth)
@@ -376,8 +377,8 @@ class Upstream:
 
     @asynccontextmanager
     async def chat_stream(
-        self, body: dict[str, Any], client_auth: str | None = None
-    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        self, body: JSONObject, client_auth: str | None = None
+    ) -> AsyncIterator[AsyncIterator[JSONObject]]:
         """POST /chat/completions with stream true; yields an iterator of parsed chunks (no [DONE]).
 
         An error before the first byte raises like `chat`; an in-band `data: {"error": ...}` raises
@@ -396,7 +397,7 @@ class Upstream:
         finally:
             done(response)
 
-    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[JSONObject]:
         async with mapped_errors():
             events = sse_data(response.content.iter_any(), limit=self._max_answer, idle=self._read_timeout)
             seen, finished, last = 0, False, None

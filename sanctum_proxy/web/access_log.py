@@ -11,22 +11,35 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.config import LOGGING_CONFIG
 
+if TYPE_CHECKING:  # only for the annotation (state/traces.py imports the repair loop)
+    from sanctum_proxy.state.traces import TraceDoc
+
 LOGGER = logging.getLogger("sanctum_proxy.access")
 
 
-def line(doc: dict[str, Any]) -> str:
+def line(doc: TraceDoc) -> str:
     """{"event", "trace_id", "request_id", "model", "mode", "stream", "rounds", "outcome", "status",
     "latency_ms"} as one line of JSON."""
+    return _chat_line(doc["id"], doc["request_id"], doc["model"], doc["mode"], doc["stream"], len(doc["rounds"]),
+                      doc["outcome"], doc["status"], doc["latency_ms"])
+
+
+def refused_line(request_id: str | None, status: int) -> str:
+    """The line of a chat request turned away before it had a trace (state/recorder.Recorder.refused)."""
+    return _chat_line(None, request_id, None, None, None, 0, "error", status, None)
+
+
+def _chat_line(trace_id: str | None, request_id: str | None, model: str | None, mode: str | None,
+               stream: bool | None, rounds: int, outcome: str, status: int, latency_ms: float | None) -> str:
     return orjson.dumps({
-        "event": "chat_request", "trace_id": doc["id"], "request_id": doc["request_id"],
-        "model": doc["model"], "mode": doc["mode"], "stream": doc["stream"], "rounds": len(doc["rounds"]),
-        "outcome": doc["outcome"], "status": doc["status"], "latency_ms": doc["latency_ms"],
+        "event": "chat_request", "trace_id": trace_id, "request_id": request_id, "model": model, "mode": mode,
+        "stream": stream, "rounds": rounds, "outcome": outcome, "status": status, "latency_ms": latency_ms,
     }).decode()
 
 
