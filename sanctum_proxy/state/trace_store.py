@@ -39,6 +39,7 @@ DELETE FROM traces WHERE seq <= (
     WHERE total > ?
 )
 """
+_BYTES = "SELECT COALESCE(SUM(length(doc)), 0) FROM traces"
 INSERT = "INSERT OR REPLACE INTO traces (id, created, model, outcome, summary, doc) VALUES (?, ?, ?, ?, ?, ?)"
 
 
@@ -75,6 +76,9 @@ class TraceStore:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            # At least the document bytes held (a replaced id's old row still counts until the next exact sum):
+            # the byte budget's window query over the whole table runs only once this passes the budget.
+            self._bytes = self._held_bytes()
 
     def add(self, docs: list[JSONObject], max_doc_bytes: int | None = None) -> None:
         """Store documents; one whose JSON is over `max_doc_bytes` is stored `clipped`."""
@@ -93,6 +97,7 @@ class TraceStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self._bytes += sum(len(row[5]) for row in rows)
 
     def prune(self, max_count: int, oldest: float, max_bytes: int | None = None) -> int:
         """Keep at most the newest `max_count` traces, none created before `oldest`, and no more than
@@ -100,20 +105,35 @@ class TraceStore:
 
         `seq` only grows, so "not among the newest max_count" is `seq <= MAX(seq) - max_count`, an index
         lookup, not an `OFFSET` walk (bench/results/design_costs.md). A replaced id leaves a gap in `seq`,
-        so the store may then keep a few fewer than max_count."""
+        so the store may then keep a few fewer than max_count.
+
+        Each step reads only the rows it removes (the `created` index, the `seq` key): the bytes they held are
+        summed first, so the store knows a bound on the bytes it holds, and the byte budget's query (a window
+        over every row) runs only when that bound passes `max_bytes`; it then re-sums the rest exactly."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
+                held = self._bytes
+                held -= self._db.execute(_BYTES + " WHERE created < ?", (oldest,)).fetchone()[0]
                 gone = self._db.execute("DELETE FROM traces WHERE created < ?", (oldest,)).rowcount
-                gone += self._db.execute("DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?",
-                                         (max_count,)).rowcount
-                if max_bytes is not None:
+                bound = self._db.execute("SELECT MAX(seq) FROM traces").fetchone()[0]
+                if bound is not None:
+                    held -= self._db.execute(_BYTES + " WHERE seq <= ?", (bound - max_count,)).fetchone()[0]
+                    gone += self._db.execute("DELETE FROM traces WHERE seq <= ?", (bound - max_count,)).rowcount
+                over = max_bytes is not None and held > max_bytes
+                if over:
                     gone += self._db.execute(_OVER_BUDGET, (max_bytes,)).rowcount
+                    held = self._held_bytes()
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self._bytes = held
         return gone
+
+    def _held_bytes(self) -> int:
+        held: int = self._db.execute(_BYTES).fetchone()[0]
+        return held
 
     def list(self, query: Query) -> tuple[list[JSONObject], bool]:
         """Summaries, newest first, and whether more follow."""
