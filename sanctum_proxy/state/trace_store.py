@@ -78,7 +78,9 @@ class TraceStore:
             self._db.executescript(SCHEMA)
             # At least the document bytes held (a replaced id's old row still counts until the next exact sum):
             # the byte budget's window query over the whole table runs only once this passes the budget.
+            # Another connection's commits (workers > 1 share the file) change `data_version`: then re-summed.
             self._bytes = self._held_bytes()
+            self._version = self._data_version()
 
     def add(self, docs: list[JSONObject], max_doc_bytes: int | None = None) -> None:
         """Store documents; one whose JSON is over `max_doc_bytes` is stored `clipped`."""
@@ -109,11 +111,14 @@ class TraceStore:
 
         Each step reads only the rows it removes (the `created` index, the `seq` key): the bytes they held are
         summed first, so the store knows a bound on the bytes it holds, and the byte budget's query (a window
-        over every row) runs only when that bound passes `max_bytes`; it then re-sums the rest exactly."""
+        over every row) runs only when that bound passes `max_bytes`; it then re-sums the rest exactly, as it
+        does when another connection (another worker) has written to the file since."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
-                held = self._bytes
+                version = self._data_version()
+                held = self._bytes if version == self._version else self._held_bytes()
+                self._version = version
                 held -= self._db.execute(_BYTES + " WHERE created < ?", (oldest,)).fetchone()[0]
                 gone = self._db.execute("DELETE FROM traces WHERE created < ?", (oldest,)).rowcount
                 bound = self._db.execute("SELECT MAX(seq) FROM traces").fetchone()[0]
@@ -134,6 +139,10 @@ class TraceStore:
     def _held_bytes(self) -> int:
         held: int = self._db.execute(_BYTES).fetchone()[0]
         return held
+
+    def _data_version(self) -> int:
+        version: int = self._db.execute("PRAGMA data_version").fetchone()[0]
+        return version
 
     def list(self, query: Query) -> tuple[list[JSONObject], bool]:
         """Summaries, newest first, and whether more follow."""

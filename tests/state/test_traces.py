@@ -288,6 +288,19 @@ def test_the_budget_holds_across_prunes_replaced_ids_and_a_reopened_store(tmp_pa
     reopened.close()
 
 
+def test_the_budget_counts_what_another_worker_stored_in_the_same_file(tmp_path: Path):
+    path = str(tmp_path / "traces.sqlite3")
+    big = {"messages": [{"content": "y" * 40_000}]}
+    mine, other = TraceStore(path), TraceStore(path)  # two workers' connections
+    mine.add([{**SMALL_DOC, "id": "t0", "request": big}])
+    assert mine.prune(1000, 0.0, max_bytes=100_000) == 0
+    other.add([{**SMALL_DOC, "id": f"t{i}", "request": big} for i in (1, 2)])  # ~120 kB in all now
+    assert mine.prune(1000, 0.0, max_bytes=100_000) == 1
+    assert [t["id"] for t in mine.list(Query(limit=50))[0]] == ["t2", "t1"]
+    mine.close()
+    other.close()
+
+
 def test_a_document_of_many_short_strings_falls_back_to_metadata_only():
     doc = {**SMALL_DOC, "request": {"model": "m", "messages": [{"role": "user", "content": "hi"}] * 5000}}
     out = clipped(doc, 8192, len(orjson.dumps(doc)))
