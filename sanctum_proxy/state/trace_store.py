@@ -39,7 +39,7 @@ DELETE FROM traces WHERE seq <= (
     WHERE total > ?
 )
 """
-_BYTES = "SELECT COALESCE(SUM(length(doc)), 0) FROM traces"
+_HELD = "SELECT COALESCE(SUM(length(doc)), 0), MAX(seq) FROM traces"
 INSERT = "INSERT OR REPLACE INTO traces (id, created, model, outcome, summary, doc) VALUES (?, ?, ?, ?, ?, ?)"
 
 
@@ -76,11 +76,10 @@ class TraceStore:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
-            # At least the document bytes held (a replaced id's old row still counts until the next exact sum):
-            # the byte budget's window query over the whole table runs only once this passes the budget.
-            # Another connection's commits (workers > 1 share the file) change `data_version`: then re-summed.
-            self._bytes = self._held_bytes()
-            self._version = self._data_version()
+            # At least the document bytes of the rows up to `seq` `self._seen` (a row removed by another
+            # connection or replaced still counts until the next exact sum); rows past it, whoever stored them
+            # (workers > 1 share the file), are summed by the next prune through the `seq` key.
+            self._bytes, self._seen = self._held()
 
     def add(self, docs: list[JSONObject], max_doc_bytes: int | None = None) -> None:
         """Store documents; one whose JSON is over `max_doc_bytes` is stored `clipped`."""
@@ -99,7 +98,6 @@ class TraceStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
-            self._bytes += sum(len(row[5]) for row in rows)
 
     def prune(self, max_count: int, oldest: float, max_bytes: int | None = None) -> int:
         """Keep at most the newest `max_count` traces, none created before `oldest`, and no more than
@@ -109,40 +107,36 @@ class TraceStore:
         lookup, not an `OFFSET` walk (bench/results/design_costs.md). A replaced id leaves a gap in `seq`,
         so the store may then keep a few fewer than max_count.
 
-        Each step reads only the rows it removes (the `created` index, the `seq` key): the bytes they held are
-        summed first, so the store knows a bound on the bytes it holds, and the byte budget's query (a window
-        over every row) runs only when that bound passes `max_bytes`; it then re-sums the rest exactly, as it
-        does when another connection (another worker) has written to the file since."""
+        Each step reads only the rows it adds up or removes through the `seq` key or the `created` index: the
+        rows stored since the last prune (by any connection) are summed, those about to be deleted are summed
+        first, so the store knows a bound on the bytes it holds; the byte budget's query (a window over every
+        row) runs only when that bound passes `max_bytes`, and then the rest is summed exactly."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
-                version = self._data_version()
-                held = self._bytes if version == self._version else self._held_bytes()
-                self._version = version
-                held -= self._db.execute(_BYTES + " WHERE created < ?", (oldest,)).fetchone()[0]
+                added, last = self._db.execute(_HELD + " WHERE seq > ?", (self._seen,)).fetchone()
+                held, seen = self._bytes + added, self._seen if last is None else last
+                held -= self._db.execute(_HELD + " WHERE created < ?", (oldest,)).fetchone()[0]
                 gone = self._db.execute("DELETE FROM traces WHERE created < ?", (oldest,)).rowcount
                 bound = self._db.execute("SELECT MAX(seq) FROM traces").fetchone()[0]
                 if bound is not None:
-                    held -= self._db.execute(_BYTES + " WHERE seq <= ?", (bound - max_count,)).fetchone()[0]
+                    held -= self._db.execute(_HELD + " WHERE seq <= ?", (bound - max_count,)).fetchone()[0]
                     gone += self._db.execute("DELETE FROM traces WHERE seq <= ?", (bound - max_count,)).rowcount
-                over = max_bytes is not None and held > max_bytes
-                if over:
+                if max_bytes is not None and held > max_bytes:
                     gone += self._db.execute(_OVER_BUDGET, (max_bytes,)).rowcount
-                    held = self._held_bytes()
+                    held, exact_seen = self._held()
+                    seen = max(seen, exact_seen)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
-            self._bytes = held
+            self._bytes, self._seen = held, seen
         return gone
 
-    def _held_bytes(self) -> int:
-        held: int = self._db.execute(_BYTES).fetchone()[0]
-        return held
-
-    def _data_version(self) -> int:
-        version: int = self._db.execute("PRAGMA data_version").fetchone()[0]
-        return version
+    def _held(self) -> tuple[int, int]:
+        """The document bytes held and the last `seq` (0: none), read in one statement (one snapshot)."""
+        held, last = self._db.execute(_HELD).fetchone()
+        return held, last or 0
 
     def list(self, query: Query) -> tuple[list[JSONObject], bool]:
         """Summaries, newest first, and whether more follow."""
