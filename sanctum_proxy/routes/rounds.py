@@ -18,6 +18,7 @@ from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, 
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.services import Services, services
+from sanctum_proxy.state.traces import Trace
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final  # the loop's events but its lessons and round records
 Recorded = Callable[[RoundRecord], None]  # where a loop's round records go (the trace)
@@ -25,16 +26,15 @@ Recorded = Callable[[RoundRecord], None]  # where a loop's round records go (the
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
     """`run(plan, send)` with its lessons kept, a surrender answered as `on_surrender` says, its rounds in the
-    trace and its end recorded (recorder.watch)."""
-    events = kept_run(request)(plan, send, lambda record: record_round(request, record))
-    return services(request).recorder.watch(request, events)
+    trace and its end recorded (what recorder.watch does, in the same layer)."""
+    return _shown(services(request), plan, run(plan, send), lambda record: record_round(request, record),
+                  request)
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
     """`run` with its lessons kept, a surrender answered and its round records handed to `recorded`, its end not
     recorded: the loops of n > 1 choices (routes/choices.py), whose events the caller records together."""
-    return lambda plan, send, recorded: _keeping(services(request), plan, _surrendering(plan, run(plan, send)),
-                                                 recorded)
+    return lambda plan, send, recorded: _shown(services(request), plan, run(plan, send), recorded)
 
 
 def record_round(request: Request, record: RoundRecord, choice: int = 0) -> None:
@@ -49,35 +49,53 @@ def recorder_of(request: Request) -> Callable[[RoundRecord, int], None]:
     return lambda record, choice: record_round(request, record, choice)
 
 
-async def _surrendering(plan: Plan, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    """With `on_surrender = "last_call"`, the loop's SpellCallParseError becomes a Final holding the last call
-    as the model made it, after its SpellCallSurrendered omen (repair/surrender.py); otherwise it stands."""
+async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], recorded: Recorded,
+                 traced: Request | None = None) -> AsyncIterator[Shown]:
+    """The loop's events as the client sees them, in one generator layer over the loop's (every streamed chunk
+    passes each layer): lessons kept (`keep`), round records handed to `recorded`, and with `on_surrender =
+    "last_call"` the loop's SpellCallParseError turned into a Final holding the last call as the model made it,
+    after its SpellCallSurrendered omen (repair/surrender.py; otherwise it stands). With `traced` (the request),
+    what Recorder.watch does too: the Final and the omens into the request's trace, which ends however the
+    loop ends (Recorder.ended)."""
+    trace: Trace | None = getattr(traced.state, "trace", None) if traced is not None else None
     omens: list[om.Omen] = []
     records: list[RoundRecord] = []
+    shown = False
     try:
-        async for event in events:
-            if isinstance(event, om.Omen):
-                omens.append(event)
-            elif isinstance(event, RoundRecord):
-                note(records, event)
-            yield event
-    except ToolCallParseError as exc:
-        final = surrender.last_call(plan, records, exc, omens) if plan.on_surrender == surrender.LAST_CALL else None
-        if final is None:
-            raise
-        yield final.omens[-1]
-        yield final
-
-
-async def _keeping(state: Services, plan: Plan, events: AsyncIterator[Event],
-                   recorded: Recorded) -> AsyncIterator[Shown]:
-    async for event in events:
-        if isinstance(event, Lesson):
-            keep(state, plan, event)
-        elif isinstance(event, RoundRecord):
-            recorded(event)
-        else:
-            yield event
+        try:
+            async for event in events:
+                if isinstance(event, om.Omen):
+                    omens.append(event)
+                    if trace is not None:
+                        trace.omens.append(event)
+                    yield event
+                elif isinstance(event, RoundRecord):
+                    note(records, event)
+                    recorded(event)
+                elif isinstance(event, Lesson):
+                    keep(state, plan, event)
+                else:
+                    if trace is not None and isinstance(event, Final):
+                        trace.final = event
+                    yield event
+                    shown = True
+        except ToolCallParseError as exc:
+            final = surrender.last_call(plan, records, exc, omens) if plan.on_surrender == surrender.LAST_CALL else None
+            if final is None:
+                raise
+            if trace is not None:
+                trace.omens.append(final.omens[-1])
+            yield final.omens[-1]
+            if trace is not None:
+                trace.final = final
+            yield final
+            shown = True
+    except BaseException as exc:
+        if traced is not None:
+            state.recorder.ended(trace, exc, shown)
+        raise
+    if traced is not None:
+        state.recorder.ended(trace, None, shown)
 
 
 def keep(state: Services, plan: Plan, lesson: Lesson) -> None:

@@ -124,17 +124,23 @@ class Recorder:
                     continue
                 yield event
                 shown = True
-        except ProxyError as exc:
+        except BaseException as exc:
+            self.ended(trace, exc, shown)
+            raise
+        self.ended(trace, None, shown)
+
+    def ended(self, trace: Trace | None, exc: BaseException | None, shown: bool) -> None:
+        """End the trace as `watch` does when the loop ended with `exc` (None: its end), after `shown` events
+        went to the client (routes/rounds.py, which folds `watch` into its own layer, calls it too)."""
+        if exc is None:
+            self._end(trace)
+        elif isinstance(exc, ProxyError):
             # Once a stream has started its error goes inside it (HTTP 200); before that it is a plain error.
             self._end(trace, error=exc, status=200 if shown and trace and trace.stream else exc.status)
-            raise
-        except (asyncio.CancelledError, GeneratorExit):
+        elif isinstance(exc, asyncio.CancelledError | GeneratorExit):
             self._end(trace, gone=True)
-            raise
-        except Exception as exc:
+        elif isinstance(exc, Exception):
             self._end(trace, error=internal(exc), status=500)
-            raise
-        self._end(trace)
 
     def _end(self, trace: Trace | None, *, error: ProxyError | None = None, status: int = 0,
              gone: bool = False) -> None:

@@ -39,6 +39,7 @@ DELETE FROM traces WHERE seq <= (
     WHERE total > ?
 )
 """
+_HELD = "SELECT COALESCE(SUM(length(doc)), 0), MAX(seq) FROM traces"
 INSERT = "INSERT OR REPLACE INTO traces (id, created, model, outcome, summary, doc) VALUES (?, ?, ?, ?, ?, ?)"
 
 
@@ -75,6 +76,10 @@ class TraceStore:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            # At least the document bytes of the rows up to `seq` `self._seen` (a row removed by another
+            # connection or replaced still counts until the next exact sum); rows past it, whoever stored them
+            # (workers > 1 share the file), are summed by the next prune through the `seq` key.
+            self._bytes, self._seen = self._held()
 
     def add(self, docs: list[TraceDoc], max_doc_bytes: int | None = None) -> None:
         """Store documents; one whose JSON is over `max_doc_bytes` is stored `clipped`."""
@@ -100,20 +105,38 @@ class TraceStore:
 
         `seq` only grows, so "not among the newest max_count" is `seq <= MAX(seq) - max_count`, an index
         lookup, not an `OFFSET` walk (bench/results/design_costs.md). A replaced id leaves a gap in `seq`,
-        so the store may then keep a few fewer than max_count."""
+        so the store may then keep a few fewer than max_count.
+
+        Each step reads only the rows it adds up or removes through the `seq` key or the `created` index: the
+        rows stored since the last prune (by any connection) are summed, those about to be deleted are summed
+        first, so the store knows a bound on the bytes it holds; the byte budget's query (a window over every
+        row) runs only when that bound passes `max_bytes`, and then the rest is summed exactly."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
+                added, last = self._db.execute(_HELD + " WHERE seq > ?", (self._seen,)).fetchone()
+                held, seen = self._bytes + added, self._seen if last is None else last
+                held -= self._db.execute(_HELD + " WHERE created < ?", (oldest,)).fetchone()[0]
                 gone = self._db.execute("DELETE FROM traces WHERE created < ?", (oldest,)).rowcount
-                gone += self._db.execute("DELETE FROM traces WHERE seq <= (SELECT MAX(seq) FROM traces) - ?",
-                                         (max_count,)).rowcount
-                if max_bytes is not None:
+                bound = self._db.execute("SELECT MAX(seq) FROM traces").fetchone()[0]
+                if bound is not None:
+                    held -= self._db.execute(_HELD + " WHERE seq <= ?", (bound - max_count,)).fetchone()[0]
+                    gone += self._db.execute("DELETE FROM traces WHERE seq <= ?", (bound - max_count,)).rowcount
+                if max_bytes is not None and held > max_bytes:
                     gone += self._db.execute(_OVER_BUDGET, (max_bytes,)).rowcount
+                    held, exact_seen = self._held()
+                    seen = max(seen, exact_seen)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self._bytes, self._seen = held, seen
         return gone
+
+    def _held(self) -> tuple[int, int]:
+        """The document bytes held and the last `seq` (0: none), read in one statement (one snapshot)."""
+        held, last = self._db.execute(_HELD).fetchone()
+        return held, last or 0
 
     def list(self, query: Query) -> tuple[list[JSONObject], bool]:
         """Summaries, newest first, and whether more follow."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -75,11 +76,12 @@ class AccessLog:
         state: dict[str, Any] = scope.setdefault("state", {})
         status: int | None = None
 
-        async def watched(message: Message) -> None:
+        def watched(message: Message) -> Awaitable[None]:
+            # A plain function handing back `send`'s awaitable: no coroutine of its own for every body write.
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-            await send(message)
+            return send(message)
 
         try:
             await self.app(scope, receive, watched)

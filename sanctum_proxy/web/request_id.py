@@ -5,6 +5,8 @@ A pure ASGI middleware, so streamed answers pass through untouched and unbuffere
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADER = b"x-request-id"
@@ -22,10 +24,11 @@ class EchoRequestId:
             await self.app(scope, receive, send)
             return
 
-        async def send_with_id(message: Message) -> None:
+        def send_with_id(message: Message) -> Awaitable[None]:
+            # A plain function handing back `send`'s awaitable: no coroutine of its own for every body write.
             if message["type"] == "http.response.start":
                 headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != HEADER]
                 message = {**message, "headers": [*headers, (HEADER, given[:MAX_LENGTH])]}
-            await send(message)
+            return send(message)
 
         await self.app(scope, receive, send_with_id)

@@ -265,6 +265,42 @@ def test_stored_bytes_stay_under_the_budget_newest_kept(tmp_path: Path):
     store.close()
 
 
+def test_the_budget_holds_across_prunes_replaced_ids_and_a_reopened_store(tmp_path: Path):
+    # The store keeps a running bound on its bytes and runs the budget's query only past it: the bound must
+    # follow what the count and age steps removed, a replaced id, and what a reopened file already holds.
+    path = str(tmp_path / "traces.sqlite3")
+    big = {"messages": [{"content": "y" * 40_000}]}
+    store = TraceStore(path)
+    store.add([{**SMALL_DOC, "id": f"t{i}", "request": big} for i in range(3)])
+    assert store.prune(2, 0.0, max_bytes=100_000) == 1  # the count step: t0 goes, ~80 kB stay
+    store.add([{**SMALL_DOC, "id": "t2", "request": {}}])  # t2 replaced by a small document
+    assert store.prune(1000, 0.0, max_bytes=100_000) == 0
+    store.add([{**SMALL_DOC, "id": "t3", "request": big}])  # t1 + t3 + small t2: ~80 kB, under the budget
+    assert store.prune(1000, 0.0, max_bytes=100_000) == 0
+    store.add([{**SMALL_DOC, "id": "t4", "request": big}])
+    assert store.prune(1000, 0.0, max_bytes=100_000) == 1
+    assert [t["id"] for t in store.list(Query(limit=50))[0]] == ["t4", "t3", "t2"]
+    store.close()
+    reopened = TraceStore(path)
+    reopened.add([{**SMALL_DOC, "id": "t5", "request": big}])
+    assert reopened.prune(1000, 0.0, max_bytes=100_000) == 2
+    assert [t["id"] for t in reopened.list(Query(limit=50))[0]] == ["t5", "t4"]
+    reopened.close()
+
+
+def test_the_budget_counts_what_another_worker_stored_in_the_same_file(tmp_path: Path):
+    path = str(tmp_path / "traces.sqlite3")
+    big = {"messages": [{"content": "y" * 40_000}]}
+    mine, other = TraceStore(path), TraceStore(path)  # two workers' connections
+    mine.add([{**SMALL_DOC, "id": "t0", "request": big}])
+    assert mine.prune(1000, 0.0, max_bytes=100_000) == 0
+    other.add([{**SMALL_DOC, "id": f"t{i}", "request": big} for i in (1, 2)])  # ~120 kB in all now
+    assert mine.prune(1000, 0.0, max_bytes=100_000) == 1
+    assert [t["id"] for t in mine.list(Query(limit=50))[0]] == ["t2", "t1"]
+    mine.close()
+    other.close()
+
+
 def test_a_document_of_many_short_strings_falls_back_to_metadata_only():
     doc = {**SMALL_DOC, "request": {"model": "m", "messages": [{"role": "user", "content": "hi"}] * 5000}}
     out = clipped(doc, 8192, len(orjson.dumps(doc)))
