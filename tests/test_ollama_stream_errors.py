@@ -13,14 +13,8 @@ import orjson
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair.upstream_errors import OLLAMA_LOST_ERROR, classify, ollama_lost_error
 from tests.fakes.upstream import Step, content_chunks, ollama_v1_stream_lost_error
+from tests.repair.test_upstream_errors import ASK, PARIS, PROMPTED
 from tests.stream_rules import read_stream
-
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
-PROMPTED = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-PARIS = [{"name": "get_weather", "arguments": {"city": "Paris"}}]
 
 
 def ollama_chunks(text: str) -> list[dict[str, Any]]:
