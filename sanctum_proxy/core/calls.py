@@ -193,5 +193,6 @@ def _hint(spec: JSONValue) -> str:
 
 
 def is_example_hint(value: JSONValue) -> bool:
-    """Whether a value is one of the hints the prompts' example shows in place of a value (a copied template)."""
-    return isinstance(value, str) and _HINT.fullmatch(value.strip()) is not None
+    """Whether a value begins with one of the hints the prompts' example shows in place of a value (a copied
+    template; a model that copied one may run on past it: `"<string>,"`)."""
+    return isinstance(value, str) and _HINT.match(value.strip()) is not None  # "<string>," too: a copy cut short
