@@ -193,6 +193,7 @@ def _hint(spec: JSONValue) -> str:
 
 
 def is_example_hint(value: JSONValue) -> bool:
-    """Whether a value begins with one of the hints the prompts' example shows in place of a value (a copied
-    template; a model that copied one may run on past it: `"<string>,"`)."""
-    return isinstance(value, str) and _HINT.match(value.strip()) is not None  # "<string>," too: a copy cut short
+    """Whether a value is one of the hints the prompts' example shows in place of a value (a copied template),
+    perhaps with the punctuation a model ran on with (`"<string>,"`); a text that goes on (`<string>x</string>`,
+    a plist's) is a value."""
+    return isinstance(value, str) and _HINT.fullmatch(value.strip().rstrip(",;.: ")) is not None

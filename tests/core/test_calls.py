@@ -36,6 +36,7 @@ def test_the_example_takes_the_first_two_properties_as_placeholders_or_hints() -
 def test_a_hint_is_told_from_a_value() -> None:
     assert is_example_hint("<string>") and is_example_hint('<one of "kg", "lb">')
     assert is_example_hint("<string>,")  # a copy the model ran on past (Gemma 3, BFCL simple_python_60)
+    assert not is_example_hint("<string>com.example.app</string>")  # a plist's line is a value
     assert not is_example_hint("Paris") and not is_example_hint("<b>bold</b>") and not is_example_hint(5)
 
 
