@@ -16,7 +16,7 @@ from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.constraint import Constraint
 from sanctum_proxy.repair.correct import rejected_answer_text, sent_answer_text
 from sanctum_proxy.repair.events import Answer, Mode
-from sanctum_proxy.repair.grounding import loads
+from sanctum_proxy.repair.grounding import leaves, loads
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.repeats import repeated_call
@@ -64,7 +64,7 @@ def read_calls(plan: Plan, mode: Mode, constraint: Constraint | None, answer: An
 def without_copied_hints(assessment: Assessment) -> Assessment:
     """The assessment less the calls that hold a hint of the prompts' example (`<string>`, `<number>`: a
     template copied, no value), each one a problem instead, so the correction asks for the real values."""
-    copied = {c.id: hints for c in assessment.calls if (hints := _copied_hints(loads(c.arguments), 0))}
+    copied = {c.id: hints for c in assessment.calls if (hints := _copied_hints(loads(c.arguments)))}
     if not copied:
         return assessment
     problems = tuple(Problem("invalid_arguments", c.name,
@@ -75,17 +75,12 @@ def without_copied_hints(assessment: Assessment) -> Assessment:
                    problems=(*assessment.problems, *problems))
 
 
-def _copied_hints(value: JSONValue, depth: int, where: str = "") -> list[str]:
-    """Where `value` holds an example hint, as `argument 'x'` (nested: `argument 'x.y'`); bounded depth."""
-    if is_example_hint(value):
-        return [f"argument {where!r} ({value})" if where else f"the value {value}"]
-    if depth > 8:
-        return []
-    if isinstance(value, dict):
-        return [h for k, v in value.items() for h in _copied_hints(v, depth + 1, f"{where}.{k}" if where else k)]
-    if isinstance(value, list):
-        return [h for i, v in enumerate(value) for h in _copied_hints(v, depth + 1, f"{where}[{i}]")]
-    return []
+def _copied_hints(args: JSONValue) -> list[str]:
+    """Each argument that holds an example hint (at any depth, as grounding.leaves reads a value), named."""
+    if not isinstance(args, dict):
+        return [f"the value {h}" for h in leaves(args) if is_example_hint(h)][:1]
+    named = ((k, next((h for h in leaves(v) if is_example_hint(h)), None)) for k, v in args.items())
+    return [f"argument {k!r} ({h})" for k, h in named if h is not None]
 
 
 def missing_call(plan: Plan, assessment: Assessment, answer: Answer, kept: tuple[ToolCall, ...]) -> list[Problem]:

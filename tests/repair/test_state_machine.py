@@ -436,3 +436,11 @@ def test_a_native_call_holding_hint_like_text_is_a_value():
     step, state = first(the_plan)
     verdict = judge(the_plan, state, step, native_call("get_time", '{"city": "<string>"}'), 1)
     assert isinstance(verdict, Accept)
+
+
+def test_a_hint_nested_in_an_argument_names_that_argument():
+    the_plan = plan(mode="prompted", body={"tool_choice": "required"})
+    step, state = first(the_plan)
+    verdict = judge(the_plan, state, step, hermes("get_time", {"city": "Oslo", "zone": {"name": "<string>"}}), 1)
+    assert isinstance(verdict, Correct), verdict
+    assert "argument 'zone' (<string>) is the example's placeholder" in verdict.state.turns[-1]["content"]
