@@ -439,8 +439,9 @@ def test_a_native_call_holding_hint_like_text_is_a_value():
 
 
 def test_a_hint_nested_in_an_argument_names_that_argument():
-    the_plan = plan(mode="prompted", body={"tool_choice": "required"})
-    step, state = first(the_plan)
-    verdict = judge(the_plan, state, step, hermes("get_time", {"city": "Oslo", "zone": {"name": "<string>"}}), 1)
-    assert isinstance(verdict, Correct), verdict
-    assert "argument 'zone' (<string>) is the example's placeholder" in verdict.state.turns[-1]["content"]
+    from sanctum_proxy.core.calls import Assessment, ToolCall
+    from sanctum_proxy.repair.answer_checks import without_copied_hints
+    call = ToolCall("call_1", "book", '{"city": "Oslo", "guest": {"name": "<string>"}}')
+    after = without_copied_hints(Assessment(calls=(call,), content=None))
+    assert after.calls == () and after.problems[0].reason == "invalid_arguments"
+    assert after.problems[0].details[0].startswith("argument 'guest' (<string>) is the example's placeholder")
