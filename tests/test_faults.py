@@ -442,18 +442,19 @@ def test_client_gone_just_as_the_stream_starts_leaves_no_producer(start_proxy, f
     upstream.push(Step(chunks=content_chunks("go")[:2], endless=CHUNK, chunk_delay=0.01))
     body = orjson.dumps({"model": "m", "messages": MSG, "stream": True})
     calls = 0
+    started = asyncio.Event()  # made in the proxy's loop on first use (below)
 
     async def receive() -> dict[str, Any]:
         nonlocal calls
         calls += 1
         if calls == 1:
             return {"type": "http.request", "body": body, "more_body": False}
-        if calls == 2:  # the wait for the first event: the client is still there
-            await asyncio.Event().wait()
+        await started.wait()  # before the headers the client is still there (a watch then may wait, or not yet)
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
-        pass
+        if message["type"] == "http.response.start":
+            started.set()
 
     async def call() -> None:
         scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",

@@ -33,8 +33,9 @@ from sanctum_proxy.services import destination, services
 from sanctum_proxy.upstreams import capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.json_response import JsonResponse
+from sanctum_proxy.web.plain_route import PlainRoute
 
-router = APIRouter()
+router = APIRouter(route_class=PlainRoute)  # the hot endpoints: no dependency machinery
 E = TypeVar("E")
 T = TypeVar("T")
 

@@ -4,13 +4,18 @@ A non-streaming answer (and a stream before its headers) may wait minutes for th
 cancel a handler whose client disconnected, so without this the upstream call would run to its end for
 nobody. Once the body has been read, the next ASGI message is `http.disconnect`: waiting for it beside the
 work tells when to cancel.
+
+The wait starts WATCH_AFTER seconds into the work, not at once: a task of its own, started, cancelled and
+reaped, costs three turns of the event loop, about a tenth of what a fast answer costs the proxy in all
+(bench/results/profile.md, Round 5), while an answer that comes within WATCH_AFTER has nothing worth
+cancelling; a client that leaves is noticed at most WATCH_AFTER later than it would be otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -18,46 +23,68 @@ from fastapi.responses import Response
 from sanctum_proxy.errors import CLIENT_GONE
 
 T = TypeVar("T")
+WATCH_AFTER = 0.05  # seconds of work before the client's disconnect is watched for
 
 
 class ClientGone(Exception):
     """The client disconnected before the answer was ready; the work was cancelled."""
 
 
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """The result of `work`, or ClientGone (with `work` cancelled and finished) if the client leaves first.
+class DisconnectWatch:
+    """Waits for `http.disconnect` (from WATCH_AFTER seconds on) and, while armed, cancels the task that
+    created it. `left()` after a CancelledError says whether the cancel was this watch's alone."""
 
-    `work` runs in the caller's task; one watcher task waits for `http.disconnect` and cancels the caller (a
-    task of its own for the work, and asyncio.wait over both, cost about as much as the rest of the route)."""
-    caller = asyncio.current_task()
-    assert caller is not None
-    left = False
+    def __init__(self, receive: Callable[[], Awaitable[Any]], after: float = WATCH_AFTER) -> None:
+        self.task = asyncio.current_task()
+        self.armed = True
+        self.gone = False  # the client disconnected
+        self.cancelled = False  # ... and the task was cancelled for it
+        self._receive = receive
+        self._future: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(after, self._start)
 
-    async def watch() -> None:
-        nonlocal left
+    def _start(self) -> None:
+        self._timer = None
+        if self.armed:
+            self._future = asyncio.ensure_future(self._wait())
+
+    async def _wait(self) -> None:
         try:
-            await _disconnect(request)
+            while (await self._receive())["type"] != "http.disconnect":
+                pass
         except Exception:  # a receive that fails ends the work as a disconnect does
             pass
-        left = True
-        caller.cancel()
+        self.gone = True
+        if self.armed and self.task is not None:
+            self.cancelled = True
+            self.task.cancel()
 
-    watcher = asyncio.ensure_future(watch())
+    def left(self) -> bool:
+        """After a CancelledError: whether it was this watch's alone (the client left); then it is undone."""
+        self.stop()
+        return self.cancelled and self.task is not None and self.task.uncancel() == 0
+
+    def stop(self) -> None:
+        self.armed = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._future is not None and not self._future.done():
+            self._future.cancel()
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """The result of `work`, or ClientGone (with `work` cancelled and finished) if the client leaves first.
+    `work` runs in the caller's task."""
+    watch = DisconnectWatch(request.receive)
     try:
         return await work
     except asyncio.CancelledError:
-        if left and caller.uncancel() == 0:  # the watcher's cancel only: the client left
+        if watch.left():  # the watch's cancel only: the client left
             raise ClientGone from None
         raise
     finally:
-        if not watcher.done():
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
-
-
-async def _disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+        watch.stop()
 
 
 def gone_response() -> Response:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, Protocol, TypeVar
 
@@ -46,7 +46,7 @@ from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Sender
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.streaming import Assembler, with_tools
 from sanctum_proxy.routes import choices
-from sanctum_proxy.routes.disconnect import gone_response
+from sanctum_proxy.routes.disconnect import DisconnectWatch, gone_response
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.services import destination, services
 from sanctum_proxy.upstreams.client import Upstream
@@ -233,39 +233,6 @@ async def _next(events: AsyncIterator[E]) -> E | ProxyError:
         return exc
     except Exception as exc:
         return unexpected(exc)
-
-
-class DisconnectWatch:
-    """A task that waits for `http.disconnect` and, while `armed`, cancels the task that reads the events (with
-    them the upstream stream; the trace ends "client gone"). One until the first event, one in the response."""
-
-    def __init__(self, receive: Callable[[], Awaitable[Any]]) -> None:
-        self.task = asyncio.current_task()
-        self.armed = True
-        self.gone = False  # the client disconnected
-        self.cancelled = False  # ... and the task was cancelled for it
-        self._future = asyncio.ensure_future(self._wait(receive))
-
-    async def _wait(self, receive: Callable[[], Awaitable[Any]]) -> None:
-        try:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-        except Exception:  # a receive that fails ends the stream as a disconnect does
-            pass
-        self.gone = True
-        if self.armed and self.task is not None:
-            self.cancelled = True
-            self.task.cancel()
-
-    def left(self) -> bool:
-        """After a CancelledError: whether it was this watch's alone (the client left); then it is undone."""
-        self.stop()
-        return self.cancelled and self.task is not None and self.task.uncancel() == 0
-
-    def stop(self) -> None:
-        self.armed = False
-        if not self._future.done():
-            self._future.cancel()
 
 
 class EventStream(Response):
