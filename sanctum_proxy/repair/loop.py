@@ -121,19 +121,21 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
                     yield event
         except ProxyError as caught:  # unreachable, timed out or an error answer: this round's own record says so
             error = caught
-        record = replace(record, latency_ms=(time.perf_counter() - start) * 1000)
+        latency_ms = (time.perf_counter() - start) * 1000
         if error is not None:
-            record = replace(record, error={**error.body()["error"], "status": error.status})
             verdict = await offloaded(judge_error, plan, state, step, error, number)  # may read a quote
+            record = replace(record, latency_ms=latency_ms, outcome=verdict.outcome,
+                             error={**error.body()["error"], "status": error.status})
         else:
             assert answer is not None, "a sender ends every round with an Answer"
             if heavy_answer(plan, answer):  # off the event loop: a long answer, or a schema whose branches multiply
                 judged, verdict = await offloaded(_judged, plan, state, step, answer, number)
             else:
                 judged, verdict = _judged(plan, state, step, answer, number)
-            record = replace(record, answer=judged.message, finish_reason=judged.finish_reason, usage=judged.usage)
+            record = replace(record, latency_ms=latency_ms, outcome=verdict.outcome, answer=judged.message,
+                             finish_reason=judged.finish_reason, usage=judged.usage)
             usage = added(usage, judged.usage)
-        yield replace(record, outcome=verdict.outcome)
+        yield record
         for item in verdict.omens:
             omens.append(item)
             yield item

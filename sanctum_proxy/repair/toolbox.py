@@ -2,13 +2,16 @@
 
 A Toolbox is built from the request's `tools` (or legacy `functions`) and is immutable. Tool-definition
 validity is the request parser's job; here odd input is tolerated (skipped or treated as unconstrained)
-so that nothing crashes. Compiled validators are cached by the schema's canonical JSON.
+so that nothing crashes. Compiled validators are cached by the schema's canonical JSON; a Toolbox itself,
+with what it works out once (its validators, whether a schema branches, its size), by the tools' JSON
+(`Toolbox.of`): an agent sends the same tools with every request.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import orjson
@@ -22,6 +25,8 @@ from sanctum_proxy.repair.schemas import branches, check_schema, refusal, valida
 from sanctum_proxy.repair.validate import problems_for
 
 _NO_CONSTRAINTS: JSONObject = {"type": "object", "additionalProperties": True}
+BOOKS_KEPT = 64  # tool lists whose Toolbox is kept (Toolbox.of), the least recently used dropped first
+BOOK_KEY_BYTES = 256 * 1024  # a tool list longer than this as JSON is not kept
 
 
 @functools.lru_cache(maxsize=256)
@@ -62,7 +67,7 @@ def _tool_from(fn: JSONValue) -> Tool | None:
 class Toolbox:
     """The offered tools by name, in offered order."""
 
-    __slots__ = ("tools", "names", "name_set", "_branching", "_size")
+    __slots__ = ("tools", "names", "name_set", "_branching", "_size", "_validators")
 
     def __init__(self, tools: Sequence[Tool]) -> None:
         self.tools: dict[str, Tool] = {}
@@ -72,6 +77,7 @@ class Toolbox:
         self.name_set: frozenset[str] = frozenset(self.names)
         self._branching: bool | None = None
         self._size: int | None = None
+        self._validators: dict[str, Validator] = {}
 
     @property
     def schema_bytes(self) -> int:
@@ -94,6 +100,25 @@ class Toolbox:
         fns = [t.get("function") for t in items if isinstance(t, Mapping)]
         return cls([s for s in map(_tool_from, fns) if s is not None])
 
+    @classmethod
+    def of(cls, tools: JSONValue) -> Toolbox:
+        """`from_tools(tools)`, the same Toolbox for the same tools (as JSON) while it is among the last
+        BOOKS_KEPT tool lists seen."""
+        try:
+            key = orjson.dumps(tools)
+        except TypeError:  # orjson.JSONEncodeError: nothing a parsed request body holds, but never a crash
+            return cls.from_tools(tools)
+        if len(key) > BOOK_KEY_BYTES:
+            return cls.from_tools(tools)
+        book = _BOOKS.get(key)
+        if book is None:
+            book = _BOOKS[key] = cls.from_tools(tools)
+            if len(_BOOKS) > BOOKS_KEPT:
+                _BOOKS.popitem(last=False)
+        else:
+            _BOOKS.move_to_end(key)
+        return book
+
     def __len__(self) -> int:
         return len(self.names)
 
@@ -107,8 +132,14 @@ class Toolbox:
         return resolve_name(written, self.names)
 
     def validator(self, name: str) -> Validator:
-        return _compiled(_canonical(self.tools[name].parameters))  # only for the tools actually called
+        found = self._validators.get(name)
+        if found is None:  # only for the tools actually called
+            found = self._validators[name] = _compiled(_canonical(self.tools[name].parameters))
+        return found
 
     def check(self, name: str, args: JSONValue) -> list[Problem]:
         """Why `args` cannot be sent to tool `name`: one Problem per reason; [] when they are valid."""
         return problems_for(self.tools[name], self.validator(name), args)
+
+
+_BOOKS: OrderedDict[bytes, Toolbox] = OrderedDict()

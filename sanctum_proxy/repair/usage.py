@@ -6,6 +6,8 @@ import copy
 from collections.abc import Mapping
 from typing import TypeGuard, cast
 
+import orjson
+
 from sanctum_proxy.core.shapes import JSONObject, Usage
 
 
@@ -13,7 +15,7 @@ def added(total: Usage | None, usage: Usage | None) -> Usage | None:
     """One round's usage as sent (details and vendor fields kept); over rounds, every count is summed."""
     if not isinstance(usage, dict):
         return total
-    return summed_usage(total, usage) if total is not None else copy.deepcopy(usage)
+    return summed_usage(total, usage) if total is not None else cast(Usage, _copied(usage))
 
 
 def summed_usage(total: Usage, usage: Usage) -> Usage:
@@ -26,7 +28,7 @@ def _summed(total: Mapping[str, object], usage: Mapping[str, object]) -> JSONObj
     for key, value in usage.items():
         before = out.get(key, None)
         if key not in out:
-            out[key] = copy.deepcopy(value)
+            out[key] = _copied(value)
         elif _count(value) and _count(before):
             out[key] = before + value
         elif isinstance(value, dict) and isinstance(before, dict):
@@ -36,3 +38,13 @@ def _summed(total: Mapping[str, object], usage: Mapping[str, object]) -> JSONObj
 
 def _count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _copied(value: object) -> object:
+    """A copy of JSON as the upstream sent it (copy.deepcopy's generic walk cost more than the rest of this)."""
+    if not isinstance(value, dict | list):
+        return value
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits (a lenient parse keeps it), deep nesting
+        return copy.deepcopy(value)

@@ -152,7 +152,7 @@ async def last_event(events: AsyncIterator[E]) -> E | None:
 
 
 async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> Plan:
-    book = Toolbox.from_tools(chat.tools) if chat.tools else None
+    book = Toolbox.of(chat.tools) if chat.tools else None
     if book is not None and chat.body.get("tool_choice") == "none":
         book = None
     choice = chat.controls.spell_calling

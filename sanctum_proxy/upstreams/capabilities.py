@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from sanctum_proxy.codecs.families import detect
 from sanctum_proxy.core.shapes import JSONObject
-from sanctum_proxy.state.replicated import LocalTable, Table, pair_key, pair_of
+from sanctum_proxy.state.replicated import MAX_ROWS, LocalTable, Table, pair_key, pair_of
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,9 @@ class CapabilityBook:
         self._burst = float(probes_per_minute)
         self._tokens = self._burst
         self._filled = clock()
+        # The last row read and what it says, per key: a row is read three times a request and is the same
+        # object until it is written again (a table in Redis hands out new ones: those are read afresh).
+        self._read: dict[str, tuple[JSONObject, Capabilities, float]] = {}
 
     def _may_probe(self) -> bool:
         """Take a probe token if one is left (the bucket refills at probes_per_minute)."""
@@ -109,15 +112,24 @@ class CapabilityBook:
         return True
 
     def cached(self, upstream: str, model: str) -> Capabilities | None:
-        row = self._known.get(pair_key(upstream, model))
+        key = pair_key(upstream, model)
+        row = self._known.get(key)
         if row is None:
             return None
-        try:
-            caps, at = _caps_of(row), row["at"]
-            if not isinstance(at, int | float):
-                raise TypeError("at")
-        except (KeyError, TypeError, ValueError):  # a row some other version wrote: probe again
-            return None
+        seen = self._read.get(key)
+        if seen is not None and seen[0] is row:
+            caps, at = seen[1], seen[2]
+        else:
+            try:
+                caps, written = _caps_of(row), row["at"]
+                if not isinstance(written, int | float):
+                    raise TypeError("at")
+            except (KeyError, TypeError, ValueError):  # a row some other version wrote: probe again
+                return None
+            at = float(written)
+            if len(self._read) >= MAX_ROWS:
+                self._read.clear()
+            self._read[key] = (row, caps, at)
         if caps.tools is None and self._clock() - at > self._unknown_ttl:
             return None
         return caps

@@ -46,3 +46,22 @@ def test_check_names_what_is_wrong() -> None:
     (problem,) = book.check("get_weather", {})
     assert problem.reason == "missing_arguments"
     assert any("city" in d for d in problem.details)
+
+
+def test_the_same_tools_give_the_same_toolbox_and_its_validators_once() -> None:
+    tools = [tool("get_weather", WEATHER), tool("search", {"type": "object"})]
+    book = Toolbox.of(tools)
+    assert Toolbox.of([tool("get_weather", WEATHER), tool("search", {"type": "object"})]) is book
+    assert Toolbox.of([tool("get_weather", WEATHER)]) is not book
+    assert book.validator("get_weather") is book.validator("get_weather")
+    assert book.check("get_weather", {"city": 3})  # the cached one still judges
+
+
+def test_toolboxes_kept_are_bounded() -> None:
+    from sanctum_proxy.repair import toolbox
+
+    first = Toolbox.of([tool("t0", WEATHER)])
+    for i in range(1, toolbox.BOOKS_KEPT + 1):
+        Toolbox.of([tool(f"t{i}", WEATHER)])
+    assert len(toolbox._BOOKS) <= toolbox.BOOKS_KEPT
+    assert Toolbox.of([tool("t0", WEATHER)]) is not first  # the least recently used went first

@@ -353,3 +353,14 @@ def test_prompt_format_is_chosen_per_model(make_proxy, fake):
     phi, qwen = (r["messages"][0]["content"] for r in fake[0].requests)
     assert "```json" in phi and "<tool_call>" not in phi
     assert "<tool_call>" in qwen and "```json" not in qwen
+
+
+def test_a_rewritten_capability_row_is_read_afresh():
+    book = CapabilityBook()
+    book.remember("u", "m", Capabilities(tools=True, json_schema=True, server="llama.cpp", source="probe"))
+    first = book.cached("u", "m")
+    assert first is not None and first.tool_choice is None
+    assert book.cached("u", "m") is first  # the same row: read once
+    book.refuse_tool_choice("u", "m")
+    again = book.cached("u", "m")
+    assert again is not None and again.tool_choice is False and again.tools is True
