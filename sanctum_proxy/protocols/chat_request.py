@@ -273,8 +273,11 @@ def parse_controls(headers: Mapping[str, str], sanctum: JSONValue, settings: Set
     if unknown:
         raise InvalidRequest(f"unknown sanctum control(s): {sorted(unknown)}", param="sanctum")
 
+    # The x-sanctum-* headers in one pass (a header lookup walks every header; most requests have none of ours)
+    ours = {k.lower(): v for k, v in headers.items() if k[:10].lower() == "x-sanctum-"}
+
     def pick(key: str, header: str) -> Any:
-        value = headers.get(header)
+        value = ours.get(header)
         return value if value is not None else given.get(key)
 
     return Controls(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -30,6 +29,7 @@ from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_di
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import destination, services
+from sanctum_proxy.state import trace_store
 from sanctum_proxy.upstreams import capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.json_response import JsonResponse
@@ -104,11 +104,12 @@ class Rounds:
 
 
 async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:
-    request.state.destination = services(request).pools.destination(chat.model)  # the upstream pool for this model
-    chat = chat.with_body(destination(request).rewrite(chat.body))  # an alias becomes the upstream's name
+    parts = services(request)
+    dest = request.state.destination = parts.pools.destination(chat.model)  # the upstream pool for this model
+    chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
     plan = await make_plan(request, chat, settings)
-    trace_id = uuid.uuid4().hex
-    services(request).recorder.begin(request, trace_id, chat, plan)
+    trace_id = trace_store.new_id()
+    parts.recorder.begin(request, trace_id, chat, plan)
     auth = forwarded_key(request) if settings.forward_client_key else None
     return Rounds(chat, plan, trace_id, auth, settings.reasoning_format == "split")
 
@@ -158,16 +159,16 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
     choice = chat.controls.spell_calling
     mode = "prompted" if choice == "prompted" else "native"
     opening: list[om.Omen] = []
-    key = destination(request).key  # decisions are per (upstream, model): the upstream's name or URL
+    parts, key = services(request), destination(request).key  # decisions are per (upstream, model)
     if choice == "auto":
-        decision = services(request).modes.get(key, chat.model)
+        decision = parts.modes.get(key, chat.model)
         if decision is None and book is not None and settings.probe_capabilities:
             opening = await settle_by_probe(request, settings, chat.model)
-            decision = services(request).modes.get(key, chat.model)
+            decision = parts.modes.get(key, chat.model)
         if decision is not None:
             mode = decision.mode
     prompt_format = await pick_format(request, settings, chat.model, mode, book)  # may probe: caps after it
-    caps = services(request).capabilities.cached(key, chat.model)
+    caps = parts.capabilities.cached(key, chat.model)
     constrain = chat.controls.constrain or settings.constrain
     if caps is None and mode == "native" and book is not None and constrain != "off" and settings.probe_capabilities:
         caps = await probed(request, settings, chat.model)  # whether tool_choice can hold a correction round

@@ -359,3 +359,19 @@ def test_bodies_of_a_bounced_request_keep_both_answers(proxy, fake):
     trace = trace_of(proxy, ask(proxy, {}, ASK))
     assert trace["omens"][0]["reason"] in ("missing_arguments", "unexpected_arguments")
     assert "town" in trace["rounds"][0]["answer"]["tool_calls"][0]["function"]["arguments"]
+
+
+def test_trace_ids_are_uuid7_growing_with_time() -> None:
+    import time
+    import uuid
+
+    from sanctum_proxy.state.trace_store import new_id
+
+    first = new_id()
+    time.sleep(0.002)
+    ids = [new_id() for _ in range(50)]
+    assert all(len(i) == 32 and uuid.UUID(i).version == 7 for i in ids)
+    assert all(first < i for i in ids)  # a later millisecond sorts after: appended to the store's id index
+    assert len(set(ids)) == 50
+    now_ms = int(time.time() * 1000)
+    assert abs(int(ids[0][:12], 16) - now_ms) < 5000
