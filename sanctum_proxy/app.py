@@ -24,6 +24,7 @@ from sanctum_proxy.upstreams.pools import UpstreamPools
 from sanctum_proxy.web.access_log import AccessLog
 from sanctum_proxy.web.auth import KeyRing
 from sanctum_proxy.web.connection_limit import ConnectionLimit, default_max_connections
+from sanctum_proxy.web.hot_routes import HotRoutes
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 from sanctum_proxy.web.limits import ConcurrencyLimit
 from sanctum_proxy.web.request_id import EchoRequestId
@@ -45,15 +46,6 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="sanctum-proxy", lifespan=lifespan, docs_url=None, redoc_url=None)
     parts = app.state.services = make_services(settings)
-    app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
-                       max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
-                       keys=parts.keys, per_key=settings.max_concurrent_per_key)
-    app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections())
-    app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
-    if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
-                           allow_headers=["*"], expose_headers=["*"])
-    app.add_middleware(AccessLog)  # outermost: one JSON line per request (uvicorn's access log is off)
 
     @app.exception_handler(ProxyError)
     async def proxy_error(request: Request, exc: ProxyError) -> JsonResponse:
@@ -72,9 +64,21 @@ def create_app(settings: Settings) -> FastAPI:
         """A bug anywhere: the 500 in the endpoint's error shape with the trace id, never text/plain."""
         return shaped(request, unexpected(exc))
 
-    # The hot endpoints first (routes are matched in order), as the app's own routes: an included router's
-    # routes are matched and answered through FastAPI's per-inclusion contexts (web/plain_route.py)
-    app.router.routes.extend([*chat.router.routes, *translated.router.routes])  # before the passthrough
+    app.add_middleware(HotRoutes, routes={"/v1/chat/completions": chat.chat_completions,  # innermost
+                                          "/v1/responses": translated.responses, "/v1/messages": translated.messages},
+                       on_error=proxy_error)
+    app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
+                       max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
+                       keys=parts.keys, per_key=settings.max_concurrent_per_key)
+    app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections())
+    app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
+    if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+                           allow_headers=["*"], expose_headers=["*"])
+    app.add_middleware(AccessLog)  # outermost: one JSON line per request (uvicorn's access log is off)
+
+    app.include_router(chat.router)  # POSTs answered by HotRoutes; here for /openapi.json and other methods
+    app.include_router(translated.router)  # /v1/responses, /v1/messages: before the passthrough
     app.include_router(health.router)
     app.include_router(sanctum.router)
     app.include_router(metrics.router)

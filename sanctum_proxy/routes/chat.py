@@ -33,9 +33,8 @@ from sanctum_proxy.state import trace_store
 from sanctum_proxy.upstreams import capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.json_response import JsonResponse
-from sanctum_proxy.web.plain_route import PlainRoute
 
-router = APIRouter(route_class=PlainRoute)  # the hot endpoints: no dependency machinery
+router = APIRouter()
 E = TypeVar("E")
 T = TypeVar("T")
 

@@ -45,9 +45,8 @@ from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.upstreams import tokens
 from sanctum_proxy.web.auth import check_client_key
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
-from sanctum_proxy.web.plain_route import PlainRoute
 
-router = APIRouter(route_class=PlainRoute)  # the hot endpoints: no dependency machinery
+router = APIRouter()
 
 
 @dataclass(frozen=True)
