@@ -107,7 +107,7 @@ def repeat(plan: Plan, assessment: Assessment, answer: Answer) -> Problem | None
     client requires a call (tool_choice), nor when it allowed no repair round."""
     if plan.required is not None or plan.max_rounds < 1:
         return None
-    return repeated_call(assessment.calls, plan.body.get("messages"), sent_answer_text(answer.message))
+    return repeated_call(assessment.calls, plan.body.get("messages"), lambda: sent_answer_text(answer.message))
 
 
 def joined(kept: tuple[ToolCall, ...], calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:

@@ -12,7 +12,7 @@ model answers the correction rather than the user.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import orjson
 
@@ -55,12 +55,14 @@ def canonical(arguments: JSONValue) -> bytes:
         return repr(value).encode()
 
 
-def repeated_call(calls: Sequence[ToolCall], messages: JSONValue, raw: str) -> Problem | None:
+def repeated_call(calls: Sequence[ToolCall], messages: JSONValue, raw: Callable[[], str]) -> Problem | None:
     """A Problem when every call repeats one the conversation already answered (a new call beside a repeat
-    is the model going on: it passes); None otherwise."""
+    is the model going on: it passes); None otherwise. `raw()`, the answer as sent, only for the Problem."""
     if not calls:
         return None
     answered = answered_calls(messages)
+    if not answered:  # no tool result yet (a first turn): nothing to repeat
+        return None
     results = [answered.get((c.name, canonical(c.arguments))) for c in calls]
     if any(r is None for r in results):
         return None
@@ -69,7 +71,7 @@ def repeated_call(calls: Sequence[ToolCall], messages: JSONValue, raw: str) -> P
     question = _last_question(messages)
     ask = f"Using that result, answer my question: {question}" if question else "Using that result, answer me."
     names = {c.name for c in calls}
-    return Problem("repeated_call", next(iter(names)) if len(names) == 1 else None, (*said, ask), raw)
+    return Problem("repeated_call", next(iter(names)) if len(names) == 1 else None, (*said, ask), raw())
 
 
 def _last_question(messages: JSONValue) -> str:

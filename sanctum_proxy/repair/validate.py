@@ -20,7 +20,7 @@ from referencing.exceptions import Unresolvable
 from sanctum_proxy.core.calls import Problem, Reason, Tool
 from sanctum_proxy.core.lenient_json import Decoded, decode
 from sanctum_proxy.core.shapes import JSONObject, JSONValue
-from sanctum_proxy.repair.reading import is_type, object_keys
+from sanctum_proxy.repair.reading import Keys, is_type, object_keys
 from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 
 MAX_ERRORS = 20
@@ -75,11 +75,16 @@ def _plainly_valid(schema: JSONValue, value: JSONValue, depth: int) -> bool:
     """True only when `value` is valid under a schema that uses nothing but the plain keywords
     (type, properties, required, additionalProperties, items, string enums, annotations); False means
     "not sure", and the full validator decides."""
-    if not isinstance(schema, Mapping) or depth > 16 or not _PLAIN_KEYS.issuperset(schema):
-        return False
-    types = _types(schema)
-    if (types and not any(_is(value, t) for t in types)) or ("type" in schema and not types):
-        return False
+    if not isinstance(schema, dict) or depth > 16 or not _PLAIN_KEYS.issuperset(schema):
+        return False  # (a schema from a request is a dict; any other Mapping is left to the validator)
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        if not _is(value, kind):
+            return False
+    elif kind is not None or "type" in schema:
+        types = _types(schema)
+        if not types or not any(_is(value, t) for t in types):
+            return False
     enum = schema.get("enum")
     if enum is not None and not (isinstance(value, str) and isinstance(enum, list) and value in enum):
         return False
@@ -94,7 +99,7 @@ def _plainly_valid(schema: JSONValue, value: JSONValue, depth: int) -> bool:
 def _plain_object(schema: Mapping[str, object], value: JSONObject, depth: int) -> bool:
     props = schema.get("properties", {})
     addl = schema.get("additionalProperties", True)
-    if not isinstance(props, Mapping) or not (addl is True or addl is False):
+    if not isinstance(props, dict) or not (addl is True or addl is False):
         return False
     required = schema.get("required", [])
     if not isinstance(required, list) or any(not isinstance(k, str) or k not in value for k in required):
@@ -123,10 +128,27 @@ def _required(schema: Mapping[str, object]) -> list[str]:
 
 def _unexpected(schema: Mapping[str, object], args: JSONObject) -> list[str]:
     """The keys the arguments object may not hold, read as the grammar reads them (reading.object_keys)."""
-    keys = object_keys(schema, top=True)
+    keys = _top_keys(schema)
     if keys.others is not False:
         return []  # any key, or keys whose values jsonschema judges
     return [k for k in args if k not in keys.properties and not any(search(p, k) for p in keys.patterns)]
+
+
+_KEYS_READ = 512  # schemas whose top-level keys are remembered (_top_keys)
+_keys_of: dict[int, tuple[Mapping[str, object], Keys]] = {}
+
+
+def _top_keys(schema: Mapping[str, object]) -> Keys:
+    """`object_keys(schema, top=True)`, read once per schema object (a Toolbox, kept per tool list, holds the
+    same schema objects request after request; the entry keeps its schema alive, so an id is never reused)."""
+    seen = _keys_of.get(id(schema))
+    if seen is not None and seen[0] is schema:
+        return seen[1]
+    keys = object_keys(schema, top=True)
+    if len(_keys_of) >= _KEYS_READ:
+        _keys_of.clear()
+    _keys_of[id(schema)] = (schema, keys)
+    return keys
 
 
 def _invalid(validator: Validator, args: JSONObject) -> list[str]:

@@ -21,20 +21,20 @@ ASK = {"model": "m", "messages": LOOP, "tools": [WEATHER], "sanctum": {"constrai
 
 
 def test_same_name_and_arguments_in_another_key_order_is_a_repeat():
-    problem = repeated_call([ToolCall("x", "get_weather", '{ "city":"Paris" }')], LOOP, "raw")
+    problem = repeated_call([ToolCall("x", "get_weather", '{ "city":"Paris" }')], LOOP, lambda: "raw")
     assert problem is not None and problem.reason == "repeated_call" and "Sunny, 24 C" in problem.details[0]
 
 
 def test_other_arguments_or_an_unanswered_call_are_not_repeats():
-    assert repeated_call([ToolCall("x", "get_weather", '{"city": "Rome"}')], LOOP, "raw") is None
+    assert repeated_call([ToolCall("x", "get_weather", '{"city": "Rome"}')], LOOP, lambda: "raw") is None
     unanswered = LOOP[:2]
-    assert repeated_call([ToolCall("x", "get_weather", '{"city": "Paris"}')], unanswered, "raw") is None
+    assert repeated_call([ToolCall("x", "get_weather", '{"city": "Paris"}')], unanswered, lambda: "raw") is None
     assert answered_calls("not a list") == {}
 
 
 def test_a_new_call_beside_a_repeat_goes_on():
     calls = [ToolCall("x", "get_weather", '{"city": "Paris"}'), ToolCall("y", "get_weather", '{"city": "Rome"}')]
-    assert repeated_call(calls, LOOP, "raw") is None
+    assert repeated_call(calls, LOOP, lambda: "raw") is None
 
 
 def test_repeated_call_after_its_result_is_asked_for_text_and_the_loop_ends(client, fake):
