@@ -33,6 +33,7 @@ from sanctum_proxy.state import trace_store
 from sanctum_proxy.upstreams import capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.json_response import JsonResponse
+from sanctum_proxy.web.limits import BODY
 
 router = APIRouter()
 E = TypeVar("E")
@@ -40,7 +41,12 @@ T = TypeVar("T")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it passes `limit` (never buffered whole first)."""
+    """The body, refused with 413 as soon as it passes `limit` (never buffered whole first). One the
+    concurrency limit read whole already (under the same limit) is taken as it is."""
+    read = request.scope.get(BODY)
+    if isinstance(read, bytes) and len(read) <= limit:
+        request.state.body_bytes = len(read)  # the trace queue's budget counts it (state/recorder.py)
+        return read
     declared = request.headers.get("content-length")
     if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"request body is over the limit of {limit} bytes")

@@ -33,6 +33,8 @@ def scope_key(scope: Scope) -> bytes:
     return headers.get(b"x-api-key", b"").strip()
 
 
+BODY = "sanctum.body"  # the scope key of a request body read whole by ConcurrencyLimit
+
 class ConcurrencyLimit:
     """ASGI middleware: at most `limit` requests under `prefix` at once; the rest get 429 at once."""
 
@@ -105,7 +107,9 @@ class ConcurrencyLimit:
         except TimeoutError:
             raise BodyTimeout(f"the request body did not arrive within {self.body_timeout} s "
                               "(body_read_timeout)") from None
-        first: list[Message] = [{"type": "http.request", "body": b"".join(pieces), "more_body": False}]
+        body = b"".join(pieces)
+        scope[BODY] = body  # routes/chat.read_body takes it from here (no replay of the receive)
+        first: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def replay() -> Message:
             return first.pop(0) if first else await receive()
