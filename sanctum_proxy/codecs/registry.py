@@ -101,7 +101,7 @@ def _find(text: str, tool_names: frozenset[str], readers: tuple[Codec, ...], *, 
                 new.append(found)
         if not settle:
             new = [f for f in new if f.candidates]
-        elif any(not f.candidates for f in new):
+        elif any(_unsure(f) for f in new):
             new = _calls_win(new, _find(text, tool_names, readers[i + 1 :], settle=False))
         if new:
             accepted.extend(new)
@@ -111,11 +111,18 @@ def _find(text: str, tool_names: frozenset[str], readers: tuple[Codec, ...], *, 
 
 
 def _calls_win(claims: list[Found], later: list[Found]) -> list[Found]:
-    """A claim without calls (a reasoning block, a channel header) that opens inside a call a later codec
-    reads, is that call's text ('{"q": "<seed:think>"}'), not a claim: it is left out. A call written inside
-    reasoning is the other way round: the claim opens first and stands."""
+    """An unsure claim (a reasoning block, a channel header, another format's call opener) that opens inside a
+    call a later codec reads, is that call's text ('{"q": "<seed:think>"}', '{"q": "<|START_ACTION|>"}'), not a claim:
+    it is left out. A call written inside reasoning is the other way round: the claim opens first and stands."""
     calls = [f for f in later if f.candidates]
-    return [f for f in claims if f.candidates or not any(c.start < f.start < c.end for c in calls)]
+    return [f for f in claims if not (_unsure(f) and any(c.start < f.start < c.end for c in calls))]
+
+
+def _unsure(found: Found) -> bool:
+    """A claim that may be another call's text: no call (reasoning, a header), or a call opener with no tool
+    name after it (Command-R's `<|START_ACTION|>` inside a Hermes argument reads as a nameless call). A named
+    call stands without the later codecs' reading (that reading costs about as much as the claim's own)."""
+    return not found.candidates or any(not c.name for c in found.candidates)
 
 
 def _overlaps(found: Found, accepted: list[Found]) -> bool:

@@ -35,6 +35,7 @@ def scope_key(scope: Scope) -> bytes:
 
 BODY = "sanctum.body"  # the scope key of a request body read whole by ConcurrencyLimit
 
+
 class ConcurrencyLimit:
     """ASGI middleware: at most `limit` requests under `prefix` at once; the rest get 429 at once."""
 

@@ -263,7 +263,9 @@ def test_huge_and_deep_inputs_are_bounded() -> None:
 
 # Codec-claimed reasoning markers (Command-R's, Seed-OSS's, harmony's) as well as the generic ones.
 CODEC_MARKERS = ["<|START_THINKING|>", "<seed:think>", "<|channel|>analysis<|message|>", "<|start|>assistant",
-                 "<|START_THINKING|> a <|END_THINKING|>", "<seed:think> a </seed:think>"]
+                 "<|START_THINKING|> a <|END_THINKING|>", "<seed:think> a </seed:think>",
+                 # Command-R's call opener: a claim with a (broken) call of its own cut the Hermes call there
+                 "<|START_ACTION|>", "x <|START_ACTION|>[ y", "<|START_ACTION|> a <|END_ACTION|>"]
 
 
 @pytest.mark.parametrize("value", ["<think>", "[THINK]", "a <think> b </think> c", "</think> then <think>",

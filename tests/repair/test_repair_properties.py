@@ -116,9 +116,10 @@ def test_valid_native_answer_comes_back_byte_identical(args: dict[str, Any], ind
     assert [(c.id, c.name, c.arguments) for c in out.calls] == [("call_1", "search", text)]
 
 
-# Reasoning markers of every format (a string st.text rarely draws): inside a call they are its text.
+# Reasoning and call markers of every format (a string st.text rarely draws): inside a call they are its text.
 MARKERS = ("<think>", "</think>", "[THINK]", "<|START_THINKING|>", "<|END_THINKING|>", "<seed:think>",
-           "</seed:think>", "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant")
+           "</seed:think>", "<|channel|>analysis<|message|>", "<|end|>", "<|start|>assistant",
+           "<|START_ACTION|>", "<|END_ACTION|>")  # Command-R's call markers too (a call opener, not reasoning)
 
 
 @FAST
