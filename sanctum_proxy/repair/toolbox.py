@@ -3,7 +3,7 @@
 A Toolbox is built from the request's `tools` (or legacy `functions`) and is immutable. Tool-definition
 validity is the request parser's job; here odd input is tolerated (skipped or treated as unconstrained)
 so that nothing crashes. Compiled validators are cached by the schema's canonical JSON; a Toolbox itself,
-with what it works out once (its validators, whether a schema branches, its size), by the tools' JSON
+with what it works out once (its validators and argument keys, whether a schema branches, its size), by the tools' JSON
 (`Toolbox.of`): an agent sends the same tools with every request.
 """
 
@@ -21,6 +21,7 @@ from jsonschema.protocols import Validator
 from sanctum_proxy.core.calls import Problem, Tool
 from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.core.tool_names import resolve_name
+from sanctum_proxy.repair.reading import Keys, object_keys
 from sanctum_proxy.repair.schemas import branches, check_schema, refusal, validator_for
 from sanctum_proxy.repair.validate import problems_for
 
@@ -67,7 +68,7 @@ def _tool_from(fn: JSONValue) -> Tool | None:
 class Toolbox:
     """The offered tools by name, in offered order."""
 
-    __slots__ = ("tools", "names", "name_set", "_branching", "_size", "_validators")
+    __slots__ = ("tools", "names", "name_set", "_branching", "_size", "_checks")
 
     def __init__(self, tools: Sequence[Tool]) -> None:
         self.tools: dict[str, Tool] = {}
@@ -77,7 +78,7 @@ class Toolbox:
         self.name_set: frozenset[str] = frozenset(self.names)
         self._branching: bool | None = None
         self._size: int | None = None
-        self._validators: dict[str, Validator] = {}
+        self._checks: dict[str, tuple[Validator, Keys]] = {}  # per tool called: what checking its arguments reads
 
     @property
     def schema_bytes(self) -> int:
@@ -132,14 +133,21 @@ class Toolbox:
         return resolve_name(written, self.names)
 
     def validator(self, name: str) -> Validator:
-        found = self._validators.get(name)
-        if found is None:  # only for the tools actually called
-            found = self._validators[name] = _compiled(_canonical(self.tools[name].parameters))
-        return found
+        return self._check_of(name)[0]
 
     def check(self, name: str, args: JSONValue) -> list[Problem]:
         """Why `args` cannot be sent to tool `name`: one Problem per reason; [] when they are valid."""
-        return problems_for(self.tools[name], self.validator(name), args)
+        validator, keys = self._check_of(name)
+        return problems_for(self.tools[name], validator, keys, args)
+
+    def _check_of(self, name: str) -> tuple[Validator, Keys]:
+        """The tool's compiled validator and the keys its arguments may hold, worked out once per Toolbox (only
+        for the tools actually called)."""
+        found = self._checks.get(name)
+        if found is None:
+            parameters = self.tools[name].parameters
+            found = self._checks[name] = (_compiled(_canonical(parameters)), object_keys(parameters, top=True))
+        return found
 
 
 _BOOKS: OrderedDict[bytes, Toolbox] = OrderedDict()

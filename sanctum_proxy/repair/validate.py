@@ -20,7 +20,7 @@ from referencing.exceptions import Unresolvable
 from sanctum_proxy.core.calls import Problem, Reason, Tool
 from sanctum_proxy.core.lenient_json import Decoded, decode
 from sanctum_proxy.core.shapes import JSONObject, JSONValue
-from sanctum_proxy.repair.reading import Keys, is_type, object_keys
+from sanctum_proxy.repair.reading import Keys, is_type
 from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 
 MAX_ERRORS = 20
@@ -31,9 +31,11 @@ MAX_STEPS = 30_000
 MAX_MESSAGE_CHARS = 200
 
 
-def problems_for(tool: Tool, validator: Validator, args: JSONValue) -> list[Problem]:
+def problems_for(tool: Tool, validator: Validator, keys: Keys, args: JSONValue) -> list[Problem]:
+    """`keys`: the keys the tool's arguments object may hold (`object_keys(tool.parameters, top=True)`, read
+    once per tool by its Toolbox)."""
     schema = tool.parameters
-    if isinstance(args, dict) and _plainly_valid(schema, args, 0) and not _unexpected(schema, args):
+    if isinstance(args, dict) and _plainly_valid(schema, args, 0) and not _unexpected(keys, args):
         return []  # jsonschema would agree, at several times the cost
     if not isinstance(args, dict):
         detail = f"the arguments must be a JSON object, not {_json_type(args)}"
@@ -42,7 +44,7 @@ def problems_for(tool: Tool, validator: Validator, args: JSONValue) -> list[Prob
     missing = [f"missing required argument {k!r}" for k in _required(schema) if k not in args]
     if missing:
         out.append(_problem("missing_arguments", tool.name, missing, args))
-    extra = [f"unexpected argument {k!r}: the tool has no such parameter" for k in _unexpected(schema, args)]
+    extra = [f"unexpected argument {k!r}: the tool has no such parameter" for k in _unexpected(keys, args)]
     if extra:
         out.append(_problem("unexpected_arguments", tool.name, extra, args))
     invalid = _invalid(validator, args)
@@ -126,29 +128,11 @@ def _required(schema: Mapping[str, object]) -> list[str]:
     return [k for k in req if isinstance(k, str)] if isinstance(req, list) else []
 
 
-def _unexpected(schema: Mapping[str, object], args: JSONObject) -> list[str]:
+def _unexpected(keys: Keys, args: JSONObject) -> list[str]:
     """The keys the arguments object may not hold, read as the grammar reads them (reading.object_keys)."""
-    keys = _top_keys(schema)
     if keys.others is not False:
         return []  # any key, or keys whose values jsonschema judges
     return [k for k in args if k not in keys.properties and not any(search(p, k) for p in keys.patterns)]
-
-
-_KEYS_READ = 512  # schemas whose top-level keys are remembered (_top_keys)
-_keys_of: dict[int, tuple[Mapping[str, object], Keys]] = {}
-
-
-def _top_keys(schema: Mapping[str, object]) -> Keys:
-    """`object_keys(schema, top=True)`, read once per schema object (a Toolbox, kept per tool list, holds the
-    same schema objects request after request; the entry keeps its schema alive, so an id is never reused)."""
-    seen = _keys_of.get(id(schema))
-    if seen is not None and seen[0] is schema:
-        return seen[1]
-    keys = object_keys(schema, top=True)
-    if len(_keys_of) >= _KEYS_READ:
-        _keys_of.clear()
-    _keys_of[id(schema)] = (schema, keys)
-    return keys
 
 
 def _invalid(validator: Validator, args: JSONObject) -> list[str]:

@@ -99,7 +99,7 @@ class CapabilityBook:
         self._filled = clock()
         # The last row read and what it says, per key: a row is read three times a request and is the same
         # object until it is written again (a table in Redis hands out new ones: those are read afresh).
-        self._read: dict[str, tuple[JSONObject, Capabilities, float]] = {}
+        self._parsed: dict[str, tuple[JSONObject, Capabilities, float]] = {}
 
     def _may_probe(self) -> bool:
         """Take a probe token if one is left (the bucket refills at probes_per_minute)."""
@@ -116,7 +116,7 @@ class CapabilityBook:
         row = self._known.get(key)
         if row is None:
             return None
-        seen = self._read.get(key)
+        seen = self._parsed.get(key)
         if seen is not None and seen[0] is row:
             caps, at = seen[1], seen[2]
         else:
@@ -127,9 +127,9 @@ class CapabilityBook:
             except (KeyError, TypeError, ValueError):  # a row some other version wrote: probe again
                 return None
             at = float(written)
-            if len(self._read) >= MAX_ROWS:
-                self._read.clear()
-            self._read[key] = (row, caps, at)
+            if len(self._parsed) >= MAX_ROWS:
+                self._parsed.clear()
+            self._parsed[key] = (row, caps, at)
         if caps.tools is None and self._clock() - at > self._unknown_ttl:
             return None
         return caps
