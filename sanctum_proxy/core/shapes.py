@@ -83,6 +83,9 @@ class AnswerMeta(TypedDict, total=False):
 
 
 META = ("id", "created", "model", "system_fingerprint")  # AnswerMeta's keys, in the order a chat answer has them
+# A chat body's key for the fields of a native Ollama request with no chat equivalent (options, keep_alive, format,
+# think, ...), as the client sent them: sent to Ollama's /api/chat on every round, never to a /v1 upstream.
+OLLAMA_FIELDS = "sanctum_ollama"
 
 
 def answer_meta(source: Mapping[str, object]) -> AnswerMeta:
