@@ -1,9 +1,4 @@
-"""Text that grows piece by piece, as a stream's deltas arrive.
-
-`s += piece` on an attribute copies the whole string every time (quadratic: bench/results/design_costs.md).
-`Accumulated` appends in constant time and joins only when read (the join is kept, so reading as it
-grows stays linear in all): `acc += piece`, `str(acc)`, `acc.take()` (read and empty), `len(acc)`, `bool(acc)`.
-"""
+"""Stream text that grows piece by piece: appends in constant time, joins only when read."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ def uses_functions(body: JSONObject) -> bool:
 
 def to_tools(body: JSONObject) -> JSONObject:
     out = {k: v for k, v in body.items() if k not in ("functions", "function_call")}
-    functions, messages = body.get("functions", []), body.get("messages", [])  # lists: chat_request checked them
+    functions, messages = body.get("functions", []), body.get("messages", [])  # chat_request checked they are lists
     out["tools"] = [function_tool(f) for f in functions] if isinstance(functions, list) else []
     choice = body.get("function_call")
     if isinstance(choice, dict) and choice.get("name"):
@@ -39,7 +39,6 @@ def _message_to_tools(message: JSONObject) -> JSONObject:
 
 
 def to_function_call(message: Message, finish_reason: str) -> tuple[Message, str]:
-    """A tool-calls message as a legacy function_call message."""
     calls = message.get("tool_calls")
     if not calls:
         return message, finish_reason

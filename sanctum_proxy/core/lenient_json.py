@@ -1,12 +1,7 @@
-"""Getting one JSON value out of text a model wrote, and finding where such a value ends.
+"""One JSON value out of text a model wrote, and where such a value ends.
 
-`decode` tries, cheapest first: strict JSON; a one-pass rewrite by lossless rules (code fences, prose around
-the payload, single quotes, Python literals, trailing commas, comments, unquoted keys, bad escapes, raw
-control characters, unbalanced braces); and last `json_repair`, whose result is refused when it would invent
-or cut content (a string cut off, values that do not occur in the text). It returns what was mended, by
-name, so the caller can report it (and refuse "unclosed_braces" when the answer was cut by max_tokens).
-
-`value_end` finds the end of a bracketed value in longer text without parsing it (string-aware, linear).
+`decode` tries strict JSON, then lossless rewrite rules, then `json_repair` where it invents nothing; it names the
+mends it made.
 """
 
 from __future__ import annotations
@@ -23,15 +18,13 @@ from typing import Any
 import json_repair
 
 MAX_DEPTH = 200
-# json_repair is slow, pure Python (bench/results/design_costs.md): past this only the cheap rules run.
+# json_repair is slow pure Python: past this only the cheap rules run.
 MAX_FALLBACK_CHARS = 16_000
-# ... and one answer's calls (up to 128) share this many characters of it (`fallback_budget`, docs/contract.md,
-# Budgets), so many calls cannot each spend MAX_FALLBACK_CHARS. Deeper nesting than MAX_DEPTH never reaches it.
+# One answer's calls share this many json_repair characters (`fallback_budget`).
 MAX_FALLBACK_PER_ANSWER = 48_000
 _FALLBACK_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("sanctum_json_repair_left",
                                                                                   default=None)
-# Past this nothing is mended, only strict JSON is read (the rules' time and memory grow with the text:
-# bench/results/design_costs.md). The setting max_repair_bytes passes its own.
+# Past this only strict JSON is read; max_repair_bytes overrides it.
 MAX_REPAIR_CHARS = 64 * 1024
 
 _CLOSER = {"{": "}", "[": "]", "(": ")"}
@@ -60,13 +53,12 @@ _STRICT = json.JSONDecoder(parse_constant=_no_constant)
 
 
 def strict(text: str) -> Any:
-    """json.loads that refuses NaN/Infinity (they are not JSON and clients choke on them)."""
+    """json.loads that refuses NaN/Infinity, which are not JSON."""
     return _STRICT.decode(text)
 
 
 def decode(text: str, max_chars: int = MAX_REPAIR_CHARS) -> Decoded | Undecodable:
-    """The JSON value in `text`, with the names of the mends it took; never raises. Text longer than
-    `max_chars` is only read as strict JSON, never mended."""
+    """The JSON value in `text` and the mends it took; never raises, and only strict JSON past `max_chars`."""
     try:
         return Decoded(strict(text), ())
     except ValueError:
@@ -107,14 +99,12 @@ def _mend(text: str) -> Decoded | Undecodable:
         return _by_json_repair(s, repairs)
 
 
-# A string's closing quote is optional: an unclosed one matches to the end once (required, the regex retried it
-# from every later quote, quadratic), and is left as it is for strict parsing.
+# An optional closing quote keeps an unclosed string from matching at every later quote.
 _QUICK = re.compile(r"""("(?:[^"\\]|\\.)*"?)|('(?:[^'\\]|\\.)*)('?)|,(\s*[}\]])|\b(True|False|None)\b""", re.S)
 
 
 def _quick(s: str, repairs: dict[str, None]) -> Decoded | None:
-    """The commonest mends (single quotes, trailing commas, Python literals) in one regex pass, about ten
-    times cheaper than `_rewrite`; None when that is not enough (strict parsing stays the judge)."""
+    """The commonest mends in one cheap regex pass; None when they are not enough."""
     found: dict[str, None] = {}
 
     def fix(m: re.Match[str]) -> str:
@@ -122,7 +112,7 @@ def _quick(s: str, repairs: dict[str, None]) -> Decoded | None:
             return m.group(1)
         if m.group(2):
             if not m.group(3):
-                return m.group()  # never closed: strict parsing fails on it
+                return m.group()
             found["single_quotes"] = None
             return '"' + m.group(2)[1:].replace("\\'", "'").replace('"', '\\"') + '"'
         if m.group(4) is not None:
@@ -176,7 +166,7 @@ class _Writer:
         self.out: list[str] = []
         self.stack: list[str] = []
         self.repairs = repairs
-        self.comma_at = -1  # index in out of a comma that nothing significant has followed yet
+        self.comma_at = -1
 
     def emit(self, tok: str, significant: bool = True) -> None:
         if significant:
@@ -301,7 +291,7 @@ def _word(tok: str, s: str, end: int, repairs: dict[str, None]) -> str:
 
 @contextlib.contextmanager
 def fallback_budget(chars: int = MAX_FALLBACK_PER_ANSWER) -> Iterator[None]:
-    """Every `decode` inside shares `chars` characters of json_repair (one answer's calls, say)."""
+    """Every `decode` inside shares `chars` characters of json_repair."""
     token = _FALLBACK_LEFT.set([chars])
     try:
         yield
@@ -313,7 +303,7 @@ _BRACKETS = re.compile(r"""\"(?:[^"\\]|\\.)*\"?|'(?:[^'\\]|\\.)*'?|[{}\[\]]""", 
 
 
 def _nesting(s: str) -> int:
-    """How deep the brackets outside strings go (linear; a bracket that never closes counts)."""
+    """How deep brackets outside strings go (linear; an unclosed bracket counts)."""
     depth = deepest = 0
     for m in _BRACKETS.finditer(s):
         tok = m.group()
@@ -351,7 +341,7 @@ def _by_json_repair(s: str, repairs: dict[str, None]) -> Decoded | Undecodable:
 
 
 def _invents(value: Any, text: str) -> bool:
-    """True when the repaired value holds a string or null that the text does not contain."""
+    """True when the repaired value holds a string or null the text lacks."""
     todo: list[Any] = [value]
     while todo:
         v = todo.pop()
@@ -371,20 +361,17 @@ def _invents(value: Any, text: str) -> bool:
     return False
 
 
-SCAN_TOKENS_PER_CHAR = 0.5  # value_end's budget on one text (docs/contract.md, Budgets)
+SCAN_TOKENS_PER_CHAR = 0.5  # value_end's budget on one text
 SCAN_TOKENS_BASE = 100_000
 _STRUCTURE = re.compile(r"""[{}\[\]"']""")
 _STRUCTURE_PARENS = re.compile(r"""[{}\[\]()"']""")
 
 
 def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
-    """Index just past the bracket that closes the one at `start`, or None if it never closes cleanly
-    (or nests deeper than MAX_DEPTH, so hostile input costs little). A string is passed over to its closing
-    quote, which `_Quotes` finds once per text: the codecs call this from every opener of a long answer, and
-    a string that never closes was scanned to the end again each time (bench/results/design_costs.md).
-    All the calls on one text share a budget of SCAN_TOKENS_PER_CHAR tokens a character (plus
-    SCAN_TOKENS_BASE), so scans from many openers stay linear in the text; past it, no more values are read
-    (their text goes to repair as it is)."""
+    """Index just past the bracket closing the one at `start`, or None.
+
+    All calls on one text share a scan budget so many openers stay linear; once spent, no more values are read.
+    """
     quotes = _quotes_of(text)
     stack: list[str] = []
     search = (_STRUCTURE_PARENS if parens else _STRUCTURE).search
@@ -392,7 +379,7 @@ def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
     while (m := search(text, pos)) is not None:
         quotes.tokens_left -= 1
         if quotes.tokens_left < 0:
-            return None  # the text's scan budget is spent: no more values are read from it
+            return None  # scan budget spent
         tok = m.group()
         if tok in "\"'":
             close = quotes.close(m.start(), tok)
@@ -416,10 +403,7 @@ _QUOTE = re.compile(r"""["']""")
 
 
 class _Quotes:
-    """Where a string opened at a quote closes, in one text: at the next quote of its kind with an even run of
-    backslashes before it (what `"(?:[^"\\]|\\.)*"` matches; the run cannot reach back past the opening
-    quote, so whether a quote closes is the quote's own property). Found with str.find; each answer is kept,
-    and so is the first quote with no closing one after it (every later one has none either)."""
+    """Where each string opened at a quote closes, found once per text."""
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -434,7 +418,7 @@ class _Quotes:
             return None
         text, pos, found = self.text, at + 1, None
         while (end := text.find(quote, pos)) >= 0 and self.tokens_left > 0:
-            self.tokens_left -= 1  # an escaped quote costs a step of the budget too
+            self.tokens_left -= 1  # an escaped quote costs budget too
             run = end
             while run > at + 1 and text[run - 1] == "\\":
                 run -= 1
@@ -452,12 +436,12 @@ _LAST = threading.local()
 
 
 def forget_scans() -> None:
-    """Let go of the text the last scans kept (called when an answer has been read: it may be megabytes)."""
+    """Let go of the text the last scans kept (maybe megabytes)."""
     _LAST.quotes = None
 
 
 def _quotes_of(text: str) -> _Quotes:
-    """The text's _Quotes, kept for the next call on the same text (a codec reads one text from many openers)."""
+    """The text's _Quotes, kept for the next call on the same text."""
     quotes: _Quotes | None = getattr(_LAST, "quotes", None)
     if quotes is None or quotes.text is not text:
         quotes = _LAST.quotes = _Quotes(text)

@@ -1,13 +1,8 @@
-"""A JSON value whose strings a model wrote unescaped: raw newlines and bare `"` inside a string value (a file's
-content, a shell command), read only where that reading is the only one.
+"""JSON whose strings a model wrote unescaped (raw newlines, bare quotes), read only where unambiguous.
 
-JSON structure stays strict (keys, numbers, literals, brackets, commas); only a string value may hold a raw
-control character or a bare quote, and a bare quote ends the string only where what follows continues the
-structure; a string never holds what reads as a member's start (`, "key":` or `{"key":`: JSON or a Python dict
-inside a file's content is left to tier 2). Every way the text can be read so is tried (backtracking over the
-quotes that may close a string); exactly one reading is the value, any other count (none, or two: `"a"}} and
-"b"}}` ends at either) is no reading. What follows the value is not looked at unless the caller says the value
-must end where the text does (`to_end`). Pure; a step budget caps the work on hostile text.
+Structure stays strict; a bare quote ends a string only where what follows continues the structure, and a string
+never holds a member's start. Every reading is tried by backtracking; exactly one must succeed. A step budget caps
+hostile text.
 """
 
 from __future__ import annotations
@@ -22,15 +17,14 @@ from typing import Any
 MAX_DEPTH = 32
 MAX_STEPS = 20_000
 MAX_CHARS = 64 * 1024
-MAX_MEMBERS = 128  # members of an object or items of an array (each one a nested generator)
+MAX_MEMBERS = 128  # members or items; each one a nested generator
 
 _WS = re.compile(r"[ \t\r\n]*")
 _KEY = re.compile(r'"((?:[^"\\\x00-\x1f]|\\.)*)"')
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
-# A comma or brace and a quoted key with its colon: the structure between two members, or an object's first
-# (found at every start, overlapping).
+# The structure between two members, or before an object's first (found at every start, overlapping).
 _STRUCTURE = re.compile(r'(?=([,{]\s*"(?:[^"\\\n]|\\.){0,200}"\s*:))')
-_BACKSLASH = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])|\\')  # valid escapes whole; a lone one is invalid
+_BACKSLASH = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])|\\')  # a lone backslash is invalid
 _LITERALS = {"true": True, "false": False, "null": None}
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
@@ -48,18 +42,17 @@ class _Budget(Exception):
 
 @dataclass(frozen=True)
 class _Span:
-    """A string value as read: its body `text[start:end]`, decoded once the reading is the only one."""
+    """A string value's body `text[start:end]`, decoded once the reading is the only one."""
 
     start: int
     end: int
 
 
-_Read = tuple[Any, int]  # a value (strings as _Span) and the index just past it
+_Read = tuple[Any, int]  # strings as _Span
 
 
 def read(text: str, start: int, *, to_end: bool = False) -> Loose | None:
-    """The one reading of the JSON value at `text[start]` (an object or array), or None. `to_end`: the value
-    must end where the text ends (trailing whitespace aside)."""
+    """The one reading of the object or array at `text[start]`, or None; with `to_end` it must end the text."""
     if start >= len(text) or text[start] not in "{[" or len(text) - start > MAX_CHARS:
         return None
     reader = _Reader(text)
@@ -85,7 +78,7 @@ class _Reader:
         self.text, self.steps = text, 0
         self.quotes = [m.start() for m in re.finditer('"', text) if not _escaped(text, m.start())]
         self.invalid = [m.start() for m in _BACKSLASH.finditer(text) if len(m.group()) == 1]
-        # structure_end[i]: the least end of a member-start pattern that starts at or after starts[i]
+        # structure_end[i]: the least end of a member start at or after starts[i]
         matches = [(m.start(), m.start() + len(m.group(1))) for m in _STRUCTURE.finditer(text)]
         self.starts = [a for a, _ in matches]
         self.structure_end = [b for _, b in matches]
@@ -168,15 +161,14 @@ class _Reader:
                 yield from self._items(self._ws(after + 1), depth, items)
 
     def _string(self, pos: int) -> Iterator[_Read]:
-        """Each way the string opened at `pos` may end: at every later unescaped quote before the first escape
-        JSON does not have and before the body would hold a member's start (`, "key":`)."""
+        """Each way the string at `pos` may end: at a later quote, before a non-JSON escape or a member's start."""
         limit = len(self.text)
         i = bisect_left(self.invalid, pos + 1)
         if i < len(self.invalid):
             limit = self.invalid[i]
         j = bisect_left(self.starts, pos + 1)
         if j < len(self.starts):
-            limit = min(limit, self.structure_end[j] - 1)  # a body ending at or past that end holds it
+            limit = min(limit, self.structure_end[j] - 1)  # a body ending there holds it
         for q in self.quotes[bisect_right(self.quotes, pos):]:
             if q >= limit:
                 return
@@ -202,7 +194,7 @@ def _escaped(text: str, at: int) -> bool:
 
 
 def _unescape(body: str, seen: set[str], *, strict: bool) -> str | None:
-    """A string's text with its JSON escapes read; `strict` (a key): no raw control character, no bare quote."""
+    """A string's text with JSON escapes read; `strict` (a key) refuses raw control characters and bare quotes."""
     out: list[str] = []
     i = 0
     while i < len(body):

@@ -1,12 +1,4 @@
-"""CPU-heavy work off the event loop: `await offloaded(fn, *args)` runs `fn` on a small pool of threads.
-
-What a request or an answer can make big (reading a large request's tools, judging a large answer or one
-whose schema branches) runs there, so /healthz and every other request keep being served while it runs
-(docs/contract.md, Budgets). Each piece of work keeps its own budget: the pool bounds how many run at once
-(OFFLOAD_WORKERS), not how long one runs. The caller hands over what the request already holds (bounded by
-max_body_bytes / max_answer_bytes); nothing is copied. A cancelled caller does not stop the thread: the
-work's budget does.
-"""
+"""CPU-heavy work on a small thread pool, so other requests keep being served; each keeps its own budget."""
 
 from __future__ import annotations
 
@@ -33,11 +25,10 @@ def _executor() -> ThreadPoolExecutor:
 
 
 async def offloaded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """`fn(*args, **kwargs)` on the CPU pool; its result or its exception."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
 
 
 async def off_loop_if(heavy: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """`fn(*args, **kwargs)`: on the CPU pool when `heavy` (repair/offloading.py decides), else inline."""
+    """On the CPU pool when `heavy` (repair/offloading.py decides), else inline."""
     return await offloaded(fn, *args, **kwargs) if heavy else fn(*args, **kwargs)

@@ -1,19 +1,4 @@
-"""Omens, the observable events of one request, and how they are rendered.
-
-    SpellCallRepaired     tier 1 mended a call locally (what was mended)
-    SpellCallRejected     tier 2 bounced an answer (why, and the correction sent)
-    SpellCallingFallback  auto mode went from native to prompted (why, the upstream's status)
-    SpellCallsDropped     parallel_tool_calls=false cut extra valid calls, or a bad call of a partly bad
-                          answer was left out (reason unrepaired)
-    SpellCallSurrendered  tier 3 gave up (on_surrender="content" keeps the last raw answer)
-    SpellsWithheld        tools the proxy cannot run (a Responses request's hosted tools) were not offered
-
-Rendered as: the `sanctum` object of a response, the X-Sanctum-Omens header summary, an SSE comment
-(`: omen {json}`) or a named SSE event whose data is a chunk-shaped envelope (`choices: []`).
-
-`OmenType` names the omens and `Outcome` what became of a request and of each round; both are str enums whose
-values are the wire strings (compare and serialise as those).
-"""
+"""Omens, the observable events of one request, and how they are rendered."""
 
 from __future__ import annotations
 
@@ -39,8 +24,7 @@ class OmenType(StrEnum):
 
 
 class Outcome(StrEnum):
-    """A request's outcome (the most telling of its rounds: clean, repaired, rejected, fallback; surrendered
-    or error when it ended so) and a round's (pending, accepted, rejected, fallback, error)."""
+    """A request's outcome (its most telling round's, or surrendered/error) or a round's."""
 
     CLEAN = "clean"
     REPAIRED = "repaired"
@@ -63,8 +47,7 @@ class Omen:
 
 
 def of_choice(omen: Omen, index: int) -> Omen:
-    """An omen of choice `index` of n > 1 as the client and the trace see it: choice 0's as it is, another's
-    with its `choice`."""
+    """An omen of choice `index` of n > 1: choice 0's unchanged, another's with its `choice`."""
     return omen if index == 0 else Omen(omen.type, omen.round, {**omen.fields, "choice": index})
 
 
@@ -87,9 +70,7 @@ def fallback(round_no: int, reason: str, upstream_status: int | None, message: s
 
 def dropped(round_no: int, tool: str | None, call_id: str, raw: str,
             reason: str = "parallel_tool_calls_false") -> Omen:
-    """A call left out of the answer: cut by parallel_tool_calls=false, `duplicate_call` (it repeats the call
-    `call_id`, which is sent), or (`unrepaired`) a bad call of a partly bad answer whose valid calls are the
-    answer (repair/loop.py)."""
+    """A call left out: cut by parallel_tool_calls=false, a `duplicate_call` of `call_id`, or `unrepaired`."""
     return Omen(OmenType.DROPPED, round_no, {"spell": tool, "call_id": call_id, "reason": reason, "raw": raw})
 
 
@@ -102,7 +83,7 @@ def withheld(round_no: int, tools: list[JSONObject], reason: str) -> Omen:
 
 
 def header_summary(omens: Sequence[Omen]) -> str:
-    """`SpellCallRepaired=2, SpellCallRejected=1` in first-seen order; empty string when there are none."""
+    """`SpellCallRepaired=2, SpellCallRejected=1` in first-seen order; "" when there are none."""
     counts = Counter(str(o.type) for o in omens)
     return ", ".join(f"{name}={n}" for name, n in counts.items())
 
@@ -117,19 +98,18 @@ def sse_event(omen: Omen) -> bytes:
 
 
 class Held:
-    """A stream's omens, each held until the next event goes out, then rendered once before it (docs/contract.md
-    section 6: a watcher sees a mend while the hidden round still runs)."""
+    """A stream's omens, each rendered once before the next event goes out."""
 
     def __init__(self, render: Callable[[Omen], bytes] = sse_comment) -> None:
         self.render = render
-        self.omens: list[Omen] = []  # every omen so far
+        self.omens: list[Omen] = []
         self.sent = 0
 
     def hold(self, omen: Omen) -> None:
         self.omens.append(omen)
 
     def due(self, omens: Sequence[Omen] | None = None) -> list[bytes]:
-        """The omens not sent yet, rendered (`omens`: the whole list, where the answer brings it)."""
+        """The omens not sent yet, rendered; `omens` is the whole list, where the answer brings it."""
         omens = self.omens if omens is None else omens
         out = [self.render(o) for o in omens[self.sent:]]
         self.sent = max(self.sent, len(omens))

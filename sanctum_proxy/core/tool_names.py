@@ -1,10 +1,4 @@
-"""How a tool name as a model wrote it maps to an offered one (`resolve_name`): whitespace, a
-`functions.` prefix, case, a name written twice, a harmony token and what follows it
-(`NAME<|channel|>...`), a namespaced tool's name (offered flat as `<namespace>__<name>`,
-the Responses API's namespace tools) written with a dot, colon or slash, or without its namespace where only one
-namespace has it. Used by the codecs (is a bare JSON object a call?) and by
-repair (which tool is meant); it belongs to neither tier. Pure, cached.
-"""
+"""A tool name as a model wrote it mapped to an offered one, for codecs and repair alike; pure, cached."""
 
 from __future__ import annotations
 
@@ -18,7 +12,10 @@ NAMESPACE_JOIN = "__"
 
 
 def resolve_name(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
-    """The offered name `written` stands for and the mends that took; (None, ()): unknown or ambiguous."""
+    """The offered name `written` stands for and the mends that took; (None, ()) when unknown or ambiguous.
+
+    It mends whitespace, a `functions.` prefix, case, a doubled name, a harmony token, and namespaced names.
+    """
     if not isinstance(written, str) or len(written) > MAX_NAME_CHARS:
         return None, ()
     if written in names:
