@@ -24,14 +24,12 @@ TOOL_CALLING = ("native", "prompted", "auto")
 OMEN_STYLES = ("comments", "events")
 CONSTRAIN = ("off", "repair", "always")
 SURRENDER = ("error", "content", "last_call")
-# Longer model names are refused: each name the proxy serves is kept (auto mode, capabilities, metrics,
-# the access log), and real ones (`hf.co/org/Model-GGUF:Q4_K_M`) are well under this (docs/contract.md, Budgets).
+# Longer model names are refused, since the proxy keeps each name it serves; real ones are well under this.
 MAX_MODEL_CHARS = 256
 
 
 def check_counts(body: JSONObject, max_messages: int, max_tools: int) -> None:
-    """Too many messages or tools is a 400 `invalid_request_error` naming the field, code
-    `array_above_max_length`: what OpenAI answers for the same request."""
+    """Too many messages or tools is a 400 naming the field, code `array_above_max_length`, as OpenAI answers."""
     for field, limit in (("messages", max_messages), ("tools", max_tools), ("functions", max_tools)):
         items = body.get(field)
         if isinstance(items, list) and len(items) > limit:
@@ -95,8 +93,8 @@ def json_object(raw: bytes) -> JSONObject:
 
 def chat_request(body: JSONObject, headers: Mapping[str, str], settings: Settings, *,
                  on_surrender: str | None = None) -> ChatRequest:
-    """A chat body already read (or translated from another protocol), checked, its `sanctum` taken out.
-    `on_surrender`: the endpoint's own default (settings.on_surrender when None)."""
+    """A chat body, read or translated, checked with its `sanctum` taken out; `on_surrender` None means the setting's.
+    """
     check_counts(body, settings.max_messages, settings.max_tools)
     check_model(body.get("model"))
     check_depth(body)
@@ -113,15 +111,12 @@ def check_model(model: JSONValue) -> None:
                              "characters are served", param="model")
 
 
-# orjson reads JSON 1024 levels deep but writes at most 254; the proxy writes a request again (to the upstream,
-# into traces, a level or a few further down), so a field must leave it this much room.
+# orjson reads 1024 levels but writes 254; the proxy writes a request again a few levels deeper, so leave this room.
 DEPTH_HEADROOM = 16
 
 
 def check_depth(body: JSONObject) -> None:
-    """A field nested too deep to be written back is a 400 naming it (it was a 500 once the answer was
-    written). orjson finds out at C speed; a walk in Python would cost more than the whole request. The body
-    whole first (one level for its own braces): only when that fails is each field tried for its name."""
+    """A field nested too deep to be written back is a 400 naming it; orjson tries the whole body first, at C speed."""
     whole: object = body
     for _ in range(DEPTH_HEADROOM - 1):
         whole = [whole]
@@ -176,8 +171,7 @@ def check_messages(messages: JSONValue) -> None:
 
 
 def check_history_calls(message: JSONObject, where: str) -> None:
-    """Earlier calls in the history are read back (prompted mode rewrites them as text): their shape must
-    be OpenAI's, or the request is a 400 naming the place."""
+    """Earlier calls are read back (prompted mode rewrites them as text), so their shape must be OpenAI's."""
     calls = message.get("tool_calls")
     if calls is not None and not isinstance(calls, list):
         raise InvalidRequest(f"{where}.tool_calls must be an array", param=f"{where}.tool_calls")
@@ -200,7 +194,7 @@ def check_tools(body: JSONObject) -> None:
     if functions is not None and not isinstance(functions, list):
         raise InvalidRequest("'functions' must be an array", param="functions")
     seen: set[str] = set()
-    patterns = [0]  # the patterns of every tool so far (schemas.MAX_PATTERNS in all)
+    patterns = [0]  # every tool's so far, up to schemas.MAX_PATTERNS
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             raise InvalidRequest(f"tools[{i}] must be an object with type 'function'", param="tools")
@@ -241,8 +235,8 @@ CACHED_SCHEMA_BYTES = 64 * 1024
 
 
 def _schema_problem(serialized: bytes) -> str | None:
-    """Why a tool's `parameters` is not a valid JSON Schema, or one the proxy refuses (a `$ref` outside it,
-    a pattern RE2 cannot run), or None."""
+    """Why a tool's `parameters` is no valid JSON Schema or one the proxy refuses (an outside `$ref`, a non-RE2
+    pattern)."""
     schema = orjson.loads(serialized)
     refused = schemas.refusal(schema)
     if refused is not None:
@@ -254,8 +248,7 @@ def _schema_problem(serialized: bytes) -> str | None:
     return None
 
 
-# Clients send the same tools with every request, and checking a schema against its metaschema is costly
-# (bench/results/design_costs.md); the cache is bounded in entries and in the size of each schema.
+# Clients resend the same tools every request and a metaschema check is costly; bounded in entries and schema size.
 schema_problem = functools.lru_cache(maxsize=512)(_schema_problem)
 
 
@@ -273,7 +266,7 @@ def parse_controls(headers: Mapping[str, str], sanctum: JSONValue, settings: Set
     if unknown:
         raise InvalidRequest(f"unknown sanctum control(s): {sorted(unknown)}", param="sanctum")
 
-    # The x-sanctum-* headers in one pass (a header lookup walks every header; most requests have none of ours)
+    # One pass, since a header lookup walks every header and most requests have none of ours.
     ours = {k.lower(): v for k, v in headers.items() if k[:10].lower() == "x-sanctum-"}
 
     def pick(key: str, header: str) -> Any:

@@ -1,5 +1,4 @@
-"""The `tools` of a translated request (Responses, Messages) as chat function tools: the list checked here, each
-tool read by its API's own reader."""
+"""A translated request's `tools` as chat function tools, each read by its API's own reader."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from sanctum_proxy.errors import InvalidRequest, shown
 
 
 def chat_tools(tools: JSONValue, function_of: Callable[[int, Any], Json]) -> list[FunctionTool]:
-    """`function_of(i, tool)`: the chat `function` of tools[i] (raising `unsupported` for one it cannot serve)."""
+    """`function_of(i, tool)` is tools[i]'s chat `function`, raising `unsupported` for one it cannot serve."""
     if tools is None:
         return []
     if not isinstance(tools, list):

@@ -1,22 +1,7 @@
-"""The Anthropic Messages API (POST /v1/messages) as chat completions: the request as a chat body, the round
-loop's answer as a `message`, errors in Anthropic's shape. Pure: no I/O.
+"""The Anthropic Messages API (POST /v1/messages) as chat completions: request, answer and errors in its shape.
 
-Served: `system` (a string or text blocks; Claude Code's `x-anthropic-billing-header:` block is left out),
-`messages` (`role: system` ones too: Claude Code sends one after the user's turn, which many chat templates refuse,
-so every system text goes into one leading system message, in order: protocols/system_messages.py) with `text`,
-`image` (base64 or URL), `tool_use` and `tool_result` blocks (`thinking` blocks of earlier turns are dropped),
-`tools` (`input_schema`), `tool_choice`
-(`auto`, `any`, `tool`, `none`, with `disable_parallel_tool_use`), `max_tokens`, `temperature`, `top_p`,
-`top_k`, `stop_sequences`, `stream`, `output_config.format` / `output_format` (a JSON schema: the upstream's
-`response_format` `json_schema`). `max_tokens` is required, a positive integer (400 otherwise, as Anthropic).
-Accepted and not sent upstream (client-only: what they ask of Anthropic's servers has no meaning to a chat
-upstream, and the answer is valid without them): `metadata`, `thinking`, `service_tier`, `context_management`,
-`inference_geo`, `billing_policy`, top-level `cache_control`, `diagnostics`, `fallback_credit_token`,
-`fallbacks`, `speed`, `output_config.effort` / `.task_budget`, `cache_control` on blocks and tools. Refused
-with a 400 naming the field: state kept on the server (`thread`, with `details.error_code`
-`thread_unsupported_request`, which makes the anthropic SDK's tool runner send the whole history instead;
-`container`, `mcp_servers`, `compaction`), server and Anthropic-defined tools (web_search, bash, text_editor,
-...), and `document` / file blocks. Any other field passes to the upstream unchanged, as on the chat endpoint.
+Fields served, ignored as client-only, and refused with a 400 are listed in docs/contract.md; any other field
+passes to the upstream unchanged.
 """
 
 from __future__ import annotations
@@ -46,9 +31,8 @@ STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_t
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 422: "invalid_request_error",
                429: "rate_limit_error", 402: "billing_error", 504: "timeout_error", 529: "overloaded_error"}
-# Anthropic's documented types: 400 invalid_request_error, 401 authentication_error, 402 billing_error,
-# 403 permission_error, 404 not_found_error, 413 request_too_large, 429 rate_limit_error, 500 api_error,
-# 504 timeout_error, 529 overloaded_error; the proxy's own 408 and 422 are invalid requests, other 5xx api_error.
+# Anthropic's documented error types by status; the proxy's own 408 and 422 are invalid requests, other 5xx
+# api_error.
 
 
 class TextBlock(TypedDict):
@@ -66,10 +50,10 @@ class ToolUseBlock(TypedDict):
     type: Literal["tool_use"]
     id: str
     name: str
-    input: dict[str, JSONValue]  # the call's arguments object
+    input: dict[str, JSONValue]
 
 
-ContentBlock = TextBlock | ThinkingBlock | ToolUseBlock  # an answer's content block (Anthropic's Message)
+ContentBlock = TextBlock | ThinkingBlock | ToolUseBlock
 
 
 class MessagesUsage(TypedDict):
@@ -79,8 +63,7 @@ class MessagesUsage(TypedDict):
 
 
 class ThreadUnsupported(InvalidRequest):
-    """`thread` (server-held conversation state): refused the way Anthropic refuses a request Threads cannot
-    serve, so a client that threads by default (the anthropic SDK's tool runner) sends the whole history."""
+    """`thread` refused as Anthropic does, so a client that threads by default sends the whole history instead."""
 
     code = "thread_unsupported_request"
 
@@ -98,7 +81,7 @@ def to_chat(body: JSONObject) -> JSONObject:
 
 
 def chat_messages(body: JSONObject) -> JSONObject:
-    """`to_chat` without the check of `max_tokens` (POST /v1/messages/count_tokens takes none)."""
+    """`to_chat` without the `max_tokens` check, for POST /v1/messages/count_tokens."""
     if body.get("thread") is not None and body.get("thread") is not False:
         raise ThreadUnsupported("'thread' is not supported: sanctum-proxy keeps no conversation state; send the "
                                 "whole conversation without 'thread'", param="thread")
@@ -127,9 +110,7 @@ def chat_messages(body: JSONObject) -> JSONObject:
 
 
 def _output_format(body: JSONObject) -> JSONObject | None:
-    """`output_config.format` (or the older top-level `output_format`), `{"type": "json_schema", "schema": ...}`,
-    as the chat `response_format` (Claude Code's title request asks for one). `effort` and `task_budget` mean
-    nothing to a chat upstream: left out."""
+    """`output_config.format` (or the older `output_format`) as the chat `response_format`."""
     config = body.get("output_config")
     if config is not None and not isinstance(config, dict):
         raise InvalidRequest("'output_config' must be an object", param="output_config")
@@ -144,9 +125,8 @@ def _output_format(body: JSONObject) -> JSONObject | None:
 
 
 def _system(system: JSONValue, where: str = "system") -> list[ChatMessage]:
-    """A system prompt as one chat system message. Claude Code's billing block (`x-anthropic-billing-header:
-    ...`, different in every request) is left out: it tells the model nothing, and it would make the upstream
-    re-read the whole prompt each time instead of reusing its prompt cache."""
+    """A system prompt as one chat message, less Claude Code's per-request billing block, which would defeat the prompt
+    cache."""
     if system is None or system == "" or system == []:
         return []
     if isinstance(system, str):
@@ -174,7 +154,7 @@ def _messages(messages: JSONValue) -> list[ChatMessage]:
             raise InvalidRequest(f"{at} must be an object with role 'user', 'assistant' or 'system'",
                                  param=f"{at}.role")
         content = message.get("content")
-        if message["role"] == "system":  # Claude Code's environment after the user's turn: merged in to_chat
+        if message["role"] == "system":  # Claude Code's, after the user's turn: merged in to_chat
             out += _system(content, f"{at}.content")
         elif isinstance(content, str):
             out.append({"role": message["role"], "content": content})
@@ -187,7 +167,7 @@ def _messages(messages: JSONValue) -> list[ChatMessage]:
 
 
 def _assistant(blocks: list[Any], at: str) -> list[ChatMessage]:
-    """Text and tool_use blocks as one assistant message (text joined, calls in order)."""
+    """Text and tool_use blocks as one assistant message."""
     texts: list[str] = []
     calls: list[JSONValue] = []
     for j, block in enumerate(blocks):
@@ -198,7 +178,7 @@ def _assistant(blocks: list[Any], at: str) -> list[ChatMessage]:
         elif kind == "tool_use":
             calls.append(_call(block, where))
         elif kind in ("thinking", "redacted_thinking"):
-            continue  # earlier reasoning: chat upstreams take none back
+            continue  # chat upstreams take no reasoning back
         else:
             raise InvalidRequest(f"{where}: assistant blocks of type {shown(kind)} are not supported (text, tool_use, "
                                  "thinking)", param=f"{where}.type")
@@ -216,8 +196,7 @@ def _call(block: JSONObject, at: str) -> ToolCallWire:
 
 
 def _user(blocks: list[Any], at: str) -> list[ChatMessage]:
-    """tool_result blocks as `tool` messages (first: they answer the calls before them), the rest as one user
-    message after them, with the images of the results (a chat `tool` message takes text only)."""
+    """tool_result blocks as `tool` messages first, the rest (with the results' images) as one user message after."""
     results: list[ChatMessage] = []
     parts: list[ContentPart] = []
     for j, block in enumerate(blocks):
@@ -275,7 +254,6 @@ def _result(block: JSONObject, at: str) -> tuple[ChatMessage, list[ContentPart]]
 
 
 def _function(i: int, tool: JSONValue) -> JSONObject:
-    """A Messages tool as a chat function."""
     if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
         raise unsupported(i, tool, "client tools with an input_schema only")
     function: JSONObject = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
@@ -317,7 +295,7 @@ def content_blocks(reply: Reply) -> list[ContentBlock]:
 
 
 def answer_text(reply: Reply) -> str:
-    """The text block's text: the answer's text, or the refusal of a model that declined (stop_reason refusal)."""
+    """The answer's text, or the refusal of a model that declined."""
     return reply.text or reply.refusal
 
 
@@ -336,8 +314,7 @@ def stop_reason(reply: Reply) -> str:
 
 
 def usage(reply: Reply) -> MessagesUsage:
-    """Anthropic counts cached prompt tokens apart: `input_tokens` are the others, `cache_read_input_tokens`
-    the cached ones (OpenAI's prompt_tokens_details.cached_tokens)."""
+    """`input_tokens` excludes cached prompt tokens, which Anthropic counts as `cache_read_input_tokens`."""
     out: MessagesUsage = {"input_tokens": max(0, reply.input_tokens - reply.cached_tokens),
                           "output_tokens": reply.output_tokens}
     if reply.cached_tokens:
@@ -346,16 +323,14 @@ def usage(reply: Reply) -> MessagesUsage:
 
 
 def message(reply: Reply, ids: str, model: str) -> JSONObject:
-    """The Message; `model` is the one the client asked for (a stream's message_start names it before the
-    upstream answers: both say the same)."""
+    """The Message; `model` is the one the client asked for, as a stream's message_start names it."""
     return {"id": f"msg_{ids}", "type": "message", "role": "assistant", "model": model,
             "content": content_blocks(reply), "stop_reason": stop_reason(reply), "stop_sequence": None,
             "usage": usage(reply)}
 
 
 def error_body(error: ProxyError) -> JSONObject:
-    """Anthropic's error shape; the proxy's own type and code (and a surrender's rounds and rejected answers)
-    stay beside it."""
+    """Anthropic's error shape, with the proxy's own type and code (and a surrender's details) beside it."""
     body = error.body()["error"]
     kind = ERROR_TYPES.get(error.status, "api_error" if error.status >= 500 else "invalid_request_error")
     extra = {k: v for k, v in body.items() if k not in ("message", "type")}
@@ -379,8 +354,7 @@ class ModelPage(TypedDict):
 
 
 def model_list(data: list[JSONObject]) -> ModelPage:
-    """OpenAI's model list `data` as Anthropic's page of ModelInfo (the whole list: `has_more` false). A model
-    without a `created` time gets the epoch, as Anthropic's docs allow for an unknown release date."""
+    """OpenAI's model list as Anthropic's one page of ModelInfo; a model without `created` gets the epoch."""
     models: list[ModelInfo] = []
     for item in data:
         model_id = item.get("id")

@@ -1,20 +1,8 @@
-"""The streamed answer of POST /v1/messages: the round loop's events as Anthropic SSE events (`event: <type>`
-and `data: {"type", ...}`). Pure but for the running record of what the client has seen, like chat_events.py's
-SseWriter, whose place it takes in the same pump.
+"""The streamed answer of POST /v1/messages: the round loop's events as Anthropic SSE events.
 
-    opening     message_start (empty content, usage so far 0), ping
-    reasoning   (reasoning_content / reasoning deltas, or `<think>` text with reasoning_format "split", before
-                the answer's text) content_block_start (thinking, thinking "", signature ""), content_block_delta
-                (thinking_delta) as it arrives; content_block_stop when the text starts (or at the end): block 0,
-                as unstreamed
-    live text   content_block_start (text), content_block_delta (text_delta)
-    the Final   the reasoning not streamed yet (into its block while no text went out); the rest of the text,
-                content_block_stop; reasoning that came after the text began, as a second thinking block; per
-                call content_block_start (tool_use, input {}), content_block_delta (input_json_delta with the
-                whole arguments), content_block_stop; message_delta (stop_reason, usage), message_stop
-    an error    `event: error` with Anthropic's error body
-    quiet       `event: ping` while hidden correction rounds run
-Omens go out as SSE comment lines (`: omen {json}`), which SSE clients skip.
+Reasoning streams into a first thinking block, text into a text block; at the end come late reasoning as a second
+thinking block, a tool_use block per call, message_delta and message_stop. Pings fill hidden rounds; omens are SSE
+comments.
 """
 
 from __future__ import annotations
@@ -56,7 +44,7 @@ class MessagesWriter(StreamWriter):
         self.thinking_open = False
         self.thought = Thought()
         self.shown = Accumulated()
-        self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
+        self.live = LiveText(split_reasoning)
 
     def opening(self) -> bytes:
         return event("message_start", message=self.message) + PING
@@ -70,8 +58,7 @@ class MessagesWriter(StreamWriter):
         return out
 
     def reason(self, text: str) -> list[bytes]:
-        """Reasoning as it arrives: live in the thinking block (the first block) until the text block starts,
-        then held for the end."""
+        """Reasoning live in the first (thinking) block until the text block starts, then held for the end."""
         if not text:
             return []
         if self.text_open:
@@ -115,7 +102,7 @@ class MessagesWriter(StreamWriter):
         out += self.text(rest) if rest or (not reply.calls and not self.text_open) else []
         if self.text_open:
             out.append(event("content_block_stop", index=self.blocks - 1))
-        if self.thought.late:  # reasoning that came after the text began: a thinking block after the text
+        if self.thought.late:  # a thinking block after the text
             out += [self.start(api.thinking_block("")),
                     event("content_block_delta", index=self.blocks - 1,
                           delta={"type": "thinking_delta", "thinking": str(self.thought.late)}),

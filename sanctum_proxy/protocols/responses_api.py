@@ -1,22 +1,7 @@
-"""The OpenAI Responses API (POST /v1/responses) as chat completions: the request as a chat body, the round
-loop's answer as a `response` object. Pure: no I/O.
+"""The OpenAI Responses API (POST /v1/responses) as chat completions: a chat body in, a `response` out.
 
-Served: `input` (a string, or message items with text / image parts, `function_call` and
-`function_call_output` items), `instructions`, function `tools` (the flat `{"type": "function", "name", ...}`
-form), `tool_choice` (`none` / `auto` / `required`, `{"type": "function", "name"}`, `allowed_tools`),
-`parallel_tool_calls`, `max_output_tokens`, `temperature`, `top_p`, `text.format` (as `response_format`),
-`reasoning.effort` (as `reasoning_effort`), `stream`. Namespace tools are offered to the model flat, each of
-their functions as `<namespace>__<name>` (Codex's own flat spelling), and a call of one comes back as a
-`function_call` with `name` and `namespace`. Tools of any other type (hosted ones that run at OpenAI:
-web_search, file_search, code_interpreter, image_generation, mcp, ...) are left out of what the model is
-offered (`withheld`: a SpellsWithheld omen names them), unless `tool_choice` forces one (a 400); `custom`
-tools, which the client runs, are a 400. The developer and system messages become one leading system message
-(`system_messages`). Accepted and ignored: the rest of the Responses API's fields (`store`, `metadata`,
-`include`, `truncation`, `service_tier`, `user`, ...), and `reasoning` items in the input. Refused with a 400
-naming the field: what needs state on the server (`previous_response_id`, `conversation`, `background`,
-`prompt`, `item_reference` items, `file_id` parts). Of the fields outside the Responses API only the chat
-sampling fields upstreams read (`FORWARDED`: `seed`, `stop`, `top_k`, `min_p`, ...) go on; the rest (Codex's
-`client_metadata`) stay home.
+Served, ignored and refused fields are listed in docs/contract.md. Namespace tools are offered flat as
+`<namespace>__<name>`; hosted tools are withheld (a SpellsWithheld omen) and `custom` ones refused.
 """
 
 from __future__ import annotations
@@ -31,7 +16,7 @@ import orjson
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool, tool_call
 from sanctum_proxy.core.shapes import ChatMessage, ContentPart, JSONObject, JSONValue
-from sanctum_proxy.core.tool_names import NAMESPACE_JOIN  # `<namespace>__<name>`: Codex's canonical flat name
+from sanctum_proxy.core.tool_names import NAMESPACE_JOIN  # Codex's canonical flat name
 from sanctum_proxy.errors import InvalidRequest
 from sanctum_proxy.errors import shown as quoted
 from sanctum_proxy.protocols.function_tools import unsupported
@@ -39,13 +24,13 @@ from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.system_messages import merge_system_messages
 
 STATEFUL = ("previous_response_id", "conversation", "background", "prompt")
-# Fields outside the Responses API that go on to the upstream: the chat sampling fields llama.cpp, vLLM, Ollama
-# and LM Studio read. Any other field is the client's own (Codex's `client_metadata`) and stays here.
+# Non-Responses fields sent on: the chat sampling fields upstreams read; others (Codex's `client_metadata`) stay
+# here.
 FORWARDED = frozenset({"seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "top_k", "min_p",
                        "typical_p", "repeat_penalty", "repetition_penalty", "repeat_last_n", "min_tokens",
                        "chat_template_kwargs", "cache_prompt"})
-CLIENT_RUN = frozenset({"custom"})  # run by the client with free-form input: no chat form, so a 400
-MAX_TYPE_CHARS = 64  # a withheld tool's type as the omen shows it (a client's string, clipped)
+CLIENT_RUN = frozenset({"custom"})  # free-form input has no chat form
+MAX_TYPE_CHARS = 64  # clipped, as the omen shows it
 
 
 @dataclass(frozen=True)
@@ -77,7 +62,7 @@ def to_chat(body: JSONObject) -> JSONObject:
         choice = choice.get("mode", "auto")
     if tools:
         chat["tools"] = tools
-    elif spells.withheld:  # every tool was left out: nothing to choose from
+    elif spells.withheld:  # every tool was left out
         if choice == "required":
             raise InvalidRequest("'tool_choice' is 'required' but every tool offered is one sanctum-proxy cannot "
                                  f"run ({_kinds(spells.withheld)})", param="tool_choice")
@@ -107,7 +92,7 @@ LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
 def wants_logprobs(body: JSONObject) -> bool:
-    """The request asked for the output text's logprobs (`include`)."""
+    """Whether `include` asks for the output text's logprobs."""
     include = body.get("include")
     return isinstance(include, list) and LOGPROBS_INCLUDE in include
 
@@ -129,9 +114,7 @@ def _instructions(instructions: JSONValue) -> list[ChatMessage]:
 
 
 def input_messages(items: JSONValue, where: str = "input") -> list[ChatMessage]:
-    """Input items as chat messages: consecutive function calls (and the assistant text before them) become
-    one assistant message with tool_calls; each function_call_output a `tool` message (the images of outputs
-    follow the tool messages as one user message: a chat `tool` message takes text only)."""
+    """Input items as chat messages: function calls join one assistant message, each output a `tool` message."""
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list):
@@ -155,7 +138,7 @@ def input_messages(items: JSONValue, where: str = "input") -> list[ChatMessage]:
             messages.append(output)
             images += shown
         elif kind == "reasoning":
-            continue  # the model's own earlier reasoning: chat upstreams take none back
+            continue  # chat upstreams take no reasoning back
         elif kind == "item_reference":
             raise InvalidRequest(f"{at}: 'item_reference' items are not supported: sanctum-proxy keeps no items; "
                                  "send the item itself", param=at)
@@ -207,20 +190,20 @@ def _add_call(messages: list[ChatMessage], item: JSONObject, at: str) -> None:
     name, call_id, namespace = item.get("name"), item.get("call_id"), item.get("namespace")
     if not isinstance(name, str) or not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call item needs a string 'name' and 'call_id'", param=at)
-    if isinstance(namespace, str) and namespace:  # a call of a namespaced function: the name it was offered as
+    if isinstance(namespace, str) and namespace:  # the name it was offered as
         name = flat_name(namespace, name)
     arguments = item.get("arguments")
     call = tool_call(call_id, name, arguments if isinstance(arguments, str) else
                      orjson.dumps(arguments if arguments is not None else {}).decode())
     last = messages[-1] if messages else None
     if last is not None and last["role"] == "assistant" and isinstance(last.get("content"), (str, type(None))):
-        cast(list[JSONValue], last.setdefault("tool_calls", [])).append(call)  # the list this function wrote
+        cast(list[JSONValue], last.setdefault("tool_calls", [])).append(call)
     else:
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
 def _call_output(item: JSONObject, at: str) -> tuple[ChatMessage, list[ContentPart]]:
-    """The `tool` message, and the output's images."""
+    """The `tool` message, and the output's images (a chat `tool` message takes text only)."""
     call_id, output = item.get("call_id"), item.get("output")
     if not isinstance(call_id, str):
         raise InvalidRequest(f"{at}: a function_call_output item needs a string 'call_id'", param=f"{at}.call_id")
@@ -235,13 +218,13 @@ def _call_output(item: JSONObject, at: str) -> tuple[ChatMessage, list[ContentPa
 
 
 def flat_name(namespace: str, name: str) -> str:
-    """The name a namespaced function is offered upstream under (`multi_agent_v1__spawn_agent`)."""
+    """The name a namespaced function is offered under (`multi_agent_v1__spawn_agent`)."""
     return namespace.rstrip("_") + NAMESPACE_JOIN + name.lstrip("_")
 
 
 def read_tools(tools: JSONValue) -> Spells:
-    """The chat functions of a request's `tools`: function tools as they are, each namespace's functions under
-    their flat names, every other type left out (`withheld`) but `custom` (a 400)."""
+    """The chat functions of `tools`: namespaces' functions under flat names, non-function types withheld, `custom` a
+    400."""
     if tools is None:
         return Spells()
     if not isinstance(tools, list):
@@ -286,7 +269,6 @@ def _add_namespace(spells: Spells, tool: JSONObject, i: int) -> None:
 
 
 def _function(tool: JSONObject, at: str) -> Json:
-    """A Responses function tool (flat: `{"type": "function", "name", ...}`) as a chat function."""
     if not isinstance(tool.get("name"), str):
         raise InvalidRequest(f"{at}: a function tool needs a string 'name'", param=f"{at}.name")
     return {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
@@ -297,7 +279,7 @@ def _kinds(withheld: list[tuple[int, str]]) -> str:
 
 
 def withheld_omens(body: JSONObject) -> list[om.Omen]:
-    """The SpellsWithheld omen of a request (read by to_chat already) whose tools were partly left out."""
+    """The SpellsWithheld omen of a request whose tools were partly left out."""
     withheld = read_tools(body.get("tools")).withheld
     if not withheld:
         return []
@@ -307,13 +289,12 @@ def withheld_omens(body: JSONObject) -> list[om.Omen]:
 
 
 def namespaced_names(body: JSONObject) -> dict[str, tuple[str, str]]:
-    """Flat name -> (namespace, name) of the request's namespaced functions (the request read by to_chat)."""
+    """Flat name -> (namespace, name) of the request's namespaced functions."""
     return read_tools(body.get("tools")).namespaced
 
 
 def _check_forced(choice: JSONValue) -> None:
-    """A tool_choice that forces a tool of another type than function (a hosted tool, left out; a custom tool) is a
-    400: the model could never make that call here."""
+    """A tool_choice forcing a non-function tool is a 400: the model could never make that call here."""
     kind = choice.get("type") if isinstance(choice, dict) else None
     if isinstance(kind, str) and kind not in ("function", "allowed_tools"):
         raise InvalidRequest(f"'tool_choice' forces a tool of type {quoted(kind)}, which sanctum-proxy cannot run: it "
@@ -322,7 +303,7 @@ def _check_forced(choice: JSONValue) -> None:
 
 
 def _allowed(tools: JSONValue, spells: Spells) -> set[str]:
-    """The flat names an allowed_tools choice lists (a namespace entry: all of its functions)."""
+    """The flat names an allowed_tools choice lists (a namespace: all its functions)."""
     names: set[str] = set()
     for tool in tools if isinstance(tools, list) else []:
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
@@ -407,7 +388,7 @@ class FunctionCallItem(TypedDict):
     namespace: NotRequired[str]
 
 
-OutputItem = ReasoningItem | MessageItem | FunctionCallItem  # an item of a response's `output`
+OutputItem = ReasoningItem | MessageItem | FunctionCallItem
 
 
 class ResponsesUsage(TypedDict):
@@ -420,8 +401,7 @@ class ResponsesUsage(TypedDict):
 
 def output_items(reply: Reply, ids: str, *, logprobs: bool = False,
                  namespaced: dict[str, tuple[str, str]] | None = None) -> list[OutputItem]:
-    """The `output` of a response: reasoning, the message (its text, with the tokens' logprobs when asked; a
-    refusal as a `refusal` part), then each function call (`namespaced`: flat name -> (namespace, name))."""
+    """A response's `output`: reasoning, the message (a refusal as a `refusal` part), then each function call."""
     out: list[OutputItem] = []
     if reply.reasoning:
         out.append(reasoning_item(reply.reasoning, ids))
@@ -437,7 +417,7 @@ def output_items(reply: Reply, ids: str, *, logprobs: bool = False,
 
 
 def reasoning_item(text: str | None, ids: str) -> ReasoningItem:
-    """A reasoning item; `text` None: its empty start in a stream (`response.output_item.added`)."""
+    """A reasoning item; `text` None is its empty start in a stream."""
     return {"type": "reasoning", "id": f"rs_{ids}", "summary": [],
             "content": [] if text is None else [reasoning_part(text)]}
 
@@ -460,7 +440,7 @@ def refusal_part(text: str) -> Refusal:
 
 
 def response_logprobs(tokens: Any) -> list[LogProb]:
-    """Chat completion token logprobs as the Responses API's (`LogProb`: token, logprob, bytes, top_logprobs)."""
+    """Chat token logprobs as the Responses API's `LogProb`s."""
     out: list[LogProb] = []
     for token in tokens or ():
         if not isinstance(token, dict) or not isinstance(token.get("token"), str):
@@ -473,14 +453,14 @@ def response_logprobs(tokens: Any) -> list[LogProb]:
 
 def _logprob(token: JSONObject) -> LogProb:
     raw, value, text = token.get("bytes"), token.get("logprob"), token.get("token")
-    text = text if isinstance(text, str) else ""  # a string: response_logprobs keeps no other
+    text = text if isinstance(text, str) else ""
     return {"token": text, "logprob": value if isinstance(value, int | float) else 0.0,
             "bytes": raw if isinstance(raw, list) else list(text.encode())}
 
 
 def call_item(call_id: str, name: str, arguments: str, status: str,
               namespaced: dict[str, tuple[str, str]] | None = None) -> FunctionCallItem:
-    """A function_call item; a namespaced function's call with its own `name` and its `namespace`."""
+    """A function_call item; a namespaced function's with its own `name` and its `namespace`."""
     item: FunctionCallItem = {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
             "arguments": arguments, "status": status}
     if namespaced and name in namespaced:
@@ -496,7 +476,7 @@ def usage(reply: Reply) -> ResponsesUsage:
 
 
 def skeleton(request: JSONObject, ids: str, created: int, model: str) -> JSONObject:
-    """The response object before its output: what the request asked for, status in_progress."""
+    """The response object before its output, status in_progress."""
     listed = request.get("tools")
     tools = [{**t, "strict": t.get("strict"), "parameters": t.get("parameters")} if t.get("type") == "function"
              else t for t in (listed if isinstance(listed, list) else ())
@@ -509,18 +489,18 @@ def skeleton(request: JSONObject, ids: str, created: int, model: str) -> JSONObj
             "temperature": request.get("temperature"), "text": request.get("text") or {"format": {"type": "text"}},
             "tool_choice": request.get("tool_choice") or "auto", "tools": tools,
             "top_p": request.get("top_p"), "truncation": request.get("truncation") or "disabled",
-            "metadata": request.get("metadata") or {}}  # no usage yet: the key is left out (the spec has no null)
+            "metadata": request.get("metadata") or {}}  # no usage yet; the spec has no null
 
 
 def finished(response: JSONObject, reply: Reply, output: Sequence[OutputItem]) -> JSONObject:
-    """The response once answered: `completed`, or `incomplete` when the answer hit max_output_tokens."""
+    """The response once answered: `completed`, or `incomplete` at max_output_tokens."""
     cut = reply.finish_reason == "length"
     return {**response, "status": "incomplete" if cut else "completed", "output": output,
             "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "usage": usage(reply),
-            "model": reply.model or response["model"]}  # the upstream's own model, once it answered
+            "model": reply.model or response["model"]}  # the upstream's own model
 
 
 def failed(response: JSONObject, message: str, kind: str | None, param: str | None) -> JSONObject:
-    """The response a stream ends with when the request fails after it started (`response.failed`)."""
+    """The response a stream ends with when the request fails after it started."""
     return {**response, "status": "failed",
             "error": {"code": "server_error", "message": message, "type": kind, "param": param}}

@@ -1,21 +1,8 @@
-"""The streamed answer of POST /v1/responses: the round loop's events as Responses SSE events
-(`event: <type>` and `data: {"type", "sequence_number", ...}`). Pure but for the running record of what the
-client has seen, like chat_events.py's SseWriter, whose place it takes in the same pump.
+"""The streamed answer of POST /v1/responses: the round loop's events as Responses SSE events.
 
-    opening     response.created, response.in_progress
-    reasoning   (reasoning_content / reasoning deltas, or `<think>` text with reasoning_format "split", before
-                the answer's text) response.output_item.added (reasoning), response.content_part.added
-                (reasoning_text), response.reasoning_text.delta as it arrives; when the text starts (or at the
-                end) response.reasoning_text.done, content_part.done, output_item.done: output item 0, as
-                unstreamed
-    live text   response.output_item.added (message), response.content_part.added, response.output_text.delta
-    the Final   the reasoning not streamed yet (into its item while no text went out); the rest of the text;
-                output_text.done, content_part.done, output_item.done for the message; reasoning that came
-                after the text began, as a second reasoning item; per call output_item.added (function_call),
-                function_call_arguments.delta and .done, output_item.done; response.completed (or
-                response.incomplete when max_output_tokens cut the answer)
-    an error    `error` (the proxy's error type, code and message) and response.failed
-Omens go out as SSE comment lines (`: omen {json}`), which SSE clients skip.
+Reasoning streams into a first reasoning item, text into a message item; at the end come late reasoning as a second
+item, a function_call item per call, and response.completed (or .incomplete, or error and response.failed). Omens
+are SSE comments.
 """
 
 from __future__ import annotations
@@ -48,15 +35,15 @@ class ResponsesWriter(StreamWriter):
         self.sequence = 0
         self.output: list[api.OutputItem] = []
         self.shown = Accumulated()
-        self.live = LiveText(split_reasoning)  # whitespace held back; reasoning markup out when splitting
+        self.live = LiveText(split_reasoning)
         self.held_tokens: list[JSONObject] = []
         self.message_open = False
         self.text_open = False
         self.thought = Thought()
-        self.reasoning_at: int | None = None  # the output index of the open reasoning item
-        self.logprobs = logprobs  # the request asked for the output text's logprobs (`include`)
-        self.tokens: list[JSONObject] = []  # the chat logprobs of the text shown so far
-        self.namespaced = namespaced or {}  # flat name -> (namespace, name) of the namespaced functions
+        self.reasoning_at: int | None = None  # the open reasoning item's output index
+        self.logprobs = logprobs  # `include` asked for them
+        self.tokens: list[JSONObject] = []  # of the text shown so far
+        self.namespaced = namespaced or {}  # flat name -> (namespace, name)
 
     def event(self, kind: str, **fields: Any) -> bytes:
         payload = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -86,8 +73,7 @@ class ResponsesWriter(StreamWriter):
         return out
 
     def reason(self, text: str) -> list[bytes]:
-        """Reasoning as it arrives: live in the reasoning item (opened first) until the message opens, then
-        held for the end."""
+        """Reasoning live in the first (reasoning) item until the message opens, then held for the end."""
         if not text:
             return []
         if self.message_open:
@@ -107,7 +93,7 @@ class ResponsesWriter(StreamWriter):
 
     def close_reasoning(self) -> list[bytes]:
         index = self.reasoning_at
-        if index is None or cast(api.ReasoningItem, self.output[index])["content"]:  # the item at reasoning_at
+        if index is None or cast(api.ReasoningItem, self.output[index])["content"]:
             return []
         text, item_id = str(self.thought.live), f"rs_{self.ids}"
         self.output[index] = api.reasoning_item(text, self.ids)
@@ -150,7 +136,7 @@ class ResponsesWriter(StreamWriter):
         out += self.text(rest) if rest or bare else []
         if self.message_open or reply.refusal:
             out += self.close_message(reply.refusal)
-        if self.thought.late:  # reasoning that came after the text began: an item of its own after the message
+        if self.thought.late:  # an item of its own after the message
             ids = self.ids if self.reasoning_at is None else f"{self.ids}_2"
             out += self.item(api.reasoning_item(str(self.thought.late), ids))
         for call in reply.calls:
@@ -171,8 +157,7 @@ class ResponsesWriter(StreamWriter):
         return out + [self.event(kind, response=response)]
 
     def close_message(self, refusal: str) -> list[bytes]:
-        """The message's text part done, its refusal part (`response.refusal.delta` / `.done`) if the model
-        declined, and the message item done."""
+        """The message's text part done, its refusal part if the model declined, and the item done."""
         out = self.open_message()
         index, item_id = self._message_index(), f"msg_{self.ids}"
         parts: list[api.OutputText | api.Refusal] = []
@@ -214,7 +199,7 @@ class ResponsesWriter(StreamWriter):
 
 
 def _delta_logprobs(tokens: list[JSONObject] | None) -> list[JSONObject]:
-    """Chat token logprobs as the Responses API's delta events carry them (token, logprob, top_logprobs)."""
+    """Chat token logprobs as the Responses API's delta events carry them."""
     return [{"token": t["token"], "logprob": t["logprob"],
              "top_logprobs": [{"token": x["token"], "logprob": x["logprob"]} for x in t.get("top_logprobs") or []]}
             for t in api.response_logprobs(tokens)]

@@ -1,11 +1,4 @@
-"""What the stream writers share (protocols/chat_events.SseWriter for chat, responses_events.ResponsesWriter,
-protocols/messages_events.MessagesWriter): routes/sse.EventStream hands each the round loop's events; an
-omen is held until the next event goes out (`core/omens.Held`), an error or the Final ends the stream.
-
-A writer says how it writes a live delta (`delta`), the error that ends the stream (`fail`) and the answer
-(`finish`, which sends the held omens itself: the chat writer sends the Final's). Pure but for the running record
-of what the client has seen.
-"""
+"""What the chat, Responses and Messages stream writers share: held omens, live deltas, the end."""
 
 from __future__ import annotations
 
@@ -23,14 +16,14 @@ class StreamWriter:
     media_type = "text/event-stream"
 
     def __init__(self, omen: Callable[[om.Omen], bytes] = om.sse_comment) -> None:
-        self.omens = om.Held(omen)  # the loop's omens so far (render holds each one)
+        self.omens = om.Held(omen)
         self.ended = False
 
     def opening(self) -> bytes:
         return b""
 
     def render(self, event: StreamItem) -> list[bytes]:
-        if isinstance(event, om.Omen):  # held: sent with the next event that goes out
+        if isinstance(event, om.Omen):  # sent with the next event that goes out
             self.omens.hold(event)
             return []
         if isinstance(event, ProxyError):
@@ -42,7 +35,7 @@ class StreamWriter:
         return self.delta(event)
 
     def delta(self, event: ContentDelta | FieldDelta) -> list[bytes]:
-        """A live delta, after the omens held (none sent for a delta this writer does not show)."""
+        """A live delta after the held omens; none for a delta this writer does not show."""
         raise NotImplementedError
 
     def fail(self, error: ProxyError) -> list[bytes]:
