@@ -69,13 +69,12 @@ def version() -> str:
 
 
 def resolve(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> tuple[Settings, bool]:
-    """The settings, and whether the upstream is only the default (nothing named one): then, when nothing
-    answers there at start-up, the embedded llama-server stands in for it where it is installed."""
+    """The settings, and whether the upstream is just the default (the embedded llama-server may stand in)."""
     args = vars(parser().parse_args(argv))
-    # SANCTUM_CONFIG names a mounted file in containers; it is not a setting, so it is read here.
+    # SANCTUM_CONFIG is no setting, so it is read here.
     config = args.pop("config") or (os.environ if env is None else env).get("SANCTUM_CONFIG") or None
     if args["embedded"] and args["constrain"] is None and not _set_elsewhere("constrain", config, env):
-        # The packaged 135M model ignores every call format but follows a schema: the demo needs it.
+        # The packaged 135M model ignores call formats but follows a schema.
         args["constrain"] = "always"
     implicit = args["upstream"] is None and args["embedded"] is None and not any(
         _set_elsewhere(name, config, env) for name in ("upstream", "upstreams", "embedded"))
@@ -87,8 +86,7 @@ def _default_is_silent(settings: Settings) -> bool:
 
 
 def _embedded_stand_in(settings: Settings) -> Settings | None:
-    """With no upstream named and none answering at the default, the embedded one if it is installed (the
-    llama-server binary is there; the model is fetched at start when it is not)."""
+    """The embedded upstream if installed, when none was named and none answers at the default."""
     try:
         find_llama_server()
     except EmbeddedUnavailable:
@@ -98,7 +96,7 @@ def _embedded_stand_in(settings: Settings) -> Settings | None:
         return None
     print(f"sanctum-proxy: nothing answers at {redacted_url(settings.upstream)}: starting the embedded "
           "llama-server (SmolLM2-135M demo model, constrained calling)", flush=True)
-    # The 135M model follows a schema and nothing else; a constrain setting other than the default stays.
+    # The 135M model follows only a schema; a non-default constrain setting stays.
     constrain = "always" if settings.constrain == "repair" else settings.constrain
     return settings.model_copy(update={"embedded": True, "constrain": constrain})
 
@@ -123,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedded: LlamaServer | None = None
     if settings.embedded:
         try:
-            binary = find_llama_server()  # before the model: no download for a server that is not there
+            binary = find_llama_server()  # no download for a server that is not there
             model = ensure_model(announce=lambda line: print(f"sanctum-proxy: {line}", flush=True))
             embedded = LlamaServer(binary=binary, model=model)
             embedded.start()
@@ -136,12 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {target}, "
           f"spell calling {settings.spell_calling}", flush=True)
     if embedded is not None:
-        # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown with the handler found before it: the
-        # default one would end the process here without `finally`, leaving the llama-server child running.
+        # uvicorn re-raises SIGTERM with the prior handler; the default one would skip `finally` and leave
+        # llama-server running.
         signal.signal(signal.SIGTERM, _exit_on_signal)
     serve: ServeOptions = {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
                              "log_config": access_log.log_config(settings.log_level),
-                             "access_log": False,  # sanctum's own JSON line covers every request (web/access_log.py)
+                             "access_log": False,  # web/access_log.py logs every request
                              **http_protocol(settings)}
     try:
         if settings.workers > 1:
@@ -156,15 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-WORKER_SETTINGS_ENV = "SANCTUM_WORKER_SETTINGS"  # the settings, as JSON, for each worker process
+WORKER_SETTINGS_ENV = "SANCTUM_WORKER_SETTINGS"  # the settings as JSON, for each worker
 
 
 def _serve_workers(settings: Settings, serve: ServeOptions) -> None:
-    """uvicorn's supervisor: it binds the port, spawns `settings.workers` processes that build the app with
-    `worker_app`, and restarts one that dies. What the processes share: the port; the metrics (a
-    prometheus_client multiprocess directory, made here unless PROMETHEUS_MULTIPROC_DIR names one); the traces
-    when `traces_path` is a file (SQLite takes writers in turn); auto-mode decisions and capabilities only
-    through `redis_url` (without it each process learns them for itself)."""
+    """uvicorn's supervisor: it spawns `settings.workers` processes and restarts any that dies."""
     if settings.traces_path == ":memory:":
         print("sanctum-proxy: traces_path ':memory:' with several workers: each keeps its own traces, and "
               "the viewer shows those of whichever answers", file=sys.stderr)
@@ -180,9 +174,9 @@ def _serve_workers(settings: Settings, serve: ServeOptions) -> None:
 
 
 def worker_app() -> FastAPI:
-    """The app of one worker process (uvicorn calls this in each), from the settings the CLI resolved."""
+    """The app of one worker process, from the settings the CLI resolved."""
     settings = Settings.model_validate_json(os.environ[WORKER_SETTINGS_ENV])
-    http_protocol(settings)  # this process's copy of the protocol class gets the header deadline too
+    http_protocol(settings)  # this process's protocol class gets the header deadline too
     atexit.register(multiprocess.mark_process_dead, os.getpid())  # its in-flight gauges stop counting
     app = create_app(settings)
     quiet_gc()
@@ -190,7 +184,6 @@ def worker_app() -> FastAPI:
 
 
 class HttpOptions(TypedDict):
-    """uvicorn's HTTP protocol class and connection limit (`http_protocol`)."""
 
     http: type[asyncio.Protocol]
     limit_concurrency: int
@@ -202,24 +195,18 @@ class ServeOptions(HttpOptions):
     host: str
     port: int
     log_level: str
-    log_config: dict[str, Any]  # logging.config.dictConfig's (web/access_log.log_config)
+    log_config: dict[str, Any]
     access_log: bool
 
 
 def http_protocol(settings: Settings) -> HttpOptions:
-    """uvicorn's `http` and `limit_concurrency` options: its HTTP protocol (httptools where installed, else h11)
-    with a deadline on request heads and room kept for new connections (web/header_timeout.py), and the
-    connection limit `max_connections` (unset: half the process's open-file limit) that room is kept under
-    (the app answers requests past it: web/connection_limit.py)."""
+    """uvicorn's `http` (a deadline on request heads) and `limit_concurrency` (max_connections) options."""
     HeadDeadline.seconds = settings.header_read_timeout
     return {"http": header_protocol(), "limit_concurrency": settings.max_connections or default_max_connections()}
 
 
 def quiet_gc() -> None:
-    """Keep the garbage collector off the request path. The modules, the app and the settings live as long as
-    the process: frozen, a full collection no longer walks them. And each request allocates a few thousand
-    short-lived objects (parsed JSON, coroutines, tasks): with the default gen-0 threshold of 700, collections
-    ran several times per request (the throughput gained: bench/results/design_costs.md)."""
+    """Keep the garbage collector off the request path."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)

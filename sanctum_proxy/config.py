@@ -1,8 +1,4 @@
-"""Settings: one typed object, read from flags > env (SANCTUM_*) > TOML file > defaults.
-
-Nothing is read at import time: `load_settings` is handed the flags, and reads the environment and the
-file when it is called.
-"""
+"""Settings: one typed object, read from flags > env (SANCTUM_*) > TOML file > defaults, never at import time."""
 
 from __future__ import annotations
 
@@ -61,7 +57,7 @@ class UpstreamConfig(BaseModel):
 
 
 class Settings(BaseSettings):
-    """Every setting of the proxy. The TOML keys and SANCTUM_<NAME> env vars have the same names."""
+    """Every setting of the proxy; TOML keys and SANCTUM_<NAME> env vars share its names."""
 
     model_config = SettingsConfigDict(env_prefix="SANCTUM_", extra="forbid", validate_default=True)
 
@@ -72,22 +68,18 @@ class Settings(BaseSettings):
     spell_calling: ToolCalling = "auto"
     max_repair_rounds: int = Field(2, ge=0, le=10)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
-    # after the last repair round: an error, the last raw answer as content, or the last call as the model made it
-    # (repair/surrender.py); /v1/chat/completions, then /v1/messages and /v1/responses, which agents use
+    # after the last repair round: an error, the last raw answer as content, or the last call (per endpoint below)
     on_surrender: Surrender = "error"
     messages_on_surrender: Surrender = "last_call"
     responses_on_surrender: Surrender = "last_call"
-    ollama_on_surrender: Surrender = "last_call"  # POST /api/chat: a native client ends its turn on any error
-    prompt_format: PromptFormat = "auto"  # auto: the family the upstream's chat template shows, else hermes
+    ollama_on_surrender: Surrender = "last_call"  # a native client ends its turn on any error
+    prompt_format: PromptFormat = "auto"  # auto: the upstream's chat template family, else hermes
     prompt_formats: dict[str, PromptFormat] = Field(default_factory=dict)
     constrain: Literal["off", "repair", "always"] = "repair"
-    # keep: reasoning markup in content (<think>, [THINK]) stays there as sent; split: moved into
-    # reasoning_content like llama.cpp's --reasoning-format deepseek (reasoning.Splitter), streamed live
+    # keep: reasoning markup stays in content; split: moved into reasoning_content, streamed live
     reasoning_format: Literal["keep", "split"] = "keep"
     correction_context: Literal["transcript", "fresh"] = "transcript"
-    # constrain = "always": after a first round's one call, one more round per call asking for the next one
-    # (constrained to one call), kept only when it adds a value from the user's turns: parallel calls one at
-    # a time. Off: the first round's answer is the answer
+    # with constrain "always": one more single-call round per call, kept when it adds a user value
     follow_up_calls: bool = False
     upstream_api_key: str | None = None
     forward_client_key: bool = False
@@ -98,7 +90,7 @@ class Settings(BaseSettings):
     max_messages: int = Field(2048, ge=1)
     max_tools: int = Field(128, ge=1)
     max_concurrent_requests: int = Field(256, ge=0)
-    # requests in flight per client key (where api_keys are set); unset: half of max_concurrent_requests
+    # requests in flight per client key; unset: half of max_concurrent_requests
     max_concurrent_per_key: int | None = Field(None, ge=1)
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     health_check_seconds: float = Field(10.0, gt=0)
@@ -113,8 +105,7 @@ class Settings(BaseSettings):
     probes_per_minute: int = Field(30, ge=1, description="capability probes of new models, all upstreams together")
     body_read_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send its body")
     header_read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send its headers")
-    # requests in flight per process, any path (web/connection_limit.py: 503 past it), and the connection count
-    # at which slow heads make room (web/header_timeout.py); unset: half the open-file limit
+    # requests in flight per process (503 past it) and where slow heads make room; unset: half the open-file limit
     max_connections: int | None = Field(None, ge=8)
     probe_capabilities: bool = True
     probe_timeout: float = Field(3.0, gt=0)
@@ -130,7 +121,7 @@ class Settings(BaseSettings):
     traces_bodies: bool = True
     traces_queue_bytes: int = Field(32 * 1024 * 1024, ge=0, description="request bytes of traces waiting to be "
                                     "written; past it a trace is queued as metadata only")
-    # POST /v1/responses and /v1/messages: through the round loop (repair) or to the upstream untouched (pass).
+    # POST /v1/responses and /v1/messages: through the round loop (repair) or untouched (pass)
     responses_api: Literal["repair", "pass"] = "repair"
     messages_api: Literal["repair", "pass"] = "repair"
 
@@ -169,16 +160,13 @@ class Settings(BaseSettings):
         return value.lower() if isinstance(value, str) else value
 
     def prompt_format_for(self, model: str) -> str:
-        """The call format for `model`: the first `prompt_formats` pattern (fnmatch) matching it, else
-        `prompt_format`."""
+        """The call format for `model`: the first matching `prompt_formats` pattern (fnmatch), else `prompt_format`."""
         matching = (fmt for pattern, fmt in self.prompt_formats.items() if fnmatch.fnmatchcase(model, pattern))
         return next(matching, self.prompt_format)
 
 
 def redacted_url(url: str) -> str:
-    """The URL without its credentials, fit to show or log: http://user:pass@host/v1 -> http://***@host/v1, a
-    query or fragment (`?api_key=...`) -> `?***`. Malformed URLs too: everything up to the last `@` before the
-    query goes (a password may hold `/` or `@`, or the scheme may be mistyped)."""
+    """The URL fit to log: credentials and any query masked, even when malformed."""
     head, mark, _ = url.partition("?") if "?" in url else url.partition("#")
     if "@" in head:
         start = head.index("://") + 3 if "://" in head.split("@", 1)[0] else 0
@@ -224,8 +212,7 @@ _URLS = ("upstream", "urls", "url", "redis_url")  # shown without credentials, h
 
 
 def _one_line(exc: Exception) -> str:
-    """The first error, naming the setting; the value it got is shown unless it holds a secret (a key is never
-    shown, a URL without its credentials)."""
+    """The first error, naming the setting; its value shown unless it may hold a secret."""
     errors = getattr(exc, "errors", None)
     if callable(errors):
         first = errors()[0]
@@ -237,7 +224,7 @@ def _one_line(exc: Exception) -> str:
 
 def _shown(loc: list[str], value: Any) -> str:
     if any(part in _SECRETS for part in loc) or not isinstance(value, str | int | float | bool | None):
-        return "the value is not shown"  # a table or list may hold a key (an [[upstreams]] entry's api_key)
+        return "the value is not shown"  # a table or list may hold a key
     if isinstance(value, str) and (any(part in _URLS for part in loc) or "://" in value):
         return "got " + repr(redacted_url(value))
     return "got " + repr(value)

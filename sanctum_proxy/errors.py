@@ -1,23 +1,19 @@
 """Every error the proxy answers with, and the one place that turns them into OpenAI error bodies.
 
-    ProxyError                      status, type, code, param, message
-     ├── InvalidRequest             400 invalid_request_error (bad JSON, messages, tools, controls)
-     │    ├── BodyTooLarge          413 invalid_request_error
-     │    ├── BodyTimeout           408 invalid_request_error, code request_timeout (body_read_timeout)
-     │    ├── ArrayTooLong          400 invalid_request_error, code array_above_max_length (messages, tools)
-     │    ├── ModelNotFound         404 invalid_request_error, code model_not_found (no upstream serves it)
-     │    └── NotFound              404 invalid_request_error, code not_found (e.g. an unknown trace id)
+    ProxyError
+     ├── InvalidRequest             400 invalid_request_error
+     │    ├── BodyTooLarge          413
+     │    ├── BodyTimeout           408 request_timeout
+     │    ├── ArrayTooLong          400 array_above_max_length
+     │    ├── ModelNotFound         404 model_not_found
+     │    └── NotFound              404 not_found
      ├── Unauthorized               401 invalid_api_key
      ├── TooManyRequests            429 rate_limit_exceeded
-     ├── Overloaded                 503 server_error, code server_overloaded (max_connections in flight)
-     ├── UpstreamUnreachable        502 upstream_unreachable (refused, reset before an answer)
+     ├── Overloaded                 503 server_error, server_overloaded
+     ├── UpstreamUnreachable        502 upstream_unreachable
      ├── UpstreamTimeout            504 upstream_timeout
-     ├── UpstreamError              the upstream's status, upstream_error, the upstream's message kept
-     └── SpellCallParseError        422 spell_call_parse_error, with rounds and every rejected raw answer
-
-`retry_headers` says whether a client should retry (`x-should-retry`, read by the OpenAI SDKs); `internal`
-turns an exception that is a bug into the 500 it answers with; `CLIENT_GONE` is the status a request gets
-when its client left. `responses.error_response` is the one place an error becomes an HTTP response.
+     ├── UpstreamError              the upstream's status, upstream_error
+     └── SpellCallParseError        422 spell_call_parse_error
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.openai_chat import ErrorBody
 from sanctum_proxy.core.shapes import JSONObject
 
-CLIENT_GONE = 499  # nginx's "client closed request": nobody reads it, the access log and traces do
+CLIENT_GONE = 499  # nginx's "client closed request"
 _NO_RETRY = frozenset({400, 401, 413, 422})  # the same request would fail the same way
 
 
@@ -43,7 +39,7 @@ class ProxyError(Exception):
         self.param = param
 
     def body(self) -> ErrorBody:
-        """The OpenAI-shaped error body: {"error": {message, type, param, code}}, then the error's own fields."""
+        """{"error": {message, type, param, code}}, then the error's own fields."""
         return openai_chat.error_body(self.message, self.type, self.param, self.code, self.extra())
 
     def extra(self) -> JSONObject:
@@ -96,8 +92,7 @@ class TooManyRequests(ProxyError):
 
 
 class Overloaded(ProxyError):
-    """More requests in flight than `max_connections` (web/connection_limit.py); OpenAI's own 503 says
-    `server_error` too."""
+    """More requests in flight than `max_connections`; OpenAI's own 503 says `server_error` too."""
 
     status = 503
     code = "server_overloaded"
@@ -116,9 +111,7 @@ class UpstreamTimeout(ProxyError):
 
 
 class UpstreamError(ProxyError):
-    """The upstream answered with an error; its status, message, code and param are kept. `type` stays the
-    contract's `upstream_error`; the upstream's own type goes in `upstream_type`, and its other fields
-    (llama.cpp's `n_prompt_tokens`, `n_ctx`) come along."""
+    """The upstream's error with its fields kept; its own type goes in `upstream_type`."""
 
     type = "upstream_error"
     code = "upstream_error"
@@ -152,8 +145,7 @@ def upstream_fields(raw: Any) -> JSONObject:
 
 
 def inband_status(raw: Any) -> int:
-    """The real status of an error sent inside a stream: llama.cpp and vLLM put it in the error's `code`
-    (500 when it says none)."""
+    """The real status of an in-stream error: llama.cpp and vLLM put it in `code` (500 when none)."""
     code = upstream_fields(raw).get("code")
     return code if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599 else 500
 
@@ -175,7 +167,7 @@ class ToolCallParseError(ProxyError):
 
 
 def retry_headers(error: ProxyError) -> dict[str, str]:
-    """`x-should-retry: false` where retrying the same request cannot help (the SDKs retry some of these)."""
+    """`x-should-retry: false` where retrying the same request cannot help."""
     return {"x-should-retry": "false"} if error.status in _NO_RETRY else {}
 
 
@@ -184,7 +176,7 @@ MAX_SHOWN = 120
 
 
 def shown(value: Any) -> str:
-    """A client's value quoted in an error message: its repr, clipped (it may be megabytes, or deep)."""
+    """A client's value quoted in an error message: its repr, clipped."""
     try:
         text = repr(value)
     except RecursionError:
@@ -193,8 +185,7 @@ def shown(value: Any) -> str:
 
 
 def internal(exc: BaseException) -> ProxyError:
-    """A bug, as the 500 error the client gets (a stream ends with it, never a silent cut); the exception's text
-    clipped (it may quote a value of the request)."""
+    """A bug as the 500 the client gets, its text clipped since it may quote the request."""
     text = str(exc)
     if len(text) > MAX_INTERNAL_MESSAGE:
         text = text[:MAX_INTERNAL_MESSAGE] + "..."
@@ -202,5 +193,5 @@ def internal(exc: BaseException) -> ProxyError:
 
 
 def no_answer() -> ProxyError:
-    """The round loop ended without an answer (a bug: it always ends in one or an error)."""
+    """The round loop ended without an answer, which is a bug."""
     return ProxyError("internal error: the round loop ended without an answer")

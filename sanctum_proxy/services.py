@@ -1,6 +1,4 @@
-"""The app's long-lived parts, typed: built once by `create_app` (app.py) and stored on `app.state.services`;
-a route reads them through `services(request)`, never through the untyped `request.app.state`. The upstream
-pool a request was routed to is the request's own: `destination(request)`."""
+"""The app's long-lived parts, typed, read by routes through `services(request)` rather than `request.app.state`."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
-if TYPE_CHECKING:  # only for the annotations: web/auth.py reads its KeyRing from here
+if TYPE_CHECKING:  # web/auth.py reads its KeyRing from here
     from sanctum_proxy.config import Settings
     from sanctum_proxy.state.recorder import Recorder
     from sanctum_proxy.state.replicated import SharedState
@@ -22,12 +20,12 @@ if TYPE_CHECKING:  # only for the annotations: web/auth.py reads its KeyRing fro
 @dataclass
 class Services:
     settings: Settings
-    shared: SharedState  # the tables kept in Redis or in memory (state/replicated.py)
+    shared: SharedState  # Redis or in-memory tables
     modes: ModeBook
     keys: KeyRing
     capabilities: CapabilityBook
     recorder: Recorder
-    started_pools: UpstreamPools | None = None  # made when the app starts (its connections need the loop)
+    started_pools: UpstreamPools | None = None  # made at start-up: its connections need the loop
 
     @property
     def pools(self) -> UpstreamPools:
@@ -42,6 +40,6 @@ def services(request: Request) -> Services:
 
 
 def destination(request: Request) -> Destination:
-    """The upstream pool this request was routed to (routes/chat.start_rounds sets it)."""
+    """The upstream pool this request was routed to (set by routes/chat.start_rounds)."""
     found: Destination = request.state.destination
     return found
