@@ -13,7 +13,7 @@
      ├── UpstreamUnreachable        502 upstream_unreachable
      ├── UpstreamTimeout            504 upstream_timeout
      ├── UpstreamError              the upstream's status, upstream_error
-     └── SpellCallParseError        422 spell_call_parse_error
+     └── ToolCallParseError        422 spell_call_parse_error
 """
 
 from __future__ import annotations

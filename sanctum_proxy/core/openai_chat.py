@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, NotRequired, TypedDict, cast
 
-Json = dict[str, object]  # passed on as sent; read only after a check
+from sanctum_proxy.core.shapes import JSONObject
 
 
 class FunctionTool(TypedDict):
 
     type: Literal["function"]
-    function: Json
+    function: JSONObject
 
 
 class FunctionCall(TypedDict):
@@ -55,8 +55,8 @@ class Usage(TypedDict, total=False):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
-    prompt_tokens_details: Json
-    completion_tokens_details: Json
+    prompt_tokens_details: JSONObject
+    completion_tokens_details: JSONObject
 
 
 class Sanctum(TypedDict):
@@ -64,7 +64,7 @@ class Sanctum(TypedDict):
 
     mode: str
     rounds: int
-    omens: list[Json]
+    omens: list[JSONObject]
     trace_id: str
 
 
@@ -81,7 +81,7 @@ class ChunkChoice(TypedDict):
     index: int
     delta: Delta
     finish_reason: str | None
-    logprobs: NotRequired[Json]  # written after the rest
+    logprobs: NotRequired[JSONObject]  # written after the rest
 
 
 class Chunk(TypedDict):
@@ -109,7 +109,7 @@ class Message(TypedDict):
 class Choice(TypedDict):
     index: int
     message: Message
-    logprobs: Json | None  # null unless sent
+    logprobs: JSONObject | None  # null unless sent
     finish_reason: str | None
 
 
@@ -135,7 +135,7 @@ class ErrorBody(TypedDict):
     error: Error
 
 
-def function_tool(function: Json) -> FunctionTool:
+def function_tool(function: JSONObject) -> FunctionTool:
     return {"type": "function", "function": function}
 
 
@@ -168,7 +168,7 @@ def text_delta(field: str, text: str) -> Delta:
 
 
 def chunk(meta: Mapping[str, object], delta: Delta, finish_reason: str | None = None, index: int = 0) -> Chunk:
-    out: Json = {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"],
+    out: JSONObject = {"id": meta["id"], "object": "chat.completion.chunk", "created": meta["created"],
                  "model": meta["model"]}
     if meta.get("system_fingerprint"):
         out["system_fingerprint"] = meta["system_fingerprint"]
@@ -209,8 +209,8 @@ def choice(index: int, message: Message, finish_reason: str | None, extra: Mappi
 def completion(meta: Mapping[str, object], choices: list[Choice], usage: Usage | None, extra: Mapping[str, object],
                sanctum: Sanctum) -> Completion:
     """The round's own fields (`extra`) never override the proxy's; `sanctum` goes last."""
-    body: Json = {"id": meta["id"], "object": "chat.completion", "created": meta["created"], "model": meta["model"],
-                  "choices": choices}
+    body: JSONObject = {"id": meta["id"], "object": "chat.completion", "created": meta["created"],
+                        "model": meta["model"], "choices": choices}
     if usage is not None:
         body["usage"] = usage
     if meta.get("system_fingerprint"):

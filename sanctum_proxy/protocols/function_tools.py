@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool
-from sanctum_proxy.core.shapes import JSONValue
+from sanctum_proxy.core.openai_chat import FunctionTool, function_tool
+from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.errors import InvalidRequest, shown
 
 
-def chat_tools(tools: JSONValue, function_of: Callable[[int, Any], Json]) -> list[FunctionTool]:
+def chat_tools(tools: JSONValue, function_of: Callable[[int, Any], JSONObject]) -> list[FunctionTool]:
     """`function_of(i, tool)` is tools[i]'s chat `function`, raising `unsupported` for one it cannot serve."""
     if tools is None:
         return []

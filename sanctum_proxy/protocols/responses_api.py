@@ -14,7 +14,7 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 import orjson
 
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.core.openai_chat import FunctionTool, Json, function_tool, tool_call
+from sanctum_proxy.core.openai_chat import FunctionTool, function_tool, tool_call
 from sanctum_proxy.core.shapes import ChatMessage, ContentPart, JSONObject, JSONValue
 from sanctum_proxy.core.tool_names import NAMESPACE_JOIN  # Codex's canonical flat name
 from sanctum_proxy.errors import InvalidRequest
@@ -268,7 +268,7 @@ def _add_namespace(spells: Spells, tool: JSONObject, i: int) -> None:
         spells.functions.append(function_tool(function))
 
 
-def _function(tool: JSONObject, at: str) -> Json:
+def _function(tool: JSONObject, at: str) -> JSONObject:
     if not isinstance(tool.get("name"), str):
         raise InvalidRequest(f"{at}: a function tool needs a string 'name'", param=f"{at}.name")
     return {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
