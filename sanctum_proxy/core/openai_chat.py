@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast
 
-from sanctum_proxy.core.shapes import JSONObject
+if TYPE_CHECKING:  # core/shapes.py imports this module's shapes
+    from sanctum_proxy.core.shapes import JSONObject
 
 
 class FunctionTool(TypedDict):

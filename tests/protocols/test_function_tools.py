@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sanctum_proxy.core.openai_chat import Json
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import InvalidRequest
 from sanctum_proxy.protocols.function_tools import chat_tools, unsupported
 
 
-def reader(i: int, tool: Any) -> Json:
+def reader(i: int, tool: Any) -> JSONObject:
     if not isinstance(tool, dict) or tool.get("type") != "function":
         raise unsupported(i, tool, "function tools")
     return {"name": tool["name"], "parameters": tool.get("parameters", {})}
