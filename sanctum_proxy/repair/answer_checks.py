@@ -1,6 +1,4 @@
-"""What a round's answer is, before tier 2 judges its calls: its calls as tier 1 reads them, a refusal, an empty
-answer to a tools request, a call the request's tool_choice required and did not get, a repeat of an answered
-call; and how a corrected answer's calls join those kept from before. Pure: no I/O."""
+"""A round's answer before tier 2: its calls, a refusal, an empty answer, a missing required call, a repeat."""
 
 from __future__ import annotations
 
@@ -29,24 +27,21 @@ def refusal(message: ChatMessage) -> bool:
 
 
 def empty_tools_answer(plan: Plan, mode: Mode, answer: Answer) -> bool:
-    """Ollama drops everything after a <tool_call> tag when no call completes: an empty message. (A refusal
-    is not empty: it is an answer.)"""
+    """Ollama's answer when no call after a <tool_call> tag completes: an empty message."""
     if mode != "native" or plan.book is None:
         return False
     message = answer.message
     if refusal(message) or message.get("tool_calls"):
         return False
-    text = content_text(message.get("content"))  # reasoning alone (Ollama cut the call after it) is empty,
-    if text.strip() and answer.finish_reason == "length":  # unless max_tokens cut the reasoning itself
+    text = content_text(message.get("content"))  # reasoning alone is empty,
+    if text.strip() and answer.finish_reason == "length":  # unless max_tokens cut it
         return False
     return not any(text[start:end].strip() for start, end in reasoning.outside(text))
 
 
 def read_calls(plan: Plan, mode: Mode, constraint: Constraint | None, answer: Answer,
                kept: tuple[ToolCall, ...]) -> tuple[Assessment, Problem | None, list[Problem]]:
-    """Tier 1 on a round's answer (mend.assess), in the format the round asked for: the assessment, a broken
-    answer object (a constrained round cut short), and the problems: that one, else the calls' own, else a
-    call the request requires and did not get."""
+    """Tier 1 in the round's format: the assessment, a broken answer object, the problems."""
     assert plan.book is not None
     answer_object = constraint is not None and constraint.answer_object
     sent_prompted = mode == "prompted" or constraint is not None and constraint.prompted
@@ -55,15 +50,14 @@ def read_calls(plan: Plan, mode: Mode, constraint: Constraint | None, answer: An
                         parallel_tool_calls=plan.parallel, max_repair_chars=plan.max_repair_bytes,
                         asked_format=asked, client_json=cn.asks_json(plan.body), **plan.new_ids)
     broken = cn.broken_call(answer.message, answer.finish_reason) if answer_object else None
-    if sent_prompted and plan.required is not None and not broken:  # the example showed hints, not values
+    if sent_prompted and plan.required is not None and not broken:  # the example showed hints
         assessment = without_copied_hints(assessment)
     problems = [broken] if broken else list(assessment.problems) or missing_call(plan, assessment, answer, kept)
     return assessment, broken, problems
 
 
 def without_copied_hints(assessment: Assessment) -> Assessment:
-    """The assessment less the calls that hold a hint of the prompts' example (`<string>`, `<number>`: a
-    template copied, no value), each one a problem instead, so the correction asks for the real values."""
+    """Calls holding the example's type hints (`<string>`) as problems, so the model writes values."""
     copied = {c.id: hints for c in assessment.calls if (hints := _copied_hints(loads(c.arguments)))}
     if not copied:
         return assessment
@@ -76,7 +70,6 @@ def without_copied_hints(assessment: Assessment) -> Assessment:
 
 
 def _copied_hints(args: JSONValue) -> list[str]:
-    """Each argument that holds an example hint (at any depth, as grounding.leaves reads a value), named."""
     if not isinstance(args, dict):
         return [f"the value {h}" for h in leaves(args) if is_example_hint(h)][:1]
     named = ((k, next((h for h in leaves(v) if is_example_hint(h)), None)) for k, v in args.items())
@@ -84,7 +77,7 @@ def _copied_hints(args: JSONValue) -> list[str]:
 
 
 def missing_call(plan: Plan, assessment: Assessment, answer: Answer, kept: tuple[ToolCall, ...]) -> list[Problem]:
-    """The problem of an answer without the call the request's tool_choice requires (none when it has one)."""
+    """The problem of an answer lacking the call tool_choice requires."""
     required = plan.required
     if required is None:
         return []
@@ -97,22 +90,20 @@ def missing_call(plan: Plan, assessment: Assessment, answer: Answer, kept: tuple
 
 
 def allows(plan: Plan, calls: tuple[ToolCall, ...]) -> bool:
-    """Whether these calls alone answer the request as its tool_choice asks (a named tool: a call to it)."""
+    """Whether these calls alone satisfy the request's tool_choice."""
     required = plan.required
     return bool(calls) and (required in (None, "any") or any(c.name == required for c in calls))
 
 
 def repeat(plan: Plan, assessment: Assessment, answer: Answer) -> Problem | None:
-    """Every call repeats one a tool result in the conversation already answered (repeats.py). Never when the
-    client requires a call (tool_choice), nor when it allowed no repair round."""
+    """Every call repeats an answered one; never when a call is required or no repair round allowed."""
     if plan.required is not None or plan.max_rounds < 1:
         return None
     return repeated_call(assessment.calls, plan.body.get("messages"), lambda: sent_answer_text(answer.message))
 
 
 def joined(kept: tuple[ToolCall, ...], calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
-    """The calls kept so far and a new answer's valid calls, a call equal to one kept (same name, same arguments
-    as JSON) only once."""
+    """The kept calls and a new answer's valid ones, each once."""
     out = list(kept)
     seen = {_call_key(c) for c in kept}
     for call in calls:

@@ -1,5 +1,4 @@
-"""The message, finish reason and outcome a client gets from an accepted round: the upstream's message with
-only what tier 1 changed replaced. Pure: no I/O."""
+"""The message, finish reason and outcome a client gets from an accepted round."""
 
 from __future__ import annotations
 
@@ -13,10 +12,8 @@ from sanctum_proxy.repair.events import Answer, Mode
 
 
 def client_message(assessment: Assessment, sent: ChatMessage) -> ClientMessage:
-    """The upstream's message with only what tier 1 changed replaced (content, calls): its reasoning fields,
-    refusal and every other field go to the client as they came. Reasoning a call format holds in content
-    (harmony analysis, Command-R thinking, <seed:think>) is moved out with the calls, into reasoning_content."""
-    out: dict[str, object] = {"role": "assistant"}  # the upstream's own fields ride along (untyped: as sent)
+    """The upstream's message with only what tier 1 changed replaced."""
+    out: dict[str, object] = {"role": "assistant"}  # other fields ride along as sent
     out.update((k, v) for k, v in sent.items() if k not in ("role", "content", "tool_calls"))
     message = cast(ClientMessage, out)
     message["content"] = assessment.content
@@ -29,15 +26,12 @@ def client_message(assessment: Assessment, sent: ChatMessage) -> ClientMessage:
 
 
 def passed(message: ChatMessage) -> ClientMessage:
-    """An answer accepted as it came (no tools offered, the text round's, a refusal): the upstream's message is
-    the client's (a cast, no copy: ClientMessage names the keys the proxy writes; these are the upstream's, as
-    it sent them, which the protocols' writers read with the same checks)."""
+    """An answer accepted as it came (a cast: the writers check its fields)."""
     return cast(ClientMessage, message)
 
 
 def unechoed(message: ClientMessage, mode: Mode) -> ClientMessage:
-    """A prompted round's message without the tool-result tags the proxy wrote into its history and the model
-    echoed (prompted.without_result_tags); any other message as it is."""
+    """A prompted message without the tool-result tags the model echoed."""
     content = message.get("content")
     if mode != "prompted" or not isinstance(content, str):
         return message
@@ -46,7 +40,7 @@ def unechoed(message: ClientMessage, mode: Mode) -> ClientMessage:
 
 
 def accepted_omens(number: int, assessment: Assessment) -> tuple[om.Omen, ...]:
-    """The omens of an accepted answer's calls: each one tier 1 mended, each one left out (extra, duplicate)."""
+    """The omens of an accepted answer's calls: mended or left out."""
     omens = [om.repaired(number, r) for r in assessment.repairs]
     omens += [om.dropped(number, c.name, c.id, c.arguments) for c in assessment.dropped]
     omens += [om.dropped(number, c.name, c.id, c.arguments, "duplicate_call") for c in assessment.duplicates]
@@ -61,7 +55,7 @@ def finish(assessment: Assessment, answer: Answer) -> str:
 
 
 def outcome(omens: list[om.Omen], surrendered: bool) -> str:
-    """An accepted answer's outcome: the most telling of the request's omens."""
+    """The most telling outcome of the request's omens."""
     kinds = {o.type for o in omens}
     return ("surrendered" if surrendered else "fallback" if "SpellCallingFallback" in kinds
             else "rejected" if "SpellCallRejected" in kinds else "repaired" if "SpellCallRepaired" in kinds

@@ -1,18 +1,7 @@
 """Constrained tool calling: one JSON Schema for "an answer", so the upstream's grammar does the syntax.
 
-An answer is one JSON object, one of:
-
-    {"content": "<text>"}                                  a text reply (not when a call is required)
-    {"name": "<tool>", "arguments": {...}}                one call; arguments follow the tool's schema
-    {"tool_calls": [{"name": ..., "arguments": ...}, ...]} several calls (while parallel calls are allowed)
-
-It travels as OpenAI `response_format: {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, ...}}`,
-which llama.cpp, vLLM and Ollama's /v1 all read. A constrained round is always a prompted round: llama.cpp
-ignores tool parsing when `response_format` comes with `tools`, and rejects `grammar` with `tools`.
-
-`decode` turns the answer back into an OpenAI message; text that is not such an object (an upstream that
-ignored the schema) is left as it is, for the ordinary extraction tiers. `visible_text` is the streaming
-side: the part of a text-branch answer that can be shown while the JSON is still arriving. Pure: no I/O.
+An answer object is a text reply, one call or several, sent as `response_format` json_schema. Constrained rounds
+are prompted: llama.cpp ignores tool parsing beside `response_format` and rejects `grammar` beside `tools`.
 """
 
 from __future__ import annotations
@@ -41,7 +30,7 @@ _TEXT = '- to answer in text, when no tool is needed: {"content": "<your answer>
 
 
 def answer_schema(book: Toolbox, *, text: bool, parallel: bool) -> JSONObject:
-    """The JSON Schema of an answer offering every tool in `book` (restrict the book to pin one)."""
+    """The JSON Schema of an answer offering every tool in `book`."""
     calls = [_call_schema(name, tool.parameters) for name, tool in book.tools.items()]
     one_call: JSONObject = calls[0] if len(calls) == 1 else {"anyOf": calls}
     branches = [one_call]
@@ -69,7 +58,7 @@ def answer_schema(book: Toolbox, *, text: bool, parallel: bool) -> JSONObject:
 def _call_schema(name: str, parameters: JSONObject) -> JSONObject:
     arguments = parameters if parameters else {"type": "object", "properties": {}}
     if "additionalProperties" not in arguments and object_keys(arguments, top=True).others is False:
-        arguments = {**arguments, "additionalProperties": False}  # closed, as validation reads it (reading.py)
+        arguments = {**arguments, "additionalProperties": False}  # closed, as validation reads it
     return {
         "type": "object",
         "properties": {"name": {"const": name}, "arguments": arguments},
@@ -83,35 +72,32 @@ def response_format(schema: JSONObject) -> JSONObject:
 
 
 def is_constrained(body: JSONObject) -> bool:
-    """Whether this upstream body is one of our constrained rounds (the stream reads its text branch)."""
+    """Whether this upstream body is one of our constrained rounds."""
     fmt = body.get("response_format")
     return isinstance(fmt, dict) and (fmt.get("json_schema") or {}).get("name") == SCHEMA_NAME
 
 
 def asks_json(body: JSONObject) -> bool:
-    """Whether the client asked for a JSON answer of its own (response_format json_object / json_schema, not
-    one of our constrained rounds): its content is that JSON, never read for calls."""
+    """Whether the client asked for JSON of its own, never read for calls."""
     fmt = body.get("response_format")
     return isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") and not is_constrained(body)
 
 
 def format_section(book: Toolbox, *, text: bool, parallel: bool, hints: bool = False) -> str:
-    """The call-format paragraph of the system prompt for a constrained round (`hints`: the example shows type
-    hints, for a request that requires a call: core/calls.example_text)."""
+    """The system prompt's call-format paragraph; `hints` shows type hints."""
     first = next(iter(book.tools.values()))
     return (FORMAT % (first.name, example_text(first.parameters, hints=hints)) + (_PARALLEL if parallel else "")
             + (_TEXT if text else ""))
 
 
 def decode(message: ChatMessage, new_id: Callable[[], str] | None = None) -> ChatMessage:
-    """The OpenAI message an answer object stands for; anything else comes back unchanged. A text-branch
-    answer cut short (max_tokens) is the text it had reached."""
+    """The OpenAI message an answer object stands for; anything else unchanged."""
     content = message.get("content")
     if message.get("tool_calls") or not isinstance(content, str):
         return message
     try:
         answer = orjson.loads(content)
-    except orjson.JSONDecodeError:  # cut (max_tokens): a text branch is its text so far, never raw JSON
+    except orjson.JSONDecodeError:  # cut by max_tokens: a text branch is its text so far
         return {**message, "content": visible_text(content)} if _TEXT_OPENING.match(content) else message
     if not isinstance(answer, dict):
         return message
@@ -133,9 +119,7 @@ def _is_call(value: Any) -> bool:
 
 
 def broken_call(message: ChatMessage, finish_reason: str | None) -> Problem | None:
-    """A call-branch answer that is not whole JSON (cut by max_tokens, or a grammar the upstream did not
-    hold to): a malformed call, to bounce, rather than text for the ordinary tiers to pick apart. Its tool
-    is the one it names when it is a single call."""
+    """A call-branch answer that is not whole JSON, as a malformed call."""
     content = message.get("content")
     if message.get("tool_calls") or not isinstance(content, str) or not _CALL_OPENING.match(content):
         return None
@@ -147,7 +131,7 @@ def broken_call(message: ChatMessage, finish_reason: str | None) -> Problem | No
     named = _NAME.match(content)
     try:
         tool = orjson.loads(f'"{named.group(1)}"') if named else None
-    except orjson.JSONDecodeError:  # a broken escape in the name
+    except orjson.JSONDecodeError:
         tool = None
     why = "the answer was cut off by max_tokens" if finish_reason == "length" else "the answer is not complete JSON"
     return Problem("malformed_json", tool, (why,), content)
@@ -159,8 +143,7 @@ _TEXT_OPENING = re.compile(r'\s*\{\s*"content"\s*:\s*"')
 
 
 def visible_text(raw: str) -> str:
-    """The decoded text of a text-branch answer so far ("" while it may still be a call). An escape cut by
-    the chunk boundary is held until it completes; the closing quote ends the text."""
+    """A text-branch answer's text so far; "" while it may be a call."""
     opening = _TEXT_OPENING.match(raw)
     if opening is None:
         return ""
@@ -169,25 +152,22 @@ def visible_text(raw: str) -> str:
     body = body[:end] if end is not None else body[:_safe_end(body)]
     try:
         text: str = orjson.loads(f'"{body}"')
-    except orjson.JSONDecodeError:  # a control character the grammar let through: show nothing yet
+    except orjson.JSONDecodeError:  # a control character got through
         return ""
     return text
 
 
-MAX_OPENING_CHARS = 4096  # the grammar allows little whitespace before `{"content": "`
+MAX_OPENING_CHARS = 4096  # little whitespace may precede `{"content": "`
 
 
 class TextBranch:
-    """`visible_text` for a stream, fed piece by piece: each character is read once (not the whole answer
-    per chunk: bench/results/design_costs.md). Holds back only an escape cut by the chunk boundary; after
-    the closing quote, or text that is no text branch, it shows nothing more."""
+    """`visible_text` for a stream, reading each character once."""
 
     def __init__(self) -> None:
-        self._buffer = ""  # read, not yet shown: the opening so far, or a cut escape
+        self._buffer = ""  # the opening so far, or a cut escape
         self._opened = self._done = False
 
     def feed(self, piece: str) -> str:
-        """The text this piece makes visible ("" for none)."""
         if self._done or not piece:
             return ""
         self._buffer += piece
@@ -205,7 +185,7 @@ class TextBranch:
             body = body[:_safe_end(body)]
         try:
             text: str = orjson.loads(f'"{body}"')
-        except orjson.JSONDecodeError:  # a control character the grammar let through: show nothing more
+        except orjson.JSONDecodeError:  # a control character got through
             self._done = True
             return ""
         self._buffer = self._buffer[len(body):]
@@ -217,8 +197,7 @@ _PARTIAL_U = re.compile(r"\\u[0-9a-fA-F]{0,3}$")
 
 
 def _safe_end(body: str) -> int:
-    """Where the decodable part of an unfinished string body ends: before a cut escape (a backslash at the
-    end, a partial \\uXXXX, or a high surrogate whose low half has not come)."""
+    """Where an unfinished string body stops being decodable."""
     end = len(body)
     if _escaping(body, end):
         end -= 1
@@ -233,7 +212,7 @@ def _safe_end(body: str) -> int:
 
 
 def _escaping(body: str, at: int) -> bool:
-    """Whether the backslashes just before `at` leave one open (an odd run)."""
+    """Whether the backslashes just before `at` leave one open."""
     run = at - len(body[:at].rstrip("\\"))
     return run % 2 == 1
 

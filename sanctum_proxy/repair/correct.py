@@ -1,13 +1,4 @@
-"""Tier 2: the hidden user turn that tells the model exactly what to fix, and the text of a rejected answer.
-
-`correction` turns Problems into one message: an unknown name gets the list of tools with their
-parameters; missing, unexpected or invalid arguments are named one by one, with the tool's parameters
-repeated compactly; broken JSON and a missing required call are said plainly. `rejected_answer_text`
-writes an answer (content and native calls) as plain text, so a rejected call goes back into the
-transcript as assistant text, never as a native call with broken arguments; native calls are quoted in
-the prompt format (Hermes unless known), calls in content stay as the model wrote them. `sent_answer_text`
-is the answer as the model sent it (native calls as their JSON), what a surrender reports as `rejected`.
-"""
+"""Tier 2: the hidden user turn telling the model what to fix, and a rejected answer's text (never a native call)."""
 
 from __future__ import annotations
 
@@ -24,7 +15,7 @@ from sanctum_proxy.repair.toolbox import Toolbox
 _CLOSING = "Answer again with only the corrected tool call, and nothing else."
 
 
-# A string that ends too soon is most often one whose quotes or line breaks were not escaped (a file's content).
+# A string that ends too soon most often holds unescaped quotes or line breaks.
 ESCAPE_HINT = 'Inside a JSON string, write a quote as \\" and a line break as \\n.'
 
 
@@ -34,7 +25,7 @@ ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without 
 
 
 def pinned(problems: Sequence[Problem], book: Toolbox) -> str | None:
-    """The one known tool every problem is about (the next constrained round is narrowed to it), else None."""
+    """The one known tool every problem is about, else None."""
     tools = {p.tool for p in problems}
     first = problems[0] if problems else None
     if first is None or len(tools) != 1 or first.tool not in book.tools or first.reason == "unknown_spell":
@@ -43,14 +34,14 @@ def pinned(problems: Sequence[Problem], book: Toolbox) -> str | None:
 
 
 def correction(problems: Sequence[Problem], book: Toolbox, kept: Sequence[str] = ()) -> str:
-    """The correction of `problems`; `kept`: the names of the answer's valid calls, kept (a partly bad answer)."""
+    """The correction of `problems`; `kept` names the valid calls that stay."""
     lines: list[str] = []
     if kept:
         calls = ", ".join(dict.fromkeys(kept))
         lines.append(f"Your valid calls ({calls}) are kept; do not repeat them. Correct only the call(s) below.")
     for problem in problems:
         lines.extend(_lines(problem, book))
-    if any(p.reason != "repeated_call" for p in problems):  # a repeat is asked for text, not a better call
+    if any(p.reason != "repeated_call" for p in problems):  # a repeat is asked for text
         lines.append(_CLOSING)
     return "\n".join(dict.fromkeys(lines))
 
@@ -73,7 +64,7 @@ def _lines(problem: Problem, book: Toolbox) -> list[str]:
             *([ESCAPE_HINT] if "string value is cut off" in why or "not escaped" in why else []),
             *_tool_lines(problem.tool, book),
         ]
-    if problem.reason == "repeated_call":  # repeats.py words it: the results, then the user's question
+    if problem.reason == "repeated_call":
         return list(problem.details)
     if problem.reason == "ungrounded_arguments":
         return [
@@ -139,8 +130,7 @@ def _compact(schema: Mapping[str, object]) -> str:
 
 
 def rejected_answer_text(message: ChatMessage, fmt: str = families.FALLBACK) -> str:
-    """The answer as the correction turn quotes it back to the model: its content, then each native call
-    written in the prompt format `fmt` (Hermes for unknown formats; arguments verbatim, even broken JSON)."""
+    """The answer quoted back: content, then native calls in format `fmt`, arguments verbatim."""
     msg = message if isinstance(message, Mapping) else {}
     fmt = fmt if fmt in families.FORMAT_NAMES else families.FALLBACK
     parts = [content_text(msg.get("content"))]
@@ -154,9 +144,7 @@ def rejected_answer_text(message: ChatMessage, fmt: str = families.FALLBACK) -> 
 
 
 def sent_answer_text(message: ChatMessage) -> str:
-    """The answer as the model sent it, for a surrender's `rejected` list: its content, then each native call
-    as the JSON it came in (never re-rendered in a prompt format), less the id and index the server gave it,
-    so that a model repeating a call verbatim sends the same text again."""
+    """The answer as sent, less server ids, so a verbatim repeat gives the same text."""
     msg = message if isinstance(message, Mapping) else {}
     calls = msg.get("tool_calls")
     raws = [native_call_text({k: v for k, v in call.items() if k not in _SERVER_KEYS} if isinstance(call, Mapping)
@@ -168,7 +156,7 @@ _SERVER_KEYS = ("id", "index")
 
 
 def _arguments(fn: Mapping[str, object]) -> Any:
-    """The arguments as the formats write them: JSON text or a mapping as it is, anything else as JSON."""
+    """Text or a mapping as it is, anything else as JSON."""
     args = fn.get("arguments")
     if isinstance(args, str | Mapping) or args is None:
         return args

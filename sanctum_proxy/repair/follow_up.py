@@ -1,5 +1,4 @@
-"""Follow-up rounds (`follow_up_calls`, constrain "always"): after a first free-choice round made one call, MORE
-rounds ask for the next call, one each, and keep it only when it adds something (`novel`). Pure: no I/O."""
+"""Follow-up rounds (`follow_up_calls`): after one free-choice call, ask for the next, kept if novel."""
 
 from __future__ import annotations
 
@@ -21,22 +20,19 @@ NEXT_CALL = "Now make the next call the request asks for: other arguments, or an
 
 
 def follows_up(plan: Plan, constraint: Constraint | None, free_choice: bool, calls: int, number: int) -> bool:
-    """A first free-choice round under `constrain = "always"` made one call, parallel calls are allowed and
-    the round limit (1 + max_rounds) leaves room: ask for another call (Kind.MORE) before answering."""
+    """Whether to ask for another call after this round."""
     return (plan.follow_up_calls and free_choice and constraint is not None and constraint.answer_object
             and plan.parallel and calls == 1 and number <= plan.max_rounds)
 
 
 def next_call_turns(call: ToolCall) -> tuple[ChatMessage, ChatMessage]:
-    """The turns a MORE round is sent after those before it: the call, as the answer object the constrained
-    round wrote it in (constrain.py), and the request for the next one."""
+    """The call as an answer object, then the request for the next one."""
     written = orjson.dumps({"name": call.name, "arguments": loads(call.arguments)}).decode()
     return {"role": "assistant", "content": written}, {"role": "user", "content": NEXT_CALL}
 
 
 def next_call(plan: Plan, answer: Answer, number: int) -> tuple[ToolCall | None, tuple[om.Omen, ...]]:
-    """A MORE round's one valid call (None: broken, bad, or text from an upstream that ignored the schema),
-    with the omens of what tier 1 mended in it."""
+    """A MORE round's one valid call, or None, with its repair omens."""
     assert plan.book is not None
     assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason, parallel_tool_calls=False,
                         max_repair_chars=plan.max_repair_bytes, asked_format=None, client_json=False,
@@ -48,9 +44,7 @@ def next_call(plan: Plan, answer: Answer, number: int) -> tuple[ToolCall | None,
 
 
 def novel(plan: Plan, call: ToolCall, held: Sequence[ToolCallWire]) -> bool:
-    """Whether a follow-up call adds something: one of its values is in the user's turns (whole) and in no held
-    call. So not a held call again, nor its values swapped about, nor one with made-up values; the same rule
-    for a call to another tool (a second tool called with the first one's values is not a second request)."""
+    """Whether the call adds a value from the user's turns that no held call has."""
     arguments = loads(call.arguments)
     if not isinstance(arguments, dict):
         return False

@@ -1,22 +1,7 @@
 """Whether a call's argument values come from the conversation or were made up.
 
-A grammar makes a call well-formed; it cannot make it meant. A small model held to an answer schema that
-offers "a call or a text reply" takes the call branch for nearly anything and fills the arguments with
-values nobody gave: the example values of the prompt (1.5, "..."), empty lists, round numbers. `ungrounded`
-says so for one call when not one of its values can be traced to the conversation:
-
-- a number is traced when the text holds it (5 / 5.0 / "5,000" / "5%" as 0.05 / "2 million" / "five");
-- a string when the text holds it (ignoring case, and spaces: "3x + 2" / "3x+2"), or any word of it of three
-  or more letters;
-- enum, const and default values of the tool's schema, booleans and nulls are neither (the schema gave
-  them); a call whose only values are those, or that takes no arguments, is never flagged;
-- empty values ("", [], {}) of required arguments count as made up.
-
-It is a judgement, kept narrow on purpose: one traced value clears the call, unless another value is an
-example placeholder of the prompts that the conversation does not hold (`COPIED_EXAMPLES`: the number 1.5
-and the string "..."; or a type hint the example shows where a call is required, `is_example_hint`:
-"<string>"; not the integer 1, which real answers often hold unsaid: "1 room", "compounded once a year").
-What it flags among BFCL's reference calls: bench/results/design_costs.md. Pure: no I/O.
+A grammar makes a call well-formed, not meant. A call is ungrounded when none of its values is in the
+conversation, or one is a prompt's example placeholder. Schema-given values, booleans and nulls prove nothing.
 """
 
 from __future__ import annotations
@@ -74,8 +59,7 @@ class Evidence:
 
 
 def ungrounded(arguments: JSONValue, parameters: Mapping[str, Any], evidence: Evidence) -> list[str]:
-    """The made-up values of a call ("weight=1.5") when none of its values is traced, or when one of them is a
-    prompt's example placeholder or hint the conversation does not hold (copied); else []."""
+    """The made-up values of a call ("weight=1.5"); [] when grounded."""
     if not isinstance(arguments, dict):
         return []
     made_up: list[str] = []
@@ -98,7 +82,7 @@ _EMPTY = object()
 
 
 def _values(arguments: dict[str, Any], properties: Any) -> Iterator[tuple[str, Any]]:
-    """(argument, leaf value) for every value the schema did not give; an empty value as `_EMPTY`."""
+    """(argument, leaf) for each value the schema did not give; empties as `_EMPTY`."""
     for key, value in arguments.items():
         schema = properties.get(key) if isinstance(properties, Mapping) else None
         if isinstance(schema, Mapping) and _given_by_schema(value, schema):
@@ -117,8 +101,7 @@ def _given_by_schema(value: JSONValue, schema: Mapping[str, Any]) -> bool:
 
 
 def leaves(value: JSONValue, depth: int = 0) -> Iterator[str | float]:
-    """The strings and numbers of a JSON value (booleans and nulls are no evidence of anything), at most
-    MAX_VALUES items of a list or object and 8 levels deep."""
+    """The strings and numbers of a JSON value, bounded."""
     if depth > 8 or isinstance(value, bool) or value is None:
         return
     if isinstance(value, int | float):
@@ -135,8 +118,7 @@ def leaves(value: JSONValue, depth: int = 0) -> Iterator[str | float]:
 
 
 def made_up(book: Toolbox, messages: JSONValue, calls: tuple[ToolCall, ...]) -> Problem | None:
-    """A call the grammar let through when text could have won, with not one argument value from the
-    conversation (`ungrounded`): the model had no call to make. None when any call is grounded."""
+    """A made-up call where text could have won; None if any call is grounded."""
     evidence = Evidence.of(messages)
     details: list[str] = []
     for call in calls:
@@ -152,15 +134,13 @@ def made_up(book: Toolbox, messages: JSONValue, calls: tuple[ToolCall, ...]) -> 
 
 
 def users(messages: JSONValue) -> list[Any]:
-    """The user's turns: what a further call's values come from (tool results hold many values no one asked
-    to call with: an agent loop would take them for more calls)."""
+    """The user's turns: tool results hold too many values to ground a call."""
     return [m for m in messages if isinstance(m, dict) and m.get("role") == "user"] if isinstance(messages, list) \
         else []
 
 
 def traced(leaf: str | float, evidence: Evidence) -> bool:
-    """The conversation holds this value: a number as `Evidence.holds` reads numbers, a string whole (ignoring
-    case and spaces; not a word of it, as grounding allows: "Maroon 5" is not traced by "Maroon")."""
+    """The conversation holds this value whole: "Maroon" does not trace "Maroon 5"."""
     if not isinstance(leaf, str):
         return evidence.holds(leaf)
     low = leaf.strip().lower()
@@ -168,12 +148,12 @@ def traced(leaf: str | float, evidence: Evidence) -> bool:
 
 
 def key(leaf: str | float) -> str | float:
-    """A value as compared with others: a string stripped and lower-cased, a number as a float."""
+    """A value as compared: a string stripped and lower-cased, a number a float."""
     return leaf.strip().lower() if isinstance(leaf, str) else float(leaf)
 
 
 def loads(arguments: str) -> Any:
-    """Call arguments as JSON, or None when they are not JSON."""
+    """Call arguments as JSON, or None."""
     try:
         return orjson.loads(arguments)
     except orjson.JSONDecodeError:

@@ -1,10 +1,6 @@
-"""Tier 1: what one upstream answer's calls become after local, lossless repair and validation.
+"""Tier 1: one answer's calls after local, lossless repair and validation.
 
-`assess` gathers candidates from the native `tool_calls` and from call markup in `content` (via the codec
-registry), mends what can be mended without inventing or cutting content (JSON syntax, names, lossless
-type coercions), validates each against its tool and sorts the outcome into ready calls, the mends made
-(one Repair per mended call) and the problems left for tier 2. A valid native call passes untouched:
-same id, byte-identical arguments, no Repair. Never raises.
+A valid native call passes untouched (same id, byte-identical arguments, no Repair); `assess` never raises.
 """
 
 from __future__ import annotations
@@ -41,13 +37,11 @@ def assess(
     asked_format: str | None = None,
     client_json: bool = False,
 ) -> Assessment:
-    """Every call in the answer, judged. `asked_format`: the call format a prompted round asked for (a format's
-    name, or the name of the codec that reads it); a call written in it is the model doing as told, not a mend
-    (no `<codec>_in_content` repair, nor the mends its `Format.as_asked` lists). `client_json`: the
-    client asked for a JSON answer (response_format); content that is JSON (opens with `{` or `[`) is that
-    answer and never read for calls, while call markup in content is still read (an agent SDK sends
-    response_format beside its tools)."""
-    with fallback_budget():  # the answer's calls share one json_repair budget (lenient_json)
+    """Every call in the answer, judged.
+
+    A call in `asked_format` is no mend. With `client_json`, JSON content is the client's answer, not calls.
+    """
+    with fallback_budget():  # the answer's calls share one json_repair budget
         return _assess(message, book, finish_reason == "length", parallel_tool_calls, new_id, max_repair_chars,
                        asked_format, client_json)
 
@@ -85,10 +79,7 @@ def _assess(message: ChatMessage, book: Toolbox, cut: bool, parallel_tool_calls:
 
 
 def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found]:
-    """The call markup in `text` outside its reasoning spans (reasoning.py): a model thinking about a call
-    made none. Each piece between reasoning spans is read on its own, so no call is pieced across one. A
-    reasoning opener inside a call read from the whole text (`{"q": "<think>"}` in its arguments) is the
-    call's text, not markup."""
+    """Call markup outside reasoning spans: thinking about a call makes none."""
     pieces = reasoning.outside(text)
     if pieces == [(0, len(text))]:
         return find_calls(text, tool_names)
@@ -106,8 +97,7 @@ def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found
 
 
 def _duplicate(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], ToolCall]) -> bool:
-    """A call in content that repeats an earlier one (some servers echo the markup of a native call; a model
-    writes its call twice) is the same call: dropped, and reported (Assessment.duplicates)."""
+    """A content call repeating an earlier one (servers echo native calls) is dropped."""
     key = (call.name, call.arguments)
     if cand.source != "native" and key in seen:
         return True
@@ -116,18 +106,18 @@ def _duplicate(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], Tool
 
 
 def strip_calls(text: str, found: list[Found]) -> str | None:
-    """The text with call markup removed (prose stays); None when nothing but whitespace is left."""
+    """The text without call markup; None when only whitespace is left."""
     if not found:
         return text if text.strip() else None
     pieces: list[str] = []
     pos = 0
     for i, f in enumerate(found):
         gap = text[pos : f.start]
-        if not (i and _SEPARATOR.fullmatch(gap)):  # `;` or `,` between two calls belongs to them
+        if not (i and _SEPARATOR.fullmatch(gap)):  # a separator between calls goes with them
             pieces.append(gap)
         pos = f.end
     pieces.append(text[pos:])
-    rest = "".join(pieces).rstrip()  # leading whitespace stays: the stream showed it (contract section 6)
+    rest = "".join(pieces).rstrip()  # leading whitespace stays: the stream showed it
     return rest or None
 
 
@@ -158,10 +148,10 @@ BIG_RAW_CHARS = 1024 * 1024
 
 
 def native_call_text(item: JSONValue) -> str:
-    """A native call as the JSON it came in (its `raw`)."""
+    """A native call as the JSON it came in."""
     fn = item.get("function") if isinstance(item, dict) else None
     args = fn.get("arguments") if isinstance(fn, dict) else None
-    if isinstance(args, str) and len(args) > BIG_RAW_CHARS:  # orjson reserves many bytes a character to write
+    if isinstance(args, str) and len(args) > BIG_RAW_CHARS:  # orjson reserves bytes per character
         return json.dumps(item, ensure_ascii=False, separators=(",", ":"), default=repr)
     try:
         return orjson.dumps(item).decode()
@@ -189,7 +179,7 @@ class _Verdict:
 class _Args:
     value: Any
     repairs: tuple[str, ...]
-    unchanged: bool  # the model's arguments string can go out as it is
+    unchanged: bool  # the model's arguments text can go out as it is
 
 
 class _Judge:
@@ -210,7 +200,7 @@ class _Judge:
                 cand, (name, name_repairs) = split, self.book.resolve(split.name)
         if name is None and not cand.name and isinstance(cand.arguments, str):
             decoded = decode(cand.arguments, self.max_chars)
-            if not isinstance(decoded, Decoded):  # call markup around text that is not a call at all
+            if not isinstance(decoded, Decoded):  # markup around text that is no call
                 return _Verdict(problems=(self._malformed(cand, None, decoded.why),))
         if name is None:
             detail = f"there is no tool named {cand.name!r}"
@@ -289,8 +279,7 @@ class _Judge:
 
 
 def _arguments_in_name(cand: Candidate, book: Toolbox) -> Candidate | None:
-    """A call whose arguments were written into its name (`get_weather{"city": "Paris"}` with no arguments of its
-    own): the name before the brace, when that is a tool, and the rest as its arguments."""
+    """A call with its arguments in its name (`get_weather{"city": "Paris"}`), split."""
     head, brace, tail = cand.name.partition("{")
     empty = cand.arguments is None or cand.arguments in ("", {}) or \
         (isinstance(cand.arguments, str) and cand.arguments.strip() in ("", "{}"))
@@ -299,6 +288,6 @@ def _arguments_in_name(cand: Candidate, book: Toolbox) -> Candidate | None:
     return replace(cand, name=head.strip(), arguments=brace + tail, repairs=(*cand.repairs, "arguments_in_name"))
 
 
-# Mends that change only the name: the arguments text can still go out byte-identical.
+# Name-only mends: the arguments text still goes out byte-identical.
 _NAME_ONLY = frozenset({"name_case", "name_prefix", "name_whitespace", "name_repeated", "name_namespace",
                         "name_special_tokens"})

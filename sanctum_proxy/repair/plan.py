@@ -1,4 +1,4 @@
-"""What the round loop needs to know about one request, settled before the first round."""
+"""What the round loop knows about one request, settled before the first round."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from sanctum_proxy.repair.toolbox import Toolbox
 
 @dataclass(frozen=True)
 class Plan:
-    """What the loop needs to know about the request, settled before the first round."""
 
     body: JSONObject
     book: Toolbox | None  # None: no tools offered
@@ -26,17 +25,15 @@ class Plan:
     prompt_format: str = "hermes"
     upstream: str = ""
     new_id: Callable[[], str] | None = None
-    opening_omens: tuple[om.Omen, ...] = ()  # decided before the first round (a probe)
+    opening_omens: tuple[om.Omen, ...] = ()  # from a probe before the first round
     constrain: cn.Constrain = "off"
-    correction_context: Literal["transcript", "fresh"] = "transcript"  # fresh: JSON-prompt rounds, no transcript
-    grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp): prompted corrections use one
-    tool_choice: bool = True  # False: the upstream refused tool_choice "required" before (native corrections
-    # then go unconstrained, with the transcript still)
-    native_calls: bool | None = None  # the model's template takes tools (probed); False: it drops them (llama.cpp
-    # --jinja, silently), so tool_choice holds nothing and a native correction round goes prompted instead
-    max_repair_bytes: int = 64 * 1024  # call text longer than this is not mended locally (tier 2 instead)
-    max_grammar_bytes: int = 1024 * 1024  # a larger grammar is not sent: the correction round goes unconstrained
-    follow_up_calls: bool = False  # constrain "always": after one call, MORE rounds, one call each (follow_up.py)
+    correction_context: Literal["transcript", "fresh"] = "transcript"
+    grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp)
+    tool_choice: bool = True  # False: the upstream refused tool_choice "required" before
+    native_calls: bool | None = None  # False: the template drops tools (llama.cpp --jinja)
+    max_repair_bytes: int = 64 * 1024  # longer call text goes to tier 2
+    max_grammar_bytes: int = 1024 * 1024
+    follow_up_calls: bool = False
 
     @property
     def model(self) -> str:
@@ -48,7 +45,7 @@ class Plan:
 
     @property
     def required(self) -> str | None:
-        """"any" for tool_choice required, a tool name for a named choice, else None."""
+        """"any" for tool_choice required, a name for a named choice, else None."""
         choice = self.body.get("tool_choice")
         if choice == "required":
             return "any"
@@ -59,5 +56,5 @@ class Plan:
 
     @property
     def new_ids(self) -> dict[str, Callable[[], str]]:
-        """The keyword that gives tier 1 this plan's call-id maker, where it has one (mend.assess)."""
+        """mend.assess's `new_id` keyword, where the plan has one."""
         return {"new_id": self.new_id} if self.new_id else {}

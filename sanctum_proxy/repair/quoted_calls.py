@@ -1,5 +1,4 @@
-"""The calls of the model's output that an upstream parse failure quotes whole (upstream_errors.quoted_output),
-read by tier 1 as if the upstream had answered it as content. Pure: no I/O."""
+"""The calls an upstream parse failure quotes whole, read by tier 1 as if sent as content."""
 
 from __future__ import annotations
 
@@ -20,13 +19,12 @@ from sanctum_proxy.repair.upstream_errors import quoted_arguments, quoted_output
 
 READ_FROM_ERROR = "read_from_upstream_error"
 ONLY_TOOL = "name_of_the_only_tool"  # Ollama's harmony error quotes the arguments alone
-# Mends that close what the output left open: in a quote they may be where the quote (not the model) stopped.
+# Mends closing what was left open: the quote, not the model, may have stopped there.
 _CLOSING = frozenset({"unclosed_braces", "unclosed_tag", "unclosed_at_end"})
 
 
 @dataclass(frozen=True)
 class Quoted:
-    """The answer read from a quote: the message for the client, the quote as the round's answer, the omens."""
 
     message: ClientMessage
     answer: Answer
@@ -34,18 +32,14 @@ class Quoted:
 
 
 def read_quote(plan: Plan, error: UpstreamError, kept: tuple[ToolCall, ...], number: int) -> Quoted | None:
-    """Valid or locally mended calls of a whole quote are the answer, with no other round (each call's
-    SpellCallRepaired omen says `read_from_upstream_error`). Ollama's harmony error quotes a call's arguments
-    without its name: read only when one tool is offered (`name_of_the_only_tool`). None (ask again) when there
-    is no whole quote, it holds no call, a call needs tier 2, or a mend closed what the quote left open (the
-    quote may have stopped there, not the model)."""
+    """The quote's valid or locally mended calls as the answer; None to ask again."""
     if plan.book is None:
         return None
     quote, arguments = quoted_output(error), quoted_arguments(error)
     only = next(iter(plan.book.tools)) if len(plan.book.tools) == 1 else None
     if quote is not None:
         sent: ChatMessage = {"role": "assistant", "content": quote}
-    elif arguments is not None and only is not None:  # the name is not quoted: the one tool offered is the one
+    elif arguments is not None and only is not None:  # no name quoted: the one tool offered
         sent = {"role": "assistant", "content": None, "tool_calls": [tool_call("", only, arguments)]}
     else:
         return None

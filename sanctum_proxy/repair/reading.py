@@ -1,17 +1,6 @@
-"""One reading of a tool's arguments schema: what keys an object may hold, and which enum or const values its
-type allows. The grammar that writes arguments (grammar.py) and the validator that judges them (validate.py)
-both read a schema here, so that what validation refuses the grammar never writes.
+"""One reading of a tool's arguments schema, so what validate.py refuses grammar.py never writes.
 
-    object_keys(schema, top=...)   the listed properties, the required keys, what other keys may come
-    typed_values(values, schema)   the enum / const values of the schema's own type
-
-The tool's arguments object itself (`top`) is closed unless it says otherwise: no `additionalProperties` means no
-key beyond `properties` (`{"type": "object", "properties": {}}` takes `{}` only), which is what the model is told
-(correct.signature lists the parameters) and what OpenAI's strict mode asks. Only where the properties live in
-sub-schemas (`anyOf`, `allOf`, `$ref`, ...) and the object lists none of its own are other keys left to them. An
-object nested inside the arguments follows JSON Schema (no `additionalProperties`: any key), so a free-form
-`{"type": "object"}` parameter stays free-form; the grammar writes only its listed properties where it has any.
-Pure: no I/O.
+The arguments object (`top`) is closed unless it says otherwise or leaves its properties to sub-schemas.
 """
 
 from __future__ import annotations
@@ -27,12 +16,11 @@ COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "uneval
 
 @dataclass(frozen=True)
 class Keys:
-    """The keys an object may hold."""
 
-    properties: Mapping[str, object]  # listed, in the schema's order (a name -> its schema)
-    required: tuple[str, ...]  # listed ones in the schema's order, then any the properties do not list
-    others: bool | Mapping[str, object]  # keys not listed: False none, True any value, or the schema of their values
-    patterns: tuple[str, ...]  # patternProperties: a key matching one is allowed too (the grammar never writes one)
+    properties: Mapping[str, object]
+    required: tuple[str, ...]  # listed ones in order, then unlisted ones
+    others: bool | Mapping[str, object]  # unlisted keys: False none, True any, or their values' schema
+    patterns: tuple[str, ...]  # patternProperties keys
 
     @property
     def optional(self) -> list[str]:
@@ -40,7 +28,7 @@ class Keys:
 
 
 def object_keys(schema: Mapping[str, object], *, top: bool) -> Keys:
-    """The keys `schema` allows in an object: `top` for the tool's arguments object (see the module docstring)."""
+    """The keys `schema` allows in an object; `top` for the arguments object."""
     props = schema.get("properties")
     properties: Mapping[str, object] = props if isinstance(props, Mapping) else {}
     req = schema.get("required")
@@ -62,8 +50,7 @@ def object_keys(schema: Mapping[str, object], *, top: bool) -> Keys:
 
 
 def typed_values(values: Sequence[Any], schema: Mapping[str, object]) -> list[Any]:
-    """The values of an `enum` (or a `const`) that the schema's `type` allows: none when the enum contradicts its
-    type (BFCL has `{"type": "boolean", "enum": ["True", "False", "dontcare"]}`): no value is valid there."""
+    """The enum or const values the schema's `type` allows; none where they contradict it."""
     kind = schema.get("type")
     kinds = [kind] if isinstance(kind, str) else [k for k in kind if isinstance(k, str)] if isinstance(kind, list) \
         else None
@@ -73,7 +60,7 @@ def typed_values(values: Sequence[Any], schema: Mapping[str, object]) -> list[An
 
 
 def is_type(value: JSONValue, kind: str) -> bool:
-    """JSON Schema's `type` test (an integral float is an integer; a boolean is no number)."""
+    """JSON Schema's `type` test: an integral float is an integer, a boolean no number."""
     if kind == "integer":
         return (isinstance(value, int) and not isinstance(value, bool)) or (
             isinstance(value, float) and value.is_integer())

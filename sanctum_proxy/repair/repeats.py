@@ -1,13 +1,7 @@
 """Calls the conversation has already answered: the agent-loop trap of small models.
 
-After a tool result, a small model often calls the same tool with the same arguments again instead of
-answering, until the framework's turn cap (bench/results/design_costs.md). A call whose name and arguments
-(compared as parsed JSON) equal an earlier assistant call that a `role: "tool"` message answered is a repeat.
-Pure: messages and calls in, a Problem out.
-
-The correction names the result and repeats the user's question, and the round that follows is sent without
-tools and without the repeated call: with the repeated call and a "do not call it again" correction, a small
-model answers the correction rather than the user.
+A call equal to one a tool message answered is a repeat. Its next round drops tools and the repeat: given both,
+a small model answers the correction, not the user.
 """
 
 from __future__ import annotations
@@ -19,11 +13,11 @@ import orjson
 from sanctum_proxy.core.calls import Problem, ToolCall, content_text
 from sanctum_proxy.core.shapes import JSONValue
 
-MAX_RESULT_CHARS = 600  # of a tool result quoted back in the correction
+MAX_RESULT_CHARS = 600  # of a result quoted in the correction
 
 
 def answered_calls(messages: JSONValue) -> dict[tuple[str, bytes], str]:
-    """(name, canonical arguments) -> the tool result text, for every call a tool message answered."""
+    """(name, canonical arguments) -> result text, for every answered call."""
     if not isinstance(messages, list):
         return {}
     asked: dict[str, tuple[str, bytes]] = {}
@@ -42,7 +36,7 @@ def answered_calls(messages: JSONValue) -> dict[tuple[str, bytes], str]:
 
 
 def canonical(arguments: JSONValue) -> bytes:
-    """Arguments as sorted-key JSON, so `{"a":1,"b":2}` and `{"b": 2, "a": 1}` are the same call."""
+    """Arguments as sorted-key JSON."""
     value = arguments
     if isinstance(arguments, str):
         try:
@@ -56,12 +50,11 @@ def canonical(arguments: JSONValue) -> bytes:
 
 
 def repeated_call(calls: Sequence[ToolCall], messages: JSONValue, raw: Callable[[], str]) -> Problem | None:
-    """A Problem when every call repeats one the conversation already answered (a new call beside a repeat
-    is the model going on: it passes); None otherwise. `raw()`, the answer as sent, only for the Problem."""
+    """A Problem when every call repeats an answered one; a new call beside a repeat passes."""
     if not calls:
         return None
     answered = answered_calls(messages)
-    if not answered:  # no tool result yet (a first turn): nothing to repeat
+    if not answered:
         return None
     results = [answered.get((c.name, canonical(c.arguments))) for c in calls]
     if any(r is None for r in results):

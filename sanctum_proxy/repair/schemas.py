@@ -1,20 +1,6 @@
-"""Tool schemas as untrusted input: what a client's `parameters` may ask of the proxy, and the validator
-that honours it at bounded cost.
+"""Tool schemas as untrusted input: what a client's `parameters` may ask, validated at bounded cost.
 
-A tool schema may refer only inside itself (`#...`: a JSON pointer, `$defs` / `definitions`, an anchor);
-nothing is ever fetched or read, whatever the `$ref` says (the registry refuses every retrieval as well).
-Every `pattern` and `patternProperties` key runs on RE2, a linear-time engine: `^(a+)+$` costs microseconds,
-not minutes. A pattern RE2 cannot compile (lookaround, backreferences) is refused, never skipped.
-
-Budgets (docs/contract.md, Budgets): a pattern compiles within RE2_MAX_MEM (a bigger program is refused, so
-no pattern costs more than a few milliseconds or a megabyte), one request's tools hold at most
-MAX_PATTERNS patterns, and a schema whose `$ref`s and `anyOf` / `allOf` / `oneOf` branches expand to more
-than MAX_SCHEMA_EXPANSION subschemas is refused (a chain of `anyOf` of two `$ref`s doubles at each link:
-checking arguments against it would walk 2^n branches). What an instance can still multiply (a recursive
-schema and deeply nested arguments) is cut by a step budget: `steps(n)` around a validation raises
-StepsExhausted once n keywords have been applied.
-`refusal(schema)` says why a schema is refused (None when it is not); `validator_class(schema)` is the
-jsonschema class to validate with. Pure: no I/O.
+References never leave the schema and patterns run on RE2; budgets (docs/contract.md) bound the rest.
 """
 
 from __future__ import annotations
@@ -38,9 +24,9 @@ from sanctum_proxy.core.shapes import JSONValue
 REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 MAX_PATTERN_CHARS = 1000
 MAX_SCHEMA_DEPTH = 64
-MAX_SCHEMA_EXPANSION = 100_000  # subschemas, with every $ref followed and every branch counted
-MAX_PATTERNS = 128  # patterns (and patternProperties keys) in one request's tools
-RE2_MAX_MEM = 1 << 20  # bytes RE2 may use for one pattern's program
+MAX_SCHEMA_EXPANSION = 100_000  # subschemas, every $ref followed
+MAX_PATTERNS = 128  # in one request's tools
+RE2_MAX_MEM = 1 << 20  # bytes per pattern program
 
 
 def refusal(schema: JSONValue) -> str | None:
@@ -81,9 +67,7 @@ def _over_expanded(schema: Mapping[str, object]) -> str | None:
 
 
 def expansion(schema: Mapping[str, object]) -> int:
-    """How many subschemas validation may visit for one value: the schema's nodes with each local `$ref`
-    replaced by what it points at, counted once per use (a ref back into itself counts 1: that recursion
-    goes only as deep as the arguments). Linear in the schema (each node is sized once)."""
+    """Subschemas one value's validation may visit, each local `$ref` expanded per use."""
     sizes: dict[int, int] = {}
     busy: set[int] = set()
 
@@ -92,7 +76,7 @@ def expansion(schema: Mapping[str, object]) -> int:
         if ref == "#":
             return node
         if not ref.startswith("#/"):
-            return None  # an anchor or a relative $id: counted as one
+            return None  # counted as one
         for part in ref[2:].split("/"):
             key = part.replace("~1", "/").replace("~0", "~")
             if isinstance(node, Mapping):
@@ -103,7 +87,7 @@ def expansion(schema: Mapping[str, object]) -> int:
                 return None
         return node
 
-    def size(node: Any) -> int:  # the depth is bounded (MAX_SCHEMA_DEPTH) before this runs
+    def size(node: Any) -> int:
         if not isinstance(node, Mapping | list):
             return 0
         key = id(node)
@@ -127,12 +111,11 @@ _BRANCHING = frozenset({"anyOf", "oneOf", "allOf", "if", "not", "dependentSchema
 
 
 def branches(schema: JSONValue) -> bool:
-    """Whether the schema uses a keyword whose validation may visit a subschema more than once per value."""
+    """Whether validation may visit a subschema more than once per value."""
     return any(key in _BRANCHING for key, _ in _keywords(schema))
 
 
 def pattern_count(schema: JSONValue) -> int:
-    """The patterns a schema holds (`pattern` values and `patternProperties` keys)."""
     count = 0
     for key, value in _keywords(schema):
         if key == "pattern" and isinstance(value, str):
@@ -143,9 +126,7 @@ def pattern_count(schema: JSONValue) -> int:
 
 
 def _unresolvable(schema: Mapping[str, object]) -> str | None:
-    """A local reference that points at nothing, found now rather than when the model's arguments are
-    checked (where it could only be skipped). Schemas with nested `$id`s change the base of their refs:
-    those are left to the validator, whose registry still fetches nothing."""
+    """A local `$ref` that points at nothing; nested `$id`s are left to the validator."""
     refs = [v for k, v in _keywords(schema) if k in REF_KEYWORDS and isinstance(v, str)]
     nested_ids = sum(1 for k, v in _keywords(schema) if k in ("$id", "id") and isinstance(v, str))
     if not refs or nested_ids > (1 if isinstance(schema.get("$id", schema.get("id")), str) else 0):
@@ -162,7 +143,6 @@ def _unresolvable(schema: Mapping[str, object]) -> str | None:
 
 
 def _keywords(schema: JSONValue) -> Iterator[tuple[str, JSONValue]]:
-    """Every (key, value) of every object in the schema, iteratively (depth is checked before)."""
     stack = [schema]
     while stack:
         node = stack.pop()
@@ -203,17 +183,17 @@ def _pattern_problem(pattern: str) -> str | None:
 
 @functools.lru_cache(maxsize=256)
 def compiled(pattern: str) -> Any:
-    """The RE2 program for `pattern` (raises re2.error when RE2 cannot compile it)."""
+    """Raises re2.error when RE2 cannot compile `pattern`."""
     return re2.compile(pattern, _QUIET)
 
 
 _QUIET = re2.Options()
-_QUIET.log_errors = False  # a refused pattern is the client's answer, not a line on the proxy's stderr
-_QUIET.max_mem = RE2_MAX_MEM  # a huge program is refused early, not compiled (bench/results/design_costs.md)
+_QUIET.log_errors = False  # the client's error, not a stderr line
+_QUIET.max_mem = RE2_MAX_MEM  # refused early, not compiled
 
 
 def search(pattern: str, text: str) -> bool:
-    """Whether `pattern` matches somewhere in `text` (RE2); a pattern RE2 refuses matches nothing."""
+    """Whether `pattern` matches in `text`; a refused pattern matches nothing."""
     try:
         program = compiled(pattern)
     except re2.error:
@@ -228,11 +208,11 @@ def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
     raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]
 
 
-# Only the specifications' own meta-schemas are known; any other URI is unresolvable, never fetched.
+# Only the specifications' meta-schemas resolve; nothing is fetched.
 NO_RETRIEVAL: referencing.Registry[Any] = referencing.Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
 
 
-# --- the keywords that would run Python's backtracking `re`, on RE2 instead -------------------------------
+# --- keywords on RE2, not Python's backtracking `re` --------------------------------------------------------
 
 def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
     if validator.is_type(instance, "string") and isinstance(pattern, str) and not search(pattern, instance):
@@ -250,7 +230,7 @@ def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: An
 
 def _additional(instance: Mapping[str, object], schema: Mapping[str, object]) -> list[str]:
     properties, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
-    properties = properties if isinstance(properties, dict) else {}  # dicts: check_schema checked the schema
+    properties = properties if isinstance(properties, dict) else {}
     patterns = patterns if isinstance(patterns, dict) else {}
     return [k for k in instance if k not in properties and not any(search(p, k) for p in patterns)]
 
@@ -280,7 +260,7 @@ _ON_RE2 = {"pattern": _pattern, "patternProperties": _pattern_properties,
 # --- the step budget ---------------------------------------------------------------------------------------
 
 class StepsExhausted(Exception):
-    """Validation applied more keywords than its budget allowed (`steps`)."""
+    """Validation applied more keywords than `steps` allowed."""
 
 
 _LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("sanctum_schema_steps", default=None)
@@ -288,7 +268,7 @@ _LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("sanctu
 
 @contextlib.contextmanager
 def steps(budget: int) -> Iterator[None]:
-    """Validations run inside may apply at most `budget` keywords in all; the next one raises StepsExhausted."""
+    """Validations inside may apply `budget` keywords in all, then raise StepsExhausted."""
     token = _LEFT.set([budget])
     try:
         yield
@@ -315,13 +295,12 @@ def _on_re2(base: type[Validator]) -> type[Validator]:
 
 
 def validator_for(schema: Mapping[str, object]) -> Validator:
-    """A validator for `schema` (its `$schema` dialect, 2020-12 by default) whose patterns run on RE2 and
-    whose references never leave it."""
+    """A validator for `schema`'s dialect, patterns on RE2, references kept inside."""
     base = validators.validator_for(schema, default=validators.Draft202012Validator)
     validator: Validator = _on_re2(base)(schema, registry=NO_RETRIEVAL)
     return validator
 
 
 def check_schema(schema: Mapping[str, object]) -> None:
-    """Raise jsonschema's SchemaError when `schema` is not valid under its meta-schema."""
+    """Raise SchemaError when `schema` is invalid under its meta-schema."""
     validators.validator_for(schema, default=validators.Draft202012Validator).check_schema(schema)

@@ -1,10 +1,7 @@
-"""The tools a request offers: their names, how a name as written maps to one, and their schemas.
+"""The tools a request offers: their names, how a written name maps to one, and their schemas.
 
-A Toolbox is built from the request's `tools` (or legacy `functions`) and is immutable. Tool-definition
-validity is the request parser's job; here odd input is tolerated (skipped or treated as unconstrained)
-so that nothing crashes. Compiled validators are cached by the schema's canonical JSON; a Toolbox itself,
-with what it works out once (its validators and argument keys, whether a schema branches, its size), by the tools' JSON
-(`Toolbox.of`): an agent sends the same tools with every request.
+Odd input is tolerated (the request parser judges it). Toolboxes are cached by the tools' JSON: agents resend
+the same tools each request.
 """
 
 from __future__ import annotations
@@ -26,8 +23,8 @@ from sanctum_proxy.repair.schemas import branches, check_schema, refusal, valida
 from sanctum_proxy.repair.validate import problems_for
 
 _NO_CONSTRAINTS: JSONObject = {"type": "object", "additionalProperties": True}
-BOOKS_KEPT = 64  # tool lists whose Toolbox is kept (Toolbox.of), the least recently used dropped first
-BOOK_KEY_BYTES = 256 * 1024  # a tool list longer than this as JSON is not kept
+BOOKS_KEPT = 64  # least recently used dropped first
+BOOK_KEY_BYTES = 256 * 1024  # longer tool lists are not kept
 
 
 @functools.lru_cache(maxsize=256)
@@ -37,16 +34,16 @@ def _compiled(schema_json: bytes) -> Validator:
         check_schema(schema)
     except SchemaError:
         schema = _NO_CONSTRAINTS
-    if refusal(schema) is not None:  # the request parser refused it already; never reached from a request
+    if refusal(schema) is not None:  # the request parser refused it already
         schema = _NO_CONSTRAINTS
     return validator_for(schema)
 
 
 def _canonical(schema: Mapping[str, object]) -> bytes:
-    """The schema's cache key (and the text it is compiled from): orjson with sorted keys."""
+    """The schema's cache key: orjson with sorted keys."""
     try:
         return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # orjson.JSONEncodeError: a non-str key, a value JSON cannot hold, nesting too deep
+    except TypeError:  # a value or nesting JSON cannot hold
         return orjson.dumps(_NO_CONSTRAINTS)
 
 
@@ -66,7 +63,7 @@ def _tool_from(fn: JSONValue) -> Tool | None:
 
 
 class Toolbox:
-    """The offered tools by name, in offered order."""
+    """The offered tools by name, in order."""
 
     __slots__ = ("tools", "names", "name_set", "_branching", "_size", "_checks")
 
@@ -78,19 +75,18 @@ class Toolbox:
         self.name_set: frozenset[str] = frozenset(self.names)
         self._branching: bool | None = None
         self._size: int | None = None
-        self._checks: dict[str, tuple[Validator, Keys]] = {}  # per tool called: what checking its arguments reads
+        self._checks: dict[str, tuple[Validator, Keys]] = {}  # per tool called
 
     @property
     def schema_bytes(self) -> int:
-        """The tools' schemas as JSON, in bytes: what building a grammar or a prompt from them is linear in."""
+        """The schemas' JSON size, which grammar and prompt building are linear in."""
         if self._size is None:
             self._size = sum(len(_canonical(tool.parameters)) for tool in self.tools.values())
         return self._size
 
     @property
     def branching(self) -> bool:
-        """Whether a tool's schema branches or refers (anyOf, oneOf, allOf, $ref, if, not): validating against it
-        may cost many steps (validate.MAX_STEPS), so the round loop judges its answers off the event loop."""
+        """Whether a schema branches or refers, so validating may take many steps."""
         if self._branching is None:
             self._branching = any(branches(tool.parameters) for tool in self.tools.values())
         return self._branching
@@ -103,11 +99,10 @@ class Toolbox:
 
     @classmethod
     def of(cls, tools: JSONValue) -> Toolbox:
-        """`from_tools(tools)`, the same Toolbox for the same tools (as JSON) while it is among the last
-        BOOKS_KEPT tool lists seen."""
+        """`from_tools`, reused for a list among the last BOOKS_KEPT."""
         try:
             key = orjson.dumps(tools)
-        except TypeError:  # orjson.JSONEncodeError: nothing a parsed request body holds, but never a crash
+        except TypeError:  # never from a parsed body
             return cls.from_tools(tools)
         if len(key) > BOOK_KEY_BYTES:
             return cls.from_tools(tools)
@@ -136,13 +131,12 @@ class Toolbox:
         return self._check_of(name)[0]
 
     def check(self, name: str, args: JSONValue) -> list[Problem]:
-        """Why `args` cannot be sent to tool `name`: one Problem per reason; [] when they are valid."""
+        """Why `args` cannot go to tool `name`, one Problem per reason."""
         validator, keys = self._check_of(name)
         return problems_for(self.tools[name], validator, keys, args)
 
     def _check_of(self, name: str) -> tuple[Validator, Keys]:
-        """The tool's compiled validator and the keys its arguments may hold, worked out once per Toolbox (only
-        for the tools actually called)."""
+        """The tool's validator and argument keys, worked out on first call."""
         found = self._checks.get(name)
         if found is None:
             parameters = self.tools[name].parameters

@@ -1,5 +1,4 @@
-"""The body a round sends upstream: the client's request as its mode sends it (native, prompted, or the
-answer-object prompt of a constrained round), its constraint, and the hidden turns after it. Pure: no I/O."""
+"""The body a round sends upstream: the request in its mode, its constraint, and the hidden turns after it."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ def upstream_body(plan: Plan, mode: Mode, extra: list[ChatMessage],
         body["response_format"] = cn.response_format(constraint.schema())
     elif constraint is not None and constraint.how == "tool_choice":
         body = native_body(body)
-        body["tool_choice"] = "required"  # (a named choice is "required" already, with its one tool)
+        body["tool_choice"] = "required"  # a named choice is narrowed to its one tool already
     elif plan.book is not None and (mode == "prompted" or constraint is not None and constraint.prompted):
         body = prompted.to_prompted(body, plan.book, plan.prompt_format, parallel=plan.parallel,
                                     required=plan.required)
@@ -38,14 +37,13 @@ def upstream_body(plan: Plan, mode: Mode, extra: list[ChatMessage],
     else:
         body = native_body(body)
     if extra:
-        messages = body.get("messages")  # a list: protocols/chat_request.py checked it
+        messages = body.get("messages")  # protocols/chat_request.py checked it is a list
         body = {**body, "messages": [*(messages if isinstance(messages, list) else ()), *extra]}
     return body
 
 
 def native_body(body: JSONObject) -> JSONObject:
-    """Absorb upstream quirks: a named tool_choice is sent as only that tool with "required" (llama.cpp
-    reads the object form as "auto"); history tool_calls get the `type` and `arguments` llama.cpp needs."""
+    """llama.cpp's quirks: a named tool_choice as that tool alone and "required"; history calls completed."""
     out = dict(body)
     choice, tools, messages = body.get("tool_choice"), body.get("tools"), body.get("messages")
     if isinstance(choice, dict) and isinstance(tools, list):
@@ -56,7 +54,7 @@ def native_body(body: JSONObject) -> JSONObject:
     return out
 
 
-def _normalised(message: JSONObject) -> JSONObject:  # a client's message, its calls as sent
+def _normalised(message: JSONObject) -> JSONObject:
     calls = message.get("tool_calls")
     if message.get("role") != "assistant" or not isinstance(calls, list):
         return message

@@ -1,4 +1,4 @@
-"""Usage summed over rounds and choices: every count added, nested details too, other fields as first seen."""
+"""Usage summed over rounds and choices: counts added, nested details too, other fields as first seen."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ from sanctum_proxy.core.shapes import JSONObject, Usage
 
 
 def added(total: Usage | None, usage: Usage | None) -> Usage | None:
-    """One round's usage as sent (details and vendor fields kept); over rounds, every count is summed."""
+    """`usage` added to `total`; the first round's is copied as sent."""
     if not isinstance(usage, dict):
         return total
     return summed_usage(total, usage) if total is not None else cast(Usage, _copied(usage))
 
 
 def summed_usage(total: Usage, usage: Usage) -> Usage:
-    """Usage of several answers (rounds, choices): counts added, nested details too, other fields as first seen."""
     return cast(Usage, _summed(total, usage))
 
 
@@ -41,10 +40,10 @@ def _count(value: object) -> TypeGuard[int]:
 
 
 def _copied(value: object) -> object:
-    """A copy of JSON as the upstream sent it (copy.deepcopy's generic walk cost more than the rest of this)."""
+    """A copy of JSON as the upstream sent it, faster than copy.deepcopy."""
     if not isinstance(value, dict | list):
         return value
     try:
         return orjson.loads(orjson.dumps(value))
-    except TypeError:  # orjson.JSONEncodeError: an integer past 64 bits (a lenient parse keeps it), deep nesting
+    except TypeError:  # an integer past 64 bits, deep nesting
         return copy.deepcopy(value)

@@ -1,19 +1,7 @@
-"""`n` > 1 (docs/contract.md, "Several choices"): every choice judged and repaired on its own, over the round
-loop's public API.
+"""`n` > 1 (docs/contract.md, "Several choices"): each choice repaired by a round loop of its own.
 
-The first round goes upstream once, with the client's `n`. Its answer is split by choice `index`; each choice
-runs through a round loop of its own (`run`), whose Sender answers its first round with that choice and sends
-every later round (a correction, a fallback) upstream alone, with `n` = 1. So a choice that needs a correction
-is re-asked alone and put back in its place; the others are untouched.
-
-Choice 0's loop drives the first round, so a first round that fails (a fallback in auto mode) is retried the
-way a single choice's is, still with `n`; the other loops start when the round that answers shows their
-choices, in the mode that round was sent in. Streamed, the upstream's chunks are split by index as they arrive
-and each choice's loop reads its own (live: every choice's text flows as it comes, under its own index).
-
-An upstream that ignores `n` (Ollama) answers one choice: the client gets that one. One that refuses it
-(llama.cpp's chat endpoint: `Only one completion choice is allowed`) answers an error: the client gets it.
-The usage of the first round (all choices) is counted once, with choice 0; a re-asked choice adds its own.
+The first round goes upstream once with `n`; a choice needing another round is re-asked alone. Ollama ignores
+`n`, and llama.cpp refuses it with an error the client gets.
 """
 
 from __future__ import annotations
@@ -34,24 +22,21 @@ from sanctum_proxy.routes.rounds import Recorded, Shown
 
 @dataclass(frozen=True)
 class Ended:
-    """Put on a queue after the last item: a choice's loop, or a choice's chunks, ended."""
+    """Put on a queue after the last item."""
 
 
 def count(body: JSONObject) -> int:
-    """How many choices the client asked for (1 unless `n` is an integer above 1)."""
     n = body.get("n")
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
 
 def alone(body: JSONObject) -> JSONObject:
-    """A round of one choice: the body without `n`."""
     return {k: v for k, v in body.items() if k != "n"}
 
 
 @dataclass
 class Finals(Final):
-    """The answer of every choice, in index order (`each`); its own fields are choice 0's, with the usage,
-    rounds and omens of them all (omens of a choice other than 0 carry `choice`)."""
+    """Every choice's answer in order (`each`); own fields are choice 0's, totals over all."""
 
     each: list[Final] = field(default_factory=list)
 
@@ -72,8 +57,7 @@ class Finals(Final):
 
 
 def split_chunk(piece: JSONObject) -> dict[int, JSONObject]:
-    """A stream chunk by choice index, each part a chunk of its own whose one choice has index 0 (the usage
-    and a chunk without choices go with choice 0)."""
+    """A stream chunk split by choice, each part re-indexed 0; usage stays with choice 0."""
     choices = piece.get("choices")
     if not isinstance(choices, list) or not choices:
         return {0: piece}
@@ -91,23 +75,22 @@ def split_chunk(piece: JSONObject) -> dict[int, JSONObject]:
 
 
 class Choices:
-    """The loops of one request's choices, and their events as (index, event) pairs; their round records go to
-    `recorded` (routes/rounds.record_round: the trace) as (index, record)."""
+    """The loops of one request's choices."""
 
     def __init__(self, plan: Plan, later: Sender, runner: Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]],
                  recorded: Callable[[RoundRecord, int], None] = lambda record, index: None) -> None:
         self.plan = plan
-        self.later = later  # a round of one choice, sent upstream (body without `n`)
-        self.runner = runner  # the round loop (routes: with its lessons kept, routes/rounds.kept_run)
+        self.later = later  # a round of one choice, sent alone
+        self.runner = runner
         self.recorded = recorded
-        self.lead_omens: list[om.Omen] = []  # choice 0's omens so far: the others start with them
-        self.lead_mode = plan.mode  # the mode of choice 0's latest round: the others start in it
+        self.lead_omens: list[om.Omen] = []  # other choices start with choice 0's omens and mode
+        self.lead_mode = plan.mode
         self._out: asyncio.Queue[tuple[int, Shown | BaseException | Ended]] = asyncio.Queue()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._first_done = False
 
     def spawn(self, index: int, first: Sender) -> None:
-        """Start the loop of choice `index` (> 0), whose first round is answered by `first`."""
+        """Start choice `index`'s loop, its first round answered by `first`."""
         if index in self._tasks:
             return
         plan = dataclasses.replace(self.plan, mode=self.lead_mode, opening_omens=tuple(self.lead_omens))
@@ -126,7 +109,7 @@ class Choices:
         return send
 
     def lead_sender(self, first: Sender) -> Sender:
-        """Choice 0's Sender: `first` (which sends `n` and spawns the other choices) until a round answers."""
+        """Choice 0's Sender: `first` (with `n`) until a round answers, then rounds alone."""
 
         async def send(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
             if self._first_done:
@@ -153,13 +136,12 @@ class Choices:
                 await self._out.put((index, event))
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+        except BaseException as exc:  # noqa: BLE001 - the consumer raises it
             await self._out.put((index, exc))
         await self._out.put((index, Ended()))
 
     async def events(self, lead: Sender) -> AsyncIterator[tuple[int, Shown] | Finals]:
-        """Every choice's events as they come, as (index, event), then a Finals (bare: the recorder takes it
-        for the trace's final); the first error of any choice ends them all (raised)."""
+        """Every choice's events, then a Finals; any choice's error ends them all."""
         self._tasks[0] = asyncio.create_task(self._drive(0, self.plan, lead))
         finals: dict[int, Final] = {}
         ended: set[int] = set()
@@ -182,7 +164,7 @@ class Choices:
 
 
 def one_answer(answer: Answer) -> Sender:
-    """A first round answered by an Answer already in hand."""
+    """A first round answered by an Answer in hand."""
 
     async def first(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         yield answer
@@ -190,11 +172,11 @@ def one_answer(answer: Answer) -> Sender:
     return first
 
 
-ChunkQueue = asyncio.Queue[JSONObject | BaseException | Ended]  # one choice's chunks of a streamed first round
+ChunkQueue = asyncio.Queue[JSONObject | BaseException | Ended]
 
 
 def queued_chunks(queue: ChunkQueue) -> AsyncIterator[JSONObject]:
-    """The chunks put in `queue` until Ended; an exception put there is raised."""
+    """The chunks put in `queue` until Ended, raising any exception put there."""
 
     async def chunks() -> AsyncIterator[JSONObject]:
         while True:

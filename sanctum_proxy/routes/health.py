@@ -1,4 +1,4 @@
-"""GET /healthz (the proxy serves), GET /readyz (an upstream answers) and HEAD / (a pre-connect). None needs a key."""
+"""GET /healthz (the proxy serves) and GET /readyz (an upstream answers); neither needs a key."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ async def healthz() -> JsonResponse:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JsonResponse:
-    """With `[[upstreams]]`: ready while any of them answers (one model server down must not take every
-    replica out of the load balancer); the body says which answer."""
+    """Ready while any upstream answers, keeping replicas in the load balancer."""
     pools = services(request).pools
     answers = await pools.ready()
     ready = any(answers.values())

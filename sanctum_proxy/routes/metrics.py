@@ -1,5 +1,4 @@
-"""GET /metrics: Prometheus text of this app's registry (see sanctum_proxy/state/metrics.py). Guarded like
-/sanctum/*: the admin key only, open where no key is configured at all (web/auth.py)."""
+"""GET /metrics: Prometheus text of this app's registry, guarded like /sanctum/*."""
 
 from __future__ import annotations
 
@@ -19,6 +18,6 @@ router = APIRouter()
 async def metrics(request: Request) -> Response:
     check_admin_key(request)
     recorder = services(request).recorder
-    # Counters are fed by the trace writer thread: let it catch up, so a finished request is counted.
+    # The trace writer thread feeds the counters: let it catch up.
     await asyncio.to_thread(recorder.flush, 2.0)
     return Response(recorder.metrics.render(), media_type=CONTENT_TYPE)

@@ -1,9 +1,4 @@
-"""Every /v1/* path but chat completions, passed to the upstream: method, query, body, status, streaming.
-
-With `[[upstreams]]`, GET /v1/models answers the union of the models the config names (and aliases) and
-of what each catch-all upstream lists itself; other paths go where their body's `model` (or the
-`/v1/models/{id}` id) routes, with an alias rewritten, and to the default upstream when they name none.
-"""
+"""Every /v1/* path but chat completions, passed to the upstream; with `[[upstreams]]`, routed by `model`."""
 
 from __future__ import annotations
 
@@ -27,14 +22,13 @@ from sanctum_proxy.web.json_response import JsonResponse, error_response
 
 router = APIRouter()
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-# An upstream's answer is served from the proxy's origin, where the trace viewer runs: an HTML page it sends
-# (an error page, a web UI) must not run scripts there, nor be sniffed into a type that would.
+# The trace viewer shares this origin: an upstream's HTML must not run scripts there.
 CONFINED = {"content-security-policy": "sandbox; default-src 'none'", "x-content-type-options": "nosniff"}
 
 
 @router.get("/v1/models")
 async def models(request: Request) -> Response:
-    """OpenAI's list; with an `anthropic-version` header (the anthropic SDKs send one) Anthropic's."""
+    """OpenAI's list, or Anthropic's with an `anthropic-version` header."""
     pools = services(request).pools
     if "anthropic-version" in request.headers:
         try:
@@ -50,7 +44,7 @@ async def models(request: Request) -> Response:
 
 
 async def upstream_models(request: Request, upstream: Upstream) -> list[JSONObject]:
-    """The upstream's own GET /models `data` (its error as an UpstreamError)."""
+    """The upstream's own GET /models `data`; its error as an UpstreamError."""
     settings = services(request).settings
     auth = forwarded_key(request) if settings.forward_client_key else None
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
@@ -73,14 +67,13 @@ async def upstream_models(request: Request, upstream: Upstream) -> list[JSONObje
         raise UpstreamError(502, "the upstream's model list is not JSON") from exc
     data = listed.get("data") if isinstance(listed, dict) else None
     if isinstance(listed, dict) and isinstance(listed.get("models"), list) and data is None:
-        data = listed["models"]  # Ollama's /api/tags shape, where a server answers so
+        data = listed["models"]  # Ollama's /api/tags shape
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
 
 
 @router.get("/v1/models/{model_id:path}")
 async def one_model(model_id: str, request: Request) -> Response:
-    """With an `anthropic-version` header, Anthropic's ModelInfo of one listed model (404 `not_found_error` for
-    another); without it, passed through like every other path."""
+    """Anthropic's ModelInfo with an `anthropic-version` header; else passed through."""
     if "anthropic-version" not in request.headers:
         return await passthrough(f"models/{model_id}", request)
     pools = services(request).pools
@@ -95,11 +88,10 @@ async def one_model(model_id: str, request: Request) -> Response:
     return JsonResponse(found[0])
 
 
-# Not in /openapi.json: it is the upstream's API, not ours (and one route for several methods would give the
-# document duplicate operation ids).
+# Not in /openapi.json: it is the upstream's API, and a multi-method route duplicates operation ids.
 @router.api_route("/v1/{path:path}", methods=METHODS, include_in_schema=False)
 async def passthrough(path: str, request: Request, *, root: bool = False) -> StreamingResponse:
-    """`path` sent to the upstream under its base URL (or, with `root`, its root: Ollama's /api/*)."""
+    """`path` sent under the upstream's base URL, or with `root` its root (Ollama's /api/*)."""
     check_client_key(request)
     check_path(request)
     settings = services(request).settings
@@ -117,9 +109,7 @@ async def passthrough(path: str, request: Request, *, root: bool = False) -> Str
 
 
 def forwarded_headers(request: Request, *, keyed: bool) -> dict[str, str]:
-    """The client's headers fit for the upstream: no hop-by-hop header, none the client's `Connection`
-    header names (RFC 9110 7.6.1), no key of its own, no X-Sanctum-*. With the proxy's own upstream key,
-    no Accept-Encoding either: an answer that echoes the key must come uncompressed to be redacted."""
+    """The client's headers fit for the upstream; with our own key, uncompressed so echoes can be redacted."""
     named = {t.strip().lower() for t in request.headers.get("connection", "").split(",")}
     dropped = HOP_BY_HOP | named | {"authorization", "x-api-key"} | ({"accept-encoding"} if keyed else set())
     return {k: v for k, v in request.headers.items() if k not in dropped and not k.startswith("x-sanctum-")}
@@ -129,10 +119,10 @@ MAX_DECODES = 4
 
 
 def check_path(request: Request) -> None:
-    """Only paths under the upstream's base path are forwarded: the path as the client wrote it, decoded
-    as often as it decodes (`%252e` is a dot too), may hold no dot segment, empty segment, backslash or
-    control character; otherwise 404 and nothing is sent (`/v1/..%2f..%2fapi/delete` would reach Ollama's
-    model delete with the proxy's key)."""
+    """404 for a path that, decoded repeatedly, holds dot or empty segments, backslashes or control characters.
+
+    `/v1/..%2f..%2fapi/delete` would otherwise reach Ollama's model delete with the proxy's key.
+    """
     raw = request.scope.get("raw_path") or request.scope["path"].encode()
     text = raw.decode("latin-1") if isinstance(raw, bytes) else str(raw)
     for _ in range(MAX_DECODES):
@@ -141,7 +131,7 @@ def check_path(request: Request) -> None:
             break
         text = decoded
     else:
-        text = "\\"  # still decoding after MAX_DECODES rounds: refused like the rest
+        text = "\\"  # still decoding: refused
     segments = text.split("/")
     if ("\\" in text or any(s in (".", "..") for s in segments) or "" in segments[1:-1]
             or any(ord(c) < 32 or c == "\x7f" for c in text)):
@@ -150,8 +140,7 @@ def check_path(request: Request) -> None:
 
 
 async def target(path: str, request: Request) -> tuple[Upstream, Any]:
-    """The upstream for this request and the body to send it (read whole first, at most max_body_bytes:
-    over it is a 413 and nothing is sent)."""
+    """The upstream and the body, read whole first (413 over max_body_bytes)."""
     pools = services(request).pools
     has_body = request.method not in ("GET", "HEAD")
     if path.startswith("models/") and pools.several:

@@ -1,7 +1,6 @@
 """/sanctum/*: the settings in force (status), the recorded traces as JSON, and the trace viewer page.
 
-The JSON routes are guarded by `check_admin`. The viewer page and its static files hold no data (the page
-asks for a key when the JSON routes answer 401), so a browser can open them without an Authorization header.
+The JSON routes need the admin key; the viewer page and its files hold no data, so a browser opens them keyless.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from sanctum_proxy.web.json_response import JsonResponse
 SECRET = ("upstream_api_key", "api_keys", "admin_key")
 MAX_LIMIT = 200
 STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
-# The viewer shows what models and clients wrote: nothing of it may run, load from elsewhere or be framed.
+# The viewer shows what models and clients wrote: nothing may run, load or be framed.
 VIEWER_HEADERS = {
     "cache-control": "no-cache",
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
@@ -40,13 +39,13 @@ VIEWER_HEADERS = {
 
 
 def check_admin(request: Request) -> None:
-    """Who may read /sanctum/*: `admin_key` only; open where no key is configured at all (web/auth.py)."""
+    """`admin_key` only; open where no key is configured at all."""
     check_admin_key(request)
 
 
 router = APIRouter()
 guarded = [Depends(check_admin)]
-# What /openapi.json says of the answers that are not JSON objects (checked by tests/test_openapi_fuzz.py).
+# /openapi.json's account of the answers that are not JSON.
 ERROR: JSONObject = {"description": "OpenAI-shaped error", "content": {"application/json": {}}}
 HTML: dict[int | str, JSONObject] = {200: {"content": {"text/html": {}}, "description": "The trace viewer"}}
 FILES: dict[int | str, JSONObject] = {
@@ -81,8 +80,7 @@ def shown_settings(settings: Settings) -> JSONObject:
 
 @router.get("/sanctum/traces", dependencies=guarded)
 async def traces(request: Request) -> JsonResponse:
-    """Summaries, newest first. Filters: outcome, model, since (unix seconds or ISO 8601); paging: limit
-    (1..200, default 50) and after (the last id of the previous page), as OpenAI's list endpoints do."""
+    """Summaries, newest first, filtered by outcome, model and since, paged by limit and after."""
     query = parse_query(request.query_params)
     recorder = services(request).recorder
     try:

@@ -1,24 +1,6 @@
-"""The streaming answer of POST /v1/chat/completions (docs/contract.md section 6): the upstream read as a stream,
-one round at a time, pumped through the SSE writer (protocols/chat_events.py) that turns the round loop's events
-into `chat.completion.chunk`s.
+"""The streaming answer of POST /v1/chat/completions (docs/contract.md section 6).
 
-What the client sees:
-  - headers as soon as the first upstream round is accepted (an error before that is a plain HTTP error);
-  - the live content of the first round that shows any, as it arrives (the assembler holds call markup;
-    whitespace at the end of the live text waits for the text after it, so the content equals the
-    non-streamed content byte for byte); with reasoning_format "split", reasoning markup in it goes out as
-    reasoning_content deltas (reasoning.Splitter);
-  - `: keep-alive` comments while nothing else is sent for `keepalive_seconds` (hidden correction rounds);
-  - each omen as soon as the next event goes out after it happened (a rejected round's omen when the
-    correction round starts), so a watcher sees a mend while the hidden round still runs;
-  - at the end: the omens not sent yet, the final content the client has not seen (`streaming.unseen`), the
-    calls as OpenAI tool-call deltas, the finish chunk (with `sanctum`), the usage chunk if asked, `[DONE]`;
-  - or, on a surrender or an upstream failure after the headers, the omens not sent yet (every rejected
-    round of a surrender), `data: {"error": {...}}` and the end.
-n > 1 (routes/choices.py): the first round's chunks are split by choice index as they come; each choice's
-loop and SseWriter write under its own index (ChoicesWriter), with one usage chunk and `sanctum` at the end.
-Prose of correction rounds is never live: rejected answers are not shown, and the accepted one's content is
-sent once the round is judged, minus what the client already saw.
+Headers wait for the first accepted round; only the first round's content goes out live.
 """
 
 from __future__ import annotations
@@ -53,18 +35,14 @@ from sanctum_proxy.upstreams.client import Upstream
 from sanctum_proxy.web.json_response import error_response, unexpected
 
 log = logging.getLogger(__name__)
-TURN_SECONDS = 0.005  # a stream gives the event loop to others at least this often
-E = TypeVar("E")  # what a stream's events are: the loop's (Shown), or n > 1 choices' (Several)
-Several = tuple[int, Shown] | choices.Finals  # the events of n > 1 choices (routes/choices.Choices.events)
+TURN_SECONDS = 0.005  # a stream yields to others at least this often
+E = TypeVar("E")  # Shown, or Several for n > 1
+Several = tuple[int, Shown] | choices.Finals
 
 
 def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False,
                   names: frozenset[str] = frozenset()) -> Sender:
-    """One upstream round read as a stream. Yields an empty ContentDelta once the upstream has accepted the
-    round (so the client's headers and keep-alives can start), the content the assembler releases when the
-    round is live, then the whole Answer. `lead`: the model's answers may open with a bare call name
-    (`families.opens_bare`). `names`: the offered tools (a prompted round's body has none), whose bare calls
-    are held (`assembler_for`)."""
+    """One upstream round read as a stream."""
 
     def send_stream(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
@@ -78,9 +56,7 @@ def streamed(body: JSONObject) -> JSONObject:
 
 
 def assembler_for(body: JSONObject, lead: bool, names: frozenset[str] = frozenset()) -> Assembler:
-    """The round's assembler; a known tool's name before a parenthesis holds too (a bare `NAME(...)` line is a
-    call: codecs/pythonic.py), and an answer opening with one's bare name (`NAME\n{...}`), the tools being the
-    body's and `names`."""
+    """The round's assembler, holding back calls of the offered tools."""
     tools = body.get("tools")
     offered = names | {t["function"]["name"] for t in (tools if isinstance(tools, list) else ()) if isinstance(t, dict)
                        and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)}
@@ -91,9 +67,7 @@ def assembler_for(body: JSONObject, lead: bool, names: frozenset[str] = frozense
 
 async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObject]], assembler: Assembler,
                      live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
-    """One round's chunks (`opened`: the upstream stream, left when the round ends) through the assembler: an
-    empty ContentDelta first (the upstream accepted the round), the content and reasoning it releases when the
-    round is live, then the whole Answer."""
+    """One round's chunks through the assembler, closing `opened` at the end."""
     async with opened as chunks:
         yield ContentDelta("")
         async for piece in chunks:
@@ -115,9 +89,7 @@ async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObjec
 async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_id: str,
                         auth: str | None, *, is_legacy: bool = False, writer: Writer[Shown] | None = None,
                         refuse: Callable[[ProxyError], Response] | None = None) -> Response:
-    """Headers wait for the first event (the upstream accepted a round), so an error before it is a plain
-    HTTP error with its status. Another protocol's endpoint passes its own `writer` (an object with
-    `opening()`, `render(event)`, `ended` and `keepalive`, like SseWriter) and `refuse` (its error shape)."""
+    """The streamed answer; other protocols pass their own `writer` and `refuse`."""
     settings = services(request).settings
     upstream, lead = destination(request).upstream, families.opens_bare(plan.prompt_format)
     names = plan.book.name_set if plan.book is not None else frozenset()
@@ -125,11 +97,11 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     if writer is not None:
         given = writer
         return await _respond(request, plan, trace_id, run_traced(request, plan, send), lambda: given, refuse)
-    options = chat.body.get("stream_options")  # an object or null (protocols/chat_request.py checks it)
+    options = chat.body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
     split_reasoning = settings.reasoning_format == "split"
 
-    def meta() -> oc.Meta:  # when the upstream accepted a round
+    def meta() -> oc.Meta:
         return chat_meta(trace_id, chat.model, int(time.time()))
 
     if choices.count(chat.body) > 1:
@@ -146,29 +118,28 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
 
 async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIterator[E],
                    writer_of: Callable[[], Writer[E]], refuse: Callable[[ProxyError], Response] | None) -> Response:
-    """The stream's response, once its first event is in: an error, or the headers and the event stream. The
-    events are read in this task from here to their end; one watch cancels it if the client leaves."""
+    """An error, or the headers and the event stream."""
     settings = services(request).settings
     watch = DisconnectWatch(request.receive)
-    early: list[E | ProxyError] = []  # omens before the upstream accepted a round (a probe, a fallback): held
+    early: list[E | ProxyError] = []  # omens before a round was accepted
     try:
         first = await _next(events)
         while _omen(first):
             early.append(first)
             first = await _next(events)
     except asyncio.CancelledError:
-        if not watch.left():  # not (only) the client leaving: the cancel stands
+        if not watch.left():  # not the client leaving: the cancel stands
             watch.stop()
             raise
-        return gone_response()  # the events were cancelled where they stood (their trace ends "client gone")
-    watch.stop()  # the response watches for itself (a receive cancelled here is asked again there)
+        return gone_response()
+    watch.stop()
     if isinstance(first, ProxyError):
         return refuse(first) if refuse else error_response(first, trace_id=trace_id)
     writer = writer_of()
     for omen in early:
         writer.render(omen)
     trace = getattr(request.state, "trace", None)
-    mode = trace.mode if trace is not None else plan.mode  # after a fallback: the mode answering
+    mode = trace.mode if trace is not None else plan.mode  # after any fallback
     headers = {"x-sanctum-spell-calling": mode, "x-sanctum-trace-id": trace_id,
                "cache-control": "no-cache"}
     return EventStream(writer, first, events, settings.keepalive_seconds, headers)
@@ -176,8 +147,7 @@ async def _respond(request: Request, plan: Plan, trace_id: str, events: AsyncIte
 
 def streamed_first_of_several(upstream: Upstream, auth: str | None, many: choices.Choices,
                      lead: bool, names: frozenset[str] = frozenset()) -> Sender:
-    """The first round of n > 1 choices, streamed: the upstream's chunks split by choice index as they come;
-    choice 0's are read here, each other choice's go to the loop started for it when it first shows."""
+    """The first round of n > 1 choices, choices past 0 queued to their own loops."""
 
     async def first(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
@@ -209,7 +179,7 @@ def streamed_first_of_several(upstream: Upstream, auth: str | None, many: choice
 
 
 def queued_round(queue: choices.ChunkQueue, lead: bool, names: frozenset[str] = frozenset()) -> Sender:
-    """A first round read from the chunks of one choice that `streamed_first_of_several` puts in `queue`."""
+    """A first round read from one choice's queue."""
 
     def first(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         return read_round(nullcontext(choices.queued_chunks(queue)), assembler_for(body, lead, names), live)
@@ -218,13 +188,12 @@ def queued_round(queue: choices.ChunkQueue, lead: bool, names: frozenset[str] = 
 
 
 def _omen(event: object) -> bool:
-    """An omen, alone or of one of n > 1 choices ((index, omen))."""
+    """An omen, alone or as (index, omen)."""
     return isinstance(event, om.Omen) or isinstance(event, tuple) and isinstance(event[-1], om.Omen)
 
 
 async def _next(events: AsyncIterator[E]) -> E | ProxyError:
-    """The next event, or the error that ends the events: the loop's own, a bug's 500 (never a silent cut), or,
-    for events that end without an answer or an error (a bug), `no_answer`."""
+    """The next event, or the error that ends the events."""
     try:
         return await anext(events)
     except StopAsyncIteration:
@@ -236,9 +205,7 @@ async def _next(events: AsyncIterator[E]) -> E | ProxyError:
 
 
 class EventStream(Response):
-    """The stream response, framed by its writer (SSE or NDJSON): events read, rendered and written in the
-    request's own task, one write each, while a `DisconnectWatch` waits for the client to leave and a timer writes
-    `writer.keepalive` after `keepalive` seconds of silence (a hidden correction round)."""
+    """The stream response, written in the request's task, keep-alives filling silence."""
 
     media_type = "text/event-stream"
 
@@ -247,16 +214,16 @@ class EventStream(Response):
         self.status_code = 200
         self.background = None
         self.media_type = writer.media_type
-        self.init_headers(headers)  # StreamingResponse's headers: no content-length, the writer's media type
+        self.init_headers(headers)  # as StreamingResponse: no content-length
         self._writer: Writer[Any] = writer
         self._first: Any = first
         self._events: AsyncIterator[Any] = events
         self._keepalive = keepalive
         self._last = 0.0  # loop time of the last write
-        self._turn = 0.0  # loop time when the event loop last had a turn for others
-        self._writing = False  # a write of the events is under way (waiting for the client to read)
-        self._ping: asyncio.Task[None] | None = None  # a keep-alive write under way
-        self._done = False  # the last write was sent (or the client is gone): no keep-alive any more
+        self._turn = 0.0  # loop time others last ran
+        self._writing = False
+        self._ping: asyncio.Task[None] | None = None
+        self._done = False
         self._timer: asyncio.TimerHandle | None = None
         self._watch: DisconnectWatch | None = None
 
@@ -279,16 +246,16 @@ class EventStream(Response):
             if self._ping is not None:
                 await self._ping
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-            async for _ in self._events:  # past the Final: the loop ends as it does (its trace "answered")
+            async for _ in self._events:  # let the loop finish its trace
                 pass
         except asyncio.CancelledError:
-            if not watch.left():  # not (only) the client leaving: the cancel stands
+            if not watch.left():  # not the client leaving: the cancel stands
                 raise
-        except Exception:  # a bug past the headers (the events end in `_next`): the trace says the rest
+        except Exception:  # a bug past the headers: the trace says the rest
             log.exception("a stream ended in an error after its headers")
         finally:
             self._stop()
-            await self._events.aclose()  # type: ignore[attr-defined]  # cut short: the upstream stream with it
+            await self._events.aclose()  # type: ignore[attr-defined]
 
     def _stop(self) -> None:
         self._done = True
@@ -298,7 +265,7 @@ class EventStream(Response):
             self._timer.cancel()
 
     async def _write(self, send: Any, body: bytes, loop: asyncio.AbstractEventLoop) -> None:
-        if self._ping is not None:  # a keep-alive is waiting for the client to read: after it
+        if self._ping is not None:  # after a keep-alive still being written
             await self._ping
         self._writing = True
         try:
@@ -306,12 +273,12 @@ class EventStream(Response):
         finally:
             self._writing = False
         self._last = now = loop.time()
-        if now - self._turn > TURN_SECONDS:  # the events may come without a pause (the upstream's reads buffered)
+        if now - self._turn > TURN_SECONDS:  # buffered reads may come without a pause
             self._turn = now
-            await asyncio.sleep(0)  # others' turn: /healthz and other requests are never held up behind a stream
+            await asyncio.sleep(0)  # let /healthz and others run
 
     def _tick(self, loop: asyncio.AbstractEventLoop, send: Any) -> None:
-        """The keep-alive timer: a keep-alive after `keepalive` seconds without a write, then armed again."""
+        """A keep-alive after `keepalive` quiet seconds, then re-arm."""
         if self._done:
             return
         quiet = loop.time() - self._last
@@ -326,15 +293,14 @@ class EventStream(Response):
         try:
             await send({"type": "http.response.body", "body": self._writer.keepalive, "more_body": True})
             self._last = loop.time()
-        except Exception:  # the client is gone: the disconnect watch ends the stream
+        except Exception:  # the client is gone
             pass
         finally:
             self._ping = None
 
 
 def _rendered(writer: Writer[E], event: E | ProxyError | None) -> list[bytes]:
-    """`writer.render(event)` (its opening for None); a writer that fails on an event ends the stream with the
-    500 error in its own shape (or, failing that too, a bare error event), never a silent cut."""
+    """The rendered event; a failing writer ends the stream with a 500 error event."""
     try:
         return [writer.opening()] if event is None else writer.render(event)
     except Exception as exc:
@@ -350,11 +316,10 @@ E_contra = TypeVar("E_contra", contravariant=True)
 
 
 class Writer(Protocol[E_contra]):
-    """What `EventStream` writes with: SseWriter, protocols' ResponsesWriter and MessagesWriter (Writer[Shown]: the
-    loop's events) and ChoicesWriter (Writer[Several]); each also renders the ProxyError that ends a stream."""
+    """What `EventStream` writes with, errors included."""
 
     keepalive: bytes
-    media_type: str  # text/event-stream, or application/x-ndjson
+    media_type: str  # text/event-stream or application/x-ndjson
     ended: bool
 
     def opening(self) -> bytes: ...

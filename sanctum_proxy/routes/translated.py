@@ -1,11 +1,6 @@
-"""POST /v1/responses (OpenAI Responses API) and POST /v1/messages (Anthropic Messages API), served through the
-chat round loop: the request translated to a chat body (sanctum_proxy/protocols), checked as a chat request,
-planned, traced and answered by the same machinery as /v1/chat/completions (routes/chat.py, routes/sse.py),
-the answer translated back. With the setting `responses_api` / `messages_api` = "pass" the endpoint is passed
-through to the upstream untouched instead.
+"""POST /v1/responses and POST /v1/messages, translated to chat and served by the chat round loop.
 
-Omens: the `sanctum` object at the top level of a non-streamed answer (and in the last stream event's
-response / message_delta), the X-Sanctum-* headers, and SSE comment lines (`: omen {json}`) in a stream.
+With `responses_api` / `messages_api` = "pass" the endpoint is passed through untouched.
 """
 
 from __future__ import annotations
@@ -60,8 +55,8 @@ class Dialect:
     writer: Callable[[JSONObject, Rounds], Any]
     error_body: Callable[[ProxyError], Mapping[str, object]]
     on_surrender: Callable[[Settings], str]
-    passed: Callable[[Settings], str | None] = lambda settings: None  # the upstream path when passed through
-    opening: Callable[[JSONObject], list[om.Omen]] = lambda body: []  # omens of the translation itself
+    passed: Callable[[Settings], str | None] = lambda settings: None  # the path when passed through
+    opening: Callable[[JSONObject], list[om.Omen]] = lambda body: []
 
 
 async def responses(request: Request) -> Response:
@@ -74,8 +69,7 @@ async def messages(request: Request) -> Response:
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(request: Request) -> Response:
-    """Anthropic's `{"input_tokens": N}` for the request as the upstream would get it: llama.cpp's exact count,
-    else an estimate (upstreams/tokens.py); the header `x-sanctum-token-count` says which."""
+    """Anthropic's `{"input_tokens": N}`: exact from llama.cpp, else estimated (`x-sanctum-token-count`)."""
     settings = services(request).settings
     if settings.messages_api == "pass":
         return await passthrough("messages/count_tokens", request)
@@ -127,14 +121,14 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     except ProxyError as exc:
         services(request).recorder.refused(request, exc)
         return refusal(dialect, exc, trace_id(request))
-    except Exception as exc:  # a bug: still this protocol's error shape, with the trace id
+    except Exception as exc:  # a bug: still this protocol's error shape
         return refusal(dialect, unexpected(exc), trace_id(request))
 
 
 def _read(dialect: Dialect, raw: bytes, headers: Mapping[str, str],
           settings: Settings) -> tuple[JSONObject, ChatRequest]:
     body = json_object(raw)
-    check_depth(body)  # before translating: the answer echoes fields (metadata, text, ...) as they came
+    check_depth(body)  # before translating: answers echo fields
     return body, chat_request(dialect.to_chat(body), headers, settings,
                               on_surrender=dialect.on_surrender(settings))
 
@@ -183,8 +177,7 @@ def _message(body: JSONObject, rounds: Rounds, final: Final, reply: Reply) -> JS
 
 
 def _asked_model(body: JSONObject) -> str:
-    """The model a Message names: the one the client asked for, streamed or not (a stream's message_start goes out
-    before the upstream has named its own, and an alias stays the client's name)."""
+    """The model the client asked for, as a stream names it before the upstream does."""
     return str(body.get("model") or "")
 
 
