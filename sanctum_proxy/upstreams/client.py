@@ -272,13 +272,16 @@ class Upstream:
         rotated = self.backends[turn:] + self.backends[:turn]
         return [b for b in rotated if b.healthy] + [b for b in rotated if not b.healthy]
 
-    async def _open(self, method: str, path: str, *, stream: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+    async def _open(self, method: str, path: str, *, stream: bool = False, root: bool = False,
+                    **kwargs: Any) -> aiohttp.ClientResponse:
         """Send to the first backend that takes the connection; the body streams (caller runs `done`).
-        `stream`: a streamed chat round (its own pool, or its own connection; see the docstring)."""
+        `stream`: a streamed chat round (its own pool, or its own connection; see the docstring). `root`: the
+        path is under the server's root (Ollama's /api/*), not its base URL."""
         failure: Exception | None = None
         for backend in self.candidates():
             try:
-                response = await self._request(method, f"{backend.base_url}{path}", stream, **kwargs)
+                url = f"{backend.root_url if root else backend.base_url}{path}"
+                response = await self._request(method, url, stream, **kwargs)
             except CONNECT_ERRORS as exc:
                 if backend.healthy:
                     log.warning("upstream %s: backend %s unreachable (%s), trying the next one",
@@ -432,7 +435,7 @@ class Upstream:
 
     async def send(
         self, method: str, path: str, *, params: Any, headers: Mapping[str, str],
-        content: bytes | AsyncIterator[bytes] | None,
+        content: bytes | AsyncIterator[bytes] | None, root: bool = False,
     ) -> Passing:
         """Pass-through: the body streams as it arrives; the caller runs `close`. An error answer is read
         whole and redacted (servers echo a wrong key in their 401 message)."""
@@ -441,7 +444,7 @@ class Upstream:
         async with mapped_errors():
             # A redirect is relayed, never followed: it could point outside the upstream's base path.
             response = await self._open(method, path, params=params, headers=headers, data=content,
-                                        allow_redirects=False)
+                                        allow_redirects=False, root=root)
             kept = [(k.lower(), v) for k, v in response.headers.items()]
 
             async def close() -> None:
