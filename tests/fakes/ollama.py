@@ -361,6 +361,9 @@ class FakeOllama:
         if self.steps:
             return self.steps.popleft()
         if self.responder is not None:
+            card = self.card(str(body.get("model")))
+            if card is not None and "thinking" in card.capabilities and body.get("think") is None:
+                body = {**body, "think": True}  # ChatHandler: a thinking model thinks unless told not to
             return self.responder(body)
         return say("default answer")
 
@@ -457,10 +460,15 @@ def v1_error(status: int, message_: str) -> Response:
                     status, media_type="application/json")
 
 
+EFFORT = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high", "max": "max",
+          "xhigh": "max", "ultra": "max"}
+
+
 def from_chat_request(body: dict[str, Any]) -> dict[str, Any]:
-    """openai.FromChatRequest, enough for the responder: arguments parsed into objects, content parts joined,
-    stream false unless asked, the sampling fields into options."""
-    messages = []
+    """openai.FromChatRequest: arguments parsed into objects, content parts joined, a tool result named by its
+    call, the sampling fields into options with temperature and top_p 1.0 where the client sent none, `format`
+    from response_format, `think` from the reasoning effort."""
+    messages, names = [], {}
     for m in body.get("messages") or []:
         content = m.get("content")
         if isinstance(content, list):
@@ -474,12 +482,22 @@ def from_chat_request(body: dict[str, Any]) -> dict[str, Any]:
             except ValueError:
                 args = {}
             calls.append(tool_call(str(fn.get("name")), args, i, c.get("id")))
+            names[c.get("id")] = fn.get("name")
         if calls:
             out["tool_calls"] = calls
-        if m.get("tool_call_id"):
-            out["tool_call_id"] = m["tool_call_id"]
+        if m.get("role") == "tool":
+            out["tool_name"] = m.get("name") or names.get(m.get("tool_call_id"), "")
         messages.append(out)
-    options = {k: body[k] for k in ("temperature", "top_p", "seed", "stop") if k in body}
+    options: dict[str, Any] = {}
+    if isinstance(body.get("stop"), str | list):
+        options["stop"] = [body["stop"]] if isinstance(body["stop"], str) else body["stop"]
+    if body.get("max_tokens") is not None:
+        options["num_predict"] = body["max_tokens"]
+    options["temperature"] = body["temperature"] if body.get("temperature") is not None else 1.0
+    for key in ("seed", "frequency_penalty", "presence_penalty"):
+        if body.get(key) is not None:
+            options[key] = body[key]
+    options["top_p"] = body["top_p"] if body.get("top_p") is not None else 1.0
     native: dict[str, Any] = {"model": body.get("model"), "messages": messages, "stream": bool(body.get("stream")),
                               "options": options}
     if body.get("tools"):
@@ -489,6 +507,9 @@ def from_chat_request(body: dict[str, Any]) -> dict[str, Any]:
         native["format"] = (fmt.get("json_schema") or {}).get("schema", {})
     elif fmt.get("type") == "json_object":
         native["format"] = "json"
+    effort = (body.get("reasoning") or {}).get("effort") or body.get("reasoning_effort")
+    if effort in EFFORT:
+        native["think"] = EFFORT[effort]
     return native
 
 

@@ -27,9 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.clients.scenarios import ASK, CITY, offers, tool_result, weather
-from tests.fakes.ollama import HARMONY_PARSE_ERROR, QWEN3_PARSE_ERROR, Reply, call, fail, fail_midstream, say
+from tests.fakes.ollama import (
+    HARMONY_PARSE_ERROR,
+    QWEN3_PARSE_ERROR,
+    FakeOllama,
+    Reply,
+    call,
+    fail,
+    fail_midstream,
+    say,
+)
 
-__all__ = ["ASK", "CITY", "MODEL_FOR", "SCENARIOS", "OllamaModel", "weather"]
+__all__ = ["ASK", "CITY", "MODEL_FOR", "SCENARIOS", "OllamaModel", "not_kept", "weather"]
 
 SCENARIOS = ["native", "content_json", "content_fenced", "content_hermes", "broken_args", "swallowed",
              "parser_500", "parser_midstream", "no_tools", "think"]
@@ -89,7 +98,17 @@ class OllamaModel:
             return fail_midstream(HARMONY_PARSE_ERROR)
         return call("get_weather", {"city": CITY}, thinking, call_id=f"call_{self.call_rounds:08d}")
 
-    def options_everywhere(self, key: str, value: Any) -> bool:
-        """Whether every request this model got carried `options[key] == value`."""
-        return bool(self.requests) and all((r.get("options") or {}).get(key) == value for r in self.requests)
+
+
+def not_kept(fake: FakeOllama, model: OllamaModel, **sent: Any) -> list[str]:
+    """What did not reach Ollama's /api/chat as the client sent it, round by round: each round the model
+    answered must be a native request carrying every field in `sent` (options, keep_alive, think...) unchanged."""
+    problems = [] if model.requests else ["no round reached the model"]
+    if len(fake.requests) < len(model.requests):
+        problems.append(f"{len(model.requests) - len(fake.requests)} of {len(model.requests)} rounds went to /v1, "
+                        "not /api/chat")
+    for i, body in enumerate(fake.requests):
+        problems += [f"round {i + 1}: {key} {body.get(key)!r}, sent {value!r}" for key, value in sent.items()
+                     if body.get(key) != value]
+    return problems
 
