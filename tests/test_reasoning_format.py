@@ -16,10 +16,8 @@ from hypothesis import strategies as st
 from sanctum_proxy.core.reasoning import Splitter, split
 from tests.fakes.upstream import Step, completion, content_chunks
 from tests.stream_rules import read_stream
+from tests.tools import WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
 THOUGHT = '<think>\nA call would look like {"name": "get_weather"}. No tool is needed.\n</think>\n\n'
 HERMES = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'

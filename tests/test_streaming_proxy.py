@@ -15,10 +15,8 @@ import pytest
 from tests.conftest import ServerThread
 from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, content_chunks, llama_tool_chunks
 from tests.stream_rules import Streamed, read_stream
+from tests.tools import WEATHER_DESCRIBED as WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 MESSAGES = [{"role": "user", "content": "Weather in Paris?"}]
 ASK = {"model": "m", "messages": MESSAGES, "tools": [WEATHER], "stream": True}
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}

@@ -29,10 +29,8 @@ from tests.fakes.upstream import (
 from tests.openapi_shapes import check, check_event, strict
 from tests.stream_rules import events, named_events
 from tests.test_lossless import full
+from tests.tools import WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}
 ASK: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
                        "tools": [WEATHER]}
 HERMES = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'

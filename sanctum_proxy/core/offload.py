@@ -36,3 +36,8 @@ async def offloaded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`fn(*args, **kwargs)` on the CPU pool; its result or its exception."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
+
+
+async def off_loop_if(heavy: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)`: on the CPU pool when `heavy` (repair/offloading.py decides), else inline."""
+    return await offloaded(fn, *args, **kwargs) if heavy else fn(*args, **kwargs)

@@ -58,7 +58,7 @@ from typing import Literal
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Assessment, Problem, ToolCall
-from sanctum_proxy.core.offload import offloaded
+from sanctum_proxy.core.offload import off_loop_if, offloaded
 from sanctum_proxy.core.shapes import ChatMessage, Usage
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import answer_checks as checks
@@ -101,10 +101,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         omens.append(omen)
         yield omen
     while True:
-        if heavy_round(plan):  # a grammar, a prompt from long schemas
-            step, state = await offloaded(next_round, plan, state, number)
-        else:
-            step, state = next_round(plan, state, number)
+        step, state = await off_loop_if(heavy_round(plan), next_round, plan, state, number)
         number += 1
         record = RoundRecord(number, state.mode, step.body, 0.0, constrained=step.constraint is not None,
                              free_choice=step.free_choice)
@@ -128,10 +125,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
                              error={**error.body()["error"], "status": error.status})
         else:
             assert answer is not None, "a sender ends every round with an Answer"
-            if heavy_answer(plan, answer):  # off the event loop: a long answer, or a schema whose branches multiply
-                judged, verdict = await offloaded(_judged, plan, state, step, answer, number)
-            else:
-                judged, verdict = _judged(plan, state, step, answer, number)
+            judged, verdict = await off_loop_if(heavy_answer(plan, answer), _judged, plan, state, step, answer, number)
             record = replace(record, latency_ms=latency_ms, outcome=verdict.outcome, answer=judged.message,
                              finish_reason=judged.finish_reason, usage=judged.usage)
             usage = added(usage, judged.usage)

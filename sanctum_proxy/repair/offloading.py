@@ -1,14 +1,22 @@
-"""Which of the round loop's steps leave the event loop (core/offload.py): building a round for tools with long
-schemas, judging a long answer or one against schemas that are long or branch."""
+"""Which steps leave the event loop (core/offload.py), and the thresholds: reading a large request, building a
+round for tools with long schemas, judging a long answer or one against schemas that are long or branch."""
 
 from __future__ import annotations
 
 from sanctum_proxy.repair.events import Answer
 from sanctum_proxy.repair.plan import Plan
 
+INLINE_PARSE_BYTES = 16 * 1024  # a longer request body is read off the event loop
+INLINE_TOOLS_BYTES = 4096  # ... and a shorter one with tools: a new schema's meta-schema check costs per byte
 INLINE_ANSWER_CHARS = 4096  # a longer answer is judged off the event loop (core/offload.py)
 INLINE_SCHEMA_BYTES = 64 * 1024  # rounds for tools with longer schemas are built there too
 INLINE_CHECKED_SCHEMA_BYTES = 4096  # ... and answers to tools with longer schemas are judged there
+
+
+def heavy_body(raw: bytes) -> bool:
+    """Whether reading this request (JSON, depth, each tool schema's checks, RE2 patterns) may take milliseconds."""
+    tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
+    return len(raw) > INLINE_PARSE_BYTES or tools or b'"pattern' in raw
 
 
 def heavy_round(plan: Plan) -> bool:

@@ -16,12 +16,13 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
-from sanctum_proxy.core.offload import offloaded
+from sanctum_proxy.core.offload import off_loop_if
 from sanctum_proxy.core.shapes import META, ClientMessage, JSONObject, Usage, answer_meta
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_events import chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
 from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
+from sanctum_proxy.repair.offloading import heavy_body
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes import choices
@@ -59,20 +60,9 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-# A body longer than INLINE_PARSE_BYTES, one with tools longer than INLINE_TOOLS_BYTES (a schema not seen before
-# is checked against its meta-schema, at a cost per byte: bench/results/design_costs.md), or one with schema
-# patterns (each compiled with RE2 when first seen) is read off the event loop (core/offload.py): JSON, depth,
-# every tool schema's checks.
-INLINE_PARSE_BYTES = 16 * 1024
-INLINE_TOOLS_BYTES = 4096
-
-
 async def off_loop_if_heavy(raw: bytes, parse: Callable[[bytes], T]) -> T:
     """`parse(raw)`: inline for a small body, on the CPU pool for one whose reading may take milliseconds."""
-    tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
-    if len(raw) > INLINE_PARSE_BYTES or tools or b'"pattern' in raw:
-        return await offloaded(parse, raw)
-    return parse(raw)
+    return await off_loop_if(heavy_body(raw), parse, raw)
 
 
 async def chat_completions(request: Request) -> Response:

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
 
 from sanctum_proxy.config import redacted_url
 from sanctum_proxy.services import services
 from sanctum_proxy.web.json_response import JsonResponse
 
 router = APIRouter()
-
-
-@router.head("/", include_in_schema=False)
-async def root() -> Response:
-    """HEAD /: 200, empty. Claude Code sends it to open the connection before its first request."""
-    return Response()
 
 
 @router.get("/healthz")

@@ -63,6 +63,7 @@ def refused(error: ProxyError) -> Response:
 
 @router.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
 async def root(request: Request) -> Response:
+    """Ollama's liveness answer (Open WebUI checks it); HEAD / is also Claude Code's pre-connect."""
     return PlainTextResponse("Ollama is running")
 
 

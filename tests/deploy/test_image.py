@@ -15,10 +15,8 @@ from sanctum_proxy.upstreams.embedded import free_port
 from tests.deploy import podman
 from tests.fakes.upstream import BROKEN_HERMES, FakeUpstream
 from tests.polling import wait_until
+from tests.tools import WEATHER_DESCRIBED as WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 ASK = {"model": "qwen2.5:3b", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
 
 

@@ -24,11 +24,9 @@ import yaml
 
 from tests.deploy import podman
 from tests.polling import wait_until
+from tests.tools import WEATHER_DESCRIBED as WEATHER
 
 K8S = podman.ROOT / "deploy" / "k8s"
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 # gemma has no tools in its Ollama template: Ollama answers 400 "does not support tools" (tests/fakes/upstream.py).
 ASK = {"model": "gemma:2b", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
 REPLICAS = ("sanctum-proxy-pod-0", "sanctum-proxy-pod-1")  # podman's names for the Deployment's two pods

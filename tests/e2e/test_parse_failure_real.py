@@ -17,6 +17,7 @@ import pytest
 from sanctum_proxy.upstreams.embedded import LlamaServer
 from tests.e2e.conftest import _serve
 from tests.stream_rules import read_stream
+from tests.tools import WEATHER
 
 # A ChatML template whose tool calls iterate over their arguments: llama-server's caps probe finds object
 # arguments and tool calls supported.
@@ -37,8 +38,6 @@ TEMPLATE = """{%- for message in messages -%}
 {{- '<|im_end|>\\n' -}}{%- endif -%}
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}
 """
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 HISTORY = [
     {"role": "user", "content": "Weather in Paris?"},
     {"role": "assistant", "content": "", "tool_calls": [

@@ -21,10 +21,8 @@ from sanctum_proxy.repair.follow_up import NEXT_CALL
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
 from tests.repair.plans import make_plan
+from tests.tools import WEATHER_DESCRIBED as WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 TIME = {"type": "function", "function": {
     "name": "get_time", "description": "Time in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}

@@ -13,9 +13,8 @@ import pytest
 
 from tests.fakes.upstream import Step, completion, native_call
 from tests.stream_rules import read_stream
+from tests.tools import WEATHER
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 TOOLS = [WEATHER, TIME]
 QUESTION = [{"role": "user", "content": "Weather in Paris and in London, and the time?"}]

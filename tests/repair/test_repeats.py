@@ -9,10 +9,8 @@ from sanctum_proxy.core.calls import ToolCall
 from sanctum_proxy.repair.repeats import answered_calls, repeated_call
 from tests.fakes.upstream import Step, completion, content_chunks, llama_tool_chunks, native_call
 from tests.stream_rules import read_stream
+from tests.tools import WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}
 LOOP = [{"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},

@@ -26,10 +26,8 @@ from tests.fakes.upstream import (
     vllm_error,
 )
 from tests.stream_rules import read_stream
+from tests.tools import WEATHER_DESCRIBED as WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
 PROMPTED = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 PARIS = [{"name": "get_weather", "arguments": {"city": "Paris"}}]

@@ -19,10 +19,8 @@ from tests.fakes.upstream import (
     several_chunks,
 )
 from tests.stream_rules import read_choices
+from tests.tools import WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER], "n": 3}
 HERMES = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 UNKNOWN = '<tool_call>{"name": "get_forecast", "arguments": {"city": "Paris"}}</tool_call>'

@@ -10,10 +10,8 @@ import httpx
 
 from sanctum_proxy.core.shapes import OLLAMA_FIELDS
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks
+from tests.tools import WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}
 HERMES = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
        "stream": False, "options": {"num_ctx": 8192, "temperature": 0.2, "num_predict": 64}, "keep_alive": "5m"}

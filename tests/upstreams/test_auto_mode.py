@@ -13,15 +13,8 @@ from sanctum_proxy.repair.upstream_errors import classify
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import UNKNOWN, Capabilities, CapabilityBook, from_props, from_show
 from tests.fakes.upstream import Step, completion, native_call
+from tests.tools import WEATHER_DESCRIBED as WEATHER
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 TIME = {
     "type": "function",
     "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},

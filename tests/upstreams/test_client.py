@@ -18,10 +18,8 @@ from tests.conftest import ServerThread
 from tests.fakes.llama_connections import StreamSpentRelay
 from tests.fakes.upstream import FakeUpstream, Step, completion, llama_tool_chunks, native_call
 from tests.stream_rules import read_stream
+from tests.tools import WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
        "sanctum": {"constrain": "off"}}
 
