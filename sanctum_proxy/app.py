@@ -12,8 +12,8 @@ from starlette.middleware.cors import CORSMiddleware
 
 from sanctum_proxy.config import Settings
 from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError
-from sanctum_proxy.protocols import messages_api
-from sanctum_proxy.routes import chat, health, metrics, passthrough, sanctum, translated
+from sanctum_proxy.routes import health, metrics, passthrough, sanctum
+from sanctum_proxy.routes.registry import PROTOCOLS
 from sanctum_proxy.services import Services
 from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state.replicated import SharedState
@@ -64,21 +64,19 @@ def create_app(settings: Settings) -> FastAPI:
         """A bug anywhere: the 500 in the endpoint's error shape with the trace id, never text/plain."""
         return shaped(request, unexpected(exc))
 
-    app.add_middleware(HotRoutes, routes={"/v1/chat/completions": chat.chat_completions,  # innermost
-                                          "/v1/responses": translated.responses, "/v1/messages": translated.messages},
-                       on_error=proxy_error)
-    app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
+    app.add_middleware(HotRoutes, table=PROTOCOLS, on_error=proxy_error, on_bug=unexpected_error)  # innermost
+    app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests, table=PROTOCOLS,
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
                        keys=parts.keys, per_key=settings.max_concurrent_per_key)
-    app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections())
+    app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections(), table=PROTOCOLS)
     app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], expose_headers=["*"])
     app.add_middleware(AccessLog)  # outermost: one JSON line per request (uvicorn's access log is off)
 
-    app.include_router(chat.router)  # POSTs answered by HotRoutes; here for /openapi.json and other methods
-    app.include_router(translated.router)  # /v1/responses, /v1/messages: before the passthrough
+    for router in PROTOCOLS.routers():  # the protocols' other routes, before the passthrough
+        app.include_router(router)
     app.include_router(health.router)
     app.include_router(sanctum.router)
     app.include_router(metrics.router)
@@ -96,9 +94,8 @@ def make_services(settings: Settings) -> Services:
 
 
 def shaped(request: Request, error: ProxyError) -> JsonResponse:
-    """The error in the shape of the endpoint asked (Anthropic's on /v1/messages, else OpenAI's)."""
-    body = messages_api.error_body(error) if request.url.path == "/v1/messages" else None
-    return error_response(error, body, trace_id=trace_id(request))
+    """The error in the shape of the protocol whose path was asked (OpenAI's elsewhere)."""
+    return error_response(error, PROTOCOLS.error_body(request.url.path, error), trace_id=trace_id(request))
 
 
 def routing_error(exc: StarletteHTTPException, request: Request) -> ProxyError:

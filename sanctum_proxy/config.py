@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     on_surrender: Surrender = "error"
     messages_on_surrender: Surrender = "last_call"
     responses_on_surrender: Surrender = "last_call"
+    ollama_on_surrender: Surrender = "last_call"  # POST /api/chat: a native client ends its turn on any error
     prompt_format: PromptFormat = "auto"  # auto: the family the upstream's chat template shows, else hermes
     prompt_formats: dict[str, PromptFormat] = Field(default_factory=dict)
     constrain: Literal["off", "repair", "always"] = "repair"

@@ -55,6 +55,10 @@ class InvalidRequest(ProxyError):
     type = "invalid_request_error"
 
 
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+
+
 class BodyTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"

@@ -57,6 +57,7 @@ class ChoicesWriter:
     all on the last chunk, `[DONE]`."""
 
     keepalive = KEEPALIVE
+    media_type = "text/event-stream"
 
     def __init__(self, meta: oc.Meta, trace_id: str, *, omen_style: str,
                  include_usage: bool, legacy: bool, split_reasoning: bool = False) -> None:

@@ -20,6 +20,7 @@ KEEPALIVE = b": keep-alive\n\n"
 
 class StreamWriter:
     keepalive = KEEPALIVE
+    media_type = "text/event-stream"
 
     def __init__(self, omen: Callable[[om.Omen], bytes] = om.sse_comment) -> None:
         self.omens = om.Held(omen)  # the loop's omens so far (render holds each one)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import Response
 
 from sanctum_proxy.config import Settings
@@ -32,10 +32,10 @@ from sanctum_proxy.services import destination, services
 from sanctum_proxy.state import trace_store
 from sanctum_proxy.upstreams import capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
+from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse
 from sanctum_proxy.web.limits import BODY
 
-router = APIRouter()
 E = TypeVar("E")
 T = TypeVar("T")
 
@@ -75,7 +75,6 @@ async def off_loop_if_heavy(raw: bytes, parse: Callable[[bytes], T]) -> T:
     return parse(raw)
 
 
-@router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     settings = services(request).settings
     check_client_key(request)
@@ -96,6 +95,9 @@ async def chat_completions(request: Request) -> Response:
     return JsonResponse(body, headers=answer_headers(final, rounds.trace_id))
 
 
+PROTOCOL = ClientProtocol("chat", ("/v1/chat/completions",), chat_completions, areas=("/v1/",))
+
+
 @dataclass(frozen=True)
 class Rounds:
     """A request ready for the round loop: routed, planned and traced (the chat endpoint and the
@@ -106,6 +108,7 @@ class Rounds:
     trace_id: str
     auth: str | None
     split_reasoning: bool = False  # the setting reasoning_format = "split"
+    started_ns: int = dataclasses.field(default_factory=time.perf_counter_ns)
 
 
 async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:

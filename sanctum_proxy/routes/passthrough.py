@@ -98,7 +98,8 @@ async def one_model(model_id: str, request: Request) -> Response:
 # Not in /openapi.json: it is the upstream's API, not ours (and one route for several methods would give the
 # document duplicate operation ids).
 @router.api_route("/v1/{path:path}", methods=METHODS, include_in_schema=False)
-async def passthrough(path: str, request: Request) -> StreamingResponse:
+async def passthrough(path: str, request: Request, *, root: bool = False) -> StreamingResponse:
+    """`path` sent to the upstream under its base URL (or, with `root`, its root: Ollama's /api/*)."""
     check_client_key(request)
     check_path(request)
     settings = services(request).settings
@@ -107,7 +108,8 @@ async def passthrough(path: str, request: Request) -> StreamingResponse:
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
     query = list(request.query_params.multi_items())
-    response = await upstream.send(request.method, f"/{path}", params=query, headers=headers, content=content)
+    response = await upstream.send(request.method, f"/{path}", params=query, headers=headers, content=content,
+                                   root=root)
     back = {k: v for k, v in response.headers if k not in HOP_BY_HOP}
     back.update(CONFINED)
     return StreamingResponse(response.chunks, status_code=response.status, headers=back,

@@ -236,11 +236,9 @@ async def _next(events: AsyncIterator[E]) -> E | ProxyError:
 
 
 class EventStream(Response):
-    """The SSE response: the events are read, rendered and written in the request's own task, one write each
-    (the events of one upstream read come back to back), while the `DisconnectWatch` waits for the client to
-    leave and a timer writes `writer.keepalive` after `keepalive` seconds without a write (a hidden correction
-    round). Was: a producer task feeding an asyncio.Queue, a pump generator under Starlette's StreamingResponse
-    and its task group of two (a write and a disconnect listener): four tasks and a task switch per burst."""
+    """The stream response, framed by its writer (SSE or NDJSON): events read, rendered and written in the
+    request's own task, one write each, while a `DisconnectWatch` waits for the client to leave and a timer writes
+    `writer.keepalive` after `keepalive` seconds of silence (a hidden correction round)."""
 
     media_type = "text/event-stream"
 
@@ -248,7 +246,8 @@ class EventStream(Response):
                  headers: dict[str, str]) -> None:
         self.status_code = 200
         self.background = None
-        self.init_headers(headers)  # StreamingResponse's headers: no content-length, text/event-stream; utf-8
+        self.media_type = writer.media_type
+        self.init_headers(headers)  # StreamingResponse's headers: no content-length, the writer's media type
         self._writer: Writer[Any] = writer
         self._first: Any = first
         self._events: AsyncIterator[Any] = events
@@ -355,6 +354,7 @@ class Writer(Protocol[E_contra]):
     loop's events) and ChoicesWriter (Writer[Several]); each also renders the ProxyError that ends a stream."""
 
     keepalive: bytes
+    media_type: str  # text/event-stream, or application/x-ndjson
     ended: bool
 
     def opening(self) -> bytes: ...

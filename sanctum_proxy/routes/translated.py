@@ -44,6 +44,7 @@ from sanctum_proxy.services import services
 from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.upstreams import tokens
 from sanctum_proxy.web.auth import check_client_key
+from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 
 router = APIRouter()
@@ -51,22 +52,22 @@ router = APIRouter()
 
 @dataclass(frozen=True)
 class Dialect:
-    """What differs between the translated endpoints."""
+    """What differs between the endpoints translated to chat."""
 
-    name: str  # the path under /v1, and the setting `<name>_api`
+    name: str  # the trace's protocol
     to_chat: Callable[[JSONObject], JSONObject]
     answer: Callable[[JSONObject, Rounds, Final, Reply], JSONObject]
     writer: Callable[[JSONObject, Rounds], Any]
     error_body: Callable[[ProxyError], Mapping[str, object]]
+    on_surrender: Callable[[Settings], str]
+    passed: Callable[[Settings], str | None] = lambda settings: None  # the upstream path when passed through
     opening: Callable[[JSONObject], list[om.Omen]] = lambda body: []  # omens of the translation itself
 
 
-@router.post("/v1/responses")
 async def responses(request: Request) -> Response:
     return await serve(request, RESPONSES)
 
 
-@router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     return await serve(request, MESSAGES)
 
@@ -102,8 +103,9 @@ def _counted(raw: bytes, headers: Mapping[str, str], settings: Settings) -> Chat
 
 async def serve(request: Request, dialect: Dialect) -> Response:
     settings = services(request).settings
-    if getattr(settings, f"{dialect.name}_api", "repair") == "pass":
-        return await passthrough(dialect.name, request)
+    passed = dialect.passed(settings)
+    if passed is not None:
+        return await passthrough(passed, request)
     request.state.protocol = dialect.name
     try:
         check_client_key(request)
@@ -134,7 +136,7 @@ def _read(dialect: Dialect, raw: bytes, headers: Mapping[str, str],
     body = json_object(raw)
     check_depth(body)  # before translating: the answer echoes fields (metadata, text, ...) as they came
     return body, chat_request(dialect.to_chat(body), headers, settings,
-                              on_surrender=getattr(settings, f"{dialect.name}_on_surrender"))
+                              on_surrender=dialect.on_surrender(settings))
 
 
 def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) -> Response:
@@ -169,7 +171,9 @@ def _responses_writer(body: JSONObject, rounds: Rounds) -> ResponsesWriter:
 
 
 RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_writer, lambda e: e.body(),
-                    responses_api.withheld_omens)
+                    lambda s: s.responses_on_surrender,
+                    lambda s: "responses" if s.responses_api == "pass" else None, responses_api.withheld_omens)
+RESPONSES_PROTOCOL = ClientProtocol("responses", ("/v1/responses",), responses, areas=("/v1/responses",))
 
 
 # The Messages API.
@@ -192,4 +196,7 @@ def _messages_writer(body: JSONObject, rounds: Rounds) -> MessagesWriter:
                           split_reasoning=rounds.split_reasoning)
 
 
-MESSAGES = Dialect("messages", messages_api.to_chat, _message, _messages_writer, messages_api.error_body)
+MESSAGES = Dialect("messages", messages_api.to_chat, _message, _messages_writer, messages_api.error_body,
+                   lambda s: s.messages_on_surrender, lambda s: "messages" if s.messages_api == "pass" else None)
+MESSAGES_PROTOCOL = ClientProtocol("messages", ("/v1/messages",), messages, messages_api.error_body,
+                                   areas=("/v1/messages",), router=router)

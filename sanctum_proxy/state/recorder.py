@@ -36,8 +36,6 @@ from sanctum_proxy.state.trace_store import TraceStore, default_path
 from sanctum_proxy.state.traces import Trace, TraceDoc, compacted, metadata_only, trace_json
 from sanctum_proxy.web import access_log
 
-CHAT_PATH = "/v1/chat/completions"
-ROUND_LOOP_PATHS = (CHAT_PATH, "/v1/responses", "/v1/messages")  # the endpoints whose requests are traced
 QUEUE_LIMIT = 10_000
 BATCH = 256
 GATHER_SECONDS = 0.02
@@ -159,7 +157,7 @@ class Recorder:
 
     def refused(self, request: Request, error: ProxyError) -> None:
         """A chat request turned away before it had a trace (bad body, key, size): counted and logged only."""
-        if request.url.path not in ROUND_LOOP_PATHS or trace_id(request) is not None:
+        if getattr(request.state, "protocol", None) is None or trace_id(request) is not None:  # web/hot_routes
             return
         self.metrics.requests.labels("none", "error").inc()
         setattr(request.state, access_log.LOGGED, True)  # its line is this one (web/access_log.AccessLog)

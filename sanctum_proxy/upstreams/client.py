@@ -279,14 +279,15 @@ class Upstream:
         rotated = self.backends[turn:] + self.backends[:turn]
         return [b for b in rotated if b.healthy] + [b for b in rotated if not b.healthy]
 
-    async def _open(self, method: str, path: str, *, stream: bool = False, route: ollama_wire.Route | None = None,
-                    **kwargs: Any) -> aiohttp.ClientResponse:
+    async def _open(self, method: str, path: str, *, stream: bool = False, root: bool = False,
+                    route: ollama_wire.Route | None = None, **kwargs: Any) -> aiohttp.ClientResponse:
         """Send to the first backend that takes the connection; the body streams (caller runs `done`).
-        `stream`: a streamed chat round (its own pool, or its own connection; see the docstring). `route`: a
-        chat round, whose URL and body depend on the backend (ollama_wire.Route)."""
+        `stream`: a streamed chat round (its own pool, or its own connection; see the docstring). `root`: the
+        path is under the server's root (Ollama's /api/*), not its base URL. `route`: a chat round, whose URL
+        and body depend on the backend (ollama_wire.Route)."""
         failure: Exception | None = None
         for backend in self.candidates():
-            url = f"{backend.base_url}{path}"
+            url = f"{backend.root_url if root else backend.base_url}{path}"
             if route is not None:
                 url, kwargs["data"] = await route(backend)
             try:
@@ -461,7 +462,7 @@ class Upstream:
 
     async def send(
         self, method: str, path: str, *, params: Any, headers: Mapping[str, str],
-        content: bytes | AsyncIterator[bytes] | None,
+        content: bytes | AsyncIterator[bytes] | None, root: bool = False,
     ) -> Passing:
         """Pass-through: the body streams as it arrives; the caller runs `close`. An error answer is read
         whole and redacted (servers echo a wrong key in their 401 message)."""
@@ -470,7 +471,7 @@ class Upstream:
         async with mapped_errors():
             # A redirect is relayed, never followed: it could point outside the upstream's base path.
             response = await self._open(method, path, params=params, headers=headers, data=content,
-                                        allow_redirects=False)
+                                        allow_redirects=False, root=root)
             kept = [(k.lower(), v) for k, v in response.headers.items()]
 
             async def close() -> None:

@@ -20,7 +20,7 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sanctum_proxy.errors import Overloaded
-from sanctum_proxy.protocols import messages_api
+from sanctum_proxy.web.client_protocols import ProtocolTable
 
 ALWAYS_ANSWERED = frozenset({"/healthz", "/metrics"})
 
@@ -36,8 +36,8 @@ def default_max_connections() -> int:
 class ConnectionLimit:
     """ASGI middleware: at most `limit` HTTP requests in flight; past it a 503 at once (ALWAYS_ANSWERED excepted)."""
 
-    def __init__(self, app: ASGIApp, limit: int, retry_after: int = 1) -> None:
-        self.app, self.limit, self.retry_after = app, limit, retry_after
+    def __init__(self, app: ASGIApp, limit: int, table: ProtocolTable, retry_after: int = 1) -> None:
+        self.app, self.limit, self.table, self.retry_after = app, limit, table, retry_after
         self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -56,7 +56,7 @@ class ConnectionLimit:
     async def _refuse(self, send: Send, path: str) -> None:
         error = Overloaded(f"Too many connections in use (limit {self.limit} per proxy process, max_connections); "
                            f"retry after {self.retry_after} s")
-        body = orjson.dumps(messages_api.error_body(error) if path == "/v1/messages" else error.body())
+        body = orjson.dumps(self.table.error_body(path, error))
         await send({"type": "http.response.start", "status": error.status, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"retry-after", str(self.retry_after).encode()), (b"x-should-retry", b"true"),

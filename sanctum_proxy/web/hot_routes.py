@@ -1,41 +1,47 @@
-"""HotRoutes: the round-loop endpoints answered straight from the middleware stack.
+"""HotRoutes: the one route table of the round-loop endpoints, answered straight from the middleware stack.
 
-Through Starlette a request to a route passes ExceptionMiddleware (a Request and a send wrapper of its own),
-the router's match over every route, FastAPI's dependency machinery and the route's own exception wrapper
-(another Request, another send wrapper): about a twentieth of what the proxy spends on a fast answer
-(bench/results/profile.md, Round 5). HotRoutes, the innermost middleware, calls the endpoint of a POST to one
-of `routes` itself, with one Request; a ProxyError it raises goes to the app's handler for it, as the router's
-would, and any other exception up to Starlette's ServerErrorMiddleware, whose handler shapes the 500. Every
-other request (another method, another path) goes on to the router; the routes stay registered there too, for
-/openapi.json.
+The innermost middleware calls a protocol's endpoint for a POST to one of its paths (in any spelling: trailing
+slash, `;params`, case), with one Request and no router, FastAPI dependencies or exception wrappers in between
+(bench/results/profile.md). Another method on those paths is a 405 in the protocol's error shape. A ProxyError
+goes to `on_error`, any other exception to `on_bug`; both answer in the protocol's shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sanctum_proxy.errors import ProxyError
+from sanctum_proxy.errors import MethodNotAllowed, ProxyError
+from sanctum_proxy.web.client_protocols import ProtocolTable
 
-Endpoint = Callable[[Request], Awaitable[Response]]
 ErrorHandler = Callable[[Request, ProxyError], Awaitable[Response]]
+BugHandler = Callable[[Request, Exception], Awaitable[Response]]
 
 
 class HotRoutes:
-    def __init__(self, app: ASGIApp, routes: Mapping[str, Endpoint], on_error: ErrorHandler) -> None:
-        self.app, self.routes, self.on_error = app, dict(routes), on_error
+    def __init__(self, app: ASGIApp, table: ProtocolTable, on_error: ErrorHandler, on_bug: BugHandler) -> None:
+        self.app, self.table, self.on_error, self.on_bug = app, table, on_error, on_bug
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if endpoint is None:
+        protocol = self.table.endpoint(scope["path"]) if scope["type"] == "http" else None
+        if protocol is None:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive, send)
+        request.state.protocol = protocol.name
         try:
-            response = await endpoint(request)
+            if scope["method"] != "POST":
+                raise MethodNotAllowed(f"Method Not Allowed ({scope['method'][:20]} {scope['path'][:200]}): "
+                                       "this endpoint takes POST")
+            response = await protocol.serve(request)
         except ProxyError as error:  # before any byte of the answer: the endpoints return their Response
             response = await self.on_error(request, error)
+            if isinstance(error, MethodNotAllowed):
+                response.headers["allow"] = "POST"
+        except Exception as exc:
+            response = await self.on_bug(request, exc)
         await response(scope, receive, send)
+

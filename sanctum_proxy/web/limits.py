@@ -1,4 +1,4 @@
-"""Limits on what all requests together may take: requests in flight on /v1/* (`ConcurrencyLimit`).
+"""Limits on what all requests together may take: requests in flight (`ConcurrencyLimit`).
 (Messages and tools per request are checked with the request: protocols/chat_request.py `check_counts`.)
 
 Where client keys are configured, each key gets a share of the slots (`per_key`, the setting
@@ -20,8 +20,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, TooManyRequests, retry_headers
-from sanctum_proxy.protocols import messages_api  # the Anthropic endpoint gets its errors in Anthropic's shape
 from sanctum_proxy.web.auth import KeyRing
+from sanctum_proxy.web.client_protocols import ProtocolTable
 
 
 def scope_key(scope: Scope) -> bytes:
@@ -37,12 +37,12 @@ BODY = "sanctum.body"  # the scope key of a request body read whole by Concurren
 
 
 class ConcurrencyLimit:
-    """ASGI middleware: at most `limit` requests under `prefix` at once; the rest get 429 at once."""
+    """ASGI middleware: at most `limit` requests of the protocols' areas at once; the rest get 429 at once."""
 
-    def __init__(self, app: ASGIApp, limit: int, prefix: str = "/v1/", retry_after: int = 1,
+    def __init__(self, app: ASGIApp, limit: int, table: ProtocolTable, retry_after: int = 1,
                  max_body_bytes: int | None = None, body_timeout: float | None = None,
                  keys: KeyRing | None = None, per_key: int | None = None) -> None:
-        self.app, self.limit, self.prefix, self.retry_after = app, limit, prefix, retry_after
+        self.app, self.limit, self.table, self.retry_after = app, limit, table, retry_after
         self.max_body_bytes, self.body_timeout = max_body_bytes, body_timeout
         self.keys = keys
         self.per_key = per_key if per_key is not None else max(1, limit // 2)
@@ -50,7 +50,7 @@ class ConcurrencyLimit:
         self.by_key: dict[bytes, int] = {}  # requests in flight per presented key (only keys with some)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+        if scope["type"] != "http" or not self.table.limited(scope["path"]):
             await self.app(scope, receive, send)
             return
         if self.body_timeout is not None:
@@ -125,7 +125,7 @@ class ConcurrencyLimit:
 
     async def _answer(self, send: Send, error: ProxyError, path: str,
                       extra: list[tuple[bytes, bytes]] | None = None) -> None:
-        body = orjson.dumps(messages_api.error_body(error) if path == "/v1/messages" else error.body())
+        body = orjson.dumps(self.table.error_body(path, error))
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         if extra is None:  # a refused body: the connection may still hold the rest of it (retry as errors says:
             # a 413 would fail again, a 408 may not, so the SDK's own rule decides that one)

@@ -1,5 +1,6 @@
-"""web/hot_routes.py: a POST to a hot path is answered by its endpoint with no router in between; a ProxyError
-goes to the error handler; anything else goes on (to the router, or up to the server error middleware)."""
+"""web/hot_routes.py: a POST to a protocol's path, in any spelling, is answered by its endpoint with no router in
+between; another method is a 405; a ProxyError goes to the error handler, any other exception to the bug handler;
+every other path goes on to the router."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sanctum_proxy.errors import InvalidRequest, ProxyError
+from sanctum_proxy.web.client_protocols import ClientProtocol, ProtocolTable
 from sanctum_proxy.web.hot_routes import HotRoutes
 
 
@@ -51,26 +53,44 @@ async def on_error(request: Request, exc: ProxyError) -> Response:
     return JSONResponse(exc.body(), status_code=exc.status)
 
 
+async def on_bug(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"bug": type(exc).__name__}, status_code=500)
+
+
+def hot(serve: Any) -> HotRoutes:
+    table = ProtocolTable([ClientProtocol("chat", ("/v1/chat/completions",), serve)])
+    return HotRoutes(router, table, on_error, on_bug)
+
+
 def body(sent: list[dict[str, Any]]) -> bytes:
     return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
 
 def test_a_post_to_a_hot_path_is_its_endpoints() -> None:
-    app = HotRoutes(router, {"/v1/chat/completions": endpoint}, on_error)
-    assert body(call(app, "POST", "/v1/chat/completions")) == b'{"from":"endpoint","path":"/v1/chat/completions"}'
+    assert body(call(hot(endpoint), "POST", "/v1/chat/completions")) == \
+        b'{"from":"endpoint","path":"/v1/chat/completions"}'
 
 
-def test_other_methods_and_paths_go_to_the_router() -> None:
-    app = HotRoutes(router, {"/v1/chat/completions": endpoint}, on_error)
-    assert body(call(app, "GET", "/v1/chat/completions")) == b'{"from":"router"}'
-    assert body(call(app, "POST", "/v1/models")) == b'{"from":"router"}'
+@pytest.mark.parametrize("path", ["/v1/chat/completions/", "/v1/Chat/Completions", "/v1/chat/completions;x=1"])
+def test_every_spelling_of_a_hot_path_is_its_endpoints(path: str) -> None:
+    assert b'"from":"endpoint"' in body(call(hot(endpoint), "POST", path))
+
+
+def test_another_method_is_a_405_in_the_protocols_shape() -> None:
+    sent = call(hot(endpoint), "GET", "/v1/chat/completions")
+    assert sent[0]["status"] == 405 and (b"allow", b"POST") in sent[0]["headers"]
+    assert b'"type":"invalid_request_error"' in body(sent)
+
+
+def test_other_paths_go_to_the_router() -> None:
+    assert body(call(hot(endpoint), "POST", "/v1/models")) == b'{"from":"router"}'
 
 
 def test_a_proxy_error_is_the_handlers_answer() -> None:
-    sent = call(HotRoutes(router, {"/v1/chat/completions": refuses}, on_error), "POST", "/v1/chat/completions")
+    sent = call(hot(refuses), "POST", "/v1/chat/completions")
     assert sent[0]["status"] == 400 and b'"param":"x"' in body(sent)
 
 
-def test_any_other_exception_goes_up() -> None:
-    with pytest.raises(KeyError):
-        call(HotRoutes(router, {"/v1/chat/completions": breaks}, on_error), "POST", "/v1/chat/completions")
+def test_any_other_exception_is_the_bug_handlers_answer() -> None:
+    sent = call(hot(breaks), "POST", "/v1/chat/completions")
+    assert sent[0]["status"] == 500 and body(sent) == b'{"bug":"KeyError"}'

@@ -1,0 +1,168 @@
+"""Ollama's native API at the proxy's root: POST /api/chat through the round loop, discovery answered as Ollama
+does, the rest of /api/* passed to the upstream's root with the same path safety as /v1/*.
+
+    GET/HEAD /                 "Ollama is running"
+    /api/version               the upstream's, else VERSION (an upstream that is not Ollama)
+    /api/tags                  the union of the upstreams' models (and the configured names), like /v1/models
+    /api/show                  the upstream's, `tools` in its capabilities: the proxy serves tools to every model
+    /api/ps, generate, embed, embeddings, chat's siblings: passed through
+    model management           (pull, push, create, copy, delete, blobs) passed through with the admin key only:
+                               Ollama has no keys of its own, so a client key must not reach them
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, Response
+
+from sanctum_proxy.core.shapes import JSONObject
+from sanctum_proxy.errors import NotFound, ProxyError, Unauthorized
+from sanctum_proxy.protocols import ollama_api
+from sanctum_proxy.protocols.ollama_events import NdjsonWriter
+from sanctum_proxy.protocols.reply import Reply
+from sanctum_proxy.repair.events import Final
+from sanctum_proxy.routes.chat import Rounds, read_body
+from sanctum_proxy.routes.passthrough import METHODS, passthrough
+from sanctum_proxy.routes.translated import Dialect, reply_of, serve
+from sanctum_proxy.services import services
+from sanctum_proxy.upstreams.client import Upstream
+from sanctum_proxy.upstreams.pools import listed_models
+from sanctum_proxy.web.auth import check_client_key, matches, presented_key
+from sanctum_proxy.web.client_protocols import ClientProtocol
+from sanctum_proxy.web.json_response import JsonResponse, error_response
+
+router = APIRouter()
+VERSION = "0.12.6"  # the Ollama API this door speaks, told where the upstream is not Ollama
+PASSED = frozenset({"ps", "generate", "embed", "embeddings"})
+MANAGED = frozenset({"pull", "push", "create", "copy", "delete", "blobs"})
+
+
+async def chat(request: Request) -> Response:
+    return await serve(request, OLLAMA)
+
+
+def _answer(body: JSONObject, rounds: Rounds, final: Final, reply: Reply) -> JSONObject:
+    return ollama_api.answer(reply, str(body.get("model") or ""), time.perf_counter_ns() - rounds.started_ns)
+
+
+def _writer(body: JSONObject, rounds: Rounds) -> NdjsonWriter:
+    return NdjsonWriter(str(body.get("model") or ""), rounds.trace_id, lambda final: reply_of(rounds, final),
+                        rounds.started_ns, split_reasoning=rounds.split_reasoning)
+
+
+OLLAMA = Dialect("ollama", ollama_api.to_chat, _answer, _writer, ollama_api.error_body,
+                 lambda s: s.ollama_on_surrender)
+
+
+def refused(error: ProxyError) -> Response:
+    return error_response(error, ollama_api.error_body(error))
+
+
+@router.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+async def root(request: Request) -> Response:
+    return PlainTextResponse("Ollama is running")
+
+
+@router.api_route("/api/version", methods=["GET", "HEAD"], include_in_schema=False)
+async def version(request: Request) -> Response:
+    try:
+        check_client_key(request)
+    except ProxyError as exc:
+        return refused(exc)
+    upstream = services(request).pools.default
+    said = await upstream.probe_json("GET", f"{upstream.root_url}/api/version", timeout=3.0)
+    found = said.get("version") if isinstance(said, dict) else None
+    return JsonResponse({"version": found if isinstance(found, str) else VERSION})
+
+
+@router.get("/api/tags", include_in_schema=False)
+async def tags(request: Request) -> Response:
+    try:
+        check_client_key(request)
+    except ProxyError as exc:
+        return refused(exc)
+    pools = services(request).pools
+    models = [ollama_api.tag({"id": name}) for name, _ in listed_models(pools.entries)]
+    seen = {m["name"] for m in models}
+    asked = [u for e, u in zip(pools.entries, pools.upstreams, strict=True) if e.catch_all] if pools.several \
+        else [pools.default]
+    for upstream in asked:
+        for model in await upstream_tags(upstream):
+            if model.get("name") not in seen:
+                seen.add(model.get("name"))
+                models.append(model)
+    return JsonResponse({"models": models})
+
+
+async def upstream_tags(upstream: Upstream) -> list[JSONObject]:
+    """The upstream's /api/tags models, else its /v1/models in that shape."""
+    said = await upstream.probe_json("GET", f"{upstream.root_url}/api/tags", timeout=3.0)
+    if isinstance(said, dict) and isinstance(said.get("models"), list):
+        return [m for m in said["models"] if isinstance(m, dict)]
+    listed = await upstream.probe_json("GET", f"{upstream.base_url}/models", timeout=3.0)
+    data = listed.get("data") if isinstance(listed, dict) else None
+    return [ollama_api.tag(m) for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+
+
+@router.post("/api/show", include_in_schema=False)
+async def show(request: Request) -> Response:
+    """The upstream's answer with `tools` among the capabilities (prompted where the model has none of its own:
+    `sanctum.tools` says which); a minimal one where the upstream is not Ollama."""
+    try:
+        check_client_key(request)
+        raw = await read_body(request, services(request).settings.max_body_bytes)
+        asked = orjson.loads(raw) if raw else {}
+        model = asked.get("model") or asked.get("name") if isinstance(asked, dict) else None
+        if not isinstance(model, str) or not model:
+            raise NotFound("model is required")
+        dest = services(request).pools.destination(model)
+    except orjson.JSONDecodeError:
+        return refused(NotFound("the request body is not JSON"))
+    except ProxyError as exc:
+        return refused(exc)
+    upstream = dest.upstream
+    said = await upstream.probe_json("POST", f"{upstream.root_url}/api/show", {**asked, "model": dest.model},
+                                     timeout=services(request).settings.probe_timeout)
+    if not isinstance(said, dict):
+        said = {"modelfile": "", "parameters": "", "template": "", "details": {}, "model_info": {},
+                "capabilities": ["completion"]}
+    listed = said.get("capabilities")
+    capabilities = [c for c in listed if isinstance(c, str)] if isinstance(listed, list) else ["completion"]
+    native = "tools" in capabilities
+    if not native:
+        capabilities.append("tools")
+    return JsonResponse({**said, "capabilities": capabilities,
+                         "sanctum": {"tools": "native" if native else "prompted"}})
+
+
+@router.api_route("/api/{path:path}", methods=METHODS, include_in_schema=False)
+async def api(path: str, request: Request) -> Response:
+    head = path.split("/", 1)[0]
+    try:
+        if head in MANAGED:
+            check_manager(request)
+        elif head not in PASSED:
+            raise NotFound(f"Invalid URL ({request.method} /api/{path[:200]}): not an Ollama endpoint the proxy "
+                           "serves")
+        return await passthrough(f"api/{path}", request, root=True)
+    except ProxyError as exc:
+        return refused(exc)
+
+
+def check_manager(request: Request) -> None:
+    """Model management takes the admin key, and there must be one: a keyless proxy would let any client pull,
+    copy and delete the upstream's models."""
+    ring = services(request).keys
+    if ring.admin is None:
+        error = Unauthorized("model management (pull, push, create, copy, delete, blobs) through the proxy takes "
+                             "the admin key, and none is set: set admin_key, or ask Ollama itself")
+        error.status = 403
+        raise error
+    if not matches(presented_key(request), (ring.admin,)):
+        raise Unauthorized("model management takes the admin key: send 'Authorization: Bearer <admin key>'")
+
+
+PROTOCOL = ClientProtocol("ollama", ("/api/chat",), chat, ollama_api.error_body, areas=("/api/",), router=router)

@@ -1,0 +1,9 @@
+"""The client protocols served: one registration each (web/client_protocols.py says what one holds)."""
+
+from __future__ import annotations
+
+from sanctum_proxy.routes import chat, ollama, translated
+from sanctum_proxy.web.client_protocols import ProtocolTable
+
+PROTOCOLS = ProtocolTable([chat.PROTOCOL, translated.RESPONSES_PROTOCOL, translated.MESSAGES_PROTOCOL,
+                           ollama.PROTOCOL])
