@@ -363,7 +363,8 @@ class Upstream:
                 done(response)
         latency = (time.perf_counter() - start) * 1000
         if response.status >= 400:
-            raise ollama_answers.error_of(response.status, raw) if route.native else upstream_error(response.status, raw)
+            raise (ollama_answers.error_of(response.status, raw) if route.native
+                   else upstream_error(response.status, raw))
         if response.status >= 300:
             raise redirect_error(response.status)
         if route.native is not None:

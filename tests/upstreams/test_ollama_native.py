@@ -96,9 +96,9 @@ def test_the_stash_never_goes_to_a_v1_upstream():
     assert without_stash(plain) is plain
 
 
+PARIS = {"function": {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}}
 ANSWER = {"model": "qwen3:0.6b", "created_at": "2026-12-04T20:33:28.123456789Z",
-          "message": {"role": "assistant", "content": "", "thinking": "Paris, then.",
-                      "tool_calls": [{"function": {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+          "message": {"role": "assistant", "content": "", "thinking": "Paris, then.", "tool_calls": [PARIS]},
           "done": True, "done_reason": "stop", "total_duration": 412000000, "load_duration": 31000000,
           "prompt_eval_count": 26, "prompt_eval_duration": 52000000, "eval_count": 9, "eval_duration": 318000000}
 
@@ -116,7 +116,8 @@ def test_an_answer_becomes_a_chat_completion_with_ids_made_up_and_arguments_as_t
 
 
 def test_a_required_calls_answer_object_comes_back_as_the_call():
-    said = {**ANSWER, "message": {"role": "assistant", "content": '{"name": "get_weather", "arguments": {"city": "Rome"}}'}}
+    answer_object = '{"name": "get_weather", "arguments": {"city": "Rome"}}'
+    said = {**ANSWER, "message": {"role": "assistant", "content": answer_object}}
     message = answers.completion(said, calls_in_content=True)["choices"][0]["message"]
     assert message["tool_calls"][0]["function"]["name"] == "get_weather" and not message["content"]
     assert answers.completion(said)["choices"][0]["message"]["content"].startswith('{"name"')
@@ -153,7 +154,8 @@ def test_a_streamed_required_call_is_held_and_given_as_the_call():
     assert all("content" not in c["choices"][0]["delta"] for c in out)
     last = chunks.of({**line(done=True), "done_reason": "stop"})
     calls = last[0]["choices"][0]["delta"]["tool_calls"]
-    assert calls[0]["function"] == {"name": "f", "arguments": "{}"} and last[1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert calls[0]["function"] == {"name": "f", "arguments": "{}"}
+    assert last[1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
 @pytest.mark.parametrize(("status", "message", "verdict"), [
