@@ -6,6 +6,7 @@
      │    ├── BodyTimeout           408 invalid_request_error, code request_timeout (body_read_timeout)
      │    ├── ArrayTooLong          400 invalid_request_error, code array_above_max_length (messages, tools)
      │    ├── ModelNotFound         404 invalid_request_error, code model_not_found (no upstream serves it)
+     │    ├── ContextTooLong        400 invalid_request_error, code context_length_exceeded (before it is sent)
      │    └── NotFound              404 invalid_request_error, code not_found (e.g. an unknown trace id)
      ├── Unauthorized               401 invalid_api_key
      ├── TooManyRequests            429 rate_limit_exceeded
@@ -76,6 +77,12 @@ class ArrayTooLong(InvalidRequest):
 class ModelNotFound(InvalidRequest):
     status = 404
     code = "model_not_found"
+
+
+class ContextTooLong(InvalidRequest):
+    """A request longer than the model's context could be made (OpenAI's code for the same)."""
+
+    code = "context_length_exceeded"
 
 
 class NotFound(InvalidRequest):

@@ -7,6 +7,7 @@
                           answer was left out (reason unrepaired)
     SpellCallSurrendered  tier 3 gave up (on_surrender="content" keeps the last raw answer)
     SpellsWithheld        tools the proxy cannot run (a Responses request's hosted tools) were not offered
+    SpellContextWidened   Ollama's num_ctx was raised so that the request is not cut (upstreams/context_fit.py)
 
 Rendered as: the `sanctum` object of a response, the X-Sanctum-Omens header summary, an SSE comment
 (`: omen {json}`) or a named SSE event whose data is a chunk-shaped envelope (`choices: []`).
@@ -36,6 +37,7 @@ class OmenType(StrEnum):
     DROPPED = "SpellCallsDropped"
     SURRENDERED = "SpellCallSurrendered"
     WITHHELD = "SpellsWithheld"
+    WIDENED = "SpellContextWidened"
 
 
 class Outcome(StrEnum):
@@ -99,6 +101,12 @@ def surrendered(round_no: int, message: str, rejected_raw: Sequence[str]) -> Ome
 
 def withheld(round_no: int, tools: list[JSONObject], reason: str) -> Omen:
     return Omen(OmenType.WITHHELD, round_no, {"tools": tools, "reason": reason})
+
+
+def widened(num_ctx: int, runs_with: int, prompt_tokens: int, room: int) -> Omen:
+    """The request would have run with `runs_with` tokens of context: it is sent with `num_ctx`."""
+    return Omen(OmenType.WIDENED, 0, {"num_ctx": num_ctx, "from": runs_with, "estimated_prompt_tokens": prompt_tokens,
+                                      "answer_room": room})
 
 
 def header_summary(omens: Sequence[Omen]) -> str:
