@@ -83,6 +83,15 @@ def test_thinking_comes_before_the_call_and_the_answer(ollama_scripted, stream):
     assert out["thinking"][0].startswith("The user wants the weather") and out["thinking"][1]
 
 
+def test_streamed_thinking_arrives_live_before_the_call(ollama_scripted):
+    root, model = ollama_scripted("think")
+    parts = ollama.Client(host=root).chat(model=model.model, messages=[{"role": "user", "content": ASK}],
+                                          tools=[get_weather], think=True, stream=True)
+    kinds = [k for p in parts for k in (["thinking"] if p.message.thinking else [])
+             + (["call"] if p.message.tool_calls else [])]
+    assert kinds.count("thinking") > 1 and kinds[-1] == "call" and "call" not in kinds[:-1], kinds
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize("scenario", ["native", "content_hermes", "parser_500", "think"])
 def test_the_clients_options_reach_ollama_on_every_round(ollama_scripted, fake_ollama, scenario, stream):
