@@ -13,6 +13,9 @@ ollama = pytest.importorskip("ollama")
 from tests.fakes.ollama_model import ASK, CITY, SCENARIOS, not_kept, weather  # noqa: E402
 
 OPTIONS = {"num_ctx": 8192, "top_k": 20, "temperature": 0.2}
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city",
+                                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                        "required": ["city"]}}}
 
 
 def get_weather(city: str) -> str:
@@ -73,6 +76,11 @@ def test_a_correct_call_is_untouched_in_one_round(ollama_scripted, stream):
     calls, content, _ = turn(client, [{"role": "user", "content": ASK}], stream, model=model.model)
     assert [(c.function.name, dict(c.function.arguments)) for c in calls] == [("get_weather", {"city": CITY})]
     assert content == "" and len(model.requests) == 1
+    last = client.chat(model=model.model, messages=[{"role": "user", "content": ASK}], tools=[get_weather])
+    assert last.done and last.done_reason == "stop" and (last.prompt_eval_count, last.eval_count) == (26, 9)
+    raw = client._client.post("/api/chat", json={"model": model.model, "messages": [{"role": "user", "content": ASK}],
+                                                 "tools": [TOOL], "stream": False}).json()
+    assert raw["message"]["tool_calls"][0]["id"] == "call_00000003"  # the model's own id (its third round), kept
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
@@ -115,6 +123,7 @@ def test_discovery_answers_as_ollama_does(ollama_scripted, via):
     assert [m.model for m in client.ps().models] == ["qwen3:0.6b"]
     assert client._client.get("/api/version").json() == {"version": "0.33.0"}
     assert client._client.get("/").text == "Ollama is running"
+    assert [client._client.head(path).status_code for path in ("/", "/api/version", "/api/tags")] == [200] * 3
     assert client.embed(model="llama3.2:1b", input=["a", "bb"]).embeddings
     assert client.generate(model="llama3.2:1b", prompt="hi").response == "Sunny and mild."
 
