@@ -116,8 +116,9 @@ def upstream_pools(settings: Settings) -> UpstreamPools:
     """The upstream pools the settings name: one per `[[upstreams]]` entry, else the single `upstream`."""
     limits = Limits(settings.connect_timeout, settings.read_timeout, settings.max_answer_bytes)
     if settings.upstreams:
-        pools = [Upstream(e.urls, e.api_key, limits, name=e.name) for e in settings.upstreams]
+        pools = [Upstream(e.urls, e.api_key, limits, name=e.name, ollama_native=settings.ollama_native)
+                 for e in settings.upstreams]
     else:
-        pools = [Upstream([settings.upstream], settings.upstream_api_key, limits)]
+        pools = [Upstream([settings.upstream], settings.upstream_api_key, limits, ollama_native=settings.ollama_native)]
     return UpstreamPools(pools, settings.upstreams, health_check_seconds=settings.health_check_seconds)
 

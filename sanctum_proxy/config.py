@@ -108,6 +108,12 @@ class Settings(BaseSettings):
     # requests in flight per process (503 past it) and where slow heads make room; unset: half the open-file limit
     max_connections: int | None = Field(None, ge=8)
     probe_capabilities: bool = True
+    # chat rounds to an Ollama backend go to its own /api/chat (upstreams/ollama_wire.py); off: its /v1
+    ollama_native: bool = True
+    # the context Ollama gives a model that nothing sets num_ctx for (its OLLAMA_CONTEXT_LENGTH, else 4096, 32768
+    # or 262144 by VRAM); a longer request gets options.num_ctx raised to fit, up to ollama_max_num_ctx
+    ollama_default_num_ctx: int = Field(4096, ge=256)
+    ollama_max_num_ctx: int = Field(65536, ge=256)
     probe_timeout: float = Field(3.0, gt=0)
     auto_recheck_seconds: float | None = Field(None, gt=0)
     parse_failure_threshold: int = Field(3, ge=1)

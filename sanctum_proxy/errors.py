@@ -2,10 +2,12 @@
 
     ProxyError
      ├── InvalidRequest             400 invalid_request_error
+     │    ├── MethodNotAllowed      405
      │    ├── BodyTooLarge          413
      │    ├── BodyTimeout           408 request_timeout
      │    ├── ArrayTooLong          400 array_above_max_length
      │    ├── ModelNotFound         404 model_not_found
+     │    ├── ContextTooLong        400 context_length_exceeded
      │    └── NotFound              404 not_found
      ├── Unauthorized               401 invalid_api_key
      ├── TooManyRequests            429 rate_limit_exceeded
@@ -13,7 +15,7 @@
      ├── UpstreamUnreachable        502 upstream_unreachable
      ├── UpstreamTimeout            504 upstream_timeout
      ├── UpstreamError              the upstream's status, upstream_error
-     └── ToolCallParseError        422 spell_call_parse_error
+     └── ToolCallParseError         422 spell_call_parse_error
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ class ArrayTooLong(InvalidRequest):
 class ModelNotFound(InvalidRequest):
     status = 404
     code = "model_not_found"
+
+
+class ContextTooLong(InvalidRequest):
+    """A request longer than the model's context could be made (OpenAI's code for the same)."""
+
+    code = "context_length_exceeded"
 
 
 class NotFound(InvalidRequest):

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, settings
 
 from sanctum_proxy.app import create_app
 from sanctum_proxy.config import load_settings
+from tests.fakes.ollama import FakeOllama
 from tests.fakes.upstream import FakeUpstream
 from tests.polling import wait_until
 
@@ -59,6 +60,14 @@ class ServerThread:
 @pytest.fixture
 def fake() -> Iterator[tuple[FakeUpstream, str]]:
     upstream = FakeUpstream()
+    with ServerThread(upstream.app()) as server:
+        yield upstream, server.url
+
+
+@pytest.fixture
+def fake_ollama() -> Iterator[tuple[FakeOllama, str]]:
+    """The scripted fake Ollama (tests/fakes/ollama.py) on loopback: (the fake, its root URL)."""
+    upstream = FakeOllama()
     with ServerThread(upstream.app()) as server:
         yield upstream, server.url
 

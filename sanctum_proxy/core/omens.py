@@ -21,6 +21,7 @@ class OmenType(StrEnum):
     DROPPED = "SpellCallsDropped"
     SURRENDERED = "SpellCallSurrendered"
     WITHHELD = "SpellsWithheld"
+    WIDENED = "SpellContextWidened"
 
 
 class Outcome(StrEnum):
@@ -80,6 +81,12 @@ def surrendered(round_no: int, message: str, rejected_raw: Sequence[str]) -> Ome
 
 def withheld(round_no: int, tools: list[JSONObject], reason: str) -> Omen:
     return Omen(OmenType.WITHHELD, round_no, {"tools": tools, "reason": reason})
+
+
+def widened(num_ctx: int, runs_with: int, prompt_tokens: int, room: int) -> Omen:
+    """The request would have run with `runs_with` tokens of context: it is sent with `num_ctx`."""
+    return Omen(OmenType.WIDENED, 0, {"num_ctx": num_ctx, "from": runs_with, "estimated_prompt_tokens": prompt_tokens,
+                                      "answer_room": room})
 
 
 def header_summary(omens: Sequence[Omen]) -> str:

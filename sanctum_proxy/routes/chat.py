@@ -25,7 +25,7 @@ from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
 from sanctum_proxy.repair.offloading import heavy_body
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
-from sanctum_proxy.routes import choices
+from sanctum_proxy.routes import choices, context
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
@@ -105,7 +105,10 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     parts = services(request)
     dest = request.state.destination = parts.pools.destination(chat.model)  # the upstream pool for this model
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
+    chat, widened = await context.fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
     plan = await make_plan(request, chat, settings)
+    if widened is not None:
+        plan = dataclasses.replace(plan, opening_omens=(*plan.opening_omens, widened))
     trace_id = trace_store.new_id()
     parts.recorder.begin(request, trace_id, chat, plan)
     auth = forwarded_key(request) if settings.forward_client_key else None

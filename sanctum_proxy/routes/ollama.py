@@ -79,7 +79,7 @@ async def version(request: Request) -> Response:
     return JsonResponse({"version": found if isinstance(found, str) else VERSION})
 
 
-@router.get("/api/tags", include_in_schema=False)
+@router.api_route("/api/tags", methods=["GET", "HEAD"], include_in_schema=False)  # HEAD as Ollama answers it
 async def tags(request: Request) -> Response:
     try:
         check_client_key(request)

@@ -1,7 +1,8 @@
 """What an upstream can do for one model, learned by asking it before the first tools request.
 
     llama.cpp  GET  /props      chat_template_caps.supports_tool_calls / supports_tools (the template's caps)
-    Ollama     POST /api/show   "capabilities" contains "tools"
+    Ollama     POST /api/show   "capabilities" contains "tools"; model_info `<arch>.context_length` and the
+                                parameters' `num_ctx` say its context (routes/context.py)
 Both answers also carry the chat template (`chat_template`; Ollama `template` and `details.family`), from
 which `families.detect` names the call format the model was trained on (prompted mode writes it).
     others     neither answers: unknown, and auto mode finds out by trying (a rejection flips it)
@@ -35,6 +36,8 @@ class Capabilities:
     source: str  # what said so, for /sanctum/status and the omen
     family: str | None = None  # the call format its chat template shows (families.detect), if known
     tool_choice: bool | None = None  # False: it refused tool_choice "required" (a correction round's)
+    context_length: int | None = None  # Ollama: the model's trained context (model_info `<arch>.context_length`)
+    num_ctx: int | None = None  # Ollama: the context its Modelfile sets (parameters `num_ctx`), if it sets one
 
     def to_json(self) -> JSONObject:
         return asdict(self)
@@ -65,8 +68,26 @@ def from_show(body: Any) -> Capabilities | None:
     family = detect(body.get("template"), details.get("family") if isinstance(details, dict) else None)
     return Capabilities(
         tools="tools" in listed, json_schema=True, server="ollama", source=f"/api/show capabilities {listed}",
-        family=family,
+        family=family, context_length=trained_context(body.get("model_info")),
+        num_ctx=modelfile_num_ctx(body.get("parameters")),
     )
+
+
+def trained_context(info: Any) -> int | None:
+    """model_info's `<general.architecture>.context_length` (api/types.go ShowResponse.ModelInfo)."""
+    if not isinstance(info, dict):
+        return None
+    length = info.get(f"{info.get('general.architecture')}.context_length")
+    return length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None
+
+
+def modelfile_num_ctx(parameters: Any) -> int | None:
+    """The `num_ctx` line of /api/show's `parameters` (one `name value` pair a line), if there is one."""
+    for line in parameters.splitlines() if isinstance(parameters, str) else ():
+        name, _, value = line.strip().partition(" ")
+        if name == "num_ctx" and value.strip().isdigit():
+            return int(value.strip())
+    return None
 
 
 class JsonProber(Protocol):
@@ -183,7 +204,12 @@ def _caps_of(row: JSONObject) -> Capabilities:
     family, tool_choice = row.get("family"), row.get("tool_choice")
     return Capabilities(tools=_flag(row["tools"]), json_schema=_flag(row["json_schema"]), server=str(row["server"]),
                         source=str(row["source"]), family=family if isinstance(family, str) else None,
-                        tool_choice=tool_choice if isinstance(tool_choice, bool) else None)
+                        tool_choice=tool_choice if isinstance(tool_choice, bool) else None,
+                        context_length=_count(row.get("context_length")), num_ctx=_count(row.get("num_ctx")))
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _flag(value: object) -> bool | None:

@@ -38,7 +38,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -49,6 +49,8 @@ from sanctum_proxy.config import redacted_url
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable, inband_status
 from sanctum_proxy.repair.upstream_errors import OLLAMA_LOST_ERROR, ollama_lost_error
+from sanctum_proxy.upstreams import ollama_answers, ollama_wire
+from sanctum_proxy.upstreams.ollama_native import NativeRequest
 from sanctum_proxy.upstreams.redaction import ByteStream, DeltaMask, KeyMask
 
 # Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
@@ -167,6 +169,8 @@ class Backend:
     base_url: str
     healthy: bool = True
     checked_at: float | None = None
+    ollama: bool | None = None  # its root answered GET /api/version as Ollama does (ollama_wire.py); None: not asked
+    asking: asyncio.Future[bool | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def root_url(self) -> str:
@@ -174,7 +178,8 @@ class Backend:
         return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
 
     def to_json(self) -> dict[str, Any]:
-        return {"url": redacted_url(self.base_url), "healthy": self.healthy, "checked_at": self.checked_at}
+        shown = {"url": redacted_url(self.base_url), "healthy": self.healthy, "checked_at": self.checked_at}
+        return {**shown, "ollama": self.ollama} if self.ollama is not None else shown
 
 
 @dataclass(frozen=True)
@@ -189,8 +194,10 @@ class Limits:
 class Upstream:
     """One pool of identical model servers (an `[[upstreams]]` entry, or the single `upstream` setting)."""
 
-    def __init__(self, urls: list[str], key: str | None, limits: Limits, *, name: str = "default") -> None:
+    def __init__(self, urls: list[str], key: str | None, limits: Limits, *, name: str = "default",
+                 ollama_native: bool = False) -> None:
         self.name = name
+        self.ollama_native = ollama_native  # chat rounds to an Ollama backend go to its /api/chat (ollama_wire.py)
         self.backends = [Backend(url) for url in urls]
         self._key = key
         self._mask = KeyMask(key) if key else None
@@ -273,14 +280,17 @@ class Upstream:
         return [b for b in rotated if b.healthy] + [b for b in rotated if not b.healthy]
 
     async def _open(self, method: str, path: str, *, stream: bool = False, root: bool = False,
-                    **kwargs: Any) -> aiohttp.ClientResponse:
+                    route: ollama_wire.Route | None = None, **kwargs: Any) -> aiohttp.ClientResponse:
         """Send to the first backend that takes the connection; the body streams (caller runs `done`).
         `stream`: a streamed chat round (its own pool, or its own connection; see the docstring). `root`: the
-        path is under the server's root (Ollama's /api/*), not its base URL."""
+        path is under the server's root (Ollama's /api/*), not its base URL. `route`: a chat round, whose URL
+        and body depend on the backend (ollama_wire.Route)."""
         failure: Exception | None = None
         for backend in self.candidates():
+            url = f"{backend.root_url if root else backend.base_url}{path}"
+            if route is not None:
+                url, kwargs["data"] = await route(backend)
             try:
-                url = f"{backend.root_url if root else backend.base_url}{path}"
                 response = await self._request(method, url, stream, **kwargs)
             except CONNECT_ERRORS as exc:
                 if backend.healthy:
@@ -325,6 +335,11 @@ class Upstream:
     def _redact(self, data: bytes) -> bytes:
         return self._mask.masked(data) if self._mask else data
 
+    async def request_once(self, method: str, url: str) -> aiohttp.ClientResponse:
+        """A small probe request (the caller reads and closes it), within the health check's timeout."""
+        return await self._request(method, url, False, headers=self.headers(),
+                                   timeout=aiohttp.ClientTimeout(total=self._check_timeout))
+
     def headers(self, client_auth: str | None = None) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         if self._key:
@@ -334,12 +349,13 @@ class Upstream:
         return headers
 
     async def chat(self, body: JSONObject, client_auth: str | None = None) -> Reply:
-        """POST /chat/completions, non-streaming. Raises UpstreamError on a non-2xx answer."""
+        """POST /chat/completions (Ollama's /api/chat: ollama_wire.py), non-streaming. Raises UpstreamError on a
+        non-2xx answer."""
         start = time.perf_counter()
-        content, headers = orjson.dumps(body), self.headers(client_auth)
+        route, headers = ollama_wire.Route(self, body, self.ollama_native), self.headers(client_auth)
         # One deadline for the round, headers and body (not aiohttp's sock_read timer, re-armed at every read)
         async with mapped_errors(), asyncio.timeout(self._read_timeout):
-            response = await self._open("POST", "/chat/completions", data=content, headers=headers,
+            response = await self._open("POST", "/chat/completions", route=route, headers=headers,
                                         timeout=self._round_timeout)
             try:
                 raw = await self._read_body(response, deadline=False)  # masked: a 2xx answer may echo the key
@@ -347,9 +363,12 @@ class Upstream:
                 done(response)
         latency = (time.perf_counter() - start) * 1000
         if response.status >= 400:
-            raise upstream_error(response.status, raw)
+            raise (ollama_answers.error_of(response.status, raw) if route.native
+                   else upstream_error(response.status, raw))
         if response.status >= 300:
             raise redirect_error(response.status)
+        if route.native is not None:
+            return Reply(response.status, ollama_wire.reply(raw, route.native), latency)
         try:
             parsed = loads_lenient(raw)
         except orjson.JSONDecodeError as exc:
@@ -385,20 +404,29 @@ class Upstream:
         """POST /chat/completions with stream true; yields an iterator of parsed chunks (no [DONE]).
 
         An error before the first byte raises like `chat`; an in-band `data: {"error": ...}` raises
-        UpstreamError from the iterator. Leaving the context closes the upstream connection."""
-        content, headers = orjson.dumps(body), self.headers(client_auth)
+        UpstreamError from the iterator. Leaving the context closes the upstream connection. Toward Ollama
+        (ollama_wire.py) its /api/chat NDJSON lines come as the same chunks."""
+        route, headers = ollama_wire.Route(self, body, self.ollama_native), self.headers(client_auth)
         async with mapped_errors():
-            response = await self._open("POST", "/chat/completions", stream=True, data=content, headers=headers)
+            response = await self._open("POST", "/chat/completions", stream=True, route=route, headers=headers)
         try:
             if response.status >= 400:
                 async with mapped_errors():
                     content = await self._read_body(response)
-                raise upstream_error(response.status, content)
+                raise (ollama_answers.error_of(response.status, content) if route.native
+                       else upstream_error(response.status, content))
             if response.status >= 300:
                 raise redirect_error(response.status)
-            yield self._chunks(response)
+            yield self._native_chunks(response, route.native) if route.native else self._chunks(response)
         finally:
             done(response)
+
+    async def _native_chunks(self, response: aiohttp.ClientResponse,
+                             native: NativeRequest) -> AsyncIterator[JSONObject]:
+        async with mapped_errors():
+            async for chunk in ollama_wire.chunks(response.content.iter_any(), native, limit=self._max_answer,
+                                                  mask=self._mask):
+                yield chunk
 
     async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[JSONObject]:
         async with mapped_errors():

@@ -33,7 +33,7 @@ def test_a_call_written_in_content_comes_back_as_ollamas_call(client, fake):
     assert answer["sanctum"]["omens"][0]["type"] == "SpellCallRepaired"
     sent = fake[0].requests[0]
     assert sent["temperature"] == 0.2 and sent["max_tokens"] == 64  # options with a chat equivalent
-    assert sent[OLLAMA_FIELDS] == {"options": ASK["options"], "keep_alive": "5m"}
+    assert OLLAMA_FIELDS not in sent  # the native fields go to Ollama's own /api/chat only, never to a /v1 upstream
 
 
 def test_streaming_is_the_default_and_ndjson(client, fake):

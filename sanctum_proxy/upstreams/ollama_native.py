@@ -1,0 +1,231 @@
+"""A round's chat-completions body as Ollama's own `POST /api/chat` request (api/types.go `ChatRequest`). Pure.
+
+    messages           history in Ollama's shape: calls without ids, arguments as objects, tool results with
+                       the `tool_name` of their call, content parts as text plus base64 `images`,
+                       reasoning as `thinking`
+    tools              as they are (Ollama reads OpenAI's function tools)
+    options            only the sampling fields the body holds (temperature, top_p, max_completion_tokens /
+                       max_tokens -> num_predict, seed, stop, frequency_penalty, presence_penalty, and the
+                       llama.cpp extensions top_k, min_p, repeat_penalty): never one the client did not send
+    format             response_format json_schema -> its schema, json_object -> "json"; a call the body
+                       requires (tool_choice "required", Ollama has none) -> the answer schema of its tools
+    think              reasoning_effort, as Ollama's own /v1 maps it
+    OLLAMA_FIELDS      the native client's own fields, merged last: its options win key by key, in its order;
+                       its `format` yields only to a constrained round's
+
+Toward a /v1 upstream the OLLAMA_FIELDS stash is removed (`without_stash`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import orjson
+
+from sanctum_proxy.core import lenient_json
+from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject, JSONValue
+from sanctum_proxy.repair import constrain as cn
+from sanctum_proxy.repair.toolbox import Toolbox
+
+# chat body field -> Ollama option (api/types.go Options); max_completion_tokens is read before max_tokens
+SAMPLING = (("temperature", "temperature"), ("top_p", "top_p"), ("max_completion_tokens", "num_predict"),
+            ("max_tokens", "num_predict"), ("seed", "seed"), ("frequency_penalty", "frequency_penalty"),
+            ("presence_penalty", "presence_penalty"), ("top_k", "top_k"), ("min_p", "min_p"),
+            ("repeat_penalty", "repeat_penalty"))
+# reasoning_effort -> think (openai/openai.go thinkFromReasoningEffort)
+EFFORT = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high", "max": "max",
+          "xhigh": "max", "ultra": "max"}
+IMAGE_PREFIXES = ("data:;base64,", "data:image/jpeg;base64,", "data:image/jpg;base64,", "data:image/png;base64,",
+                  "data:image/webp;base64,", "data:image/gif;base64,")
+
+
+@dataclass(frozen=True)
+class NativeRequest:
+    """The /api/chat request, and whether its answer's content is a call to decode (`calls_in_content`: the body
+    required a call, sent as `format`)."""
+
+    body: JSONObject
+    calls_in_content: bool = False
+
+
+def without_stash(body: JSONObject) -> JSONObject:
+    """The body for a /v1 upstream: never the native client's own fields."""
+    return {k: v for k, v in body.items() if k != OLLAMA_FIELDS} if OLLAMA_FIELDS in body else body
+
+
+def native_request(body: JSONObject) -> NativeRequest:
+    """The /api/chat request for one round's chat body (see the module docstring)."""
+    stash = body.get(OLLAMA_FIELDS)
+    own: Mapping[str, JSONValue] = stash if isinstance(stash, dict) else {}
+    out: JSONObject = {"model": body.get("model"), "messages": messages(body.get("messages")),
+                       "stream": body.get("stream") is True}
+    if isinstance(body.get("tools"), list) and body["tools"]:
+        out["tools"] = body["tools"]
+    fmt, calls_in_content = answer_format(body)
+    if fmt is not None:
+        out["format"] = fmt
+    think = EFFORT.get(str(body.get("reasoning_effort")))
+    if "reasoning_effort" in body and think is not None:
+        out["think"] = think
+    if body.get("logprobs") is True:
+        out["logprobs"] = True
+        if isinstance(body.get("top_logprobs"), int):
+            out["top_logprobs"] = body["top_logprobs"]
+    for key, value in own.items():
+        if key == "options" or key == "format" and (calls_in_content or cn.is_constrained(body)):
+            continue  # a constrained round's schema wins over the client's own format
+        if key not in ("model", "messages", "stream", "tools"):
+            out[key] = value
+    options = merged_options(sampling(body), own.get("options"))
+    if options:
+        out["options"] = options
+    return NativeRequest(out, calls_in_content)
+
+
+def sampling(body: JSONObject) -> JSONObject:
+    """The Ollama options for the sampling fields the body holds (a null is no value)."""
+    options: JSONObject = {}
+    for field, option in SAMPLING:
+        value = body.get(field)
+        if value is not None and not isinstance(value, bool) and option not in options:
+            options[option] = value
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        options["stop"] = [stop]
+    elif isinstance(stop, list):
+        options["stop"] = [s for s in stop if isinstance(s, str)]
+    return options
+
+
+def merged_options(mapped: JSONObject, own: JSONValue) -> JSONObject:
+    """The client's native options as it sent them (order and values), then the mapped ones it did not name."""
+    if not isinstance(own, dict):
+        return mapped
+    return {**own, **{k: v for k, v in mapped.items() if k not in own}}
+
+
+def answer_format(body: JSONObject) -> tuple[JSONValue, bool]:
+    """`format` for the body, and whether it stands for a required call (its content is then the call)."""
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        return (schema if isinstance(schema, dict) else "json"), False
+    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        return "json", False
+    tools = body.get("tools")
+    if body.get("tool_choice") == "required" and isinstance(tools, list) and tools:
+        book = Toolbox.of(tools)
+        if book.tools:
+            parallel = body.get("parallel_tool_calls") is not False
+            return cn.answer_schema(book, text=False, parallel=parallel), True
+    return None, False
+
+
+def messages(listed: JSONValue) -> list[JSONObject]:
+    """The history in Ollama's shape; a tool result names the tool of the call it answers."""
+    names: dict[str, str] = {}
+    out: list[JSONObject] = []
+    for message in listed if isinstance(listed, list) else ():
+        if not isinstance(message, dict):
+            continue
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        for call in calls if isinstance(calls, list) else ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(call, dict) and isinstance(call.get("id"), str) and isinstance(function, dict):
+                names[call["id"]] = str(function.get("name") or "")
+        out.append(native_message(message, names))
+    return out
+
+
+def native_message(message: JSONObject, names: Mapping[str, str]) -> JSONObject:
+    """One chat message as Ollama's `Message` (role, content, thinking, images, tool_calls, tool_name)."""
+    role = message.get("role")
+    role = "system" if role == "developer" else "tool" if role == "function" else role
+    text, images = content_of(message.get("content"))
+    out: JSONObject = {"role": role, "content": text}
+    if images:
+        out["images"] = images
+    thought = message.get("reasoning_content") or message.get("reasoning")
+    if role == "assistant" and isinstance(thought, str) and thought:
+        out["thinking"] = thought
+    calls = message.get("tool_calls")
+    if role == "assistant" and isinstance(calls, list) and calls:
+        out["tool_calls"] = [native_call(c) for c in calls if isinstance(c, dict)]
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        name = message.get("name") or (names.get(call_id) if isinstance(call_id, str) else None)
+        if isinstance(name, str) and name:
+            out["tool_name"] = name
+    return out
+
+
+def content_of(content: JSONValue) -> tuple[str, list[str]]:
+    """Text (text parts joined by newlines) and base64 images (data URLs' payloads) of a chat content."""
+    if isinstance(content, str):
+        return content, []
+    texts: list[str] = []
+    images: list[str] = []
+    for part in content if isinstance(content, list) else ():
+        if not isinstance(part, dict):
+            continue
+        if part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if isinstance(url, str):
+                images.append(image_data(url))
+    return "\n".join(texts), images
+
+
+def image_data(url: str) -> str:
+    """A data URL's base64 payload; anything else as it is (Ollama answers a clear 400 for what it cannot read)."""
+    for prefix in IMAGE_PREFIXES:
+        if url.startswith(prefix):
+            return url[len(prefix):]
+    return url
+
+
+def native_call(call: JSONObject) -> JSONObject:
+    """A history call as Ollama holds it: a name and the arguments as an object, no id."""
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
+    return {"function": {"name": function.get("name") or "", "arguments": arguments_object(function.get("arguments"))}}
+
+
+def arguments_object(arguments: JSONValue) -> JSONObject:
+    """Arguments as an object: a JSON text decoded (mended where it is broken); what is no object, {}."""
+    if isinstance(arguments, dict):
+        return arguments
+    if not isinstance(arguments, str) or not arguments.strip():
+        return {}
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        decoded = lenient_json.decode(arguments)
+        value = decoded.value if isinstance(decoded, lenient_json.Decoded) else None
+    return value if isinstance(value, dict) else {}
+
+
+def option_value(body: JSONObject, name: str) -> JSONValue:
+    """An Ollama option the round would send (the client's own, else one mapped from the chat body)."""
+    return native_options(body).get(name)
+
+
+def native_options(body: JSONObject) -> JSONObject:
+    stash = body.get(OLLAMA_FIELDS)
+    own = stash.get("options") if isinstance(stash, dict) else None
+    return merged_options(sampling(body), own)
+
+
+def with_option(body: JSONObject, name: str, value: JSONValue) -> JSONObject:
+    """The chat body with one native option set in its stash (in place of the client's, in its position)."""
+    stash = body.get(OLLAMA_FIELDS)
+    stash = dict(stash) if isinstance(stash, dict) else {}
+    options = stash.get("options")
+    stash["options"] = {**(options if isinstance(options, dict) else {}), name: value}
+    return {**body, OLLAMA_FIELDS: stash}
+
+

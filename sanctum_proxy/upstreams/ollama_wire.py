@@ -1,0 +1,142 @@
+"""Where a chat round goes on each backend, and Ollama's native answers read off the wire.
+
+A backend is Ollama when its root answers `GET /api/version` with `{"version": "..."}` (asked once per backend,
+before its first round; one that cannot be reached is asked again next time). With the setting `ollama_native`
+(default on) every round to an Ollama backend goes to its `POST /api/chat` (the root URL, not under /v1) in
+Ollama's own shape (ollama_native.py), and its answer, whole or as NDJSON lines, comes back as chat completions
+and chunks (ollama_answers.py), read with the limits of the /v1 path: at most max_answer_bytes, no line over
+MAX_SSE_LINE, read_timeout per read, the upstream key masked in every line and across lines. Every other round
+goes to `<base URL>/chat/completions` without the native client's own fields (OLLAMA_FIELDS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import aiohttp
+import orjson
+
+from sanctum_proxy.core.shapes import JSONObject
+from sanctum_proxy.errors import UpstreamError, UpstreamUnreachable
+from sanctum_proxy.upstreams import ollama_answers as answers
+from sanctum_proxy.upstreams.ollama_native import NativeRequest, native_request, without_stash
+from sanctum_proxy.upstreams.redaction import DeltaMask, KeyMask
+
+if TYPE_CHECKING:
+    from sanctum_proxy.upstreams.client import Backend, Upstream
+
+MAX_LINE = 16 * 1024 * 1024  # as an SSE line (client.MAX_SSE_LINE)
+MAX_VERSION_BODY = 4096
+
+
+@dataclass
+class Route:
+    """One chat round's destination, chosen per backend as `Upstream._open` tries them: `native` is the
+    /api/chat request when the backend chosen last is Ollama, else None."""
+
+    upstream: Upstream
+    body: JSONObject
+    native_on: bool
+    native: NativeRequest | None = None
+
+    async def __call__(self, backend: Backend) -> tuple[str, bytes]:
+        if self.native_on and await is_ollama(self.upstream, backend):
+            self.native = native_request(self.body)
+            return f"{backend.root_url}/api/chat", orjson.dumps(self.native.body)
+        self.native = None
+        return f"{backend.base_url}/chat/completions", orjson.dumps(without_stash(self.body))
+
+
+async def is_ollama(upstream: Upstream, backend: Backend) -> bool:
+    """Whether the backend is Ollama, asked once (callers that come meanwhile wait for the same answer)."""
+    if backend.ollama is not None:
+        return backend.ollama
+    if backend.asking is None or backend.asking.done():
+        backend.asking = asyncio.ensure_future(_version(upstream, backend))
+    found = await asyncio.shield(backend.asking)
+    if found is not None:
+        backend.ollama = found
+    return bool(found)
+
+
+async def _version(upstream: Upstream, backend: Backend) -> bool | None:
+    """GET /api/version: True for Ollama's answer, False for any other, None when nothing answered."""
+    try:
+        async with await upstream.request_once("GET", f"{backend.root_url}/api/version") as response:
+            if response.status != 200:
+                return False
+            body = await response.content.read(MAX_VERSION_BODY)
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return None
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and isinstance(parsed.get("version"), str)
+
+
+def reply(raw: bytes, native: NativeRequest) -> JSONObject:
+    """A 2xx `/api/chat` answer (masked) as a chat.completion; an `error` in it raises."""
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(502, f"upstream sent a body that is not JSON: {raw[:200]!r}") from exc
+    if not isinstance(parsed, dict):
+        raise UpstreamError(502, f"upstream sent an answer that is not an object: {raw[:200]!r}")
+    if (error := answers.line_error(parsed)) is not None:
+        raise error
+    return answers.completion(parsed, native.calls_in_content)
+
+
+async def lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """The non-blank lines of an NDJSON body; past `limit` bytes, or a line over MAX_LINE, an upstream error."""
+    buffer = bytearray()
+    scanned = total = 0
+    async for piece in pieces:
+        total += len(piece)
+        if total > limit:
+            raise UpstreamError(502, f"upstream answer is over the limit of {limit} bytes (max_answer_bytes)")
+        buffer += piece
+        while (newline := buffer.find(b"\n", scanned)) >= 0:
+            line = bytes(buffer[:newline]).strip()
+            del buffer[:newline + 1]
+            scanned = 0
+            if line:
+                yield line
+        scanned = len(buffer)
+        if scanned > MAX_LINE:
+            raise UpstreamError(502, f"upstream sent an NDJSON line over {MAX_LINE} bytes")
+    if tail := bytes(buffer).strip():
+        yield tail
+
+
+async def chunks(pieces: AsyncIterator[bytes], native: NativeRequest, *, limit: int,
+                 mask: KeyMask | None) -> AsyncIterator[JSONObject]:
+    """An `/api/chat` stream as chat.completion.chunks. An `{"error"}` line raises its UpstreamError; a body that
+    ends before the `done` line is a cut answer (UpstreamUnreachable), as on the /v1 path."""
+    translated = answers.Chunks(native.calls_in_content)
+    spread = DeltaMask(mask) if mask else None  # a key cut between two lines
+    seen = 0
+    async for data in lines(pieces, limit):
+        if mask is not None:
+            data = mask.masked(data)
+        try:
+            line = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamError(502, f"upstream sent a stream line that is not JSON: {data[:200]!r}") from exc
+        if not isinstance(line, dict):
+            raise UpstreamError(502, f"upstream sent a stream line that is not an object: {data[:200]!r}")
+        if (error := answers.line_error(line)) is not None:
+            raise error
+        if translated.done:
+            continue  # nothing follows Ollama's last line; whatever does is not the answer
+        seen += 1
+        for chunk in translated.of(line):
+            yield spread.chunk(chunk) if spread is not None else chunk
+    if not seen:
+        raise UpstreamError(502, "upstream sent no stream line (its body is not NDJSON)")
+    if not translated.done:
+        raise UpstreamUnreachable("upstream closed the stream before the answer was complete")
