@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -16,6 +17,7 @@ from sanctum_proxy.protocols import messages_api
 from sanctum_proxy.routes import chat, health, metrics, passthrough, sanctum, translated
 from sanctum_proxy.services import Services
 from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
+from sanctum_proxy.state import telemetry
 from sanctum_proxy.state.replicated import SharedState
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import CapabilityBook
@@ -92,7 +94,8 @@ def make_services(settings: Settings) -> Services:
                      parse_failure_threshold=settings.parse_failure_threshold, table=shared.table("modes"))
     capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute)
     keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
-    return Services(settings, shared, modes, keys, capabilities, Recorder(retention(settings)))
+    tracing = telemetry.from_environ(os.environ, settings.traces_bodies)  # None unless OTEL_* asks for it
+    return Services(settings, shared, modes, keys, capabilities, Recorder(retention(settings), tracing))
 
 
 def shaped(request: Request, error: ProxyError) -> JsonResponse:

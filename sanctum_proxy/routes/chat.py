@@ -30,7 +30,7 @@ from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import destination, services
 from sanctum_proxy.state import trace_store
-from sanctum_proxy.upstreams import capabilities
+from sanctum_proxy.upstreams import affinity, capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.json_response import JsonResponse
 from sanctum_proxy.web.limits import BODY
@@ -112,6 +112,7 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     parts = services(request)
     dest = request.state.destination = parts.pools.destination(chat.model)  # the upstream pool for this model
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
+    affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
     plan = await make_plan(request, chat, settings)
     trace_id = trace_store.new_id()
     parts.recorder.begin(request, trace_id, chat, plan)

@@ -32,6 +32,7 @@ from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair.events import Final
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.state.metrics import Metrics
+from sanctum_proxy.state.telemetry import Telemetry
 from sanctum_proxy.state.trace_store import TraceStore, default_path
 from sanctum_proxy.state.traces import Trace, TraceDoc, compacted, metadata_only, trace_json
 from sanctum_proxy.web import access_log
@@ -60,8 +61,9 @@ class Retention:
 
 
 class Recorder:
-    def __init__(self, retention: Retention) -> None:
+    def __init__(self, retention: Retention, telemetry: Telemetry | None = None) -> None:
         self.retention = retention
+        self.telemetry = telemetry  # None: OpenTelemetry is off and costs nothing (state/telemetry.py)
         self.metrics = Metrics()
         self.store: TraceStore | None = None
         self._queue: queue.Queue[Trace | TraceDoc | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
@@ -94,6 +96,8 @@ class Recorder:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self.telemetry is not None:
+            self.telemetry.close()
 
     # The hot path: references, gauges, one put_nowait.
 
@@ -103,6 +107,8 @@ class Recorder:
                       protocol=getattr(request.state, "protocol", "chat"),
                       body_bytes=getattr(request.state, "body_bytes", 0))
         request.state.trace = trace
+        if self.telemetry is not None:
+            self.telemetry.begin(request.headers, trace)
         self.metrics.in_flight.inc()
         if trace.stream:
             self.metrics.streams.inc()
@@ -152,6 +158,8 @@ class Recorder:
             trace.answered(trace.final)
         else:
             trace.client_gone()
+        if trace.spans is not None:
+            trace.spans.end(trace)
         self.metrics.in_flight.dec()
         if trace.stream:
             self.metrics.streams.dec()
