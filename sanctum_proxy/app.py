@@ -16,13 +16,13 @@ from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError
 from sanctum_proxy.protocols import messages_api
 from sanctum_proxy.routes import chat, health, metrics, passthrough, sanctum, translated
 from sanctum_proxy.services import Services
-from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state import telemetry
+from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state.replicated import SharedState
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import CapabilityBook
 from sanctum_proxy.upstreams.client import Limits, Upstream
-from sanctum_proxy.upstreams.pools import UpstreamPools
+from sanctum_proxy.upstreams.pools import UpstreamPools, model_names
 from sanctum_proxy.web.access_log import AccessLog
 from sanctum_proxy.web.auth import KeyRing
 from sanctum_proxy.web.connection_limit import ConnectionLimit, default_max_connections
@@ -95,7 +95,9 @@ def make_services(settings: Settings) -> Services:
     capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute)
     keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
     tracing = telemetry.from_environ(os.environ, settings.traces_bodies)  # None unless OTEL_* asks for it
-    return Services(settings, shared, modes, keys, capabilities, Recorder(retention(settings), tracing))
+    recorder = Recorder(retention(settings), tracing)
+    recorder.metrics.models = frozenset(model_names(settings.upstreams))  # the `model` label's values
+    return Services(settings, shared, modes, keys, capabilities, recorder)
 
 
 def shaped(request: Request, error: ProxyError) -> JsonResponse:

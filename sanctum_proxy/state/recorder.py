@@ -169,7 +169,7 @@ class Recorder:
         """A chat request turned away before it had a trace (bad body, key, size): counted and logged only."""
         if request.url.path not in ROUND_LOOP_PATHS or trace_id(request) is not None:
             return
-        self.metrics.requests.labels("none", "error").inc()
+        self.metrics.refused()
         setattr(request.state, access_log.LOGGED, True)  # its line is this one (web/access_log.AccessLog)
         access_log.emit(access_log.refused_line(_request_id(request), error.status))
 

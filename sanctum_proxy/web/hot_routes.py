@@ -38,4 +38,16 @@ class HotRoutes:
             response = await endpoint(request)
         except ProxyError as error:  # before any byte of the answer: the endpoints return their Response
             response = await self.on_error(request, error)
+        stamp_overhead(request, response)
         await response(scope, receive, send)
+
+
+OVERHEAD = "x-sanctum-overhead-ms"
+
+
+def stamp_overhead(request: Request, response: Response) -> None:
+    """`x-sanctum-overhead-ms`: the proxy's own time in a traced request until its headers (its trace's
+    overhead_ms: since it arrived, less the upstream rounds' time)."""
+    trace = getattr(request.state, "trace", None)
+    if trace is not None:
+        response.headers[OVERHEAD] = f"{trace.overhead_ms():.2f}"
