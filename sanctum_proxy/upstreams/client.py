@@ -6,7 +6,8 @@ Requests go round-robin to the healthy backends, and a conversation's rounds to 
 that refuses the connection (or cannot be reached within connect_timeout) is marked down and the next one is
 tried. A request whose connection dies before any byte of an answer came back (a kept-alive connection the
 server had already closed) is sent once more on a fresh connection: nothing was generated, so nothing is lost
-or done twice that the client could see. An error after the answer's headers is the client's (the upstream may have started answering).
+or done twice that the client could see. An error after the answer's headers is the client's (the upstream
+may have started answering).
 Streamed chat rounds have a pool of their own, kept while the upstream keeps its connections after an event
 stream (Ollama's Go net/http and vLLM's uvicorn do) and given up, for that upstream, once it is known not to:
 llama-server closes the connection right after the stream's `0\r\n\r\n` though its headers say
