@@ -71,7 +71,8 @@ def create_app(settings: Settings) -> FastAPI:
                        on_error=proxy_error)
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests,
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
-                       keys=parts.keys, per_key=settings.max_concurrent_per_key)
+                       keys=parts.keys, per_key=settings.max_concurrent_per_key,
+                       shared=parts.shared if settings.redis_url else None)
     app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections())
     app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
@@ -92,7 +93,8 @@ def make_services(settings: Settings) -> Services:
     shared = SharedState(settings.redis_url, max_rows=settings.max_models)
     modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
                      parse_failure_threshold=settings.parse_failure_threshold, table=shared.table("modes"))
-    capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute)
+    capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute,
+                                  shared=shared if settings.redis_url else None)
     keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
     tracing = telemetry.from_environ(os.environ, settings.traces_bodies)  # None unless OTEL_* asks for it
     recorder = Recorder(retention(settings), tracing)

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -237,3 +238,40 @@ def test_workers_share_the_port_the_metrics_and_the_trace_file(fake, replicas, t
     # Both write the one trace file.
     listed = lambda: httpx.get(f"{proxy}/sanctum/traces", params={"limit": 200}, timeout=5).json()["data"]  # noqa: E731
     wait_until(lambda: len(listed()) == served, 30, "every trace in the shared file")
+
+
+@needs_redis
+def test_two_processes_sharing_redis_hold_one_key_to_its_share(fake, redis_url, replicas):
+    upstream, _ = fake
+    limited = {"redis_url": redis_url, "api_keys": '["sk-tenant"]', "max_concurrent_per_key": 1}
+    first, second = replicas(**limited), replicas(**limited)
+    key = {"Authorization": "Bearer sk-tenant"}
+    plain = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    upstream.push(Step(body=completion("slow"), delay=1.5))
+    held: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: held.append(
+        httpx.post(f"{first}/v1/chat/completions", json=plain, headers=key, timeout=20)))
+    worker.start()
+    wait_until(lambda: upstream.requests, 10, "the first replica's request upstream")
+    refused = httpx.post(f"{second}/v1/chat/completions", json=plain, headers=key, timeout=20)
+    worker.join(20)
+    assert held[0].status_code == 200
+    assert refused.status_code == 429 and "across replicas" in refused.json()["error"]["message"]
+    # the slot was given back: the other replica takes the key again
+    wait_until(lambda: httpx.post(f"{second}/v1/chat/completions", json=plain, headers=key,
+                                  timeout=20).status_code == 200, 5, "the slot given back")
+
+
+@needs_redis
+async def test_the_probe_rate_is_one_bucket_for_every_replica(redis_url):
+    one, two = SharedState(redis_url), SharedState(redis_url)
+    await one.start()
+    await two.start()
+    try:
+        taken = [await state.take_token("probes", 3) for state in (one, two, one, two)]
+        slots = [await state.take_slot(b"sk-a", 2) for state in (one, two, one)]
+    finally:
+        await one.aclose()
+        await two.aclose()
+    assert taken == [True, True, True, False]
+    assert isinstance(slots[0], str) and isinstance(slots[1], str) and slots[2] is False
