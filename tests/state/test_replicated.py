@@ -7,6 +7,8 @@ SANCTUM_* env vars as in the Dockerfile), in front of one scripted fake upstream
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -51,13 +53,13 @@ def answers(url: str) -> bool:
         return False
 
 
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    if REDIS is None:
-        pytest.skip(NO_REDIS)
+@contextlib.contextmanager
+def redis_server(directory: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A redis-server on a free loopback port, and its URL."""
+    assert REDIS is not None
     port = free_port()
     command = [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", str(tmp_path)]
+               "--dir", str(directory)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
     def pings() -> bool:
@@ -70,10 +72,18 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
 
     try:
         wait_until(pings, what="redis-server")
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server, f"redis://127.0.0.1:{port}/0"
     finally:
         server.terminate()
         server.wait(10)
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    if REDIS is None:
+        pytest.skip(NO_REDIS)
+    with redis_server(tmp_path) as (_, url):
+        yield url
 
 
 @pytest.fixture
@@ -275,3 +285,22 @@ async def test_the_probe_rate_is_one_bucket_for_every_replica(redis_url):
         await two.aclose()
     assert taken == [True, True, True, False]
     assert isinstance(slots[0], str) and isinstance(slots[1], str) and slots[2] is False
+
+
+@needs_redis
+async def test_when_redis_goes_limits_fall_back_to_each_process_and_say_so(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, "sanctum_proxy.shared")
+    with redis_server(tmp_path) as (server, url):
+        shared = SharedState(url, timeout=0.5)
+        await shared.start()
+        try:
+            assert isinstance(await shared.take_slot(b"sk-a", 1), str)
+            assert await shared.take_slot(b"sk-a", 1) is False  # held cluster-wide
+            server.terminate()
+            server.wait(10)
+            assert await shared.take_slot(b"sk-a", 1) is None  # the caller's own count decides
+            assert await shared.take_token("probes", 5) is None
+        finally:
+            await shared.aclose()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shared limits:")]
+    assert len(said) == 1 and "each process holds its own limits" in said[0]

@@ -124,3 +124,16 @@ def test_off_without_an_endpoint_nothing_is_sent_upstream(make_proxy, fake, monk
         r = client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
                         headers={"traceparent": TRACEPARENT})
     assert r.status_code == 200 and "traceparent" not in fake[0].chat_headers[0]
+
+
+def test_two_replicas_spans_arrive_at_one_receiver(make_proxy, fake, receiver):
+    first, second = make_proxy(), make_proxy()
+    ids = []
+    for url in (first, second):
+        with httpx.Client(base_url=url, timeout=20) as client:
+            r = client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                            headers={"traceparent": TRACEPARENT})
+            ids.append(r.json()["sanctum"]["trace_id"])
+    requests = [s for s in spans_of(receiver, 4) if s.kind == SERVER]
+    assert sorted(s.attributes["sanctum.trace_id"] for s in requests) == sorted(ids)
+    assert {s.trace_id for s in requests} == {TRACE_ID}
