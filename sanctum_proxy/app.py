@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,12 +16,13 @@ from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError
 from sanctum_proxy.routes import health, metrics, passthrough, sanctum
 from sanctum_proxy.routes.registry import PROTOCOLS
 from sanctum_proxy.services import Services
+from sanctum_proxy.state import telemetry
 from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state.replicated import SharedState
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import CapabilityBook
 from sanctum_proxy.upstreams.client import Limits, Upstream
-from sanctum_proxy.upstreams.pools import UpstreamPools
+from sanctum_proxy.upstreams.pools import UpstreamPools, model_names
 from sanctum_proxy.web.access_log import AccessLog
 from sanctum_proxy.web.auth import KeyRing
 from sanctum_proxy.web.connection_limit import ConnectionLimit, default_max_connections
@@ -67,7 +69,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(HotRoutes, table=PROTOCOLS, on_error=proxy_error, on_bug=unexpected_error)  # innermost
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests, table=PROTOCOLS,
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
-                       keys=parts.keys, per_key=settings.max_concurrent_per_key)
+                       keys=parts.keys, per_key=settings.max_concurrent_per_key,
+                       shared=parts.shared if settings.redis_url else None)
     app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections(), table=PROTOCOLS)
     app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
@@ -88,9 +91,13 @@ def make_services(settings: Settings) -> Services:
     shared = SharedState(settings.redis_url, max_rows=settings.max_models)
     modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
                      parse_failure_threshold=settings.parse_failure_threshold, table=shared.table("modes"))
-    capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute)
+    capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute,
+                                  shared=shared if settings.redis_url else None)
     keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
-    return Services(settings, shared, modes, keys, capabilities, Recorder(retention(settings)))
+    tracing = telemetry.from_environ(os.environ, settings.traces_bodies)  # None unless OTEL_* asks for it
+    recorder = Recorder(retention(settings), tracing)
+    recorder.metrics.models = frozenset(model_names(settings.upstreams))  # the `model` label's values
+    return Services(settings, shared, modes, keys, capabilities, recorder)
 
 
 def shaped(request: Request, error: ProxyError) -> JsonResponse:

@@ -31,7 +31,7 @@ from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import destination, services
 from sanctum_proxy.state import trace_store
-from sanctum_proxy.upstreams import capabilities
+from sanctum_proxy.upstreams import affinity, capabilities
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse
@@ -106,6 +106,7 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     dest = request.state.destination = parts.pools.destination(chat.model)  # the upstream pool for this model
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
     chat, widened = await context.fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
+    affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
     plan = await make_plan(request, chat, settings)
     if widened is not None:
         plan = dataclasses.replace(plan, opening_omens=(*plan.opening_omens, widened))

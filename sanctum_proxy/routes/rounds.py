@@ -7,6 +7,7 @@ upstreams/capabilities.py); it yields each round's `RoundRecord`, and this edge 
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import Request
@@ -42,6 +43,8 @@ def record_round(request: Request, record: RoundRecord, choice: int = 0) -> None
     trace = getattr(request.state, "trace", None)
     if trace is not None:
         trace.record(record, choice)
+        if trace.spans is not None:
+            trace.spans.round(record, choice)
 
 
 def recorder_of(request: Request) -> Callable[[RoundRecord, int], None]:
@@ -61,6 +64,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
     omens: list[om.Omen] = []
     records: list[RoundRecord] = []
     shown = False
+    first = trace is not None and trace.stream  # a stream's time to its first text is still to be taken
     try:
         try:
             async for event in events:
@@ -77,6 +81,8 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                 else:
                     if trace is not None and isinstance(event, Final):
                         trace.final = event
+                    elif first and trace is not None and not isinstance(event, Final) and event.text:
+                        trace.first_chunk_ms, first = (time.perf_counter() - trace.started) * 1000, False
                     yield event
                     shown = True
         except ToolCallParseError as exc:

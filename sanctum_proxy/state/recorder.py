@@ -32,6 +32,7 @@ from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair.events import Final
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.state.metrics import Metrics
+from sanctum_proxy.state.telemetry import Telemetry
 from sanctum_proxy.state.trace_store import TraceStore, default_path
 from sanctum_proxy.state.traces import Trace, TraceDoc, compacted, metadata_only, trace_json
 from sanctum_proxy.web import access_log
@@ -58,8 +59,9 @@ class Retention:
 
 
 class Recorder:
-    def __init__(self, retention: Retention) -> None:
+    def __init__(self, retention: Retention, telemetry: Telemetry | None = None) -> None:
         self.retention = retention
+        self.telemetry = telemetry  # None: OpenTelemetry is off and costs nothing (state/telemetry.py)
         self.metrics = Metrics()
         self.store: TraceStore | None = None
         self._queue: queue.Queue[Trace | TraceDoc | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
@@ -92,6 +94,8 @@ class Recorder:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self.telemetry is not None:
+            self.telemetry.close()
 
     # The hot path: references, gauges, one put_nowait.
 
@@ -101,6 +105,8 @@ class Recorder:
                       protocol=getattr(request.state, "protocol", "chat"),
                       body_bytes=getattr(request.state, "body_bytes", 0))
         request.state.trace = trace
+        if self.telemetry is not None:
+            self.telemetry.begin(request.headers, trace)
         self.metrics.in_flight.inc()
         if trace.stream:
             self.metrics.streams.inc()
@@ -150,6 +156,8 @@ class Recorder:
             trace.answered(trace.final)
         else:
             trace.client_gone()
+        if trace.spans is not None:
+            trace.spans.end(trace)
         self.metrics.in_flight.dec()
         if trace.stream:
             self.metrics.streams.dec()
@@ -159,7 +167,7 @@ class Recorder:
         """A chat request turned away before it had a trace (bad body, key, size): counted and logged only."""
         if getattr(request.state, "protocol", None) is None or trace_id(request) is not None:  # web/hot_routes
             return
-        self.metrics.requests.labels("none", "error").inc()
+        self.metrics.refused()
         setattr(request.state, access_log.LOGGED, True)  # its line is this one (web/access_log.AccessLog)
         access_log.emit(access_log.refused_line(_request_id(request), error.status))
 

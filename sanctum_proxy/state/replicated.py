@@ -13,13 +13,20 @@ Redis and a Redis outage degrades to per-process memory instead of failing reque
 
 Reads of a table that another replica just changed are eventually consistent: the change arrives with the
 published message (milliseconds on one network).
+
+Two limits are held in Redis itself, each one script run per use: a client key's slots (`take_slot`: a sorted
+set of leases, so a replica that dies lets its slots go after SLOT_LEASE_SECONDS) and the probe rate
+(`take_token`: one token bucket). Both answer None when Redis does not answer within LIMIT_SECONDS (or is
+known lost): the caller then holds the limit in this process alone, and one log line says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import uuid
 from typing import Any, Protocol
 
 import orjson
@@ -29,6 +36,31 @@ from sanctum_proxy.core.shapes import JSONObject
 log = logging.getLogger("sanctum_proxy.shared")
 CHANNEL = "sanctum:changes"
 PREFIX = "sanctum:"
+LIMIT_SECONDS = 0.5  # a limit's Redis call waits this long at most, then the process' own count decides
+SLOT_LEASE_SECONDS = 3600.0  # a slot no replica gave back (it died) stops counting after this
+# KEYS[1] a key's slots; ARGV: limit, lease seconds, this slot's id. 1: taken, 0: the key is at its limit.
+TAKE_SLOT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])))
+return 1
+"""
+# KEYS[1] the bucket; ARGV: tokens per second, burst. 1: a token taken, 0: none left.
+TAKE_TOKEN = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local held = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = math.min(burst, (tonumber(held[1]) or burst) + (now - (tonumber(held[2]) or now)) * rate)
+local taken = 0
+if tokens >= 1 then tokens, taken = tokens - 1, 1 end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
+return taken
+"""
 
 
 class Table(Protocol):
@@ -129,6 +161,7 @@ class SharedState:
         self._redis: Any = None
         self.connected = False
         self._synced = asyncio.Event()
+        self.limits_local = False  # the last limit call found no Redis (logged once per outage)
 
     def table(self, name: str) -> Table:
         if name not in self._tables:
@@ -226,10 +259,62 @@ class SharedState:
             raw = await self._redis.hgetall(PREFIX + name)
             table.replace_all({k.decode(): orjson.loads(v) for k, v in raw.items()})
 
+    async def take_slot(self, owner: bytes, limit: int) -> str | bool | None:
+        """One of `owner`'s `limit` slots across replicas: its id, False when all are held, None without Redis."""
+        slot = uuid.uuid4().hex
+        taken = await self._limit(TAKE_SLOT, _slots_key(owner), limit, SLOT_LEASE_SECONDS, slot)
+        return None if taken is None else (slot if taken else False)
+
+    def give_slot(self, owner: bytes, slot: str) -> None:
+        """Give a slot back, in the background (a slot not given back ends with its lease)."""
+        if self._redis is not None:
+            self._spawn(self._give(owner, slot))
+
+    async def _give(self, owner: bytes, slot: str) -> None:
+        try:
+            await self._redis.zrem(_slots_key(owner), slot)
+        except Exception as exc:  # redis errors and OSErrors alike: the lease ends it
+            log.warning("shared limits: could not give a slot back to Redis: %s", exc)
+
+    async def take_token(self, bucket: str, per_minute: int) -> bool | None:
+        """A token of the bucket every replica shares (per_minute a minute, as many at once); None without Redis."""
+        taken = await self._limit(TAKE_TOKEN, PREFIX + "rate:" + bucket, per_minute / 60.0, per_minute)
+        return None if taken is None else bool(taken)
+
+    async def _limit(self, script: str, key: str, *args: object) -> int | None:
+        """Run a limit's script; None (and one log line per outage) when Redis cannot answer now."""
+        if self._redis is None:
+            return None
+        try:
+            if not self.connected:
+                raise ConnectionError("Redis is not connected")
+            async with asyncio.timeout(LIMIT_SECONDS):
+                answer = int(await self._redis.eval(script, 1, key, *args))
+        except Exception as exc:  # redis errors, OSErrors, the timeout: the process' own limit holds
+            if not self.limits_local:
+                log.warning("shared limits: Redis did not answer (%s); each process holds its own limits "
+                            "until it does", exc or type(exc).__name__)
+            self.limits_local = True
+            return None
+        if self.limits_local:
+            log.warning("shared limits: Redis answers again; limits are held across replicas")
+            self.limits_local = False
+        return answer
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
     def snapshot(self) -> JSONObject:
         if not self.redis_url:
             return {"backend": "memory"}
         return {"backend": "redis", "url": without_password(self.redis_url), "connected": self.connected}
+
+
+def _slots_key(owner: bytes) -> str:
+    """Where a client key's slots are kept: a hash of the key, never the key itself."""
+    return PREFIX + "slots:" + hashlib.sha256(owner).hexdigest()[:32]
 
 
 def without_password(url: str) -> str:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 from typing import Final as Const
 
 import orjson
@@ -31,6 +31,9 @@ from sanctum_proxy.core.shapes import JSONObject, Usage
 from sanctum_proxy.errors import CLIENT_GONE, ProxyError, ToolCallParseError
 from sanctum_proxy.repair.events import Final, RoundRecord, note
 from sanctum_proxy.repair.plan import Plan
+
+if TYPE_CHECKING:  # only for the annotation: telemetry imports this module
+    from sanctum_proxy.state.telemetry import RequestSpans
 
 OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
 # Omen fields that describe what happened without quoting the conversation (kept by metadata_only).
@@ -57,10 +60,26 @@ class Trace:
     done: bool = field(default=False, repr=False)
     body_bytes: int = 0  # the client's body as it came (what the trace queue's budget counts, with the answers)
     rounds: dict[int, list[RoundRecord]] = field(default_factory=dict)  # by choice: the loop's round records
+    first_chunk_ms: float | None = None  # a stream's first text to the client, since the request arrived
+    upstream_ms: float = 0.0  # the judged rounds' latency together (the proxy's own time is the rest)
+    open_since: float | None = None  # perf_counter() when the round now in flight was sent
+    spans: RequestSpans | None = field(default=None, repr=False)  # its OpenTelemetry spans, when that is on
 
     def record(self, record: RoundRecord, choice: int = 0) -> None:
         """A round's record as the loop yielded it (routes/rounds.py): when sent, then when judged."""
         note(self.rounds.setdefault(choice, []), record)
+        if record.outcome == "pending":
+            self.open_since = time.perf_counter()
+        else:
+            self.upstream_ms += record.latency_ms
+            self.open_since = None
+
+    def overhead_ms(self) -> float:
+        """The proxy's own time in this request so far: since it arrived, less the time upstream rounds took
+        (a round in flight counts from when it was sent)."""
+        now = time.perf_counter()
+        waiting = now - self.open_since if self.open_since is not None else 0.0
+        return max(0.0, (now - self.started - waiting) * 1000 - self.upstream_ms)
 
     def records(self) -> list[RoundRecord]:
         """Every round, choice by choice."""
@@ -157,6 +176,7 @@ class TraceDoc(TypedDict):
     error: JSONObject | None
     bodies: bool
     clipped: NotRequired[str]  # what `clipped` (or a full trace queue: Recorder.submit) cut
+    first_chunk_ms: NotRequired[float | None]  # a stream's time to its first text (Trace.first_chunk_ms)
 
 
 def trace_json(trace: Trace) -> TraceDoc:
@@ -176,6 +196,7 @@ def trace_json(trace: Trace) -> TraceDoc:
         "omens": [o.to_json() for o in omens],
         "answer": None if final is None else {"message": final.message, "finish_reason": final.finish_reason},
         "error": trace.error, "bodies": True,
+        "first_chunk_ms": None if trace.first_chunk_ms is None else round(trace.first_chunk_ms, 2),
     }
 
 

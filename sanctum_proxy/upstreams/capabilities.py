@@ -12,7 +12,8 @@ which `families.detect` names the call format the model was trained on (prompted
 fails or times out is "unknown" for `unknown_ttl` seconds, then asked again. Probes of models not yet known
 are rate-limited (`probes_per_minute`, a token bucket for all upstreams together): past it a new model is
 "unknown" without a probe and without a row (auto mode finds out by trying), so clients that make up model
-names cannot make the proxy send two upstream requests for each.
+names cannot make the proxy send two upstream requests for each. With `redis_url` the bucket is one for every
+replica (`shared`); while Redis does not answer, each process' own bucket holds.
 """
 
 from __future__ import annotations
@@ -104,16 +105,25 @@ async def probe(upstream: JsonProber, root_url: str, model: str, timeout: float 
     return found or UNKNOWN
 
 
+class SharedRate(Protocol):
+    """A token bucket every replica draws from (state/replicated.SharedState); None: it cannot answer now."""
+
+    async def take_token(self, bucket: str, per_minute: int) -> bool | None: ...
+
+
 class CapabilityBook:
     """Probe answers per (upstream, model), in a `Table`: this process' own, or one every replica shares
     through Redis (sanctum_proxy.state.replicated; rows carry wall-clock times so they mean the same everywhere)."""
 
     def __init__(self, *, unknown_ttl: float = 60.0, clock: Callable[[], float] = time.time,
-                 table: Table | None = None, probes_per_minute: int = 30) -> None:
+                 table: Table | None = None, probes_per_minute: int = 30,
+                 shared: SharedRate | None = None) -> None:
         self._known: Table = table if table is not None else LocalTable()
         self._pending: dict[tuple[str, str], asyncio.Future[Capabilities]] = {}
         self._unknown_ttl = unknown_ttl
         self._clock = clock
+        self._shared = shared  # with redis_url: one bucket for every replica (state/replicated.py)
+        self._per_minute = probes_per_minute
         self._rate = probes_per_minute / 60.0
         self._burst = float(probes_per_minute)
         self._tokens = self._burst
@@ -121,6 +131,15 @@ class CapabilityBook:
         # The last row read and what it says, per key: a row is read three times a request and is the same
         # object until it is written again (a table in Redis hands out new ones: those are read afresh).
         self._parsed: dict[str, tuple[JSONObject, Capabilities, float]] = {}
+
+    async def _may_probe_now(self) -> bool:
+        """Take a probe token: from the bucket every replica shares, or (without Redis, or while it does not
+        answer) from this process' own."""
+        if self._shared is not None:
+            taken = await self._shared.take_token("probes", self._per_minute)
+            if taken is not None:
+                return taken
+        return self._may_probe()
 
     def _may_probe(self) -> bool:
         """Take a probe token if one is left (the bucket refills at probes_per_minute)."""
@@ -177,7 +196,7 @@ class CapabilityBook:
         key = (upstream, model)
         if key in self._pending:
             return await asyncio.shield(self._pending[key])
-        if not self._may_probe():
+        if not await self._may_probe_now():
             return UNKNOWN  # over the probe rate: not asked, not remembered (asked when a token is free)
         future: asyncio.Future[Capabilities] = asyncio.get_running_loop().create_future()
         self._pending[key] = future

@@ -2,11 +2,12 @@
 
 `Upstream` is one named pool of identical backends (base URLs) behind one pooled `aiohttp.ClientSession`
 (aiohttp, not httpx, on this hot path: its C parser costs less per request; bench/results/design_costs.md).
-Requests go round-robin to the healthy backends; a backend that refuses the connection (or cannot be
-reached within connect_timeout) is marked down and the next one is tried. A request whose connection dies
-before any byte of an answer came back (a kept-alive connection the server had already closed) is sent once
-more on a fresh connection: nothing was generated, so nothing is lost or done twice that the client could see.
-An error after the answer's headers is the client's (the upstream may have started answering).
+Requests go round-robin to the healthy backends, and a conversation's rounds to one (affinity.py); a backend
+that refuses the connection (or cannot be reached within connect_timeout) is marked down and the next one is
+tried. A request whose connection dies before any byte of an answer came back (a kept-alive connection the
+server had already closed) is sent once more on a fresh connection: nothing was generated, so nothing is lost
+or done twice that the client could see. An error after the answer's headers is the client's (the upstream
+may have started answering).
 Streamed chat rounds have a pool of their own, kept while the upstream keeps its connections after an event
 stream (Ollama's Go net/http and vLLM's uvicorn do) and given up, for that upstream, once it is known not to:
 llama-server closes the connection right after the stream's `0\r\n\r\n` though its headers say
@@ -49,7 +50,8 @@ from sanctum_proxy.config import redacted_url
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable, inband_status
 from sanctum_proxy.repair.upstream_errors import OLLAMA_LOST_ERROR, ollama_lost_error
-from sanctum_proxy.upstreams import ollama_answers, ollama_wire
+from sanctum_proxy.state import telemetry
+from sanctum_proxy.upstreams import affinity, ollama_answers, ollama_wire
 from sanctum_proxy.upstreams.ollama_native import NativeRequest
 from sanctum_proxy.upstreams.redaction import ByteStream, DeltaMask, KeyMask
 
@@ -271,13 +273,18 @@ class Upstream:
         return next((b for b in self.backends if b.healthy), self.backends[0]).root_url
 
     def candidates(self) -> list[Backend]:
-        """Healthy backends, rotated one step per call (round robin), then the ones marked down as a last
-        resort (a health mark can be stale)."""
+        """Healthy backends, then the ones marked down as a last resort (a health mark can be stale): in the
+        request's session order where it has a session key (every round on one backend; affinity.py), else
+        rotated one step per call (round robin)."""
         if len(self.backends) == 1:
             return self.backends
-        turn = next(self._turn) % len(self.backends)
-        rotated = self.backends[turn:] + self.backends[:turn]
-        return [b for b in rotated if b.healthy] + [b for b in rotated if not b.healthy]
+        session = affinity.SESSION.get()
+        if session is not None:
+            ordered = affinity.ranked(session, self.backends)
+        else:
+            turn = next(self._turn) % len(self.backends)
+            ordered = self.backends[turn:] + self.backends[:turn]
+        return [b for b in ordered if b.healthy] + [b for b in ordered if not b.healthy]
 
     async def _open(self, method: str, path: str, *, stream: bool = False, root: bool = False,
                     route: ollama_wire.Route | None = None, **kwargs: Any) -> aiohttp.ClientResponse:
@@ -346,6 +353,8 @@ class Upstream:
             headers["authorization"] = f"Bearer {self._key}"
         elif client_auth:
             headers["authorization"] = client_auth
+        if (context := telemetry.OUTGOING.get()) is not None:  # the round's W3C trace context (telemetry.py)
+            headers.update(context)
         return headers
 
     async def chat(self, body: JSONObject, client_auth: str | None = None) -> Reply:

@@ -47,6 +47,14 @@ def listed_models(entries: Sequence[UpstreamConfig]) -> list[tuple[str, str]]:
     return list(seen.items())
 
 
+def model_names(entries: Sequence[UpstreamConfig]) -> set[str]:
+    """Every model name the config writes (names, aliases and what aliases stand for; no globs): the values the
+    metrics' `model` label may take."""
+    names = {model for model, _ in listed_models(entries)}
+    names.update(target for entry in entries for target in entry.aliases.values())
+    return names
+
+
 @dataclass(frozen=True)
 class Destination:
     upstream: Upstream

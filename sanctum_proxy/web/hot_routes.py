@@ -43,5 +43,16 @@ class HotRoutes:
                 response.headers["allow"] = "POST"
         except Exception as exc:
             response = await self.on_bug(request, exc)
+        stamp_overhead(request, response)
         await response(scope, receive, send)
 
+
+OVERHEAD = "x-sanctum-overhead-ms"
+
+
+def stamp_overhead(request: Request, response: Response) -> None:
+    """`x-sanctum-overhead-ms`: the proxy's own time in a traced request until its headers (its trace's
+    overhead_ms: since it arrived, less the upstream rounds' time)."""
+    trace = getattr(request.state, "trace", None)
+    if trace is not None:
+        response.headers[OVERHEAD] = f"{trace.overhead_ms():.2f}"

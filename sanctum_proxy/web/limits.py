@@ -6,7 +6,9 @@ Where client keys are configured, each key gets a share of the slots (`per_key`,
 
 413 is what it is in the contract, a body over `max_body_bytes` refused before it is parsed.
 Too many requests in flight is a 429 `rate_limit_exceeded` with `Retry-After` (the OpenAI SDKs wait and
-retry it); a streaming answer holds its slot until its last byte. The limit is per process.
+retry it); a streaming answer holds its slot until its last byte. The limit is per process, and so is a key's
+share unless `redis_url` is set: then the share is held across every replica (`shared`, state/replicated.py),
+and where Redis does not answer each process holds it alone again (fail open, logged).
 A request takes its slot only once its whole body has arrived: the body is read first, within
 `body_read_timeout` (else 408 `request_timeout`) and `max_body_bytes` (else 413), and handed to the app
 as it came, so clients that trickle a body at a byte a second hold no slot from those that do not.
@@ -15,6 +17,7 @@ as it came, so clients that trickle a body at a byte a second hold no slot from 
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,13 +39,23 @@ def scope_key(scope: Scope) -> bytes:
 BODY = "sanctum.body"  # the scope key of a request body read whole by ConcurrencyLimit
 
 
+class SharedSlots(Protocol):
+    """Slots every replica counts (state/replicated.SharedState): an id, False when all are held, None
+    when they cannot be counted now."""
+
+    async def take_slot(self, owner: bytes, limit: int) -> str | bool | None: ...
+    def give_slot(self, owner: bytes, slot: str) -> None: ...
+
+
 class ConcurrencyLimit:
     """ASGI middleware: at most `limit` requests of the protocols' areas at once; the rest get 429 at once."""
 
     def __init__(self, app: ASGIApp, limit: int, table: ProtocolTable, retry_after: int = 1,
                  max_body_bytes: int | None = None, body_timeout: float | None = None,
-                 keys: KeyRing | None = None, per_key: int | None = None) -> None:
+                 keys: KeyRing | None = None, per_key: int | None = None,
+                 shared: SharedSlots | None = None) -> None:
         self.app, self.limit, self.table, self.retry_after = app, limit, table, retry_after
+        self.shared = shared  # with redis_url: a key's share is held across replicas
         self.max_body_bytes, self.body_timeout = max_body_bytes, body_timeout
         self.keys = keys
         self.per_key = per_key if per_key is not None else max(1, limit // 2)
@@ -70,7 +83,11 @@ class ConcurrencyLimit:
             return
         key = scope_key(scope) if self.keys is not None and self.keys.client_required() else None
         if key is not None and self.by_key.get(key, 0) >= self.per_key:
-            await self._refuse(send, scope["path"], f"{self.per_key} per client key")
+            await self._refuse(send, scope["path"], f"{self.per_key} per client key per proxy process")
+            return
+        slot = await self.shared.take_slot(key, self.per_key) if key is not None and self.shared else None
+        if slot is False:
+            await self._refuse(send, scope["path"], f"{self.per_key} per client key across replicas")
             return
         self.in_flight += 1
         if key is not None:
@@ -79,6 +96,8 @@ class ConcurrencyLimit:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+            if isinstance(slot, str) and key is not None and self.shared is not None:
+                self.shared.give_slot(key, slot)
             if key is not None:
                 self.by_key[key] -= 1
                 if not self.by_key[key]:
@@ -118,7 +137,8 @@ class ConcurrencyLimit:
         return replay
 
     async def _refuse(self, send: Send, path: str, share: str | None = None) -> None:
-        error = TooManyRequests(f"Too many requests in flight (limit {share or self.limit} per proxy process); "
+        share = share or f"{self.limit} per proxy process"
+        error = TooManyRequests(f"Too many requests in flight (limit {share}); "
                                 f"retry after {self.retry_after} s")
         await self._answer(send, error, path, [(b"retry-after", str(self.retry_after).encode()),
                                                (b"x-should-retry", b"true")])

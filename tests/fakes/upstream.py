@@ -168,6 +168,7 @@ class FakeUpstream:
     # ({"tokens": [ids]}); off: 404 like Ollama and vLLM. The "template" is a line per message, the tokens words
     tokenizer: bool = False
     templated: list[dict[str, Any]] = field(default_factory=list)  # the bodies POST /apply-template got
+    chat_headers: list[dict[str, str]] = field(default_factory=list)  # the headers of each `requests` entry
 
     def push(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -231,6 +232,7 @@ class FakeUpstream:
     async def chat(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         self.requests.append(body)
+        self.chat_headers.append(dict(request.headers))
         if self.steps:
             step = self.steps.popleft()
         elif self.responder is not None:

@@ -7,11 +7,14 @@ SANCTUM_* env vars as in the Dockerfile), in front of one scripted fake upstream
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -50,13 +53,13 @@ def answers(url: str) -> bool:
         return False
 
 
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    if REDIS is None:
-        pytest.skip(NO_REDIS)
+@contextlib.contextmanager
+def redis_server(directory: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A redis-server on a free loopback port, and its URL."""
+    assert REDIS is not None
     port = free_port()
     command = [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", str(tmp_path)]
+               "--dir", str(directory)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
     def pings() -> bool:
@@ -69,10 +72,18 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
 
     try:
         wait_until(pings, what="redis-server")
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server, f"redis://127.0.0.1:{port}/0"
     finally:
         server.terminate()
         server.wait(10)
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    if REDIS is None:
+        pytest.skip(NO_REDIS)
+    with redis_server(tmp_path) as (_, url):
+        yield url
 
 
 @pytest.fixture
@@ -237,3 +248,59 @@ def test_workers_share_the_port_the_metrics_and_the_trace_file(fake, replicas, t
     # Both write the one trace file.
     listed = lambda: httpx.get(f"{proxy}/sanctum/traces", params={"limit": 200}, timeout=5).json()["data"]  # noqa: E731
     wait_until(lambda: len(listed()) == served, 30, "every trace in the shared file")
+
+
+@needs_redis
+def test_two_processes_sharing_redis_hold_one_key_to_its_share(fake, redis_url, replicas):
+    upstream, _ = fake
+    limited = {"redis_url": redis_url, "api_keys": '["sk-tenant"]', "max_concurrent_per_key": 1}
+    first, second = replicas(**limited), replicas(**limited)
+    key = {"Authorization": "Bearer sk-tenant"}
+    plain = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    upstream.push(Step(body=completion("slow"), delay=1.5))
+    held: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: held.append(
+        httpx.post(f"{first}/v1/chat/completions", json=plain, headers=key, timeout=20)))
+    worker.start()
+    wait_until(lambda: upstream.requests, 10, "the first replica's request upstream")
+    refused = httpx.post(f"{second}/v1/chat/completions", json=plain, headers=key, timeout=20)
+    worker.join(20)
+    assert held[0].status_code == 200
+    assert refused.status_code == 429 and "across replicas" in refused.json()["error"]["message"]
+    # the slot was given back: the other replica takes the key again
+    wait_until(lambda: httpx.post(f"{second}/v1/chat/completions", json=plain, headers=key,
+                                  timeout=20).status_code == 200, 5, "the slot given back")
+
+
+@needs_redis
+async def test_the_probe_rate_is_one_bucket_for_every_replica(redis_url):
+    one, two = SharedState(redis_url), SharedState(redis_url)
+    await one.start()
+    await two.start()
+    try:
+        taken = [await state.take_token("probes", 3) for state in (one, two, one, two)]
+        slots = [await state.take_slot(b"sk-a", 2) for state in (one, two, one)]
+    finally:
+        await one.aclose()
+        await two.aclose()
+    assert taken == [True, True, True, False]
+    assert isinstance(slots[0], str) and isinstance(slots[1], str) and slots[2] is False
+
+
+@needs_redis
+async def test_when_redis_goes_limits_fall_back_to_each_process_and_say_so(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, "sanctum_proxy.shared")
+    with redis_server(tmp_path) as (server, url):
+        shared = SharedState(url, timeout=0.5)
+        await shared.start()
+        try:
+            assert isinstance(await shared.take_slot(b"sk-a", 1), str)
+            assert await shared.take_slot(b"sk-a", 1) is False  # held cluster-wide
+            server.terminate()
+            server.wait(10)
+            assert await shared.take_slot(b"sk-a", 1) is None  # the caller's own count decides
+            assert await shared.take_token("probes", 5) is None
+        finally:
+            await shared.aclose()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shared limits:")]
+    assert len(said) == 1 and "each process holds its own limits" in said[0]

@@ -341,7 +341,8 @@ def test_refused_request_gets_a_log_line_and_a_count_but_no_trace(make_proxy, fa
     assert (first["status"], first["request_id"], first["outcome"]) == (401, "bad-1", "error")
     assert second["status"] == 400 and second["trace_id"] is None
     assert httpx.get(url + "/sanctum/traces", headers=ADMIN).json()["data"] == []
-    assert 'sanctum_requests_total{mode="none",outcome="error"} 2.0' in httpx.get(url + "/metrics", headers=ADMIN).text
+    counted = 'sanctum_requests_total{mode="none",model="none",outcome="error",upstream="none"} 2.0'
+    assert counted in httpx.get(url + "/metrics", headers=ADMIN).text
 
 
 KEY = {"authorization": "Bearer sk-good"}

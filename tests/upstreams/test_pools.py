@@ -14,7 +14,7 @@ import pytest
 from sanctum_proxy.config import UpstreamConfig, load_settings
 from sanctum_proxy.upstreams.pools import choose, listed_models
 from tests.conftest import ServerThread
-from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, content_chunks
+from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, content_chunks, native_call
 from tests.polling import wait_until
 
 ASK = [{"role": "user", "content": "hi"}]
@@ -145,21 +145,51 @@ def test_auto_mode_decisions_are_kept_per_upstream_name(make_proxy, fakes):
 
 def test_pool_fails_over_when_a_backend_dies_mid_test(make_proxy, fakes):
     group = fakes(2)
-    a, b = group.fakes
     proxy = make_proxy(probe_capabilities=False, health_check_seconds=60, upstreams=[
         {"name": "pool", "urls": [group.url(0), group.url(1)]}])
     for _ in range(4):
         assert chat(proxy, "m").status_code == 200
-    assert len(a.requests) == 2 and len(b.requests) == 2  # round robin over the healthy backends
+    counts = [len(f.requests) for f in group.fakes]
+    assert sorted(counts) == [0, 4]  # one conversation, one backend
+    held = counts.index(4)
+    other = group.fakes[1 - held]
 
-    group.stop(0)
+    group.stop(held)
     for stream in (False, True, False, True):
-        b.push(Step(chunks=content_chunks("still here")) if stream else Step(body=completion("still here")))
+        other.push(Step(chunks=content_chunks("still here")) if stream else Step(body=completion("still here")))
         r = chat(proxy, "m", stream=stream)
         assert r.status_code == 200 and answer_text(r) == "still here"
-    assert len(a.requests) == 2 and len(b.requests) == 6
+    assert len(group.fakes[held].requests) == 4 and len(other.requests) == 4
     backends = httpx.get(f"{proxy}/sanctum/status", timeout=5).json()["upstreams"][0]["backends"]
-    assert [x["healthy"] for x in backends] == [False, True]
+    assert [x["healthy"] for x in backends] == [i != held for i in range(2)]
+
+
+def test_a_correction_round_goes_to_the_backend_of_its_first_round(make_proxy, fakes):
+    group = fakes(2)
+    proxy = make_proxy(probe_capabilities=False, upstreams=[{"name": "pool", "urls": [group.url(0), group.url(1)]}])
+    wrong = Step(body=completion(None, [native_call("lookup_weather", '{"city":"Paris"}')], "tool_calls"))
+    right = Step(body=completion(None, [native_call("get_weather", '{"city":"Paris"}')], "tool_calls"))
+    for n in range(6):  # conversations of their own (their openings differ)
+        for fake in group.fakes:
+            fake.requests.clear()
+            fake.push(wrong, right)
+        ask = [{"role": "user", "content": f"Weather in Paris, take {n}?"}]
+        r = chat(proxy, "m", messages=ask, tools=[WEATHER], sanctum={"constrain": "off"})
+        assert r.status_code == 200 and r.headers["x-sanctum-rounds"] == "2"
+        assert sorted(len(f.requests) for f in group.fakes) == [0, 2]  # both rounds on one backend
+        for fake in group.fakes:
+            fake.steps.clear()
+
+
+def test_turns_of_one_session_stay_on_one_backend(make_proxy, fakes):
+    group = fakes(2)
+    proxy = make_proxy(probe_capabilities=False, upstreams=[{"name": "pool", "urls": [group.url(0), group.url(1)]}])
+    for turn in range(5):  # each turn a different conversation opening: the session header decides
+        body = {"model": "m", "messages": [{"role": "user", "content": f"turn {turn}"}]}
+        r = httpx.post(f"{proxy}/v1/chat/completions", json=body, timeout=20,
+                       headers={"X-Claude-Code-Session-Id": "3f2b-session"})
+        assert r.status_code == 200
+    assert sorted(len(f.requests) for f in group.fakes) == [0, 5]
 
 
 def test_an_answer_that_started_is_never_retried_on_another_backend(make_proxy, fakes):

@@ -1,0 +1,139 @@
+"""OpenTelemetry export through the real proxy to a real OTLP/HTTP receiver (tests/fakes/otlp.py), decoded with
+the protocol's own protobuf: the request's span, each round's, the omens as events, the client's trace id
+carried to the upstream on every round."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ServerThread
+from tests.fakes.otlp import OtlpReceiver, ReceivedSpan
+from tests.fakes.upstream import Step, completion, content_chunks, native_call
+from tests.polling import wait_until
+
+pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
+pytest.importorskip("opentelemetry.proto", reason="opentelemetry-proto (dev extra) is not installed")
+
+SERVER, CLIENT = 2, 3  # opentelemetry.proto.trace.v1.Span.SpanKind
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                          "required": ["city"]}}}
+ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
+       "sanctum": {"constrain": "off"}}
+USAGE = {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49,
+         "prompt_tokens_details": {"cached_tokens": 32}, "completion_tokens_details": {"reasoning_tokens": 4}}
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
+    found = OtlpReceiver()
+    with ServerThread(found.app()) as server:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", server.url)
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # milliseconds: spans leave at once
+        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+        yield found
+
+
+def spans_of(receiver: OtlpReceiver, count: int) -> list[ReceivedSpan]:
+    return wait_until(lambda: receiver.spans if len(receiver.spans) >= count else None, 10,
+                      f"{count} spans at the receiver", detail=lambda: repr(receiver.spans))
+
+
+def corrected(fake: Any) -> None:
+    """Round 1 names a tool that does not exist (rejected), round 2 is right."""
+    fake.push(Step(body=completion(None, [native_call("lookup_weather", '{"city":"Paris"}')], "tool_calls")),
+              Step(body={**completion(None, [native_call("get_weather", '{"city":"Paris"}')], "tool_calls"),
+                         "model": "m-q4", "usage": USAGE}))
+
+
+def test_request_and_rounds_arrive_with_genai_attributes_and_repair_events(make_proxy, fake, receiver):
+    corrected(fake[0])
+    with httpx.Client(base_url=make_proxy(), timeout=20) as client:
+        r = client.post("/v1/chat/completions", json=ASK, headers={"traceparent": TRACEPARENT})
+    assert r.status_code == 200 and r.headers["x-sanctum-rounds"] == "2"
+    spans = spans_of(receiver, 3)
+    assert {s.trace_id for s in spans} == {TRACE_ID}  # one trace: the client's
+    request = next(s for s in spans if s.kind == SERVER)
+    rounds = sorted((s for s in spans if s.kind == CLIENT), key=lambda s: s.attributes["sanctum.round"])
+    assert request.parent_span_id == PARENT_ID and request.name == "chat m"
+    assert request.service == "sanctum-proxy"
+    assert [s.parent_span_id for s in rounds] == [request.span_id] * 2
+    a = request.attributes
+    assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.provider.name"] == "openai"
+    assert a["gen_ai.request.model"] == "m" and a["gen_ai.response.model"] == "m-q4"
+    assert a["gen_ai.request.stream"] is False and a["gen_ai.response.finish_reasons"] == ["tool_calls"]
+    assert a["gen_ai.usage.cache_read.input_tokens"] == 32 and a["gen_ai.usage.reasoning.output_tokens"] == 4
+    assert a["sanctum.outcome"] == "rejected" and a["sanctum.rounds"] == 2
+    assert a["sanctum.trace_id"] == r.json()["sanctum"]["trace_id"]
+    assert "gen_ai.input.messages" in a and "Weather in Paris?" in a["gen_ai.input.messages"]
+    assert rounds[0].attributes["sanctum.round.outcome"] == "rejected"
+    assert rounds[1].attributes["gen_ai.usage.input_tokens"] == 40
+    (event, fields), = rounds[0].events
+    assert event == "sanctum.SpellCallRejected" and fields["sanctum.reason"] == "unknown_spell"
+    assert fields["sanctum.spell"] == "lookup_weather" and "sanctum.correction" in fields
+    # the upstream got the client's trace, each round under its own span
+    sent = [h["traceparent"] for h in fake[0].chat_headers]
+    assert sent == [f"00-{TRACE_ID}-{s.span_id}-01" for s in rounds]
+
+
+def test_without_traces_bodies_no_message_content_is_exported(make_proxy, fake, receiver):
+    corrected(fake[0])
+    with httpx.Client(base_url=make_proxy(traces_bodies=False), timeout=20) as client:
+        assert client.post("/v1/chat/completions", json=ASK).status_code == 200
+    spans = spans_of(receiver, 3)
+    for span in spans:
+        assert not {"gen_ai.input.messages", "gen_ai.output.messages"} & set(span.attributes)
+        for _, fields in span.events:
+            assert "sanctum.correction" not in fields and "sanctum.raw" not in fields
+    request = next(s for s in spans if s.kind == SERVER)
+    assert request.parent_span_id == ""  # no traceparent: a new trace
+    assert fake[0].chat_headers[0]["traceparent"].split("-")[1] == request.trace_id
+
+
+def test_a_stream_has_its_time_to_first_chunk(make_proxy, fake, receiver):
+    fake[0].push(Step(chunks=content_chunks("Hello there, friend.")))
+    with httpx.Client(base_url=make_proxy(), timeout=20) as client:
+        r = client.post("/v1/chat/completions", json={"model": "m", "stream": True,
+                                                      "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200 and "[DONE]" in r.text
+    request = next(s for s in spans_of(receiver, 2) if s.kind == SERVER)
+    assert request.attributes["gen_ai.request.stream"] is True
+    assert 0 < request.attributes["gen_ai.response.time_to_first_chunk"] < 5
+
+
+def test_an_upstream_error_marks_the_spans_failed(make_proxy, fake, receiver):
+    fake[0].push(Step(status=500, body={"error": {"code": 500, "message": "boom", "type": "server_error"}}))
+    with httpx.Client(base_url=make_proxy(), timeout=20) as client:
+        assert client.post("/v1/chat/completions", json={**ASK, "tools": []}).status_code == 500
+    spans = spans_of(receiver, 2)
+    assert {s.status_code for s in spans} == {2}
+    assert next(s for s in spans if s.kind == SERVER).attributes["error.type"] == "upstream_error"
+
+
+def test_off_without_an_endpoint_nothing_is_sent_upstream(make_proxy, fake, monkeypatch):
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    with httpx.Client(base_url=make_proxy(), timeout=20) as client:
+        r = client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                        headers={"traceparent": TRACEPARENT})
+    assert r.status_code == 200 and "traceparent" not in fake[0].chat_headers[0]
+
+
+def test_two_replicas_spans_arrive_at_one_receiver(make_proxy, fake, receiver):
+    first, second = make_proxy(), make_proxy()
+    ids = []
+    for url in (first, second):
+        with httpx.Client(base_url=url, timeout=20) as client:
+            r = client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                            headers={"traceparent": TRACEPARENT})
+            ids.append(r.json()["sanctum"]["trace_id"])
+    requests = [s for s in spans_of(receiver, 4) if s.kind == SERVER]
+    assert sorted(s.attributes["sanctum.trace_id"] for s in requests) == sorted(ids)
+    assert {s.trace_id for s in requests} == {TRACE_ID}
