@@ -63,14 +63,17 @@ async def is_ollama(upstream: Upstream, backend: Backend) -> bool:
 
 
 async def _version(upstream: Upstream, backend: Backend) -> bool | None:
-    """GET /api/version: True for Ollama's answer, False for any other, None when nothing answered."""
+    """GET /api/version: True for Ollama's answer, False for any other (a reset too: Ollama always answers it), None
+    when the backend could not be reached or did not answer in time (asked again next time)."""
     try:
         async with await upstream.request_once("GET", f"{backend.root_url}/api/version") as response:
             if response.status != 200:
                 return False
             body = await response.content.read(MAX_VERSION_BODY)
-    except (TimeoutError, aiohttp.ClientError, OSError):
+    except (TimeoutError, aiohttp.ClientConnectorError):
         return None
+    except (aiohttp.ClientError, OSError):
+        return False
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
