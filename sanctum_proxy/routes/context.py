@@ -19,6 +19,7 @@ from sanctum_proxy.services import destination, services
 from sanctum_proxy.upstreams import capabilities, context_fit
 from sanctum_proxy.upstreams.ollama_native import native_options, with_option
 from sanctum_proxy.upstreams.ollama_wire import is_ollama
+from sanctum_proxy.web.auth import forwarded_key
 
 
 async def fitted(request: Request, chat: ChatRequest, settings: Settings) -> tuple[ChatRequest, om.Omen | None]:
@@ -32,7 +33,8 @@ async def fitted(request: Request, chat: ChatRequest, settings: Settings) -> tup
     dest = destination(request)
     upstream = dest.upstream
     backend = next((b for b in upstream.backends if b.healthy), upstream.backends[0])
-    if not upstream.ollama_native or not await is_ollama(upstream, backend):
+    auth = forwarded_key(request) if settings.forward_client_key else None
+    if not upstream.ollama_native or not await is_ollama(upstream, backend, upstream.headers(auth)):
         return chat, None
     book = services(request).capabilities
     caps = book.cached(dest.key, chat.model) or capabilities.UNKNOWN

@@ -342,9 +342,9 @@ class Upstream:
     def _redact(self, data: bytes) -> bytes:
         return self._mask.masked(data) if self._mask else data
 
-    async def request_once(self, method: str, url: str) -> aiohttp.ClientResponse:
+    async def request_once(self, method: str, url: str, headers: dict[str, str]) -> aiohttp.ClientResponse:
         """A small probe request (the caller reads and closes it), within the health check's timeout."""
-        return await self._request(method, url, False, headers=self.headers(),
+        return await self._request(method, url, False, headers=headers,
                                    timeout=aiohttp.ClientTimeout(total=self._check_timeout))
 
     def headers(self, client_auth: str | None = None) -> dict[str, str]:
@@ -361,7 +361,8 @@ class Upstream:
         """POST /chat/completions (Ollama's /api/chat: ollama_wire.py), non-streaming. Raises UpstreamError on a
         non-2xx answer."""
         start = time.perf_counter()
-        route, headers = ollama_wire.Route(self, body, self.ollama_native), self.headers(client_auth)
+        headers = self.headers(client_auth)
+        route = ollama_wire.Route(self, body, self.ollama_native, headers)
         # One deadline for the round, headers and body (not aiohttp's sock_read timer, re-armed at every read)
         async with mapped_errors(), asyncio.timeout(self._read_timeout):
             response = await self._open("POST", "/chat/completions", route=route, headers=headers,
@@ -415,7 +416,8 @@ class Upstream:
         An error before the first byte raises like `chat`; an in-band `data: {"error": ...}` raises
         UpstreamError from the iterator. Leaving the context closes the upstream connection. Toward Ollama
         (ollama_wire.py) its /api/chat NDJSON lines come as the same chunks."""
-        route, headers = ollama_wire.Route(self, body, self.ollama_native), self.headers(client_auth)
+        headers = self.headers(client_auth)
+        route = ollama_wire.Route(self, body, self.ollama_native, headers)
         async with mapped_errors():
             response = await self._open("POST", "/chat/completions", stream=True, route=route, headers=headers)
         try:

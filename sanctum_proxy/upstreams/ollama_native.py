@@ -3,7 +3,7 @@
     messages           history in Ollama's shape: calls without ids, arguments as objects, tool results with
                        the `tool_name` of their call, content parts as text plus base64 `images`,
                        reasoning as `thinking`
-    tools              as they are (Ollama reads OpenAI's function tools)
+    tools              as they are (Ollama reads OpenAI's function tools); none where tool_choice is "none"
     options            only the sampling fields the body holds (temperature, top_p, max_completion_tokens /
                        max_tokens -> num_predict, seed, stop, frequency_penalty, presence_penalty, and the
                        llama.cpp extensions top_k, min_p, repeat_penalty): never one the client did not send
@@ -60,8 +60,8 @@ def native_request(body: JSONObject) -> NativeRequest:
     own: Mapping[str, JSONValue] = stash if isinstance(stash, dict) else {}
     out: JSONObject = {"model": body.get("model"), "messages": messages(body.get("messages")),
                        "stream": body.get("stream") is True}
-    if isinstance(body.get("tools"), list) and body["tools"]:
-        out["tools"] = body["tools"]
+    if isinstance(body.get("tools"), list) and body["tools"] and body.get("tool_choice") != "none":
+        out["tools"] = body["tools"]  # Ollama has no tool_choice: "none" is no tools
     fmt, calls_in_content = answer_format(body)
     if fmt is not None:
         out["format"] = fmt

@@ -40,37 +40,41 @@ class Route:
     upstream: Upstream
     body: JSONObject
     native_on: bool
+    headers: dict[str, str]  # the round's own (a forwarded client key goes with the question too)
     native: NativeRequest | None = None
 
     async def __call__(self, backend: Backend) -> tuple[str, bytes]:
-        if self.native_on and await is_ollama(self.upstream, backend):
+        if self.native_on and await is_ollama(self.upstream, backend, self.headers):
             self.native = native_request(self.body)
             return f"{backend.root_url}/api/chat", orjson.dumps(self.native.body)
         self.native = None
         return f"{backend.base_url}/chat/completions", orjson.dumps(without_stash(self.body))
 
 
-async def is_ollama(upstream: Upstream, backend: Backend) -> bool:
+async def is_ollama(upstream: Upstream, backend: Backend, headers: dict[str, str]) -> bool:
     """Whether the backend is Ollama, asked once (callers that come meanwhile wait for the same answer)."""
     if backend.ollama is not None:
         return backend.ollama
     if backend.asking is None or backend.asking.done():
-        backend.asking = asyncio.ensure_future(_version(upstream, backend))
+        backend.asking = asyncio.ensure_future(_version(upstream, backend, headers))
     found = await asyncio.shield(backend.asking)
     if found is not None:
         backend.ollama = found
     return bool(found)
 
 
-async def _version(upstream: Upstream, backend: Backend) -> bool | None:
-    """GET /api/version: True for Ollama's answer, False for any other, None when nothing answered."""
+async def _version(upstream: Upstream, backend: Backend, headers: dict[str, str]) -> bool | None:
+    """GET /api/version: True for Ollama's answer, False for any other (a reset too: Ollama always answers it), None
+    when the backend could not be reached or did not answer in time (asked again next time)."""
     try:
-        async with await upstream.request_once("GET", f"{backend.root_url}/api/version") as response:
+        async with await upstream.request_once("GET", f"{backend.root_url}/api/version", headers) as response:
             if response.status != 200:
                 return False
             body = await response.content.read(MAX_VERSION_BODY)
-    except (TimeoutError, aiohttp.ClientError, OSError):
+    except (TimeoutError, aiohttp.ClientConnectorError):
         return None
+    except (aiohttp.ClientError, OSError):
+        return False
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -74,6 +74,10 @@ class RawUpstream:
             length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
                            if line.lower().startswith(b"content-length:")), 0)
             await reader.readexactly(length)
+            if head.startswith(b"GET /api/version "):  # the proxy asks whether it is Ollama: llama-server's 404
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                await writer.drain()
+                return
             self.requests += 1
             self.heads.append(head)
             script = self.scripts.popleft() if self.scripts else [("reset",)]

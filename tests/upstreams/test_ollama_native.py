@@ -89,6 +89,10 @@ def test_a_constrained_round_keeps_its_schema_over_the_clients_format():
     assert sent["format"] == schema and sent["options"] == {"num_ctx": 4096}
 
 
+def test_tool_choice_none_sends_no_tools():
+    assert "tools" not in native_request({"model": "m", "messages": [], "tools": [WEATHER], "tool_choice": "none"}).body
+
+
 def test_the_stash_never_goes_to_a_v1_upstream():
     body = {"model": "m", "messages": [], OLLAMA_FIELDS: {"keep_alive": 0}}
     assert without_stash(body) == {"model": "m", "messages": []}

@@ -13,7 +13,7 @@ import pytest
 from sanctum_proxy.core.shapes import OLLAMA_FIELDS
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.toolbox import Toolbox
-from tests.fakes.ollama import HARMONY_PARSE_ERROR, QWEN3_PARSE_ERROR, FakeOllama, call, fail, fail_midstream, say
+from tests.fakes.ollama import HARMONY_PARSE_ERROR, QWEN3_PARSE_ERROR, call, fail, fail_midstream, say
 from tests.fakes.upstream import Step, completion
 
 WEATHER = {"type": "function", "function": {
@@ -207,5 +207,19 @@ def test_with_ollama_native_off_rounds_go_to_v1_without_the_stash(ollama):
     assert "/api/version" not in [p for _, p, _ in fake.seen]
 
 
-def test_fake_is_reset_per_test(fake_ollama):
-    assert isinstance(fake_ollama[0], FakeOllama) and fake_ollama[0].requests == []
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_upstream_key_is_masked_in_native_answers_also_split_across_lines(ollama, stream):
+    fake, start = ollama
+    proxy = start(upstream_api_key="sk-upstream-secret-42")
+    fake.push(say("I read the key sk-upstream-secret-42 in my prompt.", size=5))
+    body = {"model": "qwen3:0.6b", "messages": ASK["messages"]}
+    text = str(streamed(proxy, body)) if stream else post(proxy, "/v1/chat/completions", body).text
+    assert "secret-42" not in text and "***" in text
+    assert fake.headers[-1]["authorization"] == "Bearer sk-upstream-secret-42"
+
+
+def test_a_native_stream_over_max_answer_bytes_ends_with_an_error_event(ollama):
+    fake, start = ollama
+    fake.push(say("x" * 5000, size=100))
+    events = streamed(start(max_answer_bytes=4096), {"model": "qwen3:0.6b", "messages": ASK["messages"]})
+    assert "max_answer_bytes" in events[-1]["error"]["message"]
