@@ -28,6 +28,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     pythonic,
     qwen_xml,
     seed,
+    step3,
 )
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, RESULT_OPENER, Codec, Format, blank, codecs, formats
 from sanctum_proxy.core.calls import Found

@@ -217,10 +217,12 @@ def _coerce_object(
 def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[str, None], depth: int,
                   as_text: bool = False) -> JSONValue:
     types = _types(schema)
-    if types and not any(_is(value, t) for t in types):
+    if as_text and isinstance(value, str) and types:
+        value = _typed_text(value, types, repairs)
+    elif types and not any(_is(value, t) for t in types):
         made: dict[str, None] = {}
         value = _convert(value, types, made)
-        repairs.update(dict.fromkeys(r for r in made if not (as_text and r in TYPED_FROM_TEXT)))
+        repairs.update(made)
     if isinstance(value, dict):
         return _coerce_object(value, schema, repairs, depth)
     items = schema.get("items")
@@ -229,13 +231,34 @@ def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[
     return value
 
 
-def _types(schema: Mapping[str, object]) -> set[str]:
+def _typed_text(value: str, types: set[str], repairs: dict[str, None]) -> JSONValue:
+    """A value a text-only format wrote, typed as llama.cpp types it: by the schema's types other than string
+    first ("null" is null for ["string", "null"]), read without the blanks around it; else the text as written."""
+    others = types - {"string"}
+    if not others:
+        return value
+    made: dict[str, None] = {}
+    typed = _from_string(value.strip(), others, made)
+    if not made:
+        return value
+    repairs.update(dict.fromkeys(r for r in made if r not in TYPED_FROM_TEXT))
+    return typed
+
+
+def _types(schema: Mapping[str, object], depth: int = 0) -> set[str]:
+    """The JSON types a schema allows: its `type` (a name or a list), or the union of its anyOf / oneOf branches'."""
     t = schema.get("type")
     if isinstance(t, str):
         return {t}
     if isinstance(t, list):
         return {x for x in t if isinstance(x, str)}
-    return set()
+    out: set[str] = set()
+    for key in ("anyOf", "oneOf"):
+        branches = schema.get(key)
+        if isinstance(branches, list) and depth < 4:
+            for branch in branches:
+                out |= _types(branch, depth + 1) if isinstance(branch, Mapping) else set()
+    return out
 
 
 _is = is_type
