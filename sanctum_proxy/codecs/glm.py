@@ -22,8 +22,9 @@ from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "glm"
 STARTS: tuple[str, ...] = ("<tool_call>",)
-_CALL = re.compile(r"<tool_call>\s*([A-Za-z_][\w.\-]{0,255})\s*(?=<arg_key>|</tool_call>)")
-_KEY = re.compile(r"\s*<arg_key>([^<]{0,256})</arg_key>\s*<arg_value>")
+# The layout between tags is newlines, or their escapes where a server wrote the template's `\n` as text.
+_CALL = re.compile(r"<tool_call>\s*([A-Za-z_][\w.\-]{0,255})(?:\s|\\n)*(?=<arg_key>|</tool_call>)")
+_KEY = re.compile(r"(?:\s|\\n)*<arg_key>([^<]{0,256})</arg_key>(?:\s|\\n)*<arg_value>")
 _CLOSE = re.compile(r"\s*</tool_call>")
 _VALUE_END = re.compile(r"</arg_value>|<arg_key>|</tool_call>|<tool_call>")
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, register
+from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format
+from sanctum_proxy.codecs.writing import arguments_text, pairs
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.shapes import JSONValue
 
@@ -76,4 +77,13 @@ def _name(m: re.Match[str]) -> str:
     return next(g for g in m.groups() if g is not None)
 
 
+def render_call(name: str, arguments: JSONValue) -> str:
+    kv = pairs(arguments)
+    body = arguments_text(arguments) if kv is None else "".join(
+        f'<steptml:parameter name="{k}">{v}</steptml:parameter>' for k, v in kv)
+    return (f'{_BEGIN}{_CALL}function<｜tool_sep｜>{name}\n<steptml:invoke name="{name}">{body}</steptml:invoke>'
+            "<｜tool_call_end｜><｜tool_calls_end｜>")
+
+
 CODEC = register(Codec(NAME, find, STARTS, rank=73, text_values=True))
+register_format(Format(NAME, NAME, render_call))

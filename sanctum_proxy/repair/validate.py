@@ -231,6 +231,11 @@ def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[
     return value
 
 
+# Python's and other languages' type names that tool schemas are written with in place of JSON Schema's.
+_ALIASES = {"float": "number", "double": "number", "int": "integer", "bool": "boolean", "str": "string",
+            "dict": "object", "list": "array"}
+
+
 def _typed_text(value: str, types: set[str], repairs: dict[str, None]) -> JSONValue:
     """A value a text-only format wrote, typed as llama.cpp types it: by the schema's types other than string
     first ("null" is null for ["string", "null"]), read without the blanks around it; else the text as written."""
@@ -249,9 +254,9 @@ def _types(schema: Mapping[str, object], depth: int = 0) -> set[str]:
     """The JSON types a schema allows: its `type` (a name or a list), or the union of its anyOf / oneOf branches'."""
     t = schema.get("type")
     if isinstance(t, str):
-        return {t}
+        return {_ALIASES.get(t, t)}
     if isinstance(t, list):
-        return {x for x in t if isinstance(x, str)}
+        return {_ALIASES.get(x, x) for x in t if isinstance(x, str)}
     out: set[str] = set()
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
@@ -289,10 +294,22 @@ def _from_string(value: str, types: set[str], repairs: dict[str, None]) -> JSONV
         repairs["coerced_null"] = None
         return None
     if types & {"array", "object"} and value[:1] in ("[", "{"):
-        decoded = decode(value)
-        if isinstance(decoded, Decoded) and "json_repair" not in decoded.repairs \
-                and any(_is(decoded.value, t) for t in types):  # json_repair's guess at a structure is no coercion
-            repairs["decoded_json_string"] = None
-            repairs.update(dict.fromkeys(decoded.repairs))
-            return decoded.value
+        for text in _json_readings(value):
+            decoded = decode(text)
+            if isinstance(decoded, Decoded) and "json_repair" not in decoded.repairs \
+                    and any(_is(decoded.value, t) for t in types):  # json_repair's guess at a structure is no coercion
+                repairs["decoded_json_string"] = None
+                repairs.update(dict.fromkeys(decoded.repairs))
+                return decoded.value
     return value
+
+
+_BARE_QUOTE = re.compile(r'(?<!\\)"')
+
+
+def _json_readings(value: str) -> tuple[str, ...]:
+    """The text as JSON, and where every quote in it is escaped (`[{\\"id\\": 1}]`: JSON written inside a
+    string once more), the text with those escapes undone."""
+    if '\\"' in value and not _BARE_QUOTE.search(value):
+        return value, value.replace('\\"', '"')
+    return (value,)
