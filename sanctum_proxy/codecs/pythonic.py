@@ -30,6 +30,7 @@ CLOSE = "<|tool_call_end|>"
 TAGS = ((OPEN, CLOSE), ("<function_calls>", "</function_calls>"), ("<|python_start|>", "<|python_end|>"))
 STARTS: tuple[str, ...] = (*(opener for opener, _ in TAGS), "```tool_code", "[")
 MAX_SOURCE_CHARS = 64_000
+MAX_TOLERANT = 8
 _BARE = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
 _PLACEHOLDER = re.compile(python_scan.PLACEHOLDER.replace("%d", r"(\d+)"))
 _NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
@@ -46,11 +47,15 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         return out + _lines(text, tool_names, out)
     taken = [(f.start, f.end) for f in out]
     pos = 0
+    tolerant = MAX_TOLERANT  # the call-by-call readings of unclosed lists, each over at most MAX_SOURCE_CHARS
     for _ in range(json_blocks.MAX_ATTEMPTS):
         m = _BARE.search(text, pos)
         if m is None or json_blocks.full(out):
             break
         end = value_end(text, m.start(), parens=True)
+        if end is None and tolerant > 0:  # quotes that do not pair up as Python's do: read call by call
+            tolerant -= 1
+            end = python_scan.bracketed(text[: m.start() + MAX_SOURCE_CHARS], m.start(), MAX_CANDIDATES)
         if end is None:
             pos = m.end()
             continue

@@ -23,6 +23,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     json_tags,
     kimi,
     llama,
+    minicpm,
     minimax,
     mistral,
     pythonic,
