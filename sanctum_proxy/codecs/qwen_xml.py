@@ -110,9 +110,13 @@ def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[
 
 
 def _laid_out(value: str) -> str:
-    """A closed value less its layout: one newline each side, and where the closer is indented (the tags set
-    in a block), that indent on every line of the value; an inline value stays whole."""
-    value = value[1:] if value.startswith("\n") else value
+    """A closed value less its layout: the newline after the opener and the one before the closer (the
+    template's `<parameter=k>\nv\n</parameter>`), and where the closer is indented (the tags set in a block),
+    that indent on every line of the value. A value written inline (Seed-OSS's `<parameter=k>v</parameter>`)
+    stays whole, its own trailing newline too."""
+    if not value.startswith("\n"):
+        return value
+    value = value[1:]
     head, newline, indent = value.rpartition("\n")
     if not newline or indent.strip(" \t"):  # the last line holds text: no layout after it
         return value
