@@ -73,9 +73,10 @@ def _unwrapped(args: dict[str, JSONValue]) -> dict[str, JSONValue]:
             continue
         if isinstance(inner, dict) and all(isinstance(key, str) for key in inner):
             try:
-                return json.loads(json.dumps(inner))  # a Python literal as JSON values (tuples, sets refused)
-            except (TypeError, ValueError):
+                values: dict[str, JSONValue] = json.loads(json.dumps(inner))  # a Python literal as JSON values
+            except (TypeError, ValueError):  # sets, bytes: not JSON
                 return args
+            return values
     return args
 
 

@@ -25,6 +25,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     llama,
     minicpm,
     minimax,
+    minimax_m3,
     mistral,
     pythonic,
     qwen_xml,

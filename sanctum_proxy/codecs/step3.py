@@ -40,18 +40,24 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
             break
         start = min(hits)
         calls: list[Candidate] = []
-        k = _GLUE.match(text, start).end()  # type: ignore[union-attr]  (a regex of stars always matches)
+        k = _past(_GLUE, text, start)
         while len(calls) < MAX_CANDIDATES and (m := _INVOKE.match(text, k)) is not None:
             k, call = _invoke(text, m)
             calls.append(call)
-            k = _GLUE.match(text, k).end()  # type: ignore[union-attr]
+            k = _past(_GLUE, text, k)
         if calls:
-            end = _TAIL.match(text, k).end()  # type: ignore[union-attr]
+            end = _past(_TAIL, text, k)
             out.append(Found(start, len(text[:end].rstrip()), tuple(calls)))
             pos = end
         else:
             pos = start + 1
     return out
+
+
+def _past(pattern: re.Pattern[str], text: str, k: int) -> int:
+    """Where a run of the glue tokens from `k` ends (`k` when there is none)."""
+    m = pattern.match(text, k)
+    return m.end() if m else k
 
 
 def _invoke(text: str, m: re.Match[str]) -> tuple[int, Candidate]:

@@ -183,6 +183,7 @@ def _json_type(value: JSONValue) -> str:
 
 _INTEGER = re.compile(r"-?(?:0|[1-9]\d*)")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_PADDED_INTEGER = re.compile(r"-?0\d+")
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
 MAX_COERCE_DEPTH = 16
 # How a format that writes every parameter as text (XML tags: Codec.text_values) is read: "5" typed as an
@@ -217,6 +218,7 @@ def _coerce_object(
 def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[str, None], depth: int,
                   as_text: bool = False) -> JSONValue:
     types = _types(schema)
+    nested_text = as_text and isinstance(value, dict | list)  # a structure the codec built of text leaves
     if as_text and isinstance(value, str) and types:
         value = _typed_text(value, types, repairs)
     elif types and not any(_is(value, t) for t in types):
@@ -224,10 +226,10 @@ def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[
         value = _convert(value, types, made)
         repairs.update(made)
     if isinstance(value, dict):
-        return _coerce_object(value, schema, repairs, depth)
+        return _coerce_object(value, schema, repairs, depth, nested_text)
     items = schema.get("items")
     if isinstance(value, list) and isinstance(items, Mapping) and depth <= MAX_COERCE_DEPTH:
-        return [_coerce_value(v, items, repairs, depth + 1) for v in value]
+        return [_coerce_value(v, items, repairs, depth + 1, nested_text) for v in value]
     return value
 
 
@@ -243,7 +245,10 @@ def _typed_text(value: str, types: set[str], repairs: dict[str, None]) -> JSONVa
     if not others:
         return value
     made: dict[str, None] = {}
-    typed = _from_string(value.strip(), others, made)
+    text = value.strip()
+    if others & {"integer", "number"} and _PADDED_INTEGER.fullmatch(text):
+        text = str(int(text))  # "018956": the zeros a text value is padded with
+    typed = _from_string(text, others, made)
     if not made:
         return value
     repairs.update(dict.fromkeys(r for r in made if r not in TYPED_FROM_TEXT))
