@@ -55,6 +55,9 @@ def _tagged(text: str, names: frozenset[str], opener: str, closers: tuple[str, .
         if start < 0 or json_blocks.full(out):
             break
         body = start + len(opener)
+        if text[body : body + 64].lstrip()[:1] not in ("{", "["):  # the tag named in prose: no JSON after it
+            pos = body
+            continue
         end, calls = json_blocks.tagged(text, body, closers=closers, stops=(opener,), source=NAME, names=names)
         if calls:
             lead = _LEAD.search(text, max(0, start - 64), start)

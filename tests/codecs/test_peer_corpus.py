@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.protocols.reply import rest_after
+from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.streaming import Assembler, with_tools
 from sanctum_proxy.repair.toolbox import Toolbox
 
