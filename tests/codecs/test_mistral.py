@@ -35,7 +35,8 @@ def test_prose_is_no_call() -> None:
 def test_small_32_call_id_is_kept_and_the_closer_is_markup() -> None:
     text = 'Checking.[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}[/TOOL_CALLS] Done.'
     (found,) = mistral.find(text, NAMES)
-    assert [(c.name, c.id, c.arguments) for c in found.candidates] == [("get_weather", "a1b2c3d4e", '{"city": "Paris"}')]
+    assert [(c.name, c.id, c.arguments) for c in found.candidates] == [
+        ("get_weather", "a1b2c3d4e", '{"city": "Paris"}')]
     assert text[: found.start] + text[found.end :] == "Checking. Done."
 
 
