@@ -7,14 +7,15 @@
 
 Hermes shares the `<tool_call>` tag; a GLM call is told apart by a bare name (not `{`) followed by
 `<arg_key>` or the closing tag. The registry runs this codec before Hermes. Values are kept as the
-strings written; repair coerces them to the schema's types ("3" -> 3, "[1, 2]" -> [1, 2]).
+strings written (an inline value whole, its own trailing newline too; the newlines of a value set on its own
+lines are layout); repair coerces them to the schema's types ("3" -> 3, "[1, 2]" -> [1, 2]).
 """
 
 from __future__ import annotations
 
 import re
 
-from sanctum_proxy.codecs import hermes, json_blocks
+from sanctum_proxy.codecs import hermes, json_blocks, qwen_xml
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import pairs
 from sanctum_proxy.core.calls import Candidate, Found
@@ -55,13 +56,13 @@ def _pairs(text: str, k: int) -> tuple[dict[str, JSONValue], int, list[str]]:
     repairs: list[str] = []
     while p := _KEY.match(text, k):
         stop = _VALUE_END.search(text, p.end())  # the first tag after the value (one scan, never quadratic)
-        if stop is None:
-            end = k = len(text)
-        elif stop.group() == "</arg_value>":
-            end, k = stop.start(), stop.end()
-        else:  # `</arg_value>` left out: the value ends where the next tag begins
+        if stop is not None and stop.group() == "</arg_value>":
+            args.setdefault(p.group(1).strip(), qwen_xml.laid_out(text[p.end() : stop.start()]))
+            k = stop.end()
+            continue
+        end = k = len(text) if stop is None else stop.start()
+        if stop is not None:  # `</arg_value>` left out: the value ends where the next tag begins
             repairs.append("unclosed_tag")
-            end = k = stop.start()
         args.setdefault(p.group(1).strip(), text[p.end() : end].strip("\n"))
     return args, k, repairs
 

@@ -100,7 +100,7 @@ def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[
             args.setdefault(p.group(1).strip(), _unclosed_value(text[p.end() : cut]))
             k = cut
             continue
-        args.setdefault(p.group(1).strip(), _laid_out(text[p.end() : close]))
+        args.setdefault(p.group(1).strip(), laid_out(text[p.end() : close]))
         k = close + len(_PARAMETER_CLOSE)
         stray = _STRAY.match(text, k)
         if stray and stray.end() > k:
@@ -109,7 +109,7 @@ def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[
     return args, k, repairs
 
 
-def _laid_out(value: str) -> str:
+def laid_out(value: str) -> str:
     """A closed value less its layout: the newline after the opener and the one before the closer (the
     template's `<parameter=k>\nv\n</parameter>`), and where the closer is indented (the tags set in a block),
     that indent on every line of the value. A value written inline (Seed-OSS's `<parameter=k>v</parameter>`)
