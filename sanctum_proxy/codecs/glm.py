@@ -24,7 +24,10 @@ from sanctum_proxy.core.shapes import JSONValue
 NAME = "glm"
 STARTS: tuple[str, ...] = ("<tool_call>",)
 # The layout between tags is newlines, or their escapes where a server wrote the template's `\n` as text.
-_CALL = re.compile(r"<tool_call>\s*([A-Za-z_][\w.\-]{0,255})(?:\s|\\n)*(?=<arg_key>|</tool_call>)")
+# Hy3's template writes `<tool_sep>` after the name and wraps the calls in `<tool_calls>...</tool_calls>`.
+_CALL = re.compile(r"<tool_call>\s*([A-Za-z_][\w.\-]{0,255})(?:\s|\\n)*(?:<tool_sep>\s*)?(?=<arg_key>|</tool_call>)")
+_WRAP_OPEN = re.compile(r"<tool_calls>\s*\Z")
+_WRAP_CLOSE = re.compile(r"\s*</tool_calls>")
 _KEY = re.compile(r"(?:\s|\\n)*<arg_key>([^<]{0,256})</arg_key>(?:\s|\\n)*<arg_value>")
 _CLOSE = re.compile(r"\s*</tool_call>")
 _VALUE_END = re.compile(r"</arg_value>|<arg_key>|</tool_call>|<tool_call>")
@@ -46,7 +49,10 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         else:
             repairs.append("unclosed_tag")
         raw = text[m.start() : k]
-        out.append(Found(m.start(), k, (Candidate(m.group(1), args, NAME, raw, None, tuple(repairs)),)))
+        wrap = _WRAP_OPEN.search(text, max(pos, m.start() - 64), m.start())
+        close = _WRAP_CLOSE.match(text, k)
+        start, k = wrap.start() if wrap else m.start(), close.end() if close else k
+        out.append(Found(start, k, (Candidate(m.group(1), args, NAME, raw, None, tuple(repairs)),)))
         pos = max(k, m.end())
     return out
 
