@@ -15,6 +15,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     deepseek,
     dsml,
     functionary,
+    functiongemma,
     gemma4,
     glm,
     harmony,
