@@ -32,9 +32,10 @@ from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "dsml"
 TOKEN = "｜DSML｜"
-_T = r"[ \t]*[｜|]{1,2}[ \t]*DSML[ \t]*[｜|]{1,2}[ \t]*"  # the token as models spell it
+# The token as models spell it; GigaChat 3.5 writes the same markup with `｜GCML｜`.
+_T = r"[ \t]*[｜|]{1,2}[ \t]*(?:DSML|GCML)[ \t]*[｜|]{1,2}[ \t]*"
 _BLOCK = r"(?:function_calls|tool_calls|tool_use|calls)"
-STARTS: tuple[str, ...] = (f"<{TOKEN}", "<|DSML|", "<｜｜DSML", "<||DSML", "< | DSML", "<function_calls>")
+STARTS: tuple[str, ...] = (f"<{TOKEN}", "<|DSML|", "<｜｜DSML", "<||DSML", "< | DSML", "<function_calls>", "<｜GCML｜")
 
 
 class _Tags:

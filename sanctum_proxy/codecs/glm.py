@@ -7,14 +7,15 @@
 
 Hermes shares the `<tool_call>` tag; a GLM call is told apart by a bare name (not `{`) followed by
 `<arg_key>` or the closing tag. The registry runs this codec before Hermes. Values are kept as the
-strings written; repair coerces them to the schema's types ("3" -> 3, "[1, 2]" -> [1, 2]).
+strings written (an inline value whole, its own trailing newline too; the newlines of a value set on its own
+lines are layout); repair coerces them to the schema's types ("3" -> 3, "[1, 2]" -> [1, 2]).
 """
 
 from __future__ import annotations
 
 import re
 
-from sanctum_proxy.codecs import hermes, json_blocks
+from sanctum_proxy.codecs import hermes, json_blocks, qwen_xml
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import pairs
 from sanctum_proxy.core.calls import Candidate, Found
@@ -22,8 +23,12 @@ from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "glm"
 STARTS: tuple[str, ...] = ("<tool_call>",)
-_CALL = re.compile(r"<tool_call>\s*([A-Za-z_][\w.\-]{0,255})\s*(?=<arg_key>|</tool_call>)")
-_KEY = re.compile(r"\s*<arg_key>([^<]{0,256})</arg_key>\s*<arg_value>")
+# The layout between tags is newlines, or their escapes where a server wrote the template's `\n` as text.
+# Hy3's template writes `<tool_sep>` after the name and wraps the calls in `<tool_calls>...</tool_calls>`.
+_CALL = re.compile(r"<tool_call>\s*([A-Za-z_][\w.\-]{0,255})(?:\s|\\n)*(?:<tool_sep>\s*)?(?=<arg_key>|</tool_call>)")
+_WRAP_OPEN = re.compile(r"<tool_calls>\s*\Z")
+_WRAP_CLOSE = re.compile(r"\s*</tool_calls>")
+_KEY = re.compile(r"(?:\s|\\n)*<arg_key>([^<]{0,256})</arg_key>(?:\s|\\n)*<arg_value>")
 _CLOSE = re.compile(r"\s*</tool_call>")
 _VALUE_END = re.compile(r"</arg_value>|<arg_key>|</tool_call>|<tool_call>")
 
@@ -44,7 +49,10 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         else:
             repairs.append("unclosed_tag")
         raw = text[m.start() : k]
-        out.append(Found(m.start(), k, (Candidate(m.group(1), args, NAME, raw, None, tuple(repairs)),)))
+        wrap = _WRAP_OPEN.search(text, max(pos, m.start() - 64), m.start())
+        close = _WRAP_CLOSE.match(text, k)
+        start, k = wrap.start() if wrap else m.start(), close.end() if close else k
+        out.append(Found(start, k, (Candidate(m.group(1), args, NAME, raw, None, tuple(repairs)),)))
         pos = max(k, m.end())
     return out
 
@@ -54,13 +62,13 @@ def _pairs(text: str, k: int) -> tuple[dict[str, JSONValue], int, list[str]]:
     repairs: list[str] = []
     while p := _KEY.match(text, k):
         stop = _VALUE_END.search(text, p.end())  # the first tag after the value (one scan, never quadratic)
-        if stop is None:
-            end = k = len(text)
-        elif stop.group() == "</arg_value>":
-            end, k = stop.start(), stop.end()
-        else:  # `</arg_value>` left out: the value ends where the next tag begins
+        if stop is not None and stop.group() == "</arg_value>":
+            args.setdefault(p.group(1).strip(), qwen_xml.laid_out(text[p.end() : stop.start()]))
+            k = stop.end()
+            continue
+        end = k = len(text) if stop is None else stop.start()
+        if stop is not None:  # `</arg_value>` left out: the value ends where the next tag begins
             repairs.append("unclosed_tag")
-            end = k = stop.start()
         args.setdefault(p.group(1).strip(), text[p.end() : end].strip("\n"))
     return args, k, repairs
 

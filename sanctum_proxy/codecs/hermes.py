@@ -49,6 +49,8 @@ def _find_tagged(text: str, names: frozenset[str], opener: str, closer: str, sou
         )
         if calls:
             out.append(Found(start, end, tuple(calls)))
+        elif opener == "functools" and text[body:end].strip() == "[]":  # `functools[]`: no call, still markup
+            out.append(Found(start, end, ()))
         pos = max(end, body)
     return out
 

@@ -282,7 +282,7 @@ def tagged(
     text up to the first closer or stop is the payload. Unknown names count (the tag is explicit)."""
     spans: list[tuple[int, int]] = []
     k = _skip(_WS, text, body)
-    while k < len(text) and text[k] in "{[" and len(spans) < MAX_CANDIDATES:
+    while k < len(text) and text[k] in "{[" and len(spans) < MAX_CANDIDATES and not text.startswith(closers, k):
         end = value_end(text, k)
         if end is None:
             break

@@ -21,10 +21,13 @@ NAME = "kimi"
 _SECTION = ("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>")
 _BEGIN = "<|tool_call_begin|>"
 _END = "<|tool_call_end|>"
-STARTS: tuple[str, ...] = (*_SECTION, _BEGIN)
+# Kimi K3 closes its message with this marker before the end-of-message token: markup, never content.
+_K3_CLOSE = "<|close|>message<|sep|>"
+STARTS: tuple[str, ...] = (*_SECTION, _BEGIN, _K3_CLOSE)
 _ID = re.compile(r"\s*(?:functions\.)?([^\s:<]{1,256})(?::\d+)?\s*\Z")
 _TRAIL = re.compile(r"\s*<\|tool_calls?_section_end\|>")
 _HEAD_END = re.compile(r"<\|tool_call_argument_begin\|>|<\|tool_call_begin\|>")
+_EMPTY = re.compile(r"<\|tool_calls?_section_begin\|>\s*<\|tool_calls?_section_end\|>")
 _BODY_END = re.compile(r"<\|tool_call_end\|>|<\|tool_call_begin\|>|<\|tool_calls?_section_end\|>")
 
 
@@ -50,19 +53,33 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         if trail and text.find(_BEGIN, end, trail.end()) < 0:
             end = trail.end()
         name = ident.group(1) if ident else text[begin + len(_BEGIN) : head_end].strip()
+        if name.isdigit() and len(tool_names) == 1:  # a bare counter id (`0`): the one offered tool's call
+            (name,) = tool_names
         args = text[body:stop].strip()
         out.append(Found(start, end, (Candidate(name, args or None, NAME, text[start:end]),)))
         pos = end
-    return out
+    if "section_end" in text:
+        out += _empty_sections(text, out)
+    if _K3_CLOSE in text:
+        out += [Found(m.start(), m.end(), ()) for m in re.finditer(re.escape(_K3_CLOSE), text)
+                if not any(f.start <= m.start() < f.end for f in out)]
+    return sorted(out, key=lambda f: f.start)
 
 
 def _section_start(text: str, pos: int, begin: int) -> int:
-    """The call begins at a section marker right before it, if there is one."""
+    """The call begins at a section marker before it, if there is one: what lies between (blanks, or noise the
+    model wrote there) is inside the section, not content."""
     for marker in _SECTION:
         at = text.rfind(marker, pos, begin)
-        if at >= 0 and not text[at + len(marker) : begin].strip():
+        if at >= 0 and "<|" not in text[at + len(marker) : begin]:
             return at
     return begin
+
+
+def _empty_sections(text: str, taken: list[Found]) -> list[Found]:
+    """Sections that hold no call (`<|tool_calls_section_begin|><|tool_calls_section_end|>`): markup only."""
+    return [Found(m.start(), m.end(), ()) for m in _EMPTY.finditer(text)
+            if not any(f.start <= m.start() < f.end for f in taken)]
 
 
 def render_call(name: str, arguments: JSONValue) -> str:

@@ -5,6 +5,8 @@ several calls separated by `;`.
 
 from __future__ import annotations
 
+import re
+
 from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, json_between, register, register_format, template_has
 from sanctum_proxy.codecs.writing import json_call
@@ -14,6 +16,7 @@ from sanctum_proxy.core.shapes import JSONValue
 NAME = "llama"
 STARTS: tuple[str, ...] = ("<|python_tag|>", "<|python_start|>")
 _CLOSERS = ("<|python_end|>", "<|eom_id|>", "<|eot_id|>")
+_PYTHONIC = re.compile(r"\s*\[?\s*[A-Za-z_][\w.]*\s*\(")
 
 
 def find(text: str, tool_names: frozenset[str]) -> list[Found]:
@@ -29,6 +32,9 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
             break
         start, tag = min(hits)
         body = start + len(tag)
+        if tag == "<|python_start|>" and _PYTHONIC.match(text, body):  # Llama 4's pythonic list: pythonic.py's
+            pos = body
+            continue
         end, calls = json_blocks.tagged(
             text, body, closers=closers, stops=starts, source=NAME, names=tool_names
         )

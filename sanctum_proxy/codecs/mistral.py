@@ -1,8 +1,9 @@
 """Calls written as a name then JSON arguments after a special token.
 
 Mistral after `[TOOL_CALLS]`: Nemo's JSON array (`[{"name": ..., "arguments": ..., "id": ...}]`) and
-Small 3.2 / Devstral's `name[ARGS]{...}`, possibly several `[TOOL_CALLS]` in a row. (DeepSeek's tokens
-are read by `deepseek`.)
+Small 3.2 / Devstral's `name[ARGS]{...}` (Small 3.2 / Magistral: `name[CALL_ID]id[ARGS]{...}`, the id kept),
+possibly several `[TOOL_CALLS]` in a row, and a closing `[/TOOL_CALLS]`. (DeepSeek's tokens are read by
+`deepseek`.)
 
 Text after the call (v0.3 often adds prose) stays content.
 """
@@ -22,7 +23,12 @@ from sanctum_proxy.core.shapes import JSONValue
 NAME = "mistral"
 TAG = "[TOOL_CALLS]"
 STARTS: tuple[str, ...] = (TAG,)
-_NAMED = re.compile(r"\s*([A-Za-z_][\w.\-]{0,255})\s*(?:\[ARGS\])?\s*(?=\{)")
+# `name[ARGS]{...}`, with Small 3.2's / Magistral's `[CALL_ID]id` between the name and `[ARGS]`.
+_NAMED = re.compile(r"\s*([A-Za-z_][\w.\-]{0,255})\s*(?:\[CALL_ID\]\s*([\w\-]{1,64})\s*)?(?:\[ARGS\])?\s*(?=\{)")
+# The closer some templates write after the calls; and words a model wrote between the tag and its JSON list.
+_CLOSER = re.compile(r"\s*\[/TOOL_CALLS\]")
+_CLOSERS = ("[/TOOL_CALLS]",)
+_JUNK = re.compile(r"[ \t]*[^\[{\n]{1,64}?(?=\[\s*\{|\{\s*\")")
 
 
 def find(text: str, tool_names: frozenset[str]) -> list[Found]:
@@ -41,9 +47,12 @@ def _mistral(text: str, tool_names: frozenset[str]) -> list[Found]:
         if named is not None:
             end, calls = named
         else:
-            end, calls = json_blocks.tagged(
-                text, body, closers=(), stops=(TAG,), source=NAME, names=tool_names
-            )
+            junk = None if text[body:].lstrip()[:1] in ("[", "{") else _JUNK.match(text, body)
+            end, calls = json_blocks.tagged(text, junk.end() if junk else body, closers=_CLOSERS, stops=(TAG,),
+                                            source=NAME, names=tool_names)
+        closer = _CLOSER.match(text, end)
+        if closer:
+            end = closer.end()
         if calls:
             out.append(Found(start, end, tuple(calls)))
         pos = max(end, body)
@@ -60,7 +69,7 @@ def _named(text: str, body: int) -> tuple[int, list[Candidate]] | None:
     if end is None:
         end = stop if stop >= 0 else len(text)
     args = text[m.end() : end].strip()
-    return end, [Candidate(m.group(1), args, NAME, text[body:end].strip())]
+    return end, [Candidate(m.group(1), args, NAME, text[body:end].strip(), m.group(2))]
 
 
 def render_call(name: str, arguments: JSONValue) -> str:

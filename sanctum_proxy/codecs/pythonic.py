@@ -10,12 +10,13 @@ to a known tool; inside the tags any name counts.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from sanctum_proxy.codecs import hermes, json_blocks
-from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs import hermes, json_blocks, python_scan
+from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import as_object, to_json
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.lenient_json import value_end
@@ -24,9 +25,14 @@ from sanctum_proxy.core.shapes import JSONValue
 NAME = "pythonic"
 OPEN = "<|tool_call_start|>"
 CLOSE = "<|tool_call_end|>"
-STARTS: tuple[str, ...] = (OPEN, "```tool_code", "[")
+# The tags pythonic calls come in: LFM2's, OLMo 3's (one call a line) and Llama 4's (a list; llama.py reads JSON
+# between the same tags).
+TAGS = ((OPEN, CLOSE), ("<function_calls>", "</function_calls>"), ("<|python_start|>", "<|python_end|>"))
+STARTS: tuple[str, ...] = (*(opener for opener, _ in TAGS), "```tool_code", "[")
 MAX_SOURCE_CHARS = 64_000
+MAX_TOLERANT = 8
 _BARE = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
+_PLACEHOLDER = re.compile(python_scan.PLACEHOLDER.replace("%d", r"(\d+)"))
 _NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
 
@@ -35,17 +41,21 @@ class _NotLiteral(Exception):
 
 
 def find(text: str, tool_names: frozenset[str]) -> list[Found]:
-    out = _wrapped(text, tool_names) if OPEN in text else []
+    out = _wrapped(text, tool_names)
     out += _tool_code(text, tool_names) if "```tool_code" in text else []
     if "[" not in text:
         return out + _lines(text, tool_names, out)
     taken = [(f.start, f.end) for f in out]
     pos = 0
+    tolerant = MAX_TOLERANT  # the call-by-call readings of unclosed lists, each over at most MAX_SOURCE_CHARS
     for _ in range(json_blocks.MAX_ATTEMPTS):
         m = _BARE.search(text, pos)
         if m is None or json_blocks.full(out):
             break
         end = value_end(text, m.start(), parens=True)
+        if end is None and tolerant > 0:  # quotes that do not pair up as Python's do: read call by call
+            tolerant -= 1
+            end = python_scan.bracketed(text[: m.start() + MAX_SOURCE_CHARS], m.start(), MAX_CANDIDATES)
         if end is None:
             pos = m.end()
             continue
@@ -90,15 +100,23 @@ def _lines(text: str, names: frozenset[str], taken: list[Found]) -> list[Found]:
 
 def _wrapped(text: str, names: frozenset[str]) -> list[Found]:
     out: list[Found] = []
+    for opener, closer in TAGS:
+        if opener in text:
+            out.extend(_tagged(text, names, opener, closer))
+    return out
+
+
+def _tagged(text: str, names: frozenset[str], opener: str, closer: str) -> list[Found]:
+    out: list[Found] = []
     pos = 0
     for _ in range(json_blocks.MAX_ATTEMPTS):
-        start = text.find(OPEN, pos)
+        start = text.find(opener, pos)
         if start < 0:
             break
-        body = start + len(OPEN)
-        close = text.find(CLOSE, body)
+        body = start + len(opener)
+        close = text.find(closer, body)
         stop = close if close >= 0 else len(text)
-        end = close + len(CLOSE) if close >= 0 else stop
+        end = close + len(closer) if close >= 0 else stop
         calls = parse(text[body:stop].strip(), explicit=True, names=names)
         if calls:
             out.append(Found(start, end, tuple(calls)))
@@ -128,7 +146,7 @@ def parse(source: str, *, explicit: bool, names: frozenset[str], source_name: st
     try:
         tree = ast.parse(source, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
+        return _tolerant(source, explicit, names, source_name)
     if (
         explicit
         and isinstance(tree, ast.Call)
@@ -141,26 +159,44 @@ def parse(source: str, *, explicit: bool, names: frozenset[str], source_name: st
     for node in nodes:
         call = _candidate(node, source, explicit, names, source_name)
         if call is None:
-            return []
+            return _tolerant(source, explicit, names, source_name)
         calls.append(call)
     return calls
 
 
+def _tolerant(source: str, explicit: bool, names: frozenset[str], source_name: str) -> list[Candidate]:
+    """The calls `ast` could not read whole, each read on its own (codecs/python_scan.py): a call that still
+    does not read (a bytes value, an expression) is left out, its siblings stand."""
+    pieces = python_scan.calls(source, MAX_CANDIDATES)
+    calls: list[Candidate] = []
+    for piece in pieces or ():
+        try:
+            node = ast.parse(piece.source, mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        call = _candidate(node, source[piece.start : piece.end], explicit, names, source_name, piece.strings)
+        if call is not None:
+            calls.append(call)
+    return calls
+
+
 def _candidate(
-    node: ast.expr, source: str, explicit: bool, names: frozenset[str], source_name: str
+    node: ast.expr, source: str, explicit: bool, names: frozenset[str], source_name: str,
+    strings: tuple[str, ...] = (),
 ) -> Candidate | None:
+    """One call node; `strings`: the values of python_scan's string placeholders (then `source` is the call)."""
     if not isinstance(node, ast.Call) or node.args:
         return None
     name = _dotted(node.func)
     if name is None or not (explicit or json_blocks.known(name, names)):
         return None
     try:
-        args = {kw.arg: _literal(kw.value) for kw in node.keywords if kw.arg is not None}
+        args = {kw.arg: _literal(kw.value, strings) for kw in node.keywords if kw.arg is not None}
     except (_NotLiteral, RecursionError):
         return None
     if len(args) != len(node.keywords):
         return None  # **kwargs
-    raw = ast.get_source_segment(source, node) or source
+    raw = source if strings else ast.get_source_segment(source, node) or source
     return Candidate(name, args, source_name, raw)
 
 
@@ -173,20 +209,24 @@ def _dotted(func: ast.expr) -> str | None:
     return None
 
 
-def _literal(node: ast.expr) -> Any:
+def _literal(node: ast.expr, strings: tuple[str, ...] = ()) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, str | int | float | bool | type(None)):
+        if isinstance(node.value, float) and not math.isfinite(node.value):
+            raise _NotLiteral  # 1e999: no JSON holds it
         return node.value
     if isinstance(node, ast.Name) and node.id in _NAMES:
         return _NAMES[node.id]
+    if isinstance(node, ast.Name) and (placeholder := _PLACEHOLDER.fullmatch(node.id)) and strings:
+        return strings[int(placeholder.group(1))]
     if isinstance(node, ast.List | ast.Tuple | ast.Set):
-        return [_literal(e) for e in node.elts]
+        return [_literal(e, strings) for e in node.elts]
     if isinstance(node, ast.Dict):
-        keys = [_literal(k) if k is not None else None for k in node.keys]
+        keys = [_literal(k, strings) if k is not None else None for k in node.keys]
         if not all(isinstance(k, str) for k in keys):
             raise _NotLiteral
-        return dict(zip(keys, (_literal(v) for v in node.values), strict=True))
+        return dict(zip(keys, (_literal(v, strings) for v in node.values), strict=True))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        value = _literal(node.operand)
+        value = _literal(node.operand, strings)
         if isinstance(value, int | float) and not isinstance(value, bool):
             return -value if isinstance(node.op, ast.USub) else value
     raise _NotLiteral

@@ -100,15 +100,32 @@ def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[
             args.setdefault(p.group(1).strip(), _unclosed_value(text[p.end() : cut]))
             k = cut
             continue
-        value = text[p.end() : close]
-        value = value[1:] if value.startswith("\n") else value
-        args.setdefault(p.group(1).strip(), value[:-1] if value.endswith("\n") else value)
+        args.setdefault(p.group(1).strip(), laid_out(text[p.end() : close]))
         k = close + len(_PARAMETER_CLOSE)
         stray = _STRAY.match(text, k)
         if stray and stray.end() > k:
             repairs.append("stray_closing_tag")
             k = stray.end()
     return args, k, repairs
+
+
+def laid_out(value: str) -> str:
+    """A closed value less its layout: the newline after the opener and the one before the closer (the
+    template's `<parameter=k>\nv\n</parameter>`), and where the closer is indented (the tags set in a block),
+    that indent on every line of the value. A value written inline (Seed-OSS's `<parameter=k>v</parameter>`)
+    stays whole, its own trailing newline too."""
+    if not value.startswith("\n"):
+        return value
+    value = value[1:]
+    head, newline, indent = value.rpartition("\n")
+    if not newline or indent.strip(" \t"):  # the last line holds text: no layout after it
+        return value
+    if not indent:
+        return head
+    lines = head.split("\n")
+    if all(line.startswith(indent) or not line.strip() for line in lines):
+        return "\n".join(line[len(indent):] for line in lines)
+    return head
 
 
 def _unclosed_value(value: str) -> str:

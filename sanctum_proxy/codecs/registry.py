@@ -15,18 +15,23 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     deepseek,
     dsml,
     functionary,
+    functiongemma,
     gemma4,
     glm,
     harmony,
     hermes,
     json_blocks,
+    json_tags,
     kimi,
     llama,
+    minicpm,
     minimax,
+    minimax_m3,
     mistral,
     pythonic,
     qwen_xml,
     seed,
+    step3,
 )
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, RESULT_OPENER, Codec, Format, blank, codecs, formats
 from sanctum_proxy.core.calls import Found

@@ -210,9 +210,9 @@ class _Judge:
             return _Verdict(problems=(replace(args, tool=name),))
         value, coerced = args.value, tuple[str, ...]()
         problems = self.book.check(name, value)
-        if problems and isinstance(value, dict):
-            value, coerced = coerce(value, self.book.tools[name].parameters,
-                                    as_text=isinstance(cand.arguments, dict) and cand.source in TEXT_VALUED)
+        as_text = isinstance(cand.arguments, dict) and cand.source in TEXT_VALUED
+        if (problems or as_text) and isinstance(value, dict):  # text values are typed even where text fits
+            value, coerced = coerce(value, self.book.tools[name].parameters, as_text=as_text)
             problems = self.book.check(name, value) if coerced or value != args.value else problems
         if problems:
             return _Verdict(problems=tuple(replace(p, raw=cand.raw) for p in problems))

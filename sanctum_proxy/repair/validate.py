@@ -183,6 +183,7 @@ def _json_type(value: JSONValue) -> str:
 
 _INTEGER = re.compile(r"-?(?:0|[1-9]\d*)")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_PADDED_INTEGER = re.compile(r"-?0\d+")
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
 MAX_COERCE_DEPTH = 16
 # How a format that writes every parameter as text (XML tags: Codec.text_values) is read: "5" typed as an
@@ -217,25 +218,57 @@ def _coerce_object(
 def _coerce_value(value: JSONValue, schema: Mapping[str, object], repairs: dict[str, None], depth: int,
                   as_text: bool = False) -> JSONValue:
     types = _types(schema)
-    if types and not any(_is(value, t) for t in types):
+    nested_text = as_text and isinstance(value, dict | list)  # a structure the codec built of text leaves
+    if as_text and isinstance(value, str) and types:
+        value = _typed_text(value, types, repairs)
+    elif types and not any(_is(value, t) for t in types):
         made: dict[str, None] = {}
         value = _convert(value, types, made)
-        repairs.update(dict.fromkeys(r for r in made if not (as_text and r in TYPED_FROM_TEXT)))
+        repairs.update(made)
     if isinstance(value, dict):
-        return _coerce_object(value, schema, repairs, depth)
+        return _coerce_object(value, schema, repairs, depth, nested_text)
     items = schema.get("items")
     if isinstance(value, list) and isinstance(items, Mapping) and depth <= MAX_COERCE_DEPTH:
-        return [_coerce_value(v, items, repairs, depth + 1) for v in value]
+        return [_coerce_value(v, items, repairs, depth + 1, nested_text) for v in value]
     return value
 
 
-def _types(schema: Mapping[str, object]) -> set[str]:
+# Python's and other languages' type names that tool schemas are written with in place of JSON Schema's.
+_ALIASES = {"float": "number", "double": "number", "int": "integer", "bool": "boolean", "str": "string",
+            "dict": "object", "list": "array"}
+
+
+def _typed_text(value: str, types: set[str], repairs: dict[str, None]) -> JSONValue:
+    """A value a text-only format wrote, typed as llama.cpp types it: by the schema's types other than string
+    first ("null" is null for ["string", "null"]), read without the blanks around it; else the text as written."""
+    others = types - {"string"}
+    if not others:
+        return value
+    made: dict[str, None] = {}
+    text = value.strip()
+    if others & {"integer", "number"} and _PADDED_INTEGER.fullmatch(text):
+        text = str(int(text))  # "018956": the zeros a text value is padded with
+    typed = _from_string(text, others, made)
+    if not made:
+        return value
+    repairs.update(dict.fromkeys(r for r in made if r not in TYPED_FROM_TEXT))
+    return typed
+
+
+def _types(schema: Mapping[str, object], depth: int = 0) -> set[str]:
+    """The JSON types a schema allows: its `type` (a name or a list), or the union of its anyOf / oneOf branches'."""
     t = schema.get("type")
     if isinstance(t, str):
-        return {t}
+        return {_ALIASES.get(t, t)}
     if isinstance(t, list):
-        return {x for x in t if isinstance(x, str)}
-    return set()
+        return {_ALIASES.get(x, x) for x in t if isinstance(x, str)}
+    out: set[str] = set()
+    for key in ("anyOf", "oneOf"):
+        branches = schema.get(key)
+        if isinstance(branches, list) and depth < 4:
+            for branch in branches:
+                out |= _types(branch, depth + 1) if isinstance(branch, Mapping) else set()
+    return out
 
 
 _is = is_type
@@ -266,10 +299,22 @@ def _from_string(value: str, types: set[str], repairs: dict[str, None]) -> JSONV
         repairs["coerced_null"] = None
         return None
     if types & {"array", "object"} and value[:1] in ("[", "{"):
-        decoded = decode(value)
-        if isinstance(decoded, Decoded) and "json_repair" not in decoded.repairs \
-                and any(_is(decoded.value, t) for t in types):  # json_repair's guess at a structure is no coercion
-            repairs["decoded_json_string"] = None
-            repairs.update(dict.fromkeys(decoded.repairs))
-            return decoded.value
+        for text in _json_readings(value):
+            decoded = decode(text)
+            if isinstance(decoded, Decoded) and "json_repair" not in decoded.repairs \
+                    and any(_is(decoded.value, t) for t in types):  # json_repair's guess at a structure is no coercion
+                repairs["decoded_json_string"] = None
+                repairs.update(dict.fromkeys(decoded.repairs))
+                return decoded.value
     return value
+
+
+_BARE_QUOTE = re.compile(r'(?<!\\)"')
+
+
+def _json_readings(value: str) -> tuple[str, ...]:
+    """The text as JSON, and where every quote in it is escaped (`[{\\"id\\": 1}]`: JSON written inside a
+    string once more), the text with those escapes undone."""
+    if '\\"' in value and not _BARE_QUOTE.search(value):
+        return value, value.replace('\\"', '"')
+    return (value,)

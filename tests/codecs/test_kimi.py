@@ -30,3 +30,23 @@ def test_render_call_is_read_back() -> None:
 
 def test_prose_is_no_call() -> None:
     assert kimi.find("functions.get_weather:0 is how Kimi names a call.", NAMES) == []
+
+
+def test_a_bare_counter_id_names_the_one_offered_tool() -> None:
+    text = ("Let me check. <|tool_calls_section_begin|><|tool_call_begin|>0 <|tool_call_argument_begin|>"
+            '{"city": "Tokyo"}<|tool_call_end|><|tool_calls_section_end|>')
+    assert [(c.name, c.arguments) for f in kimi.find(text, frozenset({"get_weather"})) for c in f.candidates] == [
+        ("get_weather", '{"city": "Tokyo"}')]
+    assert [c.name for f in kimi.find(text, frozenset({"get_weather", "read_file"})) for c in f.candidates] == ["0"]
+
+
+def test_noise_in_a_section_an_empty_section_and_k3s_closer_are_markup() -> None:
+    text = ("A <|tool_calls_section_begin|> noise <|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}"
+            "<|tool_call_end|><|tool_calls_section_end|> B <|tool_calls_section_begin|><|tool_calls_section_end|>"
+            " C<|close|>message<|sep|>")
+    found = kimi.find(text, frozenset({"f"}))
+    rest, pos = [], 0
+    for f in found:
+        rest.append(text[pos : f.start])
+        pos = f.end
+    assert "".join(rest) + text[pos:] == "A  B  C"

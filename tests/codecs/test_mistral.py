@@ -30,3 +30,17 @@ def test_render_call_is_read_back() -> None:
 
 def test_prose_is_no_call() -> None:
     assert mistral.find("Mistral writes TOOL_CALLS before its calls.", NAMES) == []
+
+
+def test_small_32_call_id_is_kept_and_the_closer_is_markup() -> None:
+    text = 'Checking.[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}[/TOOL_CALLS] Done.'
+    (found,) = mistral.find(text, NAMES)
+    assert [(c.name, c.id, c.arguments) for c in found.candidates] == [
+        ("get_weather", "a1b2c3d4e", '{"city": "Paris"}')]
+    assert text[: found.start] + text[found.end :] == "Checking. Done."
+
+
+def test_words_between_the_tag_and_the_list_are_markup() -> None:
+    text = '[TOOL_CALLS]  junk [{"name": "get_weather", "arguments": {"city": "Paris"}}] trail'
+    (found,) = mistral.find(text, NAMES)
+    assert text[found.end :] == " trail" and len(found.candidates) == 1

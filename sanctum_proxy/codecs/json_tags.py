@@ -1,0 +1,69 @@
+"""JSON calls inside a pair of tags a family's template writes around them; the tags are call markup too:
+
+    <tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls>      Hunyuan-A13B, Jamba, Apriel
+    <|action_start|><|plugin|>{"name": ..., "parameters": ...}<|action_end|>   InternLM2
+    <function_call> {"name": ..., "arguments": ...}                   Granite-20B-FC (no closer)
+    <longcat_tool_call>{...}</longcat_tool_call>                      LongCat
+    <TOOLCALL>[{...}]</TOOLCALL>                                      Nemotron-Nano-v2
+    <|tools_prefix|>[{"NAME": {...}}]<|tools_suffix|>                 Apertus (the name as the key)
+    <|message_sep|>function call<|role_sep|>{...}</s>, <|function_call|>{...}   GigaChat 3 / 3.1
+
+The JSON inside reads as `json_blocks.tagged` reads any tagged JSON (unknown names count: the tag is explicit).
+"""
+
+from __future__ import annotations
+
+import re
+
+from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.codecs.base import Codec, register
+from sanctum_proxy.core.calls import Found
+
+NAME = "json_tags"
+# (opener, closers): a call's markup runs from its opener to the first closer after its JSON.
+_TAGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("<tool_calls>", ("</tool_calls>",)),
+    ("<|action_start|><|plugin|>", ("<|action_end|>",)),
+    ("<function_call>", ("</function_call>",)),
+    ("<longcat_tool_call>", ("</longcat_tool_call>",)),
+    ("<TOOLCALL>", ("</TOOLCALL>",)),
+    ("<|tools_prefix|>", ("<|tools_suffix|>",)),
+    ("function call<|role_sep|>", ("</s>",)),
+    ("<|function_call|>", ("</s>",)),
+)
+# GigaChat 3's opener starts with a word of prose: the stream holds at its special tokens instead (the message
+# separator before it, `holds` below).
+STARTS: tuple[str, ...] = tuple(o if o != "function call<|role_sep|>" else "<|role_sep|>" for o, _ in _TAGS)
+# What a template writes right before an opener, part of the same markup (GigaChat 3's message separator).
+_LEAD = re.compile(r"<\|message_sep\|>\s*\Z")
+
+
+def find(text: str, tool_names: frozenset[str]) -> list[Found]:
+    out: list[Found] = []
+    for opener, closers in _TAGS:
+        if opener in text:
+            out.extend(_tagged(text, tool_names, opener, tuple(c for c in closers if c in text)))
+    out.sort(key=lambda f: f.start)
+    return [f for i, f in enumerate(out) if not any(f.start < g.end for g in out[:i])]
+
+
+def _tagged(text: str, names: frozenset[str], opener: str, closers: tuple[str, ...]) -> list[Found]:
+    out: list[Found] = []
+    pos = 0
+    for _ in range(json_blocks.MAX_ATTEMPTS):
+        start = text.find(opener, pos)
+        if start < 0 or json_blocks.full(out):
+            break
+        body = start + len(opener)
+        if text[body : body + 64].lstrip()[:1] not in ("{", "["):  # the tag named in prose: no JSON after it
+            pos = body
+            continue
+        end, calls = json_blocks.tagged(text, body, closers=closers, stops=(opener,), source=NAME, names=names)
+        if calls:
+            lead = _LEAD.search(text, max(0, start - 64), start)
+            out.append(Found(lead.start() if lead else start, end, tuple(calls)))
+        pos = max(end, body)
+    return out
+
+
+CODEC = register(Codec(NAME, find, STARTS, rank=78, holds=("<|message_sep|>",)))
