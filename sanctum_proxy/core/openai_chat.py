@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast
 
+# Native Ollama fields carried in a chat body or answer (core/shapes.OLLAMA_FIELDS): never in an OpenAI answer.
+OLLAMA_FIELDS = "sanctum_ollama"
+INTERNAL = frozenset({"sanctum", OLLAMA_FIELDS})
+
 if TYPE_CHECKING:  # core/shapes.py imports this module's shapes
     from sanctum_proxy.core.shapes import JSONObject
 
@@ -189,7 +193,7 @@ def closing(finish: Chunk, meta: Mapping[str, object], usage: Usage | None, extr
 
 
 def _ending(last: Chunk, extra: Mapping[str, object], sanctum: Sanctum) -> Chunk:
-    out = cast(Chunk, {**last, **{k: v for k, v in extra.items() if k != "sanctum"}})
+    out = cast(Chunk, {**last, **{k: v for k, v in extra.items() if k not in INTERNAL}})
     out["sanctum"] = sanctum
     return out
 
@@ -216,7 +220,7 @@ def completion(meta: Mapping[str, object], choices: list[Choice], usage: Usage |
         body["usage"] = usage
     if meta.get("system_fingerprint"):
         body["system_fingerprint"] = meta["system_fingerprint"]
-    body.update((k, v) for k, v in extra.items() if k not in body)
+    body.update((k, v) for k, v in extra.items() if k not in body and k != OLLAMA_FIELDS)
     body["sanctum"] = sanctum
     return cast(Completion, body)
 

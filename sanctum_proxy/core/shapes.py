@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal, TypedDict, cast
 
-from sanctum_proxy.core.openai_chat import FunctionCall, ToolCall, Usage
+from sanctum_proxy.core.openai_chat import OLLAMA_FIELDS, FunctionCall, ToolCall, Usage
 
 __all__ = ["META", "AnswerMeta", "ChatMessage", "ClientMessage", "ContentPart", "FunctionCall", "JSONObject",
            "JSONValue", "Role", "ToolCallWire", "Usage", "answer_meta"]
@@ -63,8 +63,7 @@ class AnswerMeta(TypedDict, total=False):
 
 
 META = ("id", "created", "model", "system_fingerprint")
-# Native Ollama fields with no chat equivalent: sent to /api/chat each round, never to /v1.
-OLLAMA_FIELDS = "sanctum_ollama"
+__all__ = ["OLLAMA_FIELDS"]  # defined beside the chat shapes that leave it out (core/openai_chat.py)
 
 
 def answer_meta(source: Mapping[str, object]) -> AnswerMeta:

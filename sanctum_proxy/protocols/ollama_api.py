@@ -161,18 +161,25 @@ def done_reason(reply: Reply) -> str:
     return "length" if reply.finish_reason == "length" else "stop"
 
 
-def metrics(reply: Reply, total_ns: int) -> JSONObject:
-    """Ollama's counters for the whole request: the tokens of every round the proxy sent, its own wall time."""
-    return {"total_duration": total_ns, "prompt_eval_count": reply.input_tokens, "eval_count": reply.output_tokens}
+DURATIONS = ("load_duration", "prompt_eval_duration", "eval_duration")
+
+
+def metrics(reply: Reply, total_ns: int, native: object = None) -> JSONObject:
+    """Ollama's counters: the tokens of every round the proxy sent, its own wall time, and the answering round's
+    durations where an Ollama upstream said them (`native`: its OLLAMA_FIELDS)."""
+    out: JSONObject = {"total_duration": total_ns}
+    if isinstance(native, dict):
+        out.update((k, native[k]) for k in DURATIONS if isinstance(native.get(k), int))
+    return {**out, "prompt_eval_count": reply.input_tokens, "eval_count": reply.output_tokens}
 
 
 def created_at() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def answer(reply: Reply, model: str, total_ns: int) -> JSONObject:
+def answer(reply: Reply, model: str, total_ns: int, native: object = None) -> JSONObject:
     return {"model": model, "created_at": created_at(), "message": message(reply), "done_reason": done_reason(reply),
-            "done": True, **metrics(reply, total_ns)}
+            "done": True, **metrics(reply, total_ns, native)}
 
 
 def error_body(error: ProxyError) -> JSONObject:

@@ -18,7 +18,7 @@ import orjson
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
-from sanctum_proxy.core.shapes import JSONObject
+from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import ollama_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
@@ -74,6 +74,6 @@ class NdjsonWriter(StreamWriter):
         total = time.perf_counter_ns() - self.started
         out.append(line({"model": self.model, "created_at": api.created_at(),
                          "message": {"role": "assistant", "content": ""}, "done_reason": api.done_reason(reply),
-                         "done": True, **api.metrics(reply, total),
+                         "done": True, **api.metrics(reply, total, final.extra.get(OLLAMA_FIELDS)),
                          "sanctum": om.sanctum_object(final.mode, final.rounds, final.omens, self.trace_id)}))
         return out

@@ -17,7 +17,7 @@ from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import off_loop_if
-from sanctum_proxy.core.shapes import META, ClientMessage, JSONObject, Usage, answer_meta
+from sanctum_proxy.core.shapes import META, OLLAMA_FIELDS, ClientMessage, JSONObject, Usage, answer_meta
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_events import chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
@@ -70,6 +70,7 @@ async def chat_completions(request: Request) -> Response:
     check_client_key(request)
     raw = await read_body(request, settings.max_body_bytes)
     chat = await off_loop_if_heavy(raw, lambda data: parse_chat_request(data, request.headers, settings))
+    chat.body.pop(OLLAMA_FIELDS, None)  # only the Ollama door sets Ollama's own options
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:
         chat = chat.with_body(legacy.to_tools(chat.body))

@@ -18,7 +18,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from sanctum_proxy.core.shapes import JSONObject
+from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject
 from sanctum_proxy.errors import NotFound, ProxyError, Unauthorized
 from sanctum_proxy.protocols import ollama_api
 from sanctum_proxy.protocols.ollama_events import NdjsonWriter
@@ -45,7 +45,8 @@ async def chat(request: Request) -> Response:
 
 
 def _answer(body: JSONObject, rounds: Rounds, final: Final, reply: Reply) -> JSONObject:
-    return ollama_api.answer(reply, str(body.get("model") or ""), time.perf_counter_ns() - rounds.started_ns)
+    return ollama_api.answer(reply, str(body.get("model") or ""), time.perf_counter_ns() - rounds.started_ns,
+                             final.extra.get(OLLAMA_FIELDS))
 
 
 def _writer(body: JSONObject, rounds: Rounds) -> NdjsonWriter:
@@ -54,7 +55,7 @@ def _writer(body: JSONObject, rounds: Rounds) -> NdjsonWriter:
 
 
 OLLAMA = Dialect("ollama", ollama_api.to_chat, _answer, _writer, ollama_api.error_body,
-                 lambda s: s.ollama_on_surrender)
+                 lambda s: s.ollama_on_surrender, native_fields=True)
 
 
 def refused(error: ProxyError) -> Response:

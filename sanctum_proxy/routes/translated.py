@@ -15,7 +15,7 @@ from fastapi.responses import Response
 
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.core.shapes import JSONObject
+from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api, responses_api
 from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, check_depth, json_object
@@ -57,6 +57,7 @@ class Dialect:
     on_surrender: Callable[[Settings], str]
     passed: Callable[[Settings], str | None] = lambda settings: None  # the path when passed through
     opening: Callable[[JSONObject], list[om.Omen]] = lambda body: []
+    native_fields: bool = False  # its chat body may carry OLLAMA_FIELDS (the Ollama door's own)
 
 
 async def responses(request: Request) -> Response:
@@ -129,7 +130,10 @@ def _read(dialect: Dialect, raw: bytes, headers: Mapping[str, str],
           settings: Settings) -> tuple[JSONObject, ChatRequest]:
     body = json_object(raw)
     check_depth(body)  # before translating: answers echo fields
-    return body, chat_request(dialect.to_chat(body), headers, settings,
+    chat = dialect.to_chat(body)
+    if not dialect.native_fields:
+        chat.pop(OLLAMA_FIELDS, None)  # a client of another door may not set Ollama's options this way
+    return body, chat_request(chat, headers, settings,
                               on_surrender=dialect.on_surrender(settings))
 
 

@@ -98,3 +98,10 @@ def test_discovery_lists_the_upstreams_models_and_a_model_served_prompted_has_to
     assert [m["name"] for m in client.get("/api/tags").json()["models"]] == ["fake-model"]
     shown = client.post("/api/show", json={"model": "fake-model"}).json()
     assert "tools" in shown["capabilities"] and shown["sanctum"] == {"tools": "prompted"}
+
+
+def test_another_doors_client_cannot_set_ollamas_options(client, fake):
+    fake[0].push(Step(body=completion("Hi.")))
+    client.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "Hi"}],
+                                              OLLAMA_FIELDS: {"options": {"num_ctx": 1}}})
+    assert OLLAMA_FIELDS not in fake[0].requests[0]
