@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, TooManyRequests, retry_headers
 from sanctum_proxy.web.auth import KeyRing
 from sanctum_proxy.web.client_protocols import ProtocolTable
+from sanctum_proxy.web.json_response import JsonResponse
 
 
 def scope_key(scope: Scope) -> bytes:
@@ -70,7 +70,7 @@ class ConcurrencyLimit:
             try:
                 replay = await self._body_first(scope, receive)
             except ProxyError as error:
-                await self._answer(send, error, scope["path"])
+                await self._answer(scope, receive, send, error)
                 return
             if replay is None:  # the client left before its body was complete: nobody to answer
                 return
@@ -79,15 +79,15 @@ class ConcurrencyLimit:
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.limit:
-            await self._refuse(send, scope["path"])
+            await self._refuse(scope, receive, send)
             return
         key = scope_key(scope) if self.keys is not None and self.keys.client_required() else None
         if key is not None and self.by_key.get(key, 0) >= self.per_key:
-            await self._refuse(send, scope["path"], f"{self.per_key} per client key per proxy process")
+            await self._refuse(scope, receive, send, f"{self.per_key} per client key per proxy process")
             return
         slot = await self.shared.take_slot(key, self.per_key) if key is not None and self.shared else None
         if slot is False:
-            await self._refuse(send, scope["path"], f"{self.per_key} per client key across replicas")
+            await self._refuse(scope, receive, send, f"{self.per_key} per client key across replicas")
             return
         self.in_flight += 1
         if key is not None:
@@ -136,19 +136,17 @@ class ConcurrencyLimit:
 
         return replay
 
-    async def _refuse(self, send: Send, path: str, share: str | None = None) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, share: str | None = None) -> None:
         share = share or f"{self.limit} per proxy process"
         error = TooManyRequests(f"Too many requests in flight (limit {share}); "
                                 f"retry after {self.retry_after} s")
-        await self._answer(send, error, path, [(b"retry-after", str(self.retry_after).encode()),
-                                               (b"x-should-retry", b"true")])
+        await self._answer(scope, receive, send, error,
+                           {"retry-after": str(self.retry_after), "x-should-retry": "true"})
 
-    async def _answer(self, send: Send, error: ProxyError, path: str,
-                      extra: list[tuple[bytes, bytes]] | None = None) -> None:
-        body = orjson.dumps(self.table.error_body(path, error))
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, error: ProxyError,
+                      extra: dict[str, str] | None = None) -> None:
         if extra is None:  # a refused body: the connection may still hold the rest of it (retry as errors says:
             # a 413 would fail again, a 408 may not, so the SDK's own rule decides that one)
-            extra = [*((k.encode(), v.encode()) for k, v in retry_headers(error).items()), (b"connection", b"close")]
-        await send({"type": "http.response.start", "status": error.status, "headers": headers + extra})
-        await send({"type": "http.response.body", "body": body})
+            extra = {**retry_headers(error), "connection": "close"}
+        response = JsonResponse(self.table.error_body(scope["path"], error), status_code=error.status, headers=extra)
+        await response(scope, receive, send)
