@@ -53,6 +53,8 @@ def written(value: str) -> Any:
     if sized:
         return int(sized.group(1)) * UNITS[sized.group(2)]
     word = value.strip()
+    if word in ("true", "false"):
+        return word == "true"
     if re.fullmatch(r"-?\d+(\.\d+)?", word):
         return float(word) if "." in word else int(word)
     return word if re.fullmatch(r"[a-z_]+", word) and not word.startswith("half") else None

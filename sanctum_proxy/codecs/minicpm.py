@@ -24,7 +24,7 @@ _GAP = "(?: |\u0120)?"  # the space before `name=`, or the byte-level tokenizer'
 STARTS: tuple[str, ...] = ("<function name=", "<functionname=", "<function\u0120name=")
 _QUOTED = r"""(?:"([^"<>\n]{1,256})"|'([^'<>\n]{1,256})')"""
 _FUNCTION = re.compile(r"<function" + _GAP + "name=" + _QUOTED + r"\s*>")
-_PARAM = re.compile(r"\s*<param" + _GAP + "name=" + _QUOTED + r"\s*>")
+_PARAM = re.compile(r"\s*<param" + _GAP + "name=" + _QUOTED.replace("{1,256}", "{0,256}") + r"\s*>")  # "" too
 _PARAM_CLOSE = "</param>"
 _FUNCTION_CLOSE = re.compile(r"\s*</function>")
 _CDATA = re.compile(r"<!\[CDATA\[(.*)\]\]>\Z", re.S)
@@ -40,8 +40,15 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
             break
         args, k = _params(text, m.end())
         close = _FUNCTION_CLOSE.match(text, k)
-        if close is None:  # a tag named in prose, or a call cut short: not read
-            pos = m.end()
+        if close is None:
+            later = text.find("</function>", k)
+            if later < 0 or _FUNCTION.search(text, m.end(), later):  # a tag named in prose, or a call cut short
+                pos = m.end()
+                continue
+            s_close = later + len("</function>")  # a call whose parameters cannot be read: its text, judged broken
+            out.append(Found(m.start(), s_close, (Candidate(_name(m), text[m.end() : later], NAME,
+                                                            text[m.start() : s_close]),)))
+            pos = s_close
             continue
         out.append(Found(m.start(), close.end(), (Candidate(_name(m), _unwrapped(args), NAME,
                                                            text[m.start() : close.end()]),)))

@@ -40,3 +40,9 @@ def test_a_function_never_closed_is_not_read() -> None:
 
 def test_render_call_is_read_back() -> None:
     assert calls(minicpm.render_call("get_weather", {"city": "Paris"})) == [("get_weather", {"city": "Paris"})]
+
+
+def test_a_call_whose_parameters_cannot_be_read_is_a_broken_call_not_text() -> None:
+    text = '<function name="get_weather"><param name="<">x</param></function>'
+    assert calls(text) == [("get_weather", '<param name="<">x</param>')]  # judged as broken arguments
+    assert calls('I could use <function name="get_weather"> here.') == []  # a tag named in prose
