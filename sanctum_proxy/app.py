@@ -1,5 +1,4 @@
-"""create_app(settings): wiring only. One UpstreamPools (an Upstream pool per `[[upstreams]]` entry, or the single
-`upstream`) and one SharedState (in process, or Redis with `redis_url`) per app."""
+"""create_app(settings): wiring only."""
 
 from __future__ import annotations
 
@@ -56,34 +55,34 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JsonResponse:
-        """Starlette's own answers (an unknown path, a method a route does not take) in the error shape too."""
+        """Starlette's own answers in the endpoint's error shape too."""
         response = shaped(request, routing_error(exc, request))
-        response.headers.update(exc.headers or {})  # a 405's Allow
+        response.headers.update(exc.headers or {})
         return response
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> JsonResponse:
-        """A bug anywhere: the 500 in the endpoint's error shape with the trace id, never text/plain."""
+        """A bug anywhere: a 500 in the endpoint's error shape with the trace id."""
         return shaped(request, unexpected(exc))
 
-    app.add_middleware(HotRoutes, table=PROTOCOLS, on_error=proxy_error, on_bug=unexpected_error)  # innermost
+    app.add_middleware(HotRoutes, table=PROTOCOLS, on_error=proxy_error, on_bug=unexpected_error)
     app.add_middleware(ConcurrencyLimit, limit=settings.max_concurrent_requests, table=PROTOCOLS,
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
                        keys=parts.keys, per_key=settings.max_concurrent_per_key,
                        shared=parts.shared if settings.redis_url else None)
     app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections(), table=PROTOCOLS)
     app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
-    if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
+    if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], expose_headers=["*"])
-    app.add_middleware(AccessLog)  # outermost: one JSON line per request (uvicorn's access log is off)
+    app.add_middleware(AccessLog)  # uvicorn's access log is off
 
-    for router in PROTOCOLS.routers():  # the protocols' other routes, before the passthrough
+    for router in PROTOCOLS.routers():  # before the passthrough
         app.include_router(router)
     app.include_router(health.router)
     app.include_router(sanctum.router)
     app.include_router(metrics.router)
-    app.include_router(passthrough.router)  # last: its /v1/{path} catches what the others do not
+    app.include_router(passthrough.router)  # its /v1/{path} catches the rest
     return app
 
 
@@ -94,14 +93,14 @@ def make_services(settings: Settings) -> Services:
     capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute,
                                   shared=shared if settings.redis_url else None)
     keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
-    tracing = telemetry.from_environ(os.environ, settings.traces_bodies)  # None unless OTEL_* asks for it
+    tracing = telemetry.from_environ(os.environ, settings.traces_bodies)
     recorder = Recorder(retention(settings), tracing)
-    recorder.metrics.models = frozenset(model_names(settings.upstreams))  # the `model` label's values
+    recorder.metrics.models = frozenset(model_names(settings.upstreams))
     return Services(settings, shared, modes, keys, capabilities, recorder)
 
 
 def shaped(request: Request, error: ProxyError) -> JsonResponse:
-    """The error in the shape of the protocol whose path was asked (OpenAI's elsewhere)."""
+    """The error in the shape of the path's protocol (OpenAI's elsewhere)."""
     return error_response(error, PROTOCOLS.error_body(request.url.path, error), trace_id=trace_id(request))
 
 
@@ -120,7 +119,7 @@ def retention(settings: Settings) -> Retention:
 
 
 def upstream_pools(settings: Settings) -> UpstreamPools:
-    """The upstream pools the settings name: one per `[[upstreams]]` entry, else the single `upstream`."""
+    """One pool per `[[upstreams]]` entry, else the single `upstream`."""
     limits = Limits(settings.connect_timeout, settings.read_timeout, settings.max_answer_bytes)
     if settings.upstreams:
         pools = [Upstream(e.urls, e.api_key, limits, name=e.name, ollama_native=settings.ollama_native)

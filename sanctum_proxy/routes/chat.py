@@ -1,5 +1,4 @@
-"""POST /v1/chat/completions: read and check the request, settle the mode, run the round loop, answer
-as a chat.completion or as an SSE stream of chunks."""
+"""POST /v1/chat/completions: check the request, settle the mode, run the round loop, answer whole or as SSE."""
 
 from __future__ import annotations
 
@@ -42,11 +41,10 @@ T = TypeVar("T")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it passes `limit` (never buffered whole first). One the
-    concurrency limit read whole already (under the same limit) is taken as it is."""
+    """The body, refused with 413 once it passes `limit`, never buffered first."""
     read = request.scope.get(BODY)
     if isinstance(read, bytes) and len(read) <= limit:
-        request.state.body_bytes = len(read)  # the trace queue's budget counts it (state/recorder.py)
+        request.state.body_bytes = len(read)
         return read
     declared = request.headers.get("content-length")
     if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
@@ -56,12 +54,12 @@ async def read_body(request: Request, limit: int) -> bytes:
         body += piece
         if len(body) > limit:
             raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
-    request.state.body_bytes = len(body)  # the trace queue's budget counts it (state/recorder.py)
+    request.state.body_bytes = len(body)
     return bytes(body)
 
 
 async def off_loop_if_heavy(raw: bytes, parse: Callable[[bytes], T]) -> T:
-    """`parse(raw)`: inline for a small body, on the CPU pool for one whose reading may take milliseconds."""
+    """`parse(raw)` inline for a small body, on the CPU pool for a big one."""
     return await off_loop_if(heavy_body(raw), parse, raw)
 
 
@@ -91,20 +89,19 @@ PROTOCOL = ClientProtocol("chat", ("/v1/chat/completions",), chat_completions, a
 
 @dataclass(frozen=True)
 class Rounds:
-    """A request ready for the round loop: routed, planned and traced (the chat endpoint and the
-    endpoints translated to chat share it)."""
+    """A request ready for the round loop: routed, planned and traced."""
 
     chat: ChatRequest
     plan: Plan
     trace_id: str
     auth: str | None
-    split_reasoning: bool = False  # the setting reasoning_format = "split"
+    split_reasoning: bool = False  # reasoning_format = "split"
     started_ns: int = dataclasses.field(default_factory=time.perf_counter_ns)
 
 
 async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:
     parts = services(request)
-    dest = request.state.destination = parts.pools.destination(chat.model)  # the upstream pool for this model
+    dest = request.state.destination = parts.pools.destination(chat.model)
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
     chat, widened = await context.fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
     affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
@@ -118,11 +115,10 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
 
 
 async def final_answer(request: Request, rounds: Rounds) -> Final:
-    """The round loop's Final, non-streaming; ClientGone if the client leaves first. For n > 1 choices a
-    Finals (routes/choices.py)."""
+    """The round loop's Final (Finals for n > 1); ClientGone if the client leaves first."""
     later = plain_sender(request, rounds.auth)
     events: AsyncIterator[Shown | tuple[int, Shown]]
-    if choices.count(rounds.chat.body) > 1:  # every choice's events (the recorder keeps their omens), Finals last
+    if choices.count(rounds.chat.body) > 1:  # Finals last
         many = choices.Choices(rounds.plan, later, kept_run(request), recorder_of(request))
         events = services(request).recorder.watch(
             request, many.events(many.lead_sender(plain_first_of_several(request, rounds.auth, many))))
@@ -134,8 +130,7 @@ async def final_answer(request: Request, rounds: Rounds) -> Final:
 
 
 def plain_first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Sender:
-    """The first round of n > 1 choices: sent once with `n`; choice 0's Answer for its own loop, a loop
-    started for each other choice."""
+    """The first round of n > 1 choices, sent once with `n`; the other choices get loops of their own."""
     upstream = destination(request).upstream
 
     async def first(body: JSONObject, live: bool) -> AsyncIterator[Answer]:
@@ -174,7 +169,7 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
     caps = parts.capabilities.cached(key, chat.model)
     constrain = chat.controls.constrain or settings.constrain
     if caps is None and mode == "native" and book is not None and constrain != "off" and settings.probe_capabilities:
-        caps = await probed(request, settings, chat.model)  # whether tool_choice can hold a correction round
+        caps = await probed(request, settings, chat.model)
     if caps is not None and caps.json_schema is False:
         constrain = "off"
     return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
@@ -190,8 +185,7 @@ async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> 
 
 
 async def pick_format(request: Request, settings: Settings, model: str, mode: str, book: Toolbox | None) -> str:
-    """The configured call format, or for "auto" the family the model's chat template shows (asked of the
-    upstream once per model, before a prompted round needs it), else Hermes."""
+    """The configured call format; for "auto" the family of the model's chat template, else Hermes."""
     fmt = settings.prompt_format_for(model)
     if fmt != "auto":
         return fmt
@@ -202,15 +196,14 @@ async def pick_format(request: Request, settings: Settings, model: str, mode: st
 
 
 async def probed(request: Request, settings: Settings, model: str) -> capabilities.Capabilities:
-    """What the upstream says of this model (asked once per model: capabilities.CapabilityBook)."""
+    """What the upstream says of this model, asked once."""
     state, dest = services(request), destination(request)
     return await state.capabilities.get(dest.key, model, lambda: capabilities.probe(
         dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
 
 
 async def settle_by_probe(request: Request, settings: Settings, model: str) -> list[om.Omen]:
-    """Ask the upstream what it can do (once per model); a model without tool support goes prompted
-    before it ever sees `tools`, with a SpellCallingFallback omen on the request that found out."""
+    """Probe once per model; a model without tool support goes prompted before it sees `tools`."""
     state, dest = services(request), destination(request)
     caps = await state.capabilities.get(dest.key, model, lambda: capabilities.probe(
         dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
@@ -230,17 +223,16 @@ def plain_sender(request: Request, auth: str | None) -> Sender:
     return send_plain
 
 
-_BUILT = frozenset({"object", "choices", "usage", "sanctum"})  # written by `completion` itself
+_BUILT = frozenset({"object", "choices", "usage", "sanctum"})
 
 
 def answers_of(body: JSONObject) -> list[Answer]:
-    """A chat.completion's choices as Answers, in index order (at least one: an empty answer where none is a
-    message); the usage goes with the first only, the response's own fields with every one."""
+    """A chat.completion's choices as Answers in order; usage goes with the first only."""
     meta = answer_meta(body)
     extra = {k: v for k, v in body.items() if k not in META and k not in _BUILT}
     listed = body.get("choices")
     choices = sorted((c for c in listed if isinstance(c, dict)) if isinstance(listed, list) else (), key=_index)
-    usage = cast("Usage | None", body.get("usage"))  # as the upstream sent it: its readers check (repair/usage.py)
+    usage = cast("Usage | None", body.get("usage"))  # as the upstream sent it
     out = []
     for i, choice in enumerate(choices):
         choice_extra = {k: v for k, v in choice.items() if k not in ("index", "message", "finish_reason")}
@@ -256,9 +248,7 @@ def _index(choice: JSONObject) -> int:
 
 def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, *,
                split_reasoning: bool = False) -> oc.Completion:
-    """The chat.completion: the answering round's own fields (logprobs, service_tier, llama.cpp's timings,
-    vendor fields) as the upstream sent them, with the message and finish_reason the loop settled (with
-    `split_reasoning`, reasoning markup in content moved into reasoning_content)."""
+    """The chat.completion: the answering round's own fields, with the message and finish_reason the loop settled."""
     if split_reasoning:
         final = dataclasses.replace(final, message=split_message(final.message))
         if isinstance(final, choices.Finals):
@@ -267,7 +257,7 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
     each = [oc.choice(0, message, finish, final.choice_extra)]
-    if isinstance(final, choices.Finals):  # n > 1: each choice in its place, as its own loop settled it
+    if isinstance(final, choices.Finals):  # each choice as its own loop settled it
         settled = [(oc.message(f.message), f.finish_reason) for f in final.each]
         if is_legacy:
             settled = [legacy.to_function_call(m, r) for m, r in settled]
@@ -279,7 +269,6 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
 
 
 def split_message(message: ClientMessage) -> ClientMessage:
-    """The setting reasoning_format = "split": reasoning markup in content moved into reasoning_content."""
     content = message.get("content")
     if not isinstance(content, str):
         return message

@@ -1,10 +1,7 @@
-"""A request toward Ollama sent with a context that holds it (upstreams/context_fit.py): `options.num_ctx` raised in
-its OLLAMA_FIELDS, so every round carries it, with a SpellContextWidened omen; or refused, naming the sizes.
+"""A request toward Ollama with a `num_ctx` that holds it, or refused naming the sizes.
 
-Only where rounds go to Ollama's own /api/chat (the setting `ollama_native`, the backend known as Ollama). What
-the model runs with is the client's num_ctx, else its Modelfile's (`/api/show`, asked once per model with the
-capability probe), else the setting `ollama_default_num_ctx`. A request needing no more than context_fit.SMALLEST
-tokens asks nothing.
+Only for rounds to Ollama's /api/chat. The current context is the client's, else the Modelfile's, else
+`ollama_default_num_ctx`.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from sanctum_proxy.web.auth import forwarded_key
 
 
 async def fitted(request: Request, chat: ChatRequest, settings: Settings) -> tuple[ChatRequest, om.Omen | None]:
-    """The request with the num_ctx it needs (and its omen); ContextTooLong where no context could hold it."""
+    """The request with the num_ctx it needs; ContextTooLong where none holds it."""
     options = native_options(chat.body)
     own = options.get("num_ctx")
     own = own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else None

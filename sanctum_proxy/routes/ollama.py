@@ -1,13 +1,7 @@
-"""Ollama's native API at the proxy's root: POST /api/chat through the round loop, discovery answered as Ollama
-does, the rest of /api/* passed to the upstream's root with the same path safety as /v1/*.
+"""Ollama's native API at the proxy's root: /api/chat through the round loop, discovery answered as Ollama does, the
+rest passed through.
 
-    GET/HEAD /                 "Ollama is running"
-    /api/version               the upstream's, else VERSION (an upstream that is not Ollama)
-    /api/tags                  the union of the upstreams' models (and the configured names), like /v1/models
-    /api/show                  the upstream's, `tools` in its capabilities: the proxy serves tools to every model
-    /api/ps, generate, embed, embeddings, chat's siblings: passed through
-    model management           (pull, push, create, copy, delete, blobs) passed through with the admin key only:
-                               Ollama has no keys of its own, so a client key must not reach them
+Model management takes the admin key, since Ollama has no keys of its own.
 """
 
 from __future__ import annotations
@@ -35,7 +29,7 @@ from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response
 
 router = APIRouter()
-VERSION = "0.12.6"  # the Ollama API this door speaks, told where the upstream is not Ollama
+VERSION = "0.12.6"  # told where the upstream is not Ollama
 PASSED = frozenset({"ps", "generate", "embed", "embeddings"})
 MANAGED = frozenset({"pull", "push", "create", "copy", "delete", "blobs"})
 
@@ -64,7 +58,7 @@ def refused(error: ProxyError) -> Response:
 
 @router.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
 async def root(request: Request) -> Response:
-    """Ollama's liveness answer (Open WebUI checks it); HEAD / is also Claude Code's pre-connect."""
+    """Ollama's liveness answer; HEAD / is also Claude Code's pre-connect."""
     return PlainTextResponse("Ollama is running")
 
 
@@ -80,7 +74,7 @@ async def version(request: Request) -> Response:
     return JsonResponse({"version": found if isinstance(found, str) else VERSION})
 
 
-@router.api_route("/api/tags", methods=["GET", "HEAD"], include_in_schema=False)  # HEAD as Ollama answers it
+@router.api_route("/api/tags", methods=["GET", "HEAD"], include_in_schema=False)
 async def tags(request: Request) -> Response:
     try:
         check_client_key(request)
@@ -111,8 +105,7 @@ async def upstream_tags(upstream: Upstream) -> list[JSONObject]:
 
 @router.post("/api/show", include_in_schema=False)
 async def show(request: Request) -> Response:
-    """The upstream's answer with `tools` among the capabilities (prompted where the model has none of its own:
-    `sanctum.tools` says which); a minimal one where the upstream is not Ollama."""
+    """The upstream's answer with `tools` among the capabilities; a minimal one for a non-Ollama upstream."""
     try:
         check_client_key(request)
         raw = await read_body(request, services(request).settings.max_body_bytes)
@@ -155,8 +148,7 @@ async def api(path: str, request: Request) -> Response:
 
 
 def check_manager(request: Request) -> None:
-    """Model management takes the admin key, and there must be one: a keyless proxy would let any client pull,
-    copy and delete the upstream's models."""
+    """Model management takes the admin key, and a keyless proxy refuses it."""
     ring = services(request).keys
     if ring.admin is None:
         error = Unauthorized("model management (pull, push, create, copy, delete, blobs) through the proxy takes "

@@ -1,4 +1,4 @@
-"""The client protocols served: one registration each (web/client_protocols.py says what one holds)."""
+"""The client protocols served, one registration each."""
 
 from __future__ import annotations
 

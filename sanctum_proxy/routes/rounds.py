@@ -1,8 +1,6 @@
-"""The round loop as a route runs it: traced by the recorder, and what it learns about the upstream kept.
+"""The round loop as a route runs it: traced, and its lessons about the upstream kept.
 
-The loop (repair/loop.py) writes nothing shared: it yields a `Lesson` when a round taught something about this
-(upstream, model), and this edge keeps it in the tables the next requests read (upstreams/auto_mode.py,
-upstreams/capabilities.py); it yields each round's `RoundRecord`, and this edge hands it to the request's trace.
+The loop writes nothing shared; this edge keeps its `Lesson`s and hands `RoundRecord`s to the trace.
 """
 
 from __future__ import annotations
@@ -21,25 +19,23 @@ from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.services import Services, services
 from sanctum_proxy.state.traces import Trace
 
-Shown = ContentDelta | FieldDelta | om.Omen | Final  # the loop's events but its lessons and round records
-Recorded = Callable[[RoundRecord], None]  # where a loop's round records go (the trace)
+Shown = ContentDelta | FieldDelta | om.Omen | Final
+Recorded = Callable[[RoundRecord], None]
 
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
-    """`run(plan, send)` with its lessons kept, a surrender answered as `on_surrender` says, its rounds in the
-    trace and its end recorded (what recorder.watch does, in the same layer)."""
+    """`run(plan, send)` with lessons kept, surrender handled, rounds and end traced."""
     return _shown(services(request), plan, run(plan, send), lambda record: record_round(request, record),
                   request)
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
-    """`run` with its lessons kept, a surrender answered and its round records handed to `recorded`, its end not
-    recorded: the loops of n > 1 choices (routes/choices.py), whose events the caller records together."""
+    """Like `run_traced` without recording the end: the n > 1 loops, recorded together by the caller."""
     return lambda plan, send, recorded: _shown(services(request), plan, run(plan, send), recorded)
 
 
 def record_round(request: Request, record: RoundRecord, choice: int = 0) -> None:
-    """A round's record (of choice `choice` of n > 1) into the request's trace."""
+    """A round's record, of choice `choice`, into the request's trace."""
     trace = getattr(request.state, "trace", None)
     if trace is not None:
         trace.record(record, choice)
@@ -48,23 +44,21 @@ def record_round(request: Request, record: RoundRecord, choice: int = 0) -> None
 
 
 def recorder_of(request: Request) -> Callable[[RoundRecord, int], None]:
-    """`record_round` for the loops of n > 1 choices (routes/choices.py)."""
+    """`record_round` for the n > 1 loops."""
     return lambda record, choice: record_round(request, record, choice)
 
 
 async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], recorded: Recorded,
                  traced: Request | None = None) -> AsyncIterator[Shown]:
-    """The loop's events as the client sees them, in one generator layer over the loop's (every streamed chunk
-    passes each layer): lessons kept (`keep`), round records handed to `recorded`, and with `on_surrender =
-    "last_call"` the loop's SpellCallParseError turned into a Final holding the last call as the model made it,
-    after its SpellCallSurrendered omen (repair/surrender.py; otherwise it stands). With `traced` (the request),
-    what Recorder.watch does too: the Final and the omens into the request's trace, which ends however the
-    loop ends (Recorder.ended)."""
+    """The loop's events as the client sees them, in one generator layer since every chunk passes each layer.
+
+    Keeps lessons, hands records on, and turns a parse error into the last call when `on_surrender` is "last_call".
+    """
     trace: Trace | None = getattr(traced.state, "trace", None) if traced is not None else None
     omens: list[om.Omen] = []
     records: list[RoundRecord] = []
     shown = False
-    first = trace is not None and trace.stream  # a stream's time to its first text is still to be taken
+    first = trace is not None and trace.stream  # a stream's first-text time is still to be taken
     try:
         try:
             async for event in events:
@@ -105,8 +99,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
 
 
 def keep(state: Services, plan: Plan, lesson: Lesson) -> None:
-    """Remember a lesson for (plan.upstream, plan.model): auto-mode decisions, a refused answer schema or
-    tool_choice "required"."""
+    """Remember a lesson for (plan.upstream, plan.model)."""
     if lesson.what == "tools_rejected":
         state.modes.settle(plan.upstream, plan.model, "prompted", "tools_rejected")
     elif lesson.what == "upstream_parse_failure":

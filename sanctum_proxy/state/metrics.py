@@ -1,15 +1,7 @@
-"""The Prometheus metrics of one app (its own CollectorRegistry, so several apps can live in one process).
+"""The Prometheus metrics of one app, fed from finished trace documents on the trace writer thread.
 
-Counters and histograms are fed from finished trace documents on the trace writer thread; the two in-flight
-gauges move on the event loop as requests start and end. With several server processes (`workers`), the
-CLI sets PROMETHEUS_MULTIPROC_DIR before they start: prometheus_client then keeps every value in a file per
-process, and `render` sums the files, so any process answers /metrics for all of them (gauges: the live
-processes' sum).
-
-The `model` label is a configured model name or alias (`models`, set by the app), every other name `other`:
-clients choose model names, and each distinct one would be a series for ever. `upstream` is the pool's name
-(the config's, bounded). A repair's `format` is the call format it was written in (`<codec>_in_content`),
-else `tool_calls` for a native round and `prompted` for a prompted one.
+Each app has its own CollectorRegistry. With `workers` > 1, PROMETHEUS_MULTIPROC_DIR makes any process answer for all.
+The `model` label is a configured name or `other`, since client-chosen names would make unbounded series.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sanctum_proxy.core.omens import OmenType, Outcome
 
-if TYPE_CHECKING:  # only for the annotation (state/traces.py imports the repair loop)
+if TYPE_CHECKING:  # state/traces.py imports the repair loop
     from sanctum_proxy.state.traces import TraceDoc
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -32,13 +24,13 @@ ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 11)
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 FIRST_CHUNK_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
 OTHER = "other"
-NO_MODEL = "none"  # a request refused before it was routed
-IN_CONTENT = "_in_content"  # the repair that names the codec a call was written in (repair/mend.py)
+NO_MODEL = "none"  # a request refused before routing
+IN_CONTENT = "_in_content"
 
 
 class Metrics:
     def __init__(self, models: Collection[str] = ()) -> None:
-        self.models = frozenset(models)  # the names the `model` label may take (all others: OTHER)
+        self.models = frozenset(models)  # configured names; all others are OTHER
         self.registry = registry = CollectorRegistry()
         routed = ["model", "upstream"]
         self.requests = Counter("sanctum_requests", "Chat requests by spell-calling mode, outcome, model, upstream",
@@ -69,15 +61,12 @@ class Metrics:
                                       registry=registry)
 
     def model(self, name: str) -> str:
-        """The `model` label of a model name: itself if configured, else OTHER."""
         return name if name in self.models else OTHER
 
     def refused(self) -> None:
-        """A request turned away before it was routed."""
         self.requests.labels("none", "error", NO_MODEL, NO_MODEL).inc()
 
     def observe(self, doc: TraceDoc) -> None:
-        """Count one finished request from its trace document."""
         routed = (self.model(doc["model"]), doc["upstream"])
         self.requests.labels(doc["mode"], doc["outcome"], *routed).inc()
         self.rounds.observe(len(doc["rounds"]))
@@ -93,7 +82,7 @@ class Metrics:
         for omen in doc["omens"]:
             kind = omen["type"]
             if kind == OmenType.REPAIRED:
-                named = omen.get("repairs")  # a list of repair names (core/omens.repaired)
+                named = omen.get("repairs")
                 repairs = named if isinstance(named, list) else []
                 written = call_format(repairs, modes.get(omen["round"]))
                 for repair in repairs:
@@ -114,7 +103,7 @@ class Metrics:
 
 
 def tokens(usage: object) -> dict[str, int]:
-    """OpenAI usage as token counts by type (cached_input and reasoning are parts of input and output)."""
+    """OpenAI usage as token counts by type; cached_input and reasoning are parts of input and output."""
     if not isinstance(usage, dict):
         return {}
     out = {kind: usage[name] for name, kind in (("prompt_tokens", "input"), ("completion_tokens", "output"))
@@ -128,7 +117,7 @@ def tokens(usage: object) -> dict[str, int]:
 
 
 def call_format(repairs: list[str], mode: object) -> str:
-    """The call format a mended call was written in: its codec where the call came in content, else by mode."""
+    """The codec a mended call was written in when it came in content, else `tool_calls` (native) or `prompted`."""
     written = next((r[:-len(IN_CONTENT)] for r in repairs if isinstance(r, str) and r.endswith(IN_CONTENT)), None)
     if written:
         return written

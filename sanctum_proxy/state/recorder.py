@@ -1,16 +1,7 @@
-"""The recorder: what the chat route calls to trace a request, and the thread that does the rest.
+"""What the chat route calls to trace a request, and the writer thread that stores it.
 
-On the event loop (the hot path) a request costs a Trace of references, two gauge moves and one
-`put_nowait` on a bounded queue. The trace writer thread then builds the document, drops the bodies if
-`traces_bodies` is false, stores it in SQLite (clipped to `traces_max_doc_bytes`), feeds the metrics, writes
-the access log line, and prunes by `traces_max_count` / `traces_max_age_hours` / `traces_max_bytes` (each
-second, and on every flush). It waits GATHER_SECONDS after a first trace so that a burst shares one SQLite
-transaction (one per request was a large share of the proxy's time: bench/results/design_costs.md). Readers
-call `flush()` first, so a client that has its answer finds its trace.
-
-    begin(request, trace_id, chat, plan)   at the start, once the plan is settled
-    watch(request, run(...))               wraps the round loop; ends the trace with the Final, the error,
-                                           or the client going away (the loop cancelled or closed)
+The event loop only builds a Trace of references and queues it; the thread builds, stores, counts, logs and prunes.
+Bursts share one SQLite transaction, and readers call `flush()` so a finished request finds its trace.
 """
 
 from __future__ import annotations
@@ -47,7 +38,7 @@ E = TypeVar("E")
 
 @dataclass(frozen=True)
 class Retention:
-    """Where traces are kept and how many (the `traces_*` settings of the same names)."""
+    """Where traces are kept and how many (the `traces_*` settings)."""
 
     path: str | None  # None: default_path()
     max_count: int  # 0: no store at all
@@ -55,19 +46,19 @@ class Retention:
     max_bytes: int
     max_doc_bytes: int
     bodies: bool
-    queue_bytes: int = 32 * 1024 * 1024  # traces_queue_bytes: what queued traces may hold (Trace.weight)
+    queue_bytes: int = 32 * 1024 * 1024  # traces_queue_bytes
 
 
 class Recorder:
     def __init__(self, retention: Retention, telemetry: Telemetry | None = None) -> None:
         self.retention = retention
-        self.telemetry = telemetry  # None: OpenTelemetry is off and costs nothing (state/telemetry.py)
+        self.telemetry = telemetry  # None: OpenTelemetry is off
         self.metrics = Metrics()
         self.store: TraceStore | None = None
         self._queue: queue.Queue[Trace | TraceDoc | threading.Event | None] = queue.Queue(QUEUE_LIMIT)
         self._thread: threading.Thread | None = None
-        self._queued_bytes = 0  # Trace.weight of the traces queued and not yet written
-        self._weights: dict[int, int] = {}  # id(trace) -> its weight, while queued
+        self._queued_bytes = 0
+        self._weights: dict[int, int] = {}
         self._lock = threading.Lock()
 
     @property
@@ -75,11 +66,11 @@ class Recorder:
         return self.retention.path or str(default_path())
 
     def start(self) -> None:
-        """Open the store (unless traces_max_count is 0) and start the writer thread."""
+        """Open the store (unless max_count is 0) and start the writer thread."""
         if self.retention.max_count > 0:
             try:
                 self.store = TraceStore(self.path)
-            except Exception as exc:  # sqlite3.Error, or a directory that cannot be made
+            except Exception as exc:
                 raise RuntimeError(f"traces_path: cannot open {self.path}: {exc}") from exc
             self._prune()
         self._thread = threading.Thread(target=self._drain, name="sanctum-trace-writer", daemon=True)
@@ -121,7 +112,7 @@ class Recorder:
                 if isinstance(event, Final) and trace is not None:
                     trace.final = event
                 omen = _omen_of(event)
-                if omen is not None:  # kept for the trace (a surrender raises without a Final)
+                if omen is not None:  # a surrender raises without a Final
                     if trace is not None:
                         trace.omens.append(omen)
                     yield event
@@ -134,12 +125,11 @@ class Recorder:
         self.ended(trace, None, shown)
 
     def ended(self, trace: Trace | None, exc: BaseException | None, shown: bool) -> None:
-        """End the trace as `watch` does when the loop ended with `exc` (None: its end), after `shown` events
-        went to the client (routes/rounds.py, which folds `watch` into its own layer, calls it too)."""
+        """End the trace after `shown` events, the loop having ended with `exc` (None: normally)."""
         if exc is None:
             self._end(trace)
         elif isinstance(exc, ProxyError):
-            # Once a stream has started its error goes inside it (HTTP 200); before that it is a plain error.
+            # Once a stream has started its error goes inside it (HTTP 200).
             self._end(trace, error=exc, status=200 if shown and trace and trace.stream else exc.status)
         elif isinstance(exc, asyncio.CancelledError | GeneratorExit):
             self._end(trace, gone=True)
@@ -164,17 +154,15 @@ class Recorder:
         self.submit(trace)
 
     def refused(self, request: Request, error: ProxyError) -> None:
-        """A chat request turned away before it had a trace (bad body, key, size): counted and logged only."""
-        if getattr(request.state, "protocol", None) is None or trace_id(request) is not None:  # web/hot_routes
+        """Count and log a chat request refused before it had a trace."""
+        if getattr(request.state, "protocol", None) is None or trace_id(request) is not None:
             return
         self.metrics.refused()
-        setattr(request.state, access_log.LOGGED, True)  # its line is this one (web/access_log.AccessLog)
+        setattr(request.state, access_log.LOGGED, True)
         access_log.emit(access_log.refused_line(_request_id(request), error.status))
 
     def submit(self, trace: Trace) -> None:
-        """Queue the trace for the writer. Past `queue_bytes` of queued traces (a burst of huge requests while
-        the writer catches up) it is queued as its metadata document instead, built here from references (no
-        body is walked), and its bodies are let go at once."""
+        """Queue the trace; past `queue_bytes` queued, only its metadata, so huge bodies are let go at once."""
         item: Trace | TraceDoc = trace
         weight = trace.weight()
         with self._lock:
@@ -197,14 +185,13 @@ class Recorder:
             self.metrics.traces_dropped.inc()
 
     def _written(self, item: object) -> None:
-        """A queued trace has left the queue: its weight no longer counts."""
         with self._lock:
             self._queued_bytes -= self._weights.pop(id(item), 0)
 
-    # Everything else, on the writer thread.
+    # Everything else runs on the writer thread.
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until everything queued before this call is written (False: not within `timeout`)."""
+        """Wait until everything queued before this call is written; False on timeout."""
         if self._thread is None:
             return False
         done = threading.Event()
@@ -230,7 +217,7 @@ class Recorder:
             self._write([item for item in batch if isinstance(item, Trace | dict)])
             for item in batch:
                 self._written(item)
-            del batch  # the traces (whole answers) must not stay alive while the thread waits for more
+            del batch  # whole answers must not stay alive while the thread waits
             if flushes or stop or time.monotonic() - pruned >= PRUNE_SECONDS:
                 self._prune()
                 pruned = time.monotonic()
@@ -242,7 +229,7 @@ class Recorder:
     def _write(self, traces: list[Trace | TraceDoc]) -> None:
         docs: list[TraceDoc] = []
         for trace in traces:
-            if isinstance(trace, dict):  # queued as metadata already (submit)
+            if isinstance(trace, dict):  # already metadata (submit)
                 docs.append(trace)
                 continue
             try:
@@ -250,7 +237,7 @@ class Recorder:
                 docs.append(compacted(doc) if self.retention.bodies else metadata_only(doc))
             except Exception:  # one unreadable trace must not stop the writer
                 log.exception("trace %s could not be recorded", trace.id)
-        logged = access_log.LOGGER.isEnabledFor(logging.INFO)  # the line is not built for nobody
+        logged = access_log.LOGGER.isEnabledFor(logging.INFO)
         for doc in docs:
             self.metrics.observe(doc)
             if logged:
@@ -273,7 +260,7 @@ class Recorder:
 
 
 def trace_id(request: Request) -> str | None:
-    """The id of the trace this request began (`begin`), if it began one."""
+    """The id of the trace `begin` started for this request, if any."""
     trace: Trace | None = getattr(request.state, "trace", None)
     return trace.id if trace is not None else None
 
@@ -284,7 +271,7 @@ def _request_id(request: Request) -> str | None:
 
 
 def _omen_of(event: object) -> Omen | None:
-    """The omen an event is: the loop's own, or one of choice `index` of n > 1 as `(index, omen)`."""
+    """An event's omen: the loop's own, or `(index, omen)` for choice `index` of several."""
     if isinstance(event, Omen):
         return event
     if isinstance(event, tuple) and len(event) == 2 and isinstance(event[1], Omen) and isinstance(event[0], int):

@@ -1,23 +1,7 @@
-"""State that replicas share: small named tables of JSON objects (auto-mode decisions, capabilities).
+"""State that replicas share: small named JSON tables and two limits held in Redis.
 
-Without `redis_url` a table is a dict in this process. With it, every table is a Redis hash
-(`sanctum:<table>`) and each process keeps a copy it reads synchronously, so a request never waits on
-Redis and a Redis outage degrades to per-process memory instead of failing requests:
-
-    set / delete  -> the local copy at once, then MULTI { HSET|HDEL, PUBLISH sanctum:changes } in the
-                     background (one transaction: every replica sees changes in the order Redis applied them)
-    listener      -> applies each published change to the local copy (its own ones too, which keeps the
-                     order); after (re)subscribing and every `refresh_seconds` it reloads every table whole
-    outage        -> local writes keep working; the reload after reconnecting replaces the local copy
-                     with Redis' (a decision made only locally during the outage is learned again)
-
-Reads of a table that another replica just changed are eventually consistent: the change arrives with the
-published message (milliseconds on one network).
-
-Two limits are held in Redis itself, each one script run per use: a client key's slots (`take_slot`: a sorted
-set of leases, so a replica that dies lets its slots go after SLOT_LEASE_SECONDS) and the probe rate
-(`take_token`: one token bucket). Both answer None when Redis does not answer within LIMIT_SECONDS (or is
-known lost): the caller then holds the limit in this process alone, and one log line says so.
+Without `redis_url` a table is a dict. With it, each table is a Redis hash mirrored in every process, so reads never
+wait and an outage degrades to local memory. Limits answer None when Redis is slow; the caller then limits locally.
 """
 
 from __future__ import annotations
@@ -36,9 +20,9 @@ from sanctum_proxy.core.shapes import JSONObject
 log = logging.getLogger("sanctum_proxy.shared")
 CHANNEL = "sanctum:changes"
 PREFIX = "sanctum:"
-LIMIT_SECONDS = 0.5  # a limit's Redis call waits this long at most, then the process' own count decides
-SLOT_LEASE_SECONDS = 3600.0  # a slot no replica gave back (it died) stops counting after this
-# KEYS[1] a key's slots; ARGV: limit, lease seconds, this slot's id. 1: taken, 0: the key is at its limit.
+LIMIT_SECONDS = 0.5  # then the process' own count decides
+SLOT_LEASE_SECONDS = 3600.0  # a dead replica's slots stop counting after this
+# KEYS[1] a key's slots; ARGV: limit, lease seconds, slot id. 1: taken, 0: at the limit.
 TAKE_SLOT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -48,7 +32,7 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])))
 return 1
 """
-# KEYS[1] the bucket; ARGV: tokens per second, burst. 1: a token taken, 0: none left.
+# KEYS[1] the bucket; ARGV: tokens per second, burst. 1: taken, 0: none left.
 TAKE_TOKEN = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -71,7 +55,7 @@ class Table(Protocol):
 
 
 def pair_key(upstream: str, model: str) -> str:
-    """One row key for an (upstream, model) pair (both may hold ':' and '/'), the same on every replica."""
+    """One row key for an (upstream, model) pair, the same on every replica."""
     return orjson.dumps([upstream, model]).decode()
 
 
@@ -80,13 +64,11 @@ def pair_of(key: str) -> tuple[str, str]:
     return str(upstream), str(model)
 
 
-MAX_ROWS = 1024  # the setting max_models: rows of one table, the least recently used going first
+MAX_ROWS = 1024
 
 
 class LocalTable:
-    """A table in this process only, of at most `max_rows` rows: a row read or written moves to the end, and
-    past the limit the least recently used one goes (clients choose model names: every distinct one made a
-    row for ever)."""
+    """A table in this process of at most `max_rows` rows, least recently used evicted first."""
 
     def __init__(self, max_rows: int = MAX_ROWS) -> None:
         self._rows: dict[str, JSONObject] = {}
@@ -95,7 +77,7 @@ class LocalTable:
     def get(self, key: str) -> JSONObject | None:
         row = self._rows.pop(key, None)
         if row is not None:
-            self._rows[key] = row  # most recently used: last
+            self._rows[key] = row
         return row
 
     def set(self, key: str, value: JSONObject) -> None:
@@ -105,7 +87,6 @@ class LocalTable:
             self.evicted(next(iter(self._rows)))
 
     def evicted(self, key: str) -> None:
-        """The least recently used row goes."""
         self._rows.pop(key, None)
 
     def delete(self, key: str) -> None:
@@ -119,7 +100,7 @@ class LocalTable:
 
 
 class SharedTable(LocalTable):
-    """A local copy whose writes go through to Redis (see the module docstring)."""
+    """A local copy whose writes go through to Redis."""
 
     def __init__(self, name: str, state: SharedState, max_rows: int = MAX_ROWS) -> None:
         super().__init__(max_rows)
@@ -128,7 +109,7 @@ class SharedTable(LocalTable):
 
     def evicted(self, key: str) -> None:
         super().evicted(key)
-        self._state.write(self.name, key, None)  # Redis' hash stays within the limit too
+        self._state.write(self.name, key, None)
 
     def set(self, key: str, value: JSONObject) -> None:
         super().set(key, value)
@@ -139,7 +120,7 @@ class SharedTable(LocalTable):
         self._state.write(self.name, key, None)
 
     def apply(self, key: str, value: JSONObject | None) -> None:
-        """A change published by some replica (this one too): local copy only."""
+        """A change published by any replica, this one too: local copy only."""
         if value is None:
             super().delete(key)
         else:
@@ -147,7 +128,7 @@ class SharedTable(LocalTable):
 
 
 class SharedState:
-    """The tables of one process: local ones, or Redis-backed ones when `redis_url` is given."""
+    """The tables of one process: local, or Redis-backed with `redis_url`."""
 
     def __init__(self, redis_url: str | None = None, *, refresh_seconds: float = 30.0,
                  timeout: float = 3.0, max_rows: int = MAX_ROWS) -> None:
@@ -161,7 +142,7 @@ class SharedState:
         self._redis: Any = None
         self.connected = False
         self._synced = asyncio.Event()
-        self.limits_local = False  # the last limit call found no Redis (logged once per outage)
+        self.limits_local = False  # logged once per outage
 
     def table(self, name: str) -> Table:
         if name not in self._tables:
@@ -170,10 +151,10 @@ class SharedState:
         return self._tables[name]
 
     async def start(self) -> None:
-        """Connect and load every table (waiting at most `timeout`); on failure, go on locally and retry."""
+        """Connect and load every table within `timeout`; on failure, go on locally and retry."""
         if not self.redis_url:
             return
-        import redis.asyncio as aioredis  # the optional [redis] extra, only needed with redis_url
+        import redis.asyncio as aioredis  # the optional [redis] extra
 
         self._redis = aioredis.from_url(self.redis_url, socket_timeout=self._timeout,
                                         socket_connect_timeout=self._timeout, health_check_interval=15)
@@ -195,7 +176,7 @@ class SharedState:
             await self._redis.aclose()
 
     def write(self, table: str, key: str, value: JSONObject | None) -> None:
-        """Send one change to Redis in the background (callers are synchronous)."""
+        """Send one change to Redis in the background."""
         if self._redis is None:
             return
         task = asyncio.create_task(self._write(table, key, value))
@@ -212,7 +193,7 @@ class SharedState:
                     pipe.hset(PREFIX + table, key, orjson.dumps(value))
                 pipe.publish(CHANNEL, message)
                 await pipe.execute()
-        except Exception as exc:  # redis errors and OSErrors alike: the change stays local
+        except Exception as exc:  # the change stays local
             log.warning("shared state: could not write %s to Redis: %s", table, exc)
 
     async def _listen(self) -> None:
@@ -227,7 +208,7 @@ class SharedState:
                     await self._follow(pubsub)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # any failure of the connection: retry with backoff
+            except Exception as exc:  # retry with backoff
                 if self.connected:
                     log.warning("shared state: lost Redis (%s); deciding locally until it is back", exc)
                 self.connected = False
@@ -266,23 +247,23 @@ class SharedState:
         return None if taken is None else (slot if taken else False)
 
     def give_slot(self, owner: bytes, slot: str) -> None:
-        """Give a slot back, in the background (a slot not given back ends with its lease)."""
+        """Give a slot back in the background; one not given back ends with its lease."""
         if self._redis is not None:
             self._spawn(self._give(owner, slot))
 
     async def _give(self, owner: bytes, slot: str) -> None:
         try:
             await self._redis.zrem(_slots_key(owner), slot)
-        except Exception as exc:  # redis errors and OSErrors alike: the lease ends it
+        except Exception as exc:  # the lease ends it
             log.warning("shared limits: could not give a slot back to Redis: %s", exc)
 
     async def take_token(self, bucket: str, per_minute: int) -> bool | None:
-        """A token of the bucket every replica shares (per_minute a minute, as many at once); None without Redis."""
+        """A token of the shared bucket (per_minute a minute, as many at once); None without Redis."""
         taken = await self._limit(TAKE_TOKEN, PREFIX + "rate:" + bucket, per_minute / 60.0, per_minute)
         return None if taken is None else bool(taken)
 
     async def _limit(self, script: str, key: str, *args: object) -> int | None:
-        """Run a limit's script; None (and one log line per outage) when Redis cannot answer now."""
+        """Run a limit's script; None, logged once per outage, when Redis cannot answer now."""
         if self._redis is None:
             return None
         try:
@@ -290,7 +271,7 @@ class SharedState:
                 raise ConnectionError("Redis is not connected")
             async with asyncio.timeout(LIMIT_SECONDS):
                 answer = int(await self._redis.eval(script, 1, key, *args))
-        except Exception as exc:  # redis errors, OSErrors, the timeout: the process' own limit holds
+        except Exception as exc:  # the process' own limit holds
             if not self.limits_local:
                 log.warning("shared limits: Redis did not answer (%s); each process holds its own limits "
                             "until it does", exc or type(exc).__name__)
@@ -313,12 +294,11 @@ class SharedState:
 
 
 def _slots_key(owner: bytes) -> str:
-    """Where a client key's slots are kept: a hash of the key, never the key itself."""
+    """A hash of the client key, never the key itself."""
     return PREFIX + "slots:" + hashlib.sha256(owner).hexdigest()[:32]
 
 
 def without_password(url: str) -> str:
-    """redis://user:secret@host -> redis://user:***@host"""
     scheme, sep, rest = url.partition("://")
     userinfo, at, host = rest.rpartition("@")
     if not at or ":" not in userinfo:

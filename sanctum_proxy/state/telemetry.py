@@ -1,15 +1,8 @@
-"""OpenTelemetry traces of requests and their upstream rounds (the optional `[otel]` extra).
+"""OpenTelemetry spans of requests and their upstream rounds (the optional `[otel]` extra).
 
-On only when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set and the extra is
-installed; the SDK reads every other OTEL_* variable itself (headers, protocol, sampler, service name).
-Off, `from_environ` answers None, the recorder holds None, and nothing here runs per request.
-
-On, a request is one SERVER span whose parent is the client's `traceparent` (W3C), and each upstream round a
-CLIENT span under it. A round's span starts when the loop yields the round as sent, and its `traceparent` is
-put in OUTGOING, which `Upstream.headers` sends with the round: the upstream's own spans (vLLM's
-`--otlp-traces-endpoint`) join the same trace. Attributes follow the GenAI conventions (`gen_ai.*`); the
-repair has `sanctum.*` attributes, and each omen is a span event on the round it happened in. Message
-content goes on the spans only where `traces_bodies` is true. Spans leave on the SDK's batch thread.
+On only when an OTLP endpoint variable is set and the extra is installed; off, nothing here runs. A request is a SERVER
+span under the client's `traceparent`, each round a CLIENT span whose traceparent goes upstream. Message content goes on
+spans only with `traces_bodies`.
 """
 
 from __future__ import annotations
@@ -30,9 +23,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sanctum_proxy.telemetry")
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-# The trace context headers the round in flight sends upstream (traceparent, tracestate); None: none.
+# Trace context headers the round in flight sends upstream; None: none.
 OUTGOING: ContextVar[dict[str, str] | None] = ContextVar("sanctum_outgoing_trace", default=None)
-PROVIDER = "openai"  # the API every upstream is spoken to in (OpenAI-compatible chat completions)
+PROVIDER = "openai"
 OPERATION = "chat"
 SESSION_HEADERS = ("x-claude-code-session-id", "x-session-id")
 _OMEN_METADATA = ("spell", "call_id", "repairs", "reason", "from", "to", "upstream_status", "choice")
@@ -41,7 +34,7 @@ Attributes = dict[str, Any]
 
 
 def from_environ(environ: Mapping[str, str], bodies: bool) -> Telemetry | None:
-    """The exporter the environment asks for, or None (no endpoint, OTEL_SDK_DISABLED, or no extra)."""
+    """The exporter the environment asks for, or None."""
     if not any(environ.get(name) for name in ENDPOINTS) or environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return None
     try:
@@ -61,7 +54,7 @@ def from_environ(environ: Mapping[str, str], bodies: bool) -> Telemetry | None:
 
 
 class Telemetry:
-    """The tracer of one app; `begin` gives a request its spans."""
+    """The tracer of one app."""
 
     def __init__(self, provider: Any, bodies: bool) -> None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -72,7 +65,7 @@ class Telemetry:
         self.bodies = bodies
 
     def begin(self, headers: Mapping[str, str], trace: Trace) -> None:
-        """The request's span, a child of the client's `traceparent` if it sent one."""
+        """The request's span, a child of the client's `traceparent` if sent."""
         from opentelemetry.trace import SpanKind
 
         parent = self.propagator.extract(headers)
@@ -99,15 +92,15 @@ class Telemetry:
 
 
 class RequestSpans:
-    """One request's span and its rounds' spans (keyed by choice and round number)."""
+    """One request's span and its rounds' spans, keyed by choice and round number."""
 
     def __init__(self, telemetry: Telemetry, span: Any) -> None:
         self.telemetry = telemetry
         self.span = span
-        self.rounds: dict[tuple[int, int], tuple[Any, list[int]]] = {}  # -> (span, [end time ns] once judged)
+        self.rounds: dict[tuple[int, int], tuple[Any, list[int]]] = {}
 
     def round(self, record: RoundRecord, choice: int = 0) -> None:
-        """A round as sent (its span starts, its traceparent goes upstream) or as judged (its attributes)."""
+        """Start a round's span when sent; set its attributes when judged."""
         try:
             self._round(record, choice)
         except Exception:  # a span must never fail the request it describes
@@ -149,10 +142,10 @@ class RequestSpans:
         OUTGOING.set(carrier or None)
 
     def end(self, trace: Trace) -> None:
-        """The omens as events on their rounds, then every span ends (a round never judged ends now)."""
+        """Add the omens as events, then end every span."""
         try:
             self._end(trace)
-        except Exception:  # a span must never fail the request it describes
+        except Exception:
             log.exception("the spans of trace %s could not be recorded", trace.id)
 
     def _end(self, trace: Trace) -> None:
@@ -163,7 +156,7 @@ class RequestSpans:
         last = max((k for k in self.rounds if k[0] == 0), default=None)
         for key, (span, ended) in self.rounds.items():
             if key == last and final is not None:
-                span.set_attributes(_answered(final.meta, None))  # its own usage came when judged
+                span.set_attributes(_answered(final.meta, None))
             if not ended:
                 _failed(span, {"type": "client_disconnected" if trace.error else "cut_short",
                                "message": "the round ended before it was judged"})
@@ -186,7 +179,7 @@ class RequestSpans:
         span.end()
 
     def _event(self, omen: Omen) -> None:
-        """An omen as an event on its round's span (choice 0's round of that number), else the request's."""
+        """An omen as an event on its round's span, else on the request's."""
         choice = omen.fields.get("choice")
         found = self.rounds.get((choice if isinstance(choice, int) else 0, omen.round))
         span = found[0] if found is not None else self.span
@@ -230,7 +223,7 @@ def _answered(meta: Mapping[str, Any], usage: Mapping[str, Any] | None) -> Attri
 
 
 def _usage(usage: Mapping[str, Any] | None) -> Attributes:
-    """OpenAI usage as GenAI attributes, cached prompt tokens and reasoning tokens included."""
+    """OpenAI usage as GenAI attributes."""
     if not usage:
         return {}
     out: Attributes = {}
@@ -265,7 +258,7 @@ def _omen_attributes(omen: Omen, bodies: bool) -> Attributes:
 
 
 def _attribute_value(value: object) -> Any:
-    """A value OpenTelemetry takes: a scalar, a list of strings, or JSON text of anything else."""
+    """A value OpenTelemetry takes: a scalar, a list of strings, or JSON text."""
     if value is None or isinstance(value, str | bool | int | float):
         return value
     if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):

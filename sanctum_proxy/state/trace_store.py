@@ -1,8 +1,7 @@
-"""The SQLite store of trace documents (stdlib sqlite3): add, prune, list with filters and a cursor, get.
+"""The SQLite store of trace documents.
 
-One connection per store, shared by the trace writer thread and the read routes (which call it through
-`asyncio.to_thread`), serialised by a lock: SQLite's `:memory:` database lives in one connection, and the
-volumes here (a few writes per request, a viewer reading) never need more.
+One connection, shared by the writer thread and the read routes and serialised by a lock, because `:memory:` lives in
+one connection.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ CREATE TABLE IF NOT EXISTS traces (
 );
 CREATE INDEX IF NOT EXISTS traces_created ON traces (created);
 """
-# The newest trace whose running total of document bytes (newest first) passes the budget, and all older.
-# length() of a BLOB reads the record header, not the document.
+# The newest trace whose running byte total passes the budget, and all older. length() of a BLOB reads only its header.
 _OVER_BUDGET = """
 DELETE FROM traces WHERE seq <= (
     SELECT MAX(seq) FROM (SELECT seq, SUM(length(doc)) OVER (ORDER BY seq DESC) AS total FROM traces)
@@ -45,10 +43,7 @@ INSERT = "INSERT OR REPLACE INTO traces (id, created, model, outcome, summary, d
 
 
 def new_id() -> str:
-    """A trace id: a UUIDv7 (RFC 9562) as 32 hex digits, the time in milliseconds first, then 74 random bits.
-    Ids that grow with time are stored at the end of the `id` index; uuid4's random ones wrote a page at a
-    random place of it for every trace, a third of the insert's cost at 5,000 stored traces
-    (bench/results/profile.md, Round 5)."""
+    """A UUIDv7 as 32 hex digits, so ids grow with time and append to the index."""
     ms = time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF
     rand = int.from_bytes(os.urandom(10), "big")
     value = ms << 80 | 0x7 << 76 | (rand >> 68) << 64 | 0b10 << 62 | rand & (1 << 62) - 1
@@ -56,8 +51,7 @@ def new_id() -> str:
 
 
 def default_path(env: Mapping[str, str] | None = None) -> Path:
-    """`$XDG_STATE_HOME/sanctum-proxy/traces.sqlite3` (default `~/.local/state/...`): traces are state that
-    should outlive a restart but are not worth backing up, which is what XDG's state directory is for."""
+    """`$XDG_STATE_HOME/sanctum-proxy/traces.sqlite3`: state that outlives a restart but needs no backup."""
     env = os.environ if env is None else env
     base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "sanctum-proxy" / "traces.sqlite3"
@@ -69,11 +63,11 @@ class Query:
     model: str | None = None
     since: float | None = None  # unix seconds
     limit: int = 50
-    after: str | None = None  # a trace id: the page starts with the next older trace
+    after: str | None = None  # a trace id: the page starts after it
 
 
 class UnknownCursor(KeyError):
-    """`after` names a trace the store does not hold (never stored, or pruned)."""
+    """`after` names a trace the store does not hold."""
 
 
 class TraceStore:
@@ -88,13 +82,11 @@ class TraceStore:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
-            # At least the document bytes of the rows up to `seq` `self._seen` (a row removed by another
-            # connection or replaced still counts until the next exact sum); rows past it, whoever stored them
-            # (workers > 1 share the file), are summed by the next prune through the `seq` key.
+            # Bytes held up to `seq` `self._seen`, a lower bound; newer rows are summed at the next prune.
             self._bytes, self._seen = self._held()
 
     def add(self, docs: list[TraceDoc], max_doc_bytes: int | None = None) -> None:
-        """Store documents; one whose JSON is over `max_doc_bytes` is stored `clipped`."""
+        """Store documents; one over `max_doc_bytes` is stored clipped."""
         rows = []
         for d in docs:
             data = orjson.dumps(d)
@@ -112,17 +104,10 @@ class TraceStore:
             self._db.execute("COMMIT")
 
     def prune(self, max_count: int, oldest: float, max_bytes: int | None = None) -> int:
-        """Keep at most the newest `max_count` traces, none created before `oldest`, and no more than
-        `max_bytes` of documents (the newest first); returns how many went.
+        """Keep the newest `max_count` traces, none older than `oldest`, within `max_bytes`; returns how many went.
 
-        `seq` only grows, so "not among the newest max_count" is `seq <= MAX(seq) - max_count`, an index
-        lookup, not an `OFFSET` walk (bench/results/design_costs.md). A replaced id leaves a gap in `seq`,
-        so the store may then keep a few fewer than max_count.
-
-        Each step reads only the rows it adds up or removes through the `seq` key or the `created` index: the
-        rows stored since the last prune (by any connection) are summed, those about to be deleted are summed
-        first, so the store knows a bound on the bytes it holds; the byte budget's query (a window over every
-        row) runs only when that bound passes `max_bytes`, and then the rest is summed exactly."""
+        Each step reads only the rows it adds or removes; the full byte window runs only past the tracked bound.
+        """
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -146,7 +131,7 @@ class TraceStore:
         return gone
 
     def _held(self) -> tuple[int, int]:
-        """The document bytes held and the last `seq` (0: none), read in one statement (one snapshot)."""
+        """The document bytes held and the last `seq` (0: none), in one snapshot."""
         held, last = self._db.execute(_HELD).fetchone()
         return held, last or 0
 

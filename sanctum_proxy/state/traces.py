@@ -1,16 +1,6 @@
-"""Trace records: one per chat request, from what the round loop recorded to what the client got.
+"""Trace records of chat requests: the live Trace, its stored document and that document's transforms.
 
-    Trace            the live record of one request; the hot path only sets references on it
-    trace_json()     the stored document: request, every upstream round (what was sent, status, raw answer,
-                     latency, tokens), every omen, the answer or the error, total latency, outcome
-    metadata_only()  the same document without message bodies (setting `traces_bodies = false`)
-    compacted()      the document as stored: a round's `sent` without the request's members it sent unchanged
-    expanded()       ... and back, for whoever reads a stored document (the API, the viewer)
-    clipped()        the same document cut to `traces_max_doc_bytes` (long strings shortened, said so)
-    summary()        the fields the trace list shows
-
-Outcomes, the most telling first: surrendered | fallback | rejected | repaired | clean, and error (an upstream
-error, an internal error or a client that went away before the answer).
+Outcomes, most telling first: surrendered, fallback, rejected, repaired, clean, error.
 """
 
 from __future__ import annotations
@@ -32,11 +22,11 @@ from sanctum_proxy.errors import CLIENT_GONE, ProxyError, ToolCallParseError
 from sanctum_proxy.repair.events import Final, RoundRecord, note
 from sanctum_proxy.repair.plan import Plan
 
-if TYPE_CHECKING:  # only for the annotation: telemetry imports this module
+if TYPE_CHECKING:  # telemetry imports this module
     from sanctum_proxy.state.telemetry import RequestSpans
 
 OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
-# Omen fields that describe what happened without quoting the conversation (kept by metadata_only).
+# Omen fields that quote nothing of the conversation (kept by metadata_only).
 _OMEN_METADATA = ("type", "round", "spell", "call_id", "repairs", "reason", "from", "to", "upstream_status")
 
 
@@ -44,29 +34,29 @@ _OMEN_METADATA = ("type", "round", "spell", "call_id", "repairs", "reason", "fro
 class Trace:
     id: str
     request_id: str | None
-    created: float  # unix seconds when the request arrived
-    started: float  # time.perf_counter() then
-    request: JSONObject  # the client's body (without `sanctum`)
+    created: float  # unix seconds
+    started: float  # time.perf_counter()
+    request: JSONObject  # without `sanctum`
     plan: Plan
     upstream: str
-    requested_mode: str  # the spell-calling control: native | prompted | auto
-    protocol: str = "chat"  # the client's protocol: chat | responses | messages (translated to chat)
+    requested_mode: str  # native | prompted | auto
+    protocol: str = "chat"  # chat | responses | messages
     final: Final | None = None
-    omens: list[Omen] = field(default_factory=list)  # the loop's omens as they happened (recorder.watch)
-    error: JSONObject | None = None  # the OpenAI error object the client got ({"message", "type", ...})
-    status: int = 0  # the HTTP status the client got (200 for an error sent inside a stream)
+    omens: list[Omen] = field(default_factory=list)
+    error: JSONObject | None = None  # OpenAI error object
+    status: int = 0  # 200 for an error inside a stream
     outcome: str = Outcome.ERROR
     latency_ms: float = 0.0
     done: bool = field(default=False, repr=False)
-    body_bytes: int = 0  # the client's body as it came (what the trace queue's budget counts, with the answers)
-    rounds: dict[int, list[RoundRecord]] = field(default_factory=dict)  # by choice: the loop's round records
-    first_chunk_ms: float | None = None  # a stream's first text to the client, since the request arrived
-    upstream_ms: float = 0.0  # the judged rounds' latency together (the proxy's own time is the rest)
-    open_since: float | None = None  # perf_counter() when the round now in flight was sent
-    spans: RequestSpans | None = field(default=None, repr=False)  # its OpenTelemetry spans, when that is on
+    body_bytes: int = 0
+    rounds: dict[int, list[RoundRecord]] = field(default_factory=dict)  # by choice
+    first_chunk_ms: float | None = None
+    upstream_ms: float = 0.0  # the proxy's own time is the rest
+    open_since: float | None = None
+    spans: RequestSpans | None = field(default=None, repr=False)
 
     def record(self, record: RoundRecord, choice: int = 0) -> None:
-        """A round's record as the loop yielded it (routes/rounds.py): when sent, then when judged."""
+        """A round's record as the loop yielded it: when sent, then when judged."""
         note(self.rounds.setdefault(choice, []), record)
         if record.outcome == "pending":
             self.open_since = time.perf_counter()
@@ -75,25 +65,22 @@ class Trace:
             self.open_since = None
 
     def overhead_ms(self) -> float:
-        """The proxy's own time in this request so far: since it arrived, less the time upstream rounds took
-        (a round in flight counts from when it was sent)."""
+        """The proxy's own time so far: elapsed less upstream round time, counting a round in flight from when sent."""
         now = time.perf_counter()
         waiting = now - self.open_since if self.open_since is not None else 0.0
         return max(0.0, (now - self.started - waiting) * 1000 - self.upstream_ms)
 
     def records(self) -> list[RoundRecord]:
-        """Every round, choice by choice."""
         return [r for choice in sorted(self.rounds) for r in self.rounds[choice]]
 
     @property
     def mode(self) -> str:
-        """The mode of the latest round (after a fallback: the mode answering), before any round the plan's."""
+        """The latest round's mode, or the plan's before any round."""
         rounds = self.rounds.get(0)
         return rounds[-1].mode if rounds else self.plan.mode
 
     def weight(self) -> int:
-        """About how many bytes of text this trace holds alive until it is written: the request, and each
-        round's answer (its content and call arguments; counted without walking anything bigger)."""
+        """Approximate bytes of text this trace keeps alive until written, counted without deep walks."""
         total = self.body_bytes
         for record in self.records():
             message = record.answer if isinstance(record.answer, dict) else {}
@@ -129,7 +116,7 @@ class Trace:
 
 
 class RoundDoc(TypedDict):
-    """A round in a trace document (`_round_json`)."""
+    """A round in a trace document; metadata-only documents keep bodies' shapes only."""
 
     number: int
     mode: str
@@ -139,20 +126,19 @@ class RoundDoc(TypedDict):
     latency_ms: float
     finish_reason: str | None
     usage: Usage | None
-    sent: JSONObject  # the body sent (metadata only: its shape; stored: `compacted`)
-    answer: Mapping[str, object] | None  # the upstream's message as it came (metadata only: its shape)
+    sent: JSONObject
+    answer: Mapping[str, object] | None
     error: JSONObject | None
-    sent_keys: NotRequired[list[str]]  # stored: every key of `sent` in order (`compacted`)
+    sent_keys: NotRequired[list[str]]  # stored: every key of `sent` in order
 
 
 class AnswerDoc(TypedDict):
-    message: Mapping[str, object]  # Final.message (metadata only: its shape)
+    message: Mapping[str, object]
     finish_reason: str
 
 
 class TraceDoc(TypedDict):
-    """The document of one request (`trace_json`), as the writer hands it to the metrics, the access log and
-    the store (`compacted`, or `metadata_only`, then maybe `clipped`)."""
+    """The document of one request, for the metrics, access log and store."""
 
     object: str
     id: str
@@ -169,18 +155,18 @@ class TraceDoc(TypedDict):
     status: int
     latency_ms: float
     usage: Usage | None
-    request: JSONObject  # the client's body (metadata only: its shape)
+    request: JSONObject
     rounds: list[RoundDoc]
     omens: list[JSONObject]
     answer: AnswerDoc | None
     error: JSONObject | None
     bodies: bool
-    clipped: NotRequired[str]  # what `clipped` (or a full trace queue: Recorder.submit) cut
-    first_chunk_ms: NotRequired[float | None]  # a stream's time to its first text (Trace.first_chunk_ms)
+    clipped: NotRequired[str]
+    first_chunk_ms: NotRequired[float | None]
 
 
 def trace_json(trace: Trace) -> TraceDoc:
-    """The full stored document. Runs on the trace writer thread, never on the event loop."""
+    """The full document; runs on the writer thread, never the event loop."""
     final, records = trace.final, trace.records()
     omens = final.omens if final is not None else trace.omens
     return {
@@ -209,12 +195,11 @@ def _round_json(record: RoundRecord) -> RoundDoc:
 
 
 def _round_status(error: JSONObject | None) -> int:
-    """The status this round got: 200, the upstream's own error status, or the proxy's 502/504 for an upstream
-    that could not be reached or did not answer in time."""
+    """200, the upstream's error status, or 502/504 for an upstream unreachable or too slow."""
     if error is None:
         return 200
     status = error.get("upstream_status") or error.get("status") or 502
-    return int(cast("int | str", status))  # the upstream's status or the proxy's own (errors.py): an int
+    return int(cast("int | str", status))  # an int
 
 
 def _summed_usage(records: list[RoundRecord]) -> Usage | None:
@@ -223,19 +208,18 @@ def _summed_usage(records: list[RoundRecord]) -> Usage | None:
         for key, value in (record.usage or {}).items():
             if key in ("prompt_tokens", "completion_tokens", "total_tokens") and isinstance(value, int):
                 total[key] = total.get(key, 0) + value
-    return cast("Usage", total) if total else None  # those three keys, ints
+    return cast("Usage", total) if total else None
 
 
-SENT_KEYS: Const = "sent_keys"  # in a stored round: every key of its `sent` in order; those absent are the request's
+SENT_KEYS: Const = "sent_keys"  # stored: every key of `sent` in order; absent ones are the request's
 
 
 def compacted(doc: TraceDoc) -> TraceDoc:
-    """The document as stored: the members of a round's `sent` that are the client's request's own (the same
-    object, or a list of the same objects: a native round's messages and tools) are not written twice; `sent`
-    keeps the others and the round's `sent_keys` lists every key in order. The request is most of a trace's
-    bytes, and the first round sends most of it as it came. `expanded` undoes it; equal values that are not
-    the same objects are written out (nothing is compared deeply: this runs for every trace)."""
-    request: object = doc.get("request")  # checked: a document may come from elsewhere (the tests, a tool)
+    """The document as stored: members of a round's `sent` that are the request's own objects are not written twice.
+
+    Identity is checked, not equality, since this runs for every trace. `expanded` undoes it.
+    """
+    request: object = doc.get("request")  # a document may come from elsewhere
     if not isinstance(request, dict) or not doc.get("rounds"):
         return doc
     rounds = []
@@ -250,7 +234,7 @@ def compacted(doc: TraceDoc) -> TraceDoc:
 
 
 def expanded(doc: dict[str, Any]) -> dict[str, Any]:
-    """A stored document as `trace_json` made it (`compacted` undone)."""
+    """A stored document with `compacted` undone."""
     request = doc.get("request")
     for r in doc.get("rounds") or ():
         keys = r.pop(SENT_KEYS, None)
@@ -268,7 +252,7 @@ def _same(value: object, given: object) -> bool:
 
 
 def metadata_only(doc: TraceDoc) -> TraceDoc:
-    """Drop every message body: counts, names, statuses, latencies, tokens and omen kinds stay."""
+    """Drop every message body; counts, names, statuses, latencies, tokens and omen kinds stay."""
     request = doc["request"]
     out: TraceDoc = {**doc, "bodies": False, "request": _request_shape(request) if request is not None else request}
     out["rounds"] = [{**r, "sent": _request_shape(r["sent"]) if r["sent"] is not None else r["sent"],
@@ -282,21 +266,18 @@ def metadata_only(doc: TraceDoc) -> TraceDoc:
     return out
 
 
-_MARK_BYTES = 48  # what a cut string's note costs at most ("… [N more characters not stored]", UTF-8)
-_NOTE_BYTES = 128  # the `clipped` note itself
+_MARK_BYTES = 48  # a cut string's note at most, UTF-8
+_NOTE_BYTES = 128
 
 
 def clipped(doc: TraceDoc, max_bytes: int, size: int) -> TraceDoc:
-    """The document cut to fit `max_bytes` of JSON (`size`: its whole size): every string longer than a limit
-    keeps its head and says how much went, the limit halving until it fits; metadata only when even that
-    is not enough (thousands of short messages). `clipped` says what was done.
+    """The document cut to `max_bytes` of JSON (`size`: its whole size).
 
-    Linear in the document: its string lengths are read once, and the size each limit would leave is worked out
-    from them (a cut saves at least its characters less the note, whatever the encoding), so the document is
-    cut and written only for a limit that fits (again only if the estimate was short), not for every halving
-    (bench/results/design_costs.md)."""
+    Long strings keep their head and a note, the limit halving until it fits; metadata only if that fails. Sizes are
+    estimated from string lengths so the document is written once, not per halving.
+    """
     lengths = sorted(_string_lengths(doc), reverse=True)
-    totals = list(itertools.accumulate(lengths))  # totals[i]: the i + 1 longest strings' lengths together
+    totals = list(itertools.accumulate(lengths))  # the i + 1 longest lengths together
     limit = max_bytes // 4
     while limit >= 64:
         over = _count_over(lengths, limit)
@@ -311,7 +292,7 @@ def clipped(doc: TraceDoc, max_bytes: int, size: int) -> TraceDoc:
 
 
 def _string_lengths(value: Any) -> list[int]:
-    """The length of every string `_clip` may cut (values, not keys), iteratively."""
+    """Every string `_clip` may cut (values, not keys)."""
     out: list[int] = []
     stack = [value]
     while stack:

@@ -1,12 +1,7 @@
-"""A context that fits: the `num_ctx` Ollama should run a request with so that nothing of it is cut. Pure.
+"""The `num_ctx` Ollama should run a request with so nothing is cut. Pure.
 
-Ollama runs a model with the request's `options.num_ctx`, else its Modelfile's, else the server's default, and
-silently drops the start of a prompt longer than that (the tools and the system prompt first). The prompt is
-estimated as upstreams/tokens.py does (a token per four characters of its JSON, an overcount), plus room for the
-answer. Where that is more than the model would run with, num_ctx is raised to the next power of two (so that
-requests of similar size share one loaded runner) up to the model's trained length and the setting
-`ollama_max_num_ctx`; it is never lowered. Where even the prompt alone does not fit there, the request is refused
-with the sizes named.
+Ollama silently drops a prompt's start past its context. num_ctx rises to the next power of two, within the model's
+limit and `ollama_max_num_ctx`, never lowered; a request too big even then is refused.
 """
 
 from __future__ import annotations
@@ -16,14 +11,14 @@ from dataclasses import dataclass
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.upstreams import tokens
 
-DEFAULT_ROOM = 1024  # tokens left for the answer when the request names no limit
-MAX_ROOM = 4096  # ... at most, whatever it names (Claude Code asks for 32000 and more)
-SMALLEST = 2048  # a request that needs no more than this fits every context Ollama runs a model with
+DEFAULT_ROOM = 1024  # tokens for the answer when the request names no limit
+MAX_ROOM = 4096  # at most; Claude Code asks for 32000 and more
+SMALLEST = 2048  # fits every context Ollama runs a model with
 
 
 @dataclass(frozen=True)
 class Need:
-    """What a request needs: its prompt's estimated tokens and the room kept for the answer."""
+    """A request's estimated prompt tokens and the room kept for the answer."""
 
     prompt: int
     room: int
@@ -35,7 +30,7 @@ class Need:
 
 @dataclass(frozen=True)
 class Fit:
-    """The num_ctx to send (None: the context the model runs with fits), or why it cannot fit (`refused`)."""
+    """The num_ctx to send (None: the current context fits), or why it cannot fit."""
 
     need: Need
     runs_with: int
@@ -44,13 +39,13 @@ class Fit:
 
 
 def need_of(body: JSONObject, limit: object) -> Need:
-    """The request's need; `limit`: the answer's token limit it names (num_predict, max_tokens), if any."""
+    """The request's need; `limit`: the answer token limit it names, if any."""
     room = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else DEFAULT_ROOM
     return Need(tokens.estimate(body), min(room, MAX_ROOM))
 
 
 def fitted(need: Need, runs_with: int, trained: int | None, cap: int, model: str) -> Fit:
-    """The num_ctx that holds `need`, from what the model `runs_with` (see the module docstring)."""
+    """The num_ctx that holds `need`, given what the model `runs_with`."""
     if need.total <= runs_with:
         return Fit(need, runs_with)
     most = min(trained, cap) if trained else cap

@@ -1,20 +1,7 @@
-"""Ollama's `/api/chat` answers as chat completions, its NDJSON lines as chunks, its errors as the proxy's. Pure.
+"""Ollama's `/api/chat` answers as chat completions, NDJSON lines as chunks, errors as UpstreamError. Pure.
 
-    answer (api/types.go ChatResponse)      chat.completion
-      message.content / thinking            content / reasoning_content
-      message.tool_calls                    tool_calls: ids made up, arguments as JSON text
-      done_reason                           finish_reason ("tool_calls" where calls came and it said "stop")
-      prompt_eval_count, eval_count         usage
-      created_at, done_reason, durations    kept under OLLAMA_FIELDS (`metrics`), for a native front door
-    line (one object of the stream)         chat.completion.chunk(s); the `done` line gives the finish chunk
-                                            and the usage chunk
-    {"error": "..."} (any status, or a line once the stream began)
-                                            UpstreamError with the message as Ollama wrote it (`raw`
-                                            {"error": message}), read by repair/upstream_errors.py as the same
-                                            message on /v1 is
-
-A round that required a call was sent with the answer schema as `format` (ollama_native.py): its content, an
-answer object, comes back as the calls it stands for (repair/constrain.decode).
+Ollama-only fields (durations, created_at) go under OLLAMA_FIELDS. A required-call round's content comes back as its
+calls.
 """
 
 from __future__ import annotations
@@ -33,7 +20,7 @@ from sanctum_proxy.repair import constrain as cn
 
 METRICS = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count",
            "eval_duration")
-FINGERPRINT = "fp_ollama"  # what Ollama's own /v1 answers carry (openai/openai.go)
+FINGERPRINT = "fp_ollama"
 MAX_ERROR_TEXT = 2000
 
 
@@ -42,7 +29,7 @@ def completion_id() -> str:
 
 
 def created(answer: JSONObject) -> int:
-    """`created_at` (RFC 3339 with nanoseconds) as Unix seconds; 0 when it is missing or unreadable."""
+    """`created_at` (RFC 3339) as Unix seconds; 0 when missing or unreadable."""
     stamp = answer.get("created_at")
     if not isinstance(stamp, str):
         return 0
@@ -53,7 +40,7 @@ def created(answer: JSONObject) -> int:
 
 
 def metrics(answer: JSONObject) -> JSONObject:
-    """The answer's own fields a chat completion has no place for (durations in nanoseconds, as Ollama sends)."""
+    """Fields a chat completion has no place for (durations in nanoseconds)."""
     kept: JSONObject = {k: answer[k] for k in ("created_at", "done_reason", *METRICS) if k in answer}
     return kept
 
@@ -68,7 +55,7 @@ def usage(answer: JSONObject) -> JSONObject | None:
 
 
 def chat_calls(calls: JSONValue, start: int = 0) -> list[JSONObject]:
-    """Ollama's calls as OpenAI's: an id of its own where Ollama gave none, arguments as JSON text."""
+    """Ollama's calls as OpenAI's: ids made up where missing, arguments as JSON text."""
     out: list[JSONObject] = []
     for offset, call in enumerate(calls if isinstance(calls, list) else ()):
         function = call.get("function") if isinstance(call, dict) else None
@@ -89,7 +76,6 @@ def finish_reason(done_reason: JSONValue, calls: bool) -> str:
 
 
 def completion(answer: JSONObject, calls_in_content: bool = False) -> JSONObject:
-    """A whole `/api/chat` answer as a chat.completion."""
     said = answer.get("message")
     said = said if isinstance(said, dict) else {}
     content = said.get("content")
@@ -115,8 +101,7 @@ def completion(answer: JSONObject, calls_in_content: bool = False) -> JSONObject
 
 @dataclass
 class Chunks:
-    """One stream's lines as chat.completion.chunks: one id, the role once, call indices counted across lines.
-    With `calls_in_content` the content is held and given at the end as the calls it decodes to."""
+    """One stream's lines as chunks: one id, the role once, call indices counted across lines."""
 
     calls_in_content: bool = False
     id: str = field(default_factory=completion_id)
@@ -126,7 +111,7 @@ class Chunks:
     done: bool = False
 
     def of(self, line: JSONObject) -> list[JSONObject]:
-        """The chunks one NDJSON line stands for (the last line: its delta, the finish chunk, the usage chunk)."""
+        """The chunks one NDJSON line stands for."""
         said = line.get("message")
         said = said if isinstance(said, dict) else {}
         delta: JSONObject = {}
@@ -156,7 +141,7 @@ class Chunks:
         return out
 
     def _decoded_held(self) -> JSONObject:
-        """The held content of a required-call round: its calls, or the text where it is no answer object."""
+        """A required-call round's held content as calls, or as text where it is no answer object."""
         if not self._held:
             return {}
         message = cn.decode({"role": "assistant", "content": "".join(self._held)})
@@ -176,8 +161,7 @@ class Chunks:
 
 
 def error_of(status: int, body: bytes) -> UpstreamError:
-    """An `/api/chat` error answer (`{"error": "<message>"}`, server/routes.go) as the proxy's UpstreamError; a
-    body of another shape (a text 404 from something that is no Ollama) keeps its text."""
+    """An `/api/chat` error as UpstreamError; a body of another shape keeps its text."""
     try:
         parsed: Any = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -191,8 +175,7 @@ def error_of(status: int, body: bytes) -> UpstreamError:
 
 
 def line_error(line: JSONObject) -> UpstreamError | None:
-    """The `{"error": "..."}` line Ollama writes once its stream began (server/routes.go streamResponse): its
-    status would have been 500."""
+    """The error line Ollama writes once its stream began, in place of a 500."""
     said = line.get("error")
     if said is None or said == "":
         return None

@@ -1,19 +1,7 @@
-"""A round's chat-completions body as Ollama's own `POST /api/chat` request (api/types.go `ChatRequest`). Pure.
+"""A round's chat-completions body as Ollama's own `POST /api/chat` request. Pure.
 
-    messages           history in Ollama's shape: calls without ids, arguments as objects, tool results with
-                       the `tool_name` of their call, content parts as text plus base64 `images`,
-                       reasoning as `thinking`
-    tools              as they are (Ollama reads OpenAI's function tools); none where tool_choice is "none"
-    options            only the sampling fields the body holds (temperature, top_p, max_completion_tokens /
-                       max_tokens -> num_predict, seed, stop, frequency_penalty, presence_penalty, and the
-                       llama.cpp extensions top_k, min_p, repeat_penalty): never one the client did not send
-    format             response_format json_schema -> its schema, json_object -> "json"; a call the body
-                       requires (tool_choice "required", Ollama has none) -> the answer schema of its tools
-    think              reasoning_effort, as Ollama's own /v1 maps it
-    OLLAMA_FIELDS      the native client's own fields, merged last: its options win key by key, in its order;
-                       its `format` yields only to a constrained round's
-
-Toward a /v1 upstream the OLLAMA_FIELDS stash is removed (`without_stash`).
+Only sampling fields the client sent become options. A required call goes as a `format` schema, since Ollama has no
+tool_choice. The native client's OLLAMA_FIELDS merge last, and are removed toward a /v1 upstream.
 """
 
 from __future__ import annotations
@@ -28,12 +16,12 @@ from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject, JSONValue
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.toolbox import Toolbox
 
-# chat body field -> Ollama option (api/types.go Options); max_completion_tokens is read before max_tokens
+# chat body field -> Ollama option; max_completion_tokens is read before max_tokens
 SAMPLING = (("temperature", "temperature"), ("top_p", "top_p"), ("max_completion_tokens", "num_predict"),
             ("max_tokens", "num_predict"), ("seed", "seed"), ("frequency_penalty", "frequency_penalty"),
             ("presence_penalty", "presence_penalty"), ("top_k", "top_k"), ("min_p", "min_p"),
             ("repeat_penalty", "repeat_penalty"))
-# reasoning_effort -> think (openai/openai.go thinkFromReasoningEffort)
+# reasoning_effort -> think, as Ollama's /v1 maps it
 EFFORT = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high", "max": "max",
           "xhigh": "max", "ultra": "max"}
 IMAGE_PREFIXES = ("data:;base64,", "data:image/jpeg;base64,", "data:image/jpg;base64,", "data:image/png;base64,",
@@ -42,20 +30,19 @@ IMAGE_PREFIXES = ("data:;base64,", "data:image/jpeg;base64,", "data:image/jpg;ba
 
 @dataclass(frozen=True)
 class NativeRequest:
-    """The /api/chat request, and whether its answer's content is a call to decode (`calls_in_content`: the body
-    required a call, sent as `format`)."""
+    """The /api/chat request, and whether its content is a call to decode."""
 
     body: JSONObject
     calls_in_content: bool = False
 
 
 def without_stash(body: JSONObject) -> JSONObject:
-    """The body for a /v1 upstream: never the native client's own fields."""
+    """The body for a /v1 upstream, without the native client's fields."""
     return {k: v for k, v in body.items() if k != OLLAMA_FIELDS} if OLLAMA_FIELDS in body else body
 
 
 def native_request(body: JSONObject) -> NativeRequest:
-    """The /api/chat request for one round's chat body (see the module docstring)."""
+    """The /api/chat request for one round's chat body."""
     stash = body.get(OLLAMA_FIELDS)
     own: Mapping[str, JSONValue] = stash if isinstance(stash, dict) else {}
     out: JSONObject = {"model": body.get("model"), "messages": messages(body.get("messages")),
@@ -74,7 +61,7 @@ def native_request(body: JSONObject) -> NativeRequest:
             out["top_logprobs"] = body["top_logprobs"]
     for key, value in own.items():
         if key == "options" or key == "format" and (calls_in_content or cn.is_constrained(body)):
-            continue  # a constrained round's schema wins over the client's own format
+            continue  # a constrained round's schema wins over the client's format
         if key not in ("model", "messages", "stream", "tools"):
             out[key] = value
     options = merged_options(sampling(body), own.get("options"))
@@ -84,7 +71,7 @@ def native_request(body: JSONObject) -> NativeRequest:
 
 
 def sampling(body: JSONObject) -> JSONObject:
-    """The Ollama options for the sampling fields the body holds (a null is no value)."""
+    """The Ollama options for the body's sampling fields; null is no value."""
     options: JSONObject = {}
     for field, option in SAMPLING:
         value = body.get(field)
@@ -99,14 +86,14 @@ def sampling(body: JSONObject) -> JSONObject:
 
 
 def merged_options(mapped: JSONObject, own: JSONValue) -> JSONObject:
-    """The client's native options as it sent them (order and values), then the mapped ones it did not name."""
+    """The client's native options as sent, then mapped ones it did not name."""
     if not isinstance(own, dict):
         return mapped
     return {**own, **{k: v for k, v in mapped.items() if k not in own}}
 
 
 def answer_format(body: JSONObject) -> tuple[JSONValue, bool]:
-    """`format` for the body, and whether it stands for a required call (its content is then the call)."""
+    """`format`, and whether it stands for a required call."""
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         spec = fmt.get("json_schema")
@@ -124,7 +111,7 @@ def answer_format(body: JSONObject) -> tuple[JSONValue, bool]:
 
 
 def messages(listed: JSONValue) -> list[JSONObject]:
-    """The history in Ollama's shape; a tool result names the tool of the call it answers."""
+    """The history in Ollama's shape; a tool result names its call's tool."""
     names: dict[str, str] = {}
     out: list[JSONObject] = []
     for message in listed if isinstance(listed, list) else ():
@@ -140,7 +127,7 @@ def messages(listed: JSONValue) -> list[JSONObject]:
 
 
 def native_message(message: JSONObject, names: Mapping[str, str]) -> JSONObject:
-    """One chat message as Ollama's `Message` (role, content, thinking, images, tool_calls, tool_name)."""
+    """One chat message as Ollama's `Message`."""
     role = message.get("role")
     role = "system" if role == "developer" else "tool" if role == "function" else role
     text, images = content_of(message.get("content"))
@@ -162,7 +149,7 @@ def native_message(message: JSONObject, names: Mapping[str, str]) -> JSONObject:
 
 
 def content_of(content: JSONValue) -> tuple[str, list[str]]:
-    """Text (text parts joined by newlines) and base64 images (data URLs' payloads) of a chat content."""
+    """Text parts joined by newlines, and base64 image payloads."""
     if isinstance(content, str):
         return content, []
     texts: list[str] = []
@@ -181,7 +168,7 @@ def content_of(content: JSONValue) -> tuple[str, list[str]]:
 
 
 def image_data(url: str) -> str:
-    """A data URL's base64 payload; anything else as it is (Ollama answers a clear 400 for what it cannot read)."""
+    """A data URL's base64 payload; anything else as is (Ollama answers 400)."""
     for prefix in IMAGE_PREFIXES:
         if url.startswith(prefix):
             return url[len(prefix):]
@@ -189,14 +176,14 @@ def image_data(url: str) -> str:
 
 
 def native_call(call: JSONObject) -> JSONObject:
-    """A history call as Ollama holds it: a name and the arguments as an object, no id."""
+    """A history call as Ollama holds it: name, arguments object, no id."""
     function = call.get("function")
     function = function if isinstance(function, dict) else {}
     return {"function": {"name": function.get("name") or "", "arguments": arguments_object(function.get("arguments"))}}
 
 
 def arguments_object(arguments: JSONValue) -> JSONObject:
-    """Arguments as an object: a JSON text decoded (mended where it is broken); what is no object, {}."""
+    """Arguments as an object, mended if broken; {} for a non-object."""
     if isinstance(arguments, dict):
         return arguments
     if not isinstance(arguments, str) or not arguments.strip():
@@ -210,7 +197,7 @@ def arguments_object(arguments: JSONValue) -> JSONObject:
 
 
 def option_value(body: JSONObject, name: str) -> JSONValue:
-    """An Ollama option the round would send (the client's own, else one mapped from the chat body)."""
+    """An option the round would send: the client's own, else a mapped one."""
     return native_options(body).get(name)
 
 
@@ -221,7 +208,7 @@ def native_options(body: JSONObject) -> JSONObject:
 
 
 def with_option(body: JSONObject, name: str, value: JSONValue) -> JSONObject:
-    """The chat body with one native option set in its stash (in place of the client's, in its position)."""
+    """The chat body with one native option set in its stash, in the client's position."""
     stash = body.get(OLLAMA_FIELDS)
     stash = dict(stash) if isinstance(stash, dict) else {}
     options = stash.get("options")

@@ -1,12 +1,7 @@
 """Where a chat round goes on each backend, and Ollama's native answers read off the wire.
 
-A backend is Ollama when its root answers `GET /api/version` with `{"version": "..."}` (asked once per backend,
-before its first round; one that cannot be reached is asked again next time). With the setting `ollama_native`
-(default on) every round to an Ollama backend goes to its `POST /api/chat` (the root URL, not under /v1) in
-Ollama's own shape (ollama_native.py), and its answer, whole or as NDJSON lines, comes back as chat completions
-and chunks (ollama_answers.py), read with the limits of the /v1 path: at most max_answer_bytes, no line over
-MAX_SSE_LINE, read_timeout per read, the upstream key masked in every line and across lines. Every other round
-goes to `<base URL>/chat/completions` without the native client's own fields (OLLAMA_FIELDS).
+With `ollama_native`, rounds to an Ollama backend go to `/api/chat` under the /v1 path's limits and masking; others to
+`/chat/completions`.
 """
 
 from __future__ import annotations
@@ -28,19 +23,18 @@ from sanctum_proxy.upstreams.redaction import DeltaMask, KeyMask
 if TYPE_CHECKING:
     from sanctum_proxy.upstreams.client import Backend, Upstream
 
-MAX_LINE = 16 * 1024 * 1024  # as an SSE line (client.MAX_SSE_LINE)
+MAX_LINE = 16 * 1024 * 1024  # client.MAX_SSE_LINE
 MAX_VERSION_BODY = 4096
 
 
 @dataclass
 class Route:
-    """One chat round's destination, chosen per backend as `Upstream._open` tries them: `native` is the
-    /api/chat request when the backend chosen last is Ollama, else None."""
+    """One round's destination per backend: `native` is the /api/chat request when the last chosen backend is Ollama."""
 
     upstream: Upstream
     body: JSONObject
     native_on: bool
-    headers: dict[str, str]  # the round's own (a forwarded client key goes with the question too)
+    headers: dict[str, str]  # a forwarded client key goes with the question too
     native: NativeRequest | None = None
 
     async def __call__(self, backend: Backend) -> tuple[str, bytes]:
@@ -52,7 +46,7 @@ class Route:
 
 
 async def is_ollama(upstream: Upstream, backend: Backend, headers: dict[str, str]) -> bool:
-    """Whether the backend is Ollama, asked once (callers that come meanwhile wait for the same answer)."""
+    """Whether the backend is Ollama, asked once; concurrent callers share the answer."""
     if backend.ollama is not None:
         return backend.ollama
     if backend.asking is None or backend.asking.done():
@@ -64,8 +58,7 @@ async def is_ollama(upstream: Upstream, backend: Backend, headers: dict[str, str
 
 
 async def _version(upstream: Upstream, backend: Backend, headers: dict[str, str]) -> bool | None:
-    """GET /api/version: True for Ollama's answer, False for any other (a reset too: Ollama always answers it), None
-    when the backend could not be reached or did not answer in time (asked again next time)."""
+    """True for Ollama's answer, False otherwise, None when unreachable (asked again next time)."""
     try:
         async with await upstream.request_once("GET", f"{backend.root_url}/api/version", headers) as response:
             if response.status != 200:
@@ -83,7 +76,7 @@ async def _version(upstream: Upstream, backend: Backend, headers: dict[str, str]
 
 
 def reply(raw: bytes, native: NativeRequest) -> JSONObject:
-    """A 2xx `/api/chat` answer (masked) as a chat.completion; an `error` in it raises."""
+    """A 2xx `/api/chat` answer as a chat.completion; an `error` in it raises."""
     try:
         parsed = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -96,7 +89,7 @@ def reply(raw: bytes, native: NativeRequest) -> JSONObject:
 
 
 async def lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
-    """The non-blank lines of an NDJSON body; past `limit` bytes, or a line over MAX_LINE, an upstream error."""
+    """The non-blank lines of an NDJSON body, within `limit` bytes and MAX_LINE per line."""
     buffer = bytearray()
     scanned = total = 0
     async for piece in pieces:
@@ -119,8 +112,7 @@ async def lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes
 
 async def chunks(pieces: AsyncIterator[bytes], native: NativeRequest, *, limit: int,
                  mask: KeyMask | None) -> AsyncIterator[JSONObject]:
-    """An `/api/chat` stream as chat.completion.chunks. An `{"error"}` line raises its UpstreamError; a body that
-    ends before the `done` line is a cut answer (UpstreamUnreachable), as on the /v1 path."""
+    """An `/api/chat` stream as chunks; a stream ending before `done` is UpstreamUnreachable."""
     translated = answers.Chunks(native.calls_in_content)
     spread = DeltaMask(mask) if mask else None  # a key cut between two lines
     seen = 0
@@ -136,7 +128,7 @@ async def chunks(pieces: AsyncIterator[bytes], native: NativeRequest, *, limit: 
         if (error := answers.line_error(line)) is not None:
             raise error
         if translated.done:
-            continue  # nothing follows Ollama's last line; whatever does is not the answer
+            continue  # nothing follows Ollama's last line
         seen += 1
         for chunk in translated.of(line):
             yield spread.chunk(chunk) if spread is not None else chunk

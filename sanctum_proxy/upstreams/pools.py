@@ -1,10 +1,6 @@
-"""Which upstream answers which model: `[[upstreams]]` entries, their model names, globs and aliases.
+"""Which upstream answers which model: `[[upstreams]]` entries, names, globs and aliases.
 
-`choose` is the rule (pure): an exact name or alias wins over a glob, an earlier entry over a later one,
-and an entry without models (or with "*") takes whatever no other entry names. `UpstreamPools` holds one
-`Upstream` per entry (or one for the single `upstream` setting, which routes every model to it) and
-answers a `Destination`: the pool to send to, the model name it knows, and the key auto-mode decisions and
-capability probes are kept under (the entry's name; the URL for the single `upstream` setting, as before).
+Exact names beat globs, earlier entries beat later ones; an entry without models, or "*", takes the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from sanctum_proxy.upstreams.client import Upstream
 
 
 def choose(entries: Sequence[UpstreamConfig], model: str) -> tuple[int, str] | None:
-    """(index of the entry that serves `model`, the name to send it under), or None."""
+    """(entry index serving `model`, the name to send), or None."""
     for i, entry in enumerate(entries):
         if model in entry.aliases:
             return i, entry.aliases[model]
@@ -38,7 +34,7 @@ def choose(entries: Sequence[UpstreamConfig], model: str) -> tuple[int, str] | N
 
 
 def listed_models(entries: Sequence[UpstreamConfig]) -> list[tuple[str, str]]:
-    """(model id, upstream name) for every name and alias written in the config; globs are not names."""
+    """(model id, upstream name) for every configured name and alias."""
     seen: dict[str, str] = {}
     for entry in entries:
         for model in [*entry.models, *entry.aliases]:
@@ -48,8 +44,7 @@ def listed_models(entries: Sequence[UpstreamConfig]) -> list[tuple[str, str]]:
 
 
 def model_names(entries: Sequence[UpstreamConfig]) -> set[str]:
-    """Every model name the config writes (names, aliases and what aliases stand for; no globs): the values the
-    metrics' `model` label may take."""
+    """Every configured model name, alias and alias target: the metrics' `model` label values."""
     names = {model for model, _ in listed_models(entries)}
     names.update(target for entry in entries for target in entry.aliases.values())
     return names
@@ -58,19 +53,18 @@ def model_names(entries: Sequence[UpstreamConfig]) -> set[str]:
 @dataclass(frozen=True)
 class Destination:
     upstream: Upstream
-    key: str  # what auto-mode decisions and capabilities are kept under
-    model: str  # the model name the upstream knows
+    key: str  # key of auto-mode decisions and capabilities
+    model: str  # the name the upstream knows
 
     def rewrite(self, body: JSONObject) -> JSONObject:
-        """The body with an aliased model name replaced by the upstream's."""
+        """The body with an alias replaced by the upstream's name."""
         if "model" not in body or body["model"] == self.model:
             return body
         return {**body, "model": self.model}
 
 
 class UpstreamPools:
-    """`upstreams`: one per entry of `entries` (`[[upstreams]]`, in order), or the single `upstream` setting's
-    pool when there are no entries."""
+    """One pool per `[[upstreams]]` entry, or the single `upstream` setting's pool."""
 
     def __init__(self, upstreams: Sequence[Upstream], entries: Sequence[UpstreamConfig] = (), *,
                  health_check_seconds: float = 10.0) -> None:
@@ -78,19 +72,19 @@ class UpstreamPools:
         self.upstreams = list(upstreams)
         if self.entries:
             self.keys = [entry.name for entry in self.entries]
-        else:  # shown in traces and status: no credentials
+        else:  # no credentials
             self.keys = [redacted_url(self.upstreams[0].backends[0].base_url)]
         self._interval = health_check_seconds
         self._watchers: list[asyncio.Task[None]] = []
 
     @property
     def several(self) -> bool:
-        """Configured by `[[upstreams]]` (routing by model), not by the single `upstream` setting."""
+        """Configured by `[[upstreams]]`, not the single `upstream`."""
         return bool(self.entries)
 
     @property
     def default(self) -> Upstream:
-        """Where a request that names no model goes: the first catch-all entry, else the first."""
+        """The first catch-all entry, else the first."""
         index = next((i for i, e in enumerate(self.entries) if e.catch_all), 0)
         return self.upstreams[index]
 
@@ -105,7 +99,7 @@ class UpstreamPools:
         return Destination(self.upstreams[index], self.keys[index], upstream_model)
 
     def start(self) -> None:
-        """Background health checks, only for `[[upstreams]]` (the single `upstream` works as it did)."""
+        """Health checks, only for `[[upstreams]]`."""
         if self.entries:
             self._watchers = [asyncio.create_task(u.watch(self._interval)) for u in self.upstreams]
 
@@ -123,7 +117,7 @@ class UpstreamPools:
         return {u.name: ok for u, ok in zip(self.upstreams, answers, strict=True)}
 
     def snapshot(self) -> list[JSONObject]:
-        """Each upstream as it stands; the single `upstream` setting's one serves every model."""
+        """Each upstream as it stands."""
         if not self.entries:
             return [{**self.upstreams[0].snapshot(), "models": ["*"], "aliases": {}}]
         return [{**upstream.snapshot(), "models": entry.models, "aliases": entry.aliases}

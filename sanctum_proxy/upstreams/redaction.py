@@ -1,11 +1,6 @@
-"""The upstream key masked in everything an upstream sends back (client.py applies it; pure).
+r"""The upstream key masked in everything an upstream sends back. Pure.
 
-A server may write the key as it is, JSON-escaped (`\\/`, `\\u0073`, any character, either case of hex),
-percent-encoded (in a `Location` header), or cut between two reads of a body or two events of a stream.
-`KeyMask` finds it in every form: `masked` (bytes) / `text` replace whole copies with `***`, `ByteStream` holds back
-only a tail that could still become a copy (linear: the tail is shorter than the longest form of the key),
-and `DeltaMask` does the same for the text a chat stream spreads over its events (content, reasoning, call
-arguments), so a key split between two SSE events is masked before any part of it goes out.
+The key may come raw, escaped, percent-encoded or split across reads; a possible partial copy is held back.
 """
 
 from __future__ import annotations
@@ -15,12 +10,11 @@ import re
 from sanctum_proxy.core.shapes import JSONObject
 
 MASK = "***"
-_STREAMED = ("content", "reasoning_content", "reasoning", "refusal")  # delta fields that arrive in pieces
+_STREAMED = ("content", "reasoning_content", "reasoning", "refusal")
 
 
 def _forms(char: str) -> list[bytes]:
-    """Every way `char` may be written: as it is (UTF-8), a JSON escape, percent-encoded (ASCII); hex digits in
-    either case."""
+    """Every way `char` may be written: raw, JSON-escaped or percent-encoded, hex in either case."""
     literal = char.encode()
     forms = [literal]
     if ord(char) < 0x10000:
@@ -40,10 +34,7 @@ def _cases(prefix: bytes, digits: bytes) -> list[bytes]:
 
 
 class KeyMask:
-    """The key's forms, compiled once per upstream. Linear and mostly at C speed: plain copies are replaced with
-    `bytes.replace`; the full pattern (any character in any form) runs only around an escape of one of the
-    key's own characters (which an honest encoder never writes: `\\u0073` for `s`), within the longest a copy
-    can be on either side of it."""
+    """The key's forms, compiled once; the slow pattern runs only near an escape of a key character."""
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -53,12 +44,12 @@ class KeyMask:
         self._bytes = re.compile(b"".join(alternatives))
         self._text = re.compile(b"".join(alternatives).decode())
         self._decoded = {f: forms[0] for forms in self._chars for f in forms[1:]}
-        # the escapes of the key's own characters, by their literal prefix (re finds a literal prefix at C speed)
+        # escapes of the key's characters by literal prefix, which re finds at C speed
         by_prefix: dict[bytes, set[bytes]] = {}
         for escape in self._decoded:
-            prefix = escape[:4] if escape.startswith(b"\\u") else escape[:1]  # \\u00, %, or \\ of \\/
+            prefix = escape[:4] if escape.startswith(b"\\u") else escape[:1]
             by_prefix.setdefault(prefix, set()).add(escape[len(prefix):])
-        self._short = [e for e in self._decoded if len(e) == 2]  # \\/ \\" \\\\
+        self._short = [e for e in self._decoded if len(e) == 2]
         self._narrow = [re.compile(re.escape(prefix) + b"(?:" + b"|".join(re.escape(r) for r in sorted(rests)) + b")")
                         for prefix, rests in by_prefix.items() if prefix != b"\\"]
         self._split = re.compile(b"(" + b"|".join(p.pattern for p in self._narrow) + b")" if self._narrow else b"(?!)")
@@ -86,11 +77,9 @@ class KeyMask:
         return b"".join(out)
 
     def _escapes_at(self, data: bytes) -> list[tuple[int, int]]:
-        """Where an escaped copy of the key may lie: (offset, size) of each escape of one of its characters, or
-        none when even with those escapes decoded the key is not in `data` (the common case, found at C speed:
-        honest encoders write `\\u003c` and maybe `\\/`, never `\\u0073`)."""
+        """(offset, size) of each escape that may be part of a copy; none in the common case."""
         plain = data
-        for escape in self._short:  # `\\/`: some encoders write every slash so; decoded by bytes.replace
+        for escape in self._short:  # some encoders escape every slash
             plain = plain.replace(escape, self._decoded[escape])
         if any(pattern.search(plain) for pattern in self._narrow):
             plain = b"".join(self._decoded.get(piece, piece) for piece in self._split.split(plain))
@@ -103,7 +92,7 @@ class KeyMask:
         return self._text.sub(MASK, value) if value else value
 
     def held(self, data: bytes) -> int:
-        """How many last bytes of `data` could be the start of a copy of the key still arriving."""
+        """How many last bytes of `data` could start a copy of the key."""
         tail = max(0, len(data) - self.longest + 1)
         starts = sorted(at for first in self._first for at in _positions(data, first, tail))
         for start in starts:
@@ -112,7 +101,7 @@ class KeyMask:
         return 0
 
     def _could_start(self, data: bytes, at: int) -> bool:
-        """Whether data[at:] (which ends before a whole copy would) is the beginning of one."""
+        """Whether data[at:] begins a copy."""
         for forms in self._chars:
             if at == len(data):
                 return True
@@ -133,7 +122,7 @@ def _positions(data: bytes, byte: bytes, start: int) -> list[int]:
 
 
 class ByteStream:
-    """A body read in pieces: the pieces with the key masked, a possible start of it held until it is settled."""
+    """A body read in pieces, masked, holding back a possible start of the key."""
 
     def __init__(self, mask: KeyMask) -> None:
         self.mask = mask
@@ -151,9 +140,7 @@ class ByteStream:
 
 
 class DeltaMask:
-    """A chat stream's chunks (parsed, each already masked whole): the text fields that arrive in pieces hold
-    back a tail that could be the start of the key until the next piece of the same field (or the choice's
-    finish_reason) settles it."""
+    """A chat stream's chunks, holding back per text field a tail that could start the key until it is settled."""
 
     def __init__(self, mask: KeyMask) -> None:
         self.key = mask.key
@@ -190,7 +177,7 @@ class DeltaMask:
         return text
 
     def _release(self, index: int, choice: JSONObject) -> None:
-        """The choice is finished: what it held goes out with its last chunk."""
+        """The choice is finished: what it held goes with its last chunk."""
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             delta = choice["delta"] = {}
@@ -207,7 +194,7 @@ class DeltaMask:
 
 
 def _prefix_at_end(text: str, key: str) -> int:
-    """How many last characters of `text` are the first characters of `key` (0 when none)."""
+    """How many last characters of `text` begin `key`."""
     start = max(0, len(text) - len(key) + 1)
     while (start := text.find(key[:1], start)) >= 0:
         if key.startswith(text[start:]):

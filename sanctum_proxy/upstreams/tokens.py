@@ -1,9 +1,6 @@
 """How many tokens a chat request's prompt holds, for POST /v1/messages/count_tokens.
 
-llama.cpp counts exactly: `POST /apply-template` renders the request with the model's own chat template (tools
-included), `POST /tokenize` counts the rendered prompt. Other upstreams (Ollama, vLLM, LM Studio) have no such
-pair under one contract, so the count is an estimate there: `estimate`, about four characters of the request's
-JSON per token, which tends to overcount (a prompt's JSON punctuation is denser than its text).
+llama.cpp counts exactly via /apply-template and /tokenize; other upstreams get `estimate`, which overcounts.
 """
 
 from __future__ import annotations
@@ -24,13 +21,13 @@ class JsonProber(Protocol):
 
 
 def estimate(chat: JSONObject) -> int:
-    """About a token per four characters of the prompt's JSON (messages, tools, answer schema); at least 1."""
+    """About a token per four characters of the prompt's JSON; at least 1."""
     prompt = {k: chat[k] for k in PROMPT_FIELDS if k in chat}
     return max(1, math.ceil(len(orjson.dumps(prompt)) / CHARS_PER_TOKEN))
 
 
 async def count(upstream: JsonProber, root_url: str, chat: JSONObject, timeout: float) -> tuple[int, bool]:
-    """(tokens, exact): llama.cpp's own count of the rendered prompt, else `estimate` (exact False)."""
+    """(tokens, exact): llama.cpp's count, else `estimate`."""
     body = {k: chat[k] for k in ("model", *PROMPT_FIELDS) if k in chat}
     rendered = await upstream.probe_json("POST", f"{root_url}/apply-template", body, timeout=timeout)
     prompt = rendered.get("prompt") if isinstance(rendered, dict) else None

@@ -1,5 +1,4 @@
-"""The client protocols the proxy serves, each described once: its round-loop paths, endpoint, error shape, the
-path areas it owns and its other routes. Routes, limits, traces and error rendering read the table."""
+"""The client protocols the proxy serves, each described once; routes, limits, traces and errors read the table."""
 
 from __future__ import annotations
 
@@ -22,17 +21,17 @@ def openai_error(error: ProxyError) -> Mapping[str, object]:
 
 @dataclass(frozen=True)
 class ClientProtocol:
-    name: str  # the trace's `protocol`
-    paths: tuple[str, ...]  # the POST paths the round loop answers
+    name: str
+    paths: tuple[str, ...]
     serve: Endpoint
     error_body: ErrorBody = openai_error
-    areas: tuple[str, ...] = ()  # path prefixes whose errors take this shape and which the limits cover
-    router: APIRouter | None = None  # its other routes (discovery, pass-through)
-    limited: bool = True  # its requests take a slot of max_concurrent_requests
+    areas: tuple[str, ...] = ()  # these prefixes take this error shape and the limits
+    router: APIRouter | None = None  # discovery, pass-through
+    limited: bool = True  # takes a slot of max_concurrent_requests
 
 
 def spelled(path: str) -> str:
-    """A path as the round-loop table compares it: no `;params`, no trailing slash, lower case."""
+    """A path as the table compares it: no `;params`, no trailing slash, lower case."""
     return path.split(";", 1)[0].rstrip("/").lower() or "/"
 
 
@@ -44,12 +43,12 @@ class ProtocolTable:
         self._areas = sorted(((a, proto) for proto in self.protocols for a in proto.areas), key=lambda x: -len(x[0]))
 
     def endpoint(self, path: str) -> ClientProtocol | None:
-        """The protocol whose round loop answers a POST to `path`, in any spelling of it."""
+        """The protocol whose round loop answers a POST to `path`."""
         found = self._by_path.get(path)
         return found if found is not None else self._by_path.get(spelled(path))
 
     def owner(self, path: str) -> ClientProtocol | None:
-        """The protocol whose area holds `path` (its error shape), if any."""
+        """The protocol whose area holds `path`, if any."""
         found = self.endpoint(path)
         if found is not None:
             return found
