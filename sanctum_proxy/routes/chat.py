@@ -23,14 +23,14 @@ from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
 from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
 from sanctum_proxy.repair.offloading import heavy_body
 from sanctum_proxy.repair.plan import Plan
-from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes import choices, context
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
+from sanctum_proxy.routes.planning import Planner
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import destination, services
 from sanctum_proxy.state import trace_store
-from sanctum_proxy.upstreams import affinity, capabilities
+from sanctum_proxy.upstreams import affinity
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse
@@ -105,7 +105,7 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
     chat, widened = await context.fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
     affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
-    plan = await make_plan(request, chat, settings)
+    plan = await Planner(settings, parts, dest).plan(chat)
     if widened is not None:
         plan = dataclasses.replace(plan, opening_omens=(*plan.opening_omens, widened))
     trace_id = trace_store.new_id()
@@ -148,69 +148,6 @@ async def last_event(events: AsyncIterator[E]) -> E | None:
     async for event in events:
         final = event
     return final
-
-
-async def make_plan(request: Request, chat: ChatRequest, settings: Settings) -> Plan:
-    book = Toolbox.of(chat.tools) if chat.tools else None
-    if book is not None and chat.body.get("tool_choice") == "none":
-        book = None
-    choice = chat.controls.spell_calling
-    mode = "prompted" if choice == "prompted" else "native"
-    opening: list[om.Omen] = []
-    parts, key = services(request), destination(request).key  # decisions are per (upstream, model)
-    if choice == "auto":
-        decision = parts.modes.get(key, chat.model)
-        if decision is None and book is not None and settings.probe_capabilities:
-            opening = await settle_by_probe(request, settings, chat.model)
-            decision = parts.modes.get(key, chat.model)
-        if decision is not None:
-            mode = decision.mode
-    prompt_format = await pick_format(request, settings, chat.model, mode, book)  # may probe: caps after it
-    caps = parts.capabilities.cached(key, chat.model)
-    constrain = chat.controls.constrain or settings.constrain
-    if caps is None and mode == "native" and book is not None and constrain != "off" and settings.probe_capabilities:
-        caps = await probed(request, settings, chat.model)
-    if caps is not None and caps.json_schema is False:
-        constrain = "off"
-    return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
-                max_rounds=chat.controls.max_repair_rounds, on_surrender=chat.controls.on_surrender,
-                prompt_format=prompt_format, upstream=key,
-                opening_omens=tuple(opening), constrain=constrain,  # type: ignore[arg-type]
-                correction_context=settings.correction_context,
-                grammar=caps is not None and caps.server == "llama.cpp",
-                tool_choice=caps is None or caps.tool_choice is not False,
-                native_calls=caps.tools if caps is not None else None,
-                max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls,
-                max_grammar_bytes=settings.max_grammar_bytes)
-
-
-async def pick_format(request: Request, settings: Settings, model: str, mode: str, book: Toolbox | None) -> str:
-    """The configured call format; for "auto" the family of the model's chat template, else Hermes."""
-    fmt = settings.prompt_format_for(model)
-    if fmt != "auto":
-        return fmt
-    caps = services(request).capabilities.cached(destination(request).key, model)
-    if caps is None and mode == "prompted" and book is not None and settings.probe_capabilities:
-        caps = await probed(request, settings, model)
-    return (caps.family if caps is not None else None) or "hermes"
-
-
-async def probed(request: Request, settings: Settings, model: str) -> capabilities.Capabilities:
-    """What the upstream says of this model, asked once."""
-    state, dest = services(request), destination(request)
-    return await state.capabilities.get(dest.key, model, lambda: capabilities.probe(
-        dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
-
-
-async def settle_by_probe(request: Request, settings: Settings, model: str) -> list[om.Omen]:
-    """Probe once per model; a model without tool support goes prompted before it sees `tools`."""
-    state, dest = services(request), destination(request)
-    caps = await state.capabilities.get(dest.key, model, lambda: capabilities.probe(
-        dest.upstream, dest.upstream.root_url, model, settings.probe_timeout))
-    if caps.tools is not False or state.modes.get(dest.key, model) is not None:
-        return []
-    state.modes.settle(dest.key, model, "prompted", "capability_probe")
-    return [om.fallback(0, "capability_probe", None, caps.source)]
 
 
 def plain_sender(request: Request, auth: str | None) -> Sender:
