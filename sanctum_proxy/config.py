@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     # after the last repair round: an error, the last raw answer as content, or the last call as the model made it
     # (repair/surrender.py); /v1/chat/completions, then /v1/messages and /v1/responses, which agents use
-    on_surrender: Surrender = "error"
+    on_surrender: Surrender = "last_call"
     messages_on_surrender: Surrender = "last_call"
     responses_on_surrender: Surrender = "last_call"
     prompt_format: PromptFormat = "auto"  # auto: the family the upstream's chat template shows, else hermes

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import Request
 
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair import surrender
 from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, Lesson, RoundRecord, Sender, note
@@ -80,7 +81,9 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                     yield event
                     shown = True
         except ToolCallParseError as exc:
-            final = surrender.last_call(plan, records, exc, omens) if plan.on_surrender == surrender.LAST_CALL else None
+            # the last answer is read again for its calls: off the event loop, as the loop judges a long answer
+            final = (await offloaded(surrender.last_call, plan, records, exc, omens)
+                     if plan.on_surrender == surrender.LAST_CALL else None)
             if final is None:
                 raise
             if trace is not None:

@@ -80,7 +80,7 @@ def test_tool_loop_runs_the_tool_and_answers_with_its_result(scripted, loop, sce
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize("loop", list(LOOPS))
 def test_surrender_surfaces_as_an_api_error(scripted, loop, stream):
-    base_url, model = scripted("surrender")
+    base_url, model = scripted("surrender", on_surrender="error")  # the error, asked for
     calls: list[str] = []
     with pytest.raises(openai.APIError) as raised:
         LOOPS[loop](base_url, calls, stream)

@@ -70,7 +70,7 @@ def test_structured_output_through_its_final_result_tool(scripted, scenario, str
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_surrender_surfaces_as_a_model_error(scripted, stream):
-    base_url, model = scripted("surrender")
+    base_url, model = scripted("surrender", on_surrender="error")  # the error, asked for
     calls: list[str] = []
     with pytest.raises(exceptions.ModelAPIError) as raised:  # ModelRequestRejectedError (422) or in-band
         asyncio.run(run(base_url, calls, stream))
