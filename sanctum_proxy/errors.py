@@ -6,6 +6,7 @@
      │    ├── BodyTimeout           408 invalid_request_error, code request_timeout (body_read_timeout)
      │    ├── ArrayTooLong          400 invalid_request_error, code array_above_max_length (messages, tools)
      │    ├── ModelNotFound         404 invalid_request_error, code model_not_found (no upstream serves it)
+     │    ├── ContextTooLong        400 invalid_request_error, code context_length_exceeded (prompt > n_ctx)
      │    └── NotFound              404 invalid_request_error, code not_found (e.g. an unknown trace id)
      ├── Unauthorized               401 invalid_api_key
      ├── TooManyRequests            429 rate_limit_exceeded
@@ -72,6 +73,24 @@ class ArrayTooLong(InvalidRequest):
 class ModelNotFound(InvalidRequest):
     status = 404
     code = "model_not_found"
+
+
+class ContextTooLong(InvalidRequest):
+    """The first round's prompt is longer than the model's context: both sizes named, in the message and as
+    `prompt_tokens` and `context` (`counted`: the upstream's count, else an estimate)."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, prompt_tokens: int, context: int, counted: bool) -> None:
+        how = "as the upstream counts them" if counted else "estimated"
+        super().__init__(f"the prompt is {prompt_tokens} tokens ({how}), more than the model's context of "
+                         f"{context} tokens (the upstream's n_ctx); tools offered in prompted mode count too: "
+                         "shorten the conversation or the tool list, or give the server a larger context",
+                         param="messages")
+        self.prompt_tokens, self.context, self.counted = prompt_tokens, context, counted
+
+    def extra(self) -> JSONObject:
+        return {"prompt_tokens": self.prompt_tokens, "context": self.context, "counted": self.counted}
 
 
 class NotFound(InvalidRequest):
