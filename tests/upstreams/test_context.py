@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.upstream import Step, completion, content_chunks
 from sanctum_proxy.upstreams.capabilities import from_props
+from tests.fakes.upstream import Step, completion, content_chunks
 
 N_CTX = 150
 # A SmolLM2-like llama-server (its template knows no tools: auto mode goes prompted) with a small context
