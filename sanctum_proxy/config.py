@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     max_repair_rounds: int = Field(2, ge=0, le=10)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     # after the last repair round: an error, the last raw answer as content, or the last call (per endpoint below)
-    on_surrender: Surrender = "error"
+    on_surrender: Surrender = "last_call"
     messages_on_surrender: Surrender = "last_call"
     responses_on_surrender: Surrender = "last_call"
     ollama_on_surrender: Surrender = "last_call"  # a native client ends its turn on any error

@@ -77,9 +77,21 @@ class ModelNotFound(InvalidRequest):
 
 
 class ContextTooLong(InvalidRequest):
-    """A request longer than the model's context could be made (OpenAI's code for the same)."""
+    """The prompt is longer than the model's context can be: both sizes named, in the message and as
+    `prompt_tokens` and `context` (`counted`: the upstream's count, else an estimate)."""
 
     code = "context_length_exceeded"
+
+    def __init__(self, prompt_tokens: int, context: int, counted: bool, message: str | None = None) -> None:
+        how = "as the upstream counts them" if counted else "estimated"
+        super().__init__(message or f"the prompt is {prompt_tokens} tokens ({how}), more than the model's context "
+                         f"of {context} tokens (the upstream's n_ctx); tools offered in prompted mode count too: "
+                         "shorten the conversation or the tool list, or give the server a larger context",
+                         param="messages")
+        self.prompt_tokens, self.context, self.counted = prompt_tokens, context, counted
+
+    def extra(self) -> JSONObject:
+        return {"prompt_tokens": self.prompt_tokens, "context": self.context, "counted": self.counted}
 
 
 class NotFound(InvalidRequest):

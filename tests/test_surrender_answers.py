@@ -1,8 +1,8 @@
-"""What a client gets after the last repair round, through the real proxy: on /v1/messages and /v1/responses by
-default (`messages_on_surrender` / `responses_on_surrender` = "last_call") the model's last call to a known tool as
-it made it, the surrender in the omens and the trace, so an agent that validates tool input itself answers the
-model and its session goes on; on /v1/chat/completions the 422 as before (`on_surrender = "error"`). Each is
-overridable per request (X-Sanctum-On-Surrender / sanctum.on_surrender)."""
+"""What a client gets after the last repair round, through the real proxy: on every endpoint by default
+(`on_surrender`, `messages_on_surrender`, `responses_on_surrender` = "last_call") the model's last call to a known
+tool as it made it, the surrender in the omens and the trace, so an agent that validates tool input itself answers
+the model and its session goes on; the 422 where `error` is asked. Each is overridable per request
+(X-Sanctum-On-Surrender / sanctum.on_surrender)."""
 
 from __future__ import annotations
 
@@ -81,9 +81,10 @@ def test_responses_answer_the_last_call_too(proxy, fake):
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_chat_completions_keep_the_error_and_may_ask_for_the_last_call(proxy, fake, stream):
+def test_chat_completions_answer_the_last_call_and_may_ask_for_the_error(proxy, fake, stream):
     body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
-                            "tools": [FUNCTION], "extra_body": {"sanctum": {"constrain": "off"}}}
+                            "tools": [FUNCTION],
+                            "extra_body": {"sanctum": {"constrain": "off", "on_surrender": "error"}}}
     fake[0].push(*missing_city(stream))
     with openai.OpenAI(base_url=proxy + "/v1", api_key="x", max_retries=0) as client:
         with pytest.raises(openai.APIError):
@@ -93,7 +94,7 @@ def test_chat_completions_keep_the_error_and_may_ask_for_the_last_call(proxy, fa
             else:
                 client.chat.completions.create(**body)  # type: ignore[call-overload]
         fake[0].push(*missing_city(stream))
-        body["extra_body"] = {"sanctum": {"constrain": "off", "on_surrender": "last_call"}}
+        body["extra_body"] = {"sanctum": {"constrain": "off"}}  # on_surrender = "last_call", the default
         if stream:
             chunks = list(client.chat.completions.create(**body, stream=True))  # type: ignore[call-overload]
             arguments = "".join(c.choices[0].delta.tool_calls[0].function.arguments or "" for c in chunks

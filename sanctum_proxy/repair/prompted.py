@@ -35,15 +35,54 @@ def _how_to_call(fmt: str, name: str, parameters: JSONValue, hints: bool) -> str
     return _OWN_FORMAT % example_text(parameters, lambda example: own.render_call(name, example), hints=hints)
 
 
+# What a model reading a schema in its prompt needs not see: metadata, and the defaults of JSON Schema itself
+_NOISE = frozenset({"$schema", "$id", "$comment", "title", "examples", "readOnly", "writeOnly", "deprecated"})
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")  # name -> schema
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
+
+
+def compact_schema(schema: JSONValue) -> JSONValue:
+    """A tool's schema as the prompt shows it: without metadata (`$schema`, `title`, ...), without what JSON Schema
+    assumes anyway (`additionalProperties: true`, `default: null`) and without `additionalProperties: false`,
+    which a model cannot act on; descriptions, types, required, enums, formats and references kept."""
+    if isinstance(schema, list):  # `items` as a list (draft 4 tuples)
+        return [compact_schema(each) for each in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, JSONValue] = {}
+    for key, value in schema.items():
+        if key in _NOISE or (key == "additionalProperties" and isinstance(value, bool)) or \
+                (key == "default" and value is None):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            value = {name: compact_schema(each) for name, each in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list) or key in _SCHEMA_ONE:
+            value = compact_schema(value)
+        out[key] = value
+    return out
+
+
+def _schema_text(parameters: JSONValue) -> str:
+    """The arguments' schema as compact JSON; "{}" for a tool without arguments. An object schema's `type` goes:
+    arguments are always an object."""
+    shown = compact_schema(parameters or {})
+    if isinstance(shown, dict) and shown.get("type") == "object":
+        shown = {k: v for k, v in shown.items() if k != "type"}
+        if shown == {"properties": {}}:
+            shown = {}
+    return orjson.dumps(shown).decode()
+
+
 def system_section(book: Toolbox, fmt: str, *, parallel: bool = True, required: str | None = None,
                    call_format: str | None = None) -> str:
     """The text that offers the tools. `required` is "any" or a tool name when a call is mandatory (the example
     call then shows type hints, else placeholder values: core/calls.example_text).
     `call_format` replaces the whole how-to-call paragraph (constrained rounds describe their JSON answer)."""
-    lines = ["# Tools", "", "You can call these tools. Each is given as a JSON Schema of its arguments:", ""]
+    lines = ["# Tools", "", "You can call these tools. Each is given with a JSON Schema of its arguments:", ""]
     for tool in book.tools.values():
-        schema = orjson.dumps(tool.parameters or {"type": "object", "properties": {}}).decode()
-        lines.append(f"- {tool.name}: {tool.description or '(no description)'}\n  arguments: {schema}")
+        lines.append(f"- {tool.name}: {(tool.description or '').strip() or '(no description)'}\n"
+                     f"  arguments: {_schema_text(tool.parameters)}")
     if call_format is not None:
         return "\n".join([*lines, "", call_format.rstrip(), _RESULTS])
     first = next(iter(book.tools.values()))

@@ -17,7 +17,7 @@ import orjson
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
-from sanctum_proxy.core.lenient_json import Decoded, decode
+from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode
 from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, ToolCallWire, Usage
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair.events import Final, RoundRecord
@@ -36,7 +36,7 @@ def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
     record = records[-1] if records else None
     if plan.book is None or record is None or not isinstance(record.answer, dict):
         return None
-    calls = known_calls(record.answer, plan.book)
+    calls = known_calls(record.answer, plan.book, plan.max_repair_bytes)
     if not plan.parallel:
         calls = calls[:1]
     if not calls:
@@ -52,11 +52,13 @@ def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
                  "surrendered", accepted=record.answer)
 
 
-def known_calls(message: ChatMessage, book: Toolbox) -> list[ToolCallWire]:
-    """The answer's calls (native, then written in its text) that name an offered tool, with object arguments."""
+def known_calls(message: ChatMessage, book: Toolbox, max_chars: int = MAX_REPAIR_CHARS) -> list[ToolCallWire]:
+    """The answer's calls (native, then written in its text) that name an offered tool, with object arguments.
+    Call markup longer than `max_chars` (max_repair_bytes) is left out: the rounds did not read it either."""
     text = content_text(message.get("content"))
     found = calls_outside_reasoning(text, book.name_set) if text else []
-    candidates = native_candidates(message.get("tool_calls")) + [c for f in found for c in f.candidates]
+    written = [c for f in found if f.end - f.start <= max_chars for c in f.candidates]
+    candidates = native_candidates(message.get("tool_calls")) + written
     out = []
     for candidate in candidates:
         name, _ = book.resolve(candidate.name)

@@ -41,7 +41,8 @@ async def fitted(request: Request, chat: ChatRequest, settings: Settings) -> tup
     runs_with = own or caps.num_ctx or settings.ollama_default_num_ctx
     fit = context_fit.fitted(need, runs_with, caps.context_length, settings.ollama_max_num_ctx, chat.model)
     if fit.refused is not None:
-        raise ContextTooLong(fit.refused, param="messages")
+        most = min(caps.context_length or settings.ollama_max_num_ctx, settings.ollama_max_num_ctx)
+        raise ContextTooLong(need.prompt, most, False, message=fit.refused)
     if fit.num_ctx is None:
         return chat, None
     omen = om.widened(fit.num_ctx, runs_with, need.prompt, need.room)

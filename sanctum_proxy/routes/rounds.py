@@ -11,13 +11,15 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import Request
 
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair import surrender
 from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, Lesson, RoundRecord, Sender, note
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
-from sanctum_proxy.services import Services, services
+from sanctum_proxy.services import Services, destination, services
 from sanctum_proxy.state.traces import Trace
+from sanctum_proxy.upstreams import context
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
 Recorded = Callable[[RoundRecord], None]
@@ -25,8 +27,16 @@ Recorded = Callable[[RoundRecord], None]
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
     """`run(plan, send)` with lessons kept, surrender handled, rounds and end traced."""
-    return _shown(services(request), plan, run(plan, send), lambda record: record_round(request, record),
-                  request)
+    return _shown(services(request), plan, run(plan, fitted(request, plan, send)),
+                  lambda record: record_round(request, record), request)
+
+
+def fitted(request: Request, plan: Plan, send: Sender) -> Sender:
+    """`send` with its first round checked against the model's context where the probe learnt it."""
+    state, dest = services(request), destination(request)
+    caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
+    return context.fitted(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
+                          state.settings.probe_timeout)
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
@@ -80,7 +90,9 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                     yield event
                     shown = True
         except ToolCallParseError as exc:
-            final = surrender.last_call(plan, records, exc, omens) if plan.on_surrender == surrender.LAST_CALL else None
+            # the last answer is read again for its calls: off the event loop, as the loop judges a long answer
+            final = (await offloaded(surrender.last_call, plan, records, exc, omens)
+                     if plan.on_surrender == surrender.LAST_CALL else None)
             if final is None:
                 raise
             if trace is not None:

@@ -1,6 +1,7 @@
 """What an upstream can do for one model, learned by asking it before the first tools request.
 
-    llama.cpp  GET  /props      chat_template_caps.supports_tool_calls / supports_tools (the template's caps)
+    llama.cpp  GET  /props      chat_template_caps.supports_tool_calls / supports_tools (the template's caps),
+                                default_generation_settings.n_ctx (a slot's context)
     Ollama     POST /api/show   "capabilities" contains "tools"; model_info `<arch>.context_length` and the
                                 parameters' `num_ctx` say its context (routes/context.py)
 Both answers also carry the chat template (`chat_template`; Ollama `template` and `details.family`), from
@@ -37,6 +38,7 @@ class Capabilities:
     source: str  # what said so, for /sanctum/status and the omen
     family: str | None = None  # the call format its chat template shows (families.detect), if known
     tool_choice: bool | None = None  # False: it refused tool_choice "required" (a correction round's)
+    context: int | None = None  # the model's context in tokens, where the upstream says (llama.cpp: a slot's n_ctx)
     context_length: int | None = None  # Ollama: the model's trained context (model_info `<arch>.context_length`)
     num_ctx: int | None = None  # Ollama: the context its Modelfile sets (parameters `num_ctx`), if it sets one
 
@@ -56,8 +58,17 @@ def from_props(body: Any) -> Capabilities | None:
     said = ", ".join(f"{k}={caps.get(k)}" for k in ("supports_tools", "supports_tool_calls") if k in caps)
     return Capabilities(
         tools=tools, json_schema=True, server="llama.cpp", source=f"/props chat_template_caps {said}",
-        family=detect(body.get("chat_template")),
+        family=detect(body.get("chat_template")), context=props_context(body),
     )
+
+
+def props_context(body: dict[str, Any]) -> int | None:
+    """A slot's context size in /props: `default_generation_settings.n_ctx` (older servers: top-level `n_ctx`)."""
+    settings = body.get("default_generation_settings")
+    found = settings.get("n_ctx") if isinstance(settings, dict) else None
+    if found is None:
+        found = body.get("n_ctx")
+    return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else None
 
 
 def from_show(body: Any) -> Capabilities | None:
@@ -220,11 +231,12 @@ class CapabilityBook:
 
 
 def _caps_of(row: JSONObject) -> Capabilities:
-    family, tool_choice = row.get("family"), row.get("tool_choice")
+    family, tool_choice, context = row.get("family"), row.get("tool_choice"), row.get("context")
     return Capabilities(tools=_flag(row["tools"]), json_schema=_flag(row["json_schema"]), server=str(row["server"]),
                         source=str(row["source"]), family=family if isinstance(family, str) else None,
                         tool_choice=tool_choice if isinstance(tool_choice, bool) else None,
-                        context_length=_count(row.get("context_length")), num_ctx=_count(row.get("num_ctx")))
+                        context=_count(context), context_length=_count(row.get("context_length")),
+                        num_ctx=_count(row.get("num_ctx")))
 
 
 def _count(value: object) -> int | None:

@@ -13,13 +13,13 @@ from tests.fakes.ollama_model import OllamaModel
 
 
 @pytest.fixture
-def scripted(fake: Any, make_proxy: Any) -> Callable[[str], tuple[str, Model]]:
-    """scripted(scenario) -> (the proxy's /v1 base URL, the model answering behind it)."""
+def scripted(fake: Any, make_proxy: Any) -> Callable[..., tuple[str, Model]]:
+    """scripted(scenario, **settings) -> (the proxy's /v1 base URL, the model answering behind it)."""
 
-    def start(scenario: str) -> tuple[str, Model]:
+    def start(scenario: str, **settings: Any) -> tuple[str, Model]:
         model = Model(scenario)
         fake[0].responder = model
-        return make_proxy() + "/v1", model
+        return make_proxy(**settings) + "/v1", model
 
     return start
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
 import pytest
 
 from tests.clients.scenarios import ASK, CITY, WORKING, weather
@@ -80,12 +81,32 @@ def test_tool_loop_runs_the_tool_and_answers_with_its_result(scripted, loop, sce
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize("loop", list(LOOPS))
 def test_surrender_surfaces_as_an_api_error(scripted, loop, stream):
-    base_url, model = scripted("surrender")
+    base_url, model = scripted("surrender", on_surrender="error")  # the error, asked for
     calls: list[str] = []
     with pytest.raises(openai.APIError) as raised:
         LOOPS[loop](base_url, calls, stream)
     assert calls == []
     assert "could not be repaired" in raised.value.message
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_after_a_surrender_langgraphs_tool_node_answers_the_model_with_its_own_error(scripted, stream):
+    # on_surrender = "last_call" (the default): ToolNode validates the last call itself and hands the model the
+    # error as the tool's message; the run ends with the model's answer quoting it.
+    base_url, model = scripted("surrender")
+    calls: list[str] = []
+    final = LOOPS["langgraph"](base_url, calls, stream)
+    assert calls == [] and "city: Field required" in final
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_after_a_surrender_a_hand_written_bind_tools_loop_meets_the_tools_own_validation_error(scripted, stream):
+    # A loop that invokes the tool with the model's arguments unchecked: the clients on_surrender = "error" serves.
+    base_url, model = scripted("surrender")
+    calls: list[str] = []
+    with pytest.raises(pydantic.ValidationError):
+        LOOPS["bind_tools"](base_url, calls, stream)
+    assert calls == []
 
 
 def debug_run(base_url: str, calls: list[str], stream: bool) -> str:

@@ -73,8 +73,21 @@ def test_structured_output_beside_tools(scripted, scenario, stream):
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_surrender_surfaces_as_an_api_error(scripted, stream):
+def test_chat_model_after_a_surrender_answers_the_model_with_its_own_error(scripted, stream):
+    # on_surrender = "last_call" (the chat default): the SDK checks the last call's input itself and hands the
+    # model its own error as the tool's output; the run goes on to the model's answer quoting that error.
     base_url, model = scripted("surrender")
+    calls: list[str] = []
+    final = asyncio.run(run(base_url, calls, stream))
+    assert calls == []  # the tool never ran with bad input
+    results = [m["content"] for r in model.requests for m in r["messages"] if m["role"] == "tool"]
+    assert results and str(final) == f"The weather tool said: {results[-1]}"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_chat_model_meets_a_surrender_as_an_api_error_where_asked(make_proxy, fake, stream):
+    fake[0].responder = Model("surrender")
+    base_url = make_proxy(on_surrender="error") + "/v1"
     calls: list[str] = []
     with pytest.raises(openai.APIError) as raised:
         asyncio.run(run(base_url, calls, stream))

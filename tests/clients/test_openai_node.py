@@ -24,7 +24,7 @@ def test_run_tools_runs_the_tool_and_answers_with_its_result(scripted, scenario,
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_surrender_surfaces_as_an_api_error(scripted, stream):
-    base_url, model = scripted("surrender")
+    base_url, model = scripted("surrender", on_surrender="error")  # the error, asked for
     out = run_loop(base_url, "runTools", stream)
     assert out["calls"] == []
     assert "could not be repaired" in out["error"]["message"], out

@@ -69,8 +69,18 @@ def test_structured_output_through_its_final_result_tool(scripted, scenario, str
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_surrender_surfaces_as_a_model_error(scripted, stream):
+def test_after_a_surrender_the_agent_answers_the_model_with_its_own_retry_prompt(scripted, stream):
+    # on_surrender = "last_call" (the default): pydantic-ai validates the last call and sends the model its
+    # validation errors; the run ends with the model's answer quoting them.
     base_url, model = scripted("surrender")
+    calls: list[str] = []
+    final = asyncio.run(run(base_url, calls, stream))
+    assert calls == [] and '"loc":["city"]' in final and "Field required" in final
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_surrender_surfaces_as_a_model_error(scripted, stream):
+    base_url, model = scripted("surrender", on_surrender="error")  # the error, asked for
     calls: list[str] = []
     with pytest.raises(exceptions.ModelAPIError) as raised:  # ModelRequestRejectedError (422) or in-band
         asyncio.run(run(base_url, calls, stream))

@@ -54,7 +54,7 @@ def test_tool_loop_runs_the_tool_and_answers_with_its_result(scripted, scenario,
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_surrender_surfaces_as_an_agent_error(scripted, stream):
-    base_url, model = scripted("surrender")
+    base_url, model = scripted("surrender", on_surrender="error")  # the error, asked for
     calls: list[str] = []
     with pytest.raises(smolagents.AgentGenerationError) as raised:
         run(base_url, calls, stream)

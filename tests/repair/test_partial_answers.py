@@ -98,7 +98,7 @@ def test_a_named_tool_choice_the_kept_calls_do_not_answer_still_surrenders(clien
     # the client asks for get_time; the (odd) upstream answers get_weather beside a bad get_time, twice
     fake[0].push(answer(stream, PARIS, BAD_TIME), answer(stream, PARIS, BAD_TIME))
     body = {"model": "m", "messages": QUESTION, "tools": TOOLS, "stream": stream,
-            "sanctum": {"spell_calling": "native"},
+            "sanctum": {"spell_calling": "native", "on_surrender": "error"},
             "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
     if stream:
         with client.stream("POST", "/v1/chat/completions", json=body) as r:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import orjson
 import pytest
 
 from sanctum_proxy.codecs import families
 from sanctum_proxy.core.calls import Tool, example_text, is_example_hint
-from sanctum_proxy.repair.prompted import rewrite_history, system_section, to_prompted, without_result_tags
+from sanctum_proxy.repair.prompted import (
+    compact_schema,
+    rewrite_history,
+    system_section,
+    to_prompted,
+    without_result_tags,
+)
 
 
 class Book:
@@ -51,8 +56,32 @@ def test_broken_arguments_in_history_are_kept_as_written():
 
 def test_system_section_lists_schemas_and_the_format():
     text = system_section(Book(WEATHER), "json", required="get_weather")
-    assert "get_weather" in text and orjson.dumps(WEATHER.parameters).decode() in text
+    shown = '  arguments: {"properties":{"city":{"type":"string"}},"required":["city"]}'  # an object: no "type"
+    assert "get_weather" in text and shown in text
     assert "```json" in text and "must answer with a call to get_weather" in text
+
+
+def test_a_schema_in_the_prompt_keeps_what_a_model_reads_and_drops_metadata():
+    # opencode's and goose's schemas as they send them: $schema, titles, additionalProperties, default null
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "FileWriteParams", "type": "object",
+              "additionalProperties": False, "required": ["path"],
+              "properties": {"path": {"type": "string", "description": "Where", "title": "Path"},
+                             "title": {"type": ["string", "null"], "default": None},  # a property named title stays
+                             "mode": {"enum": ["a", "w"], "default": "w"},
+                             "n": {"type": "integer", "format": "uint64", "minimum": 0},
+                             "tags": {"type": "array", "items": {"type": "string", "title": "Tag"}},
+                             "ref": {"$ref": "#/$defs/Kind"}},
+              "$defs": {"Kind": {"title": "Kind", "anyOf": [{"const": "x", "title": "X"}, {"type": "null"}]}}}
+    assert compact_schema(schema) == {
+        "type": "object", "required": ["path"],
+        "properties": {"path": {"type": "string", "description": "Where"}, "title": {"type": ["string", "null"]},
+                       "mode": {"enum": ["a", "w"], "default": "w"},
+                       "n": {"type": "integer", "format": "uint64", "minimum": 0},
+                       "tags": {"type": "array", "items": {"type": "string"}}, "ref": {"$ref": "#/$defs/Kind"}},
+        "$defs": {"Kind": {"anyOf": [{"const": "x"}, {"type": "null"}]}}}
+    empty = system_section(Book(Tool("now", None, {"type": "object", "properties": {}, "additionalProperties": False})),
+                           "hermes")
+    assert "- now: (no description)\n  arguments: {}" in empty
 
 
 BMI = Tool("bmi", "Body mass index", {"type": "object", "required": ["weight", "height"], "properties": {
