@@ -212,6 +212,8 @@ def http_protocol(settings: Settings) -> HttpOptions:
     connection limit `max_connections` (unset: half the process's open-file limit) that room is kept under
     (the app answers requests past it: web/connection_limit.py)."""
     HeadDeadline.seconds = settings.header_read_timeout
+    HeadDeadline.body_seconds = settings.body_read_timeout + 1  # the app's 408 goes first
+    HeadDeadline.write_seconds, HeadDeadline.max_head_bytes = settings.answer_write_timeout, settings.max_head_bytes
     return {"http": header_protocol(), "limit_concurrency": settings.max_connections or default_max_connections()}
 
 

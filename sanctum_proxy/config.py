@@ -112,6 +112,8 @@ class Settings(BaseSettings):
     probes_per_minute: int = Field(30, ge=1, description="capability probes of new models, all upstreams together")
     body_read_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send its body")
     header_read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send its headers")
+    max_head_bytes: int = Field(64 * 1024, ge=4096, description="a longer request head is refused (431)")
+    answer_write_timeout: float = Field(60.0, gt=0, description="seconds a client may take none of an answer")
     # requests in flight per process, any path (web/connection_limit.py: 503 past it), and the connection count
     # at which slow heads make room (web/header_timeout.py); unset: half the open-file limit
     max_connections: int | None = Field(None, ge=8)
