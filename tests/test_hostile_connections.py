@@ -184,3 +184,28 @@ def test_an_answer_nobody_reads_is_dropped_at_the_write_deadline(fake, parser):
             pass
         sock.close()
     assert got < len(body), got  # cut before the whole answer was written
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_slow_bodies_past_max_connections_leave_room_for_other_clients(fake, parser):
+    """Bodies trickled by one client held `max_connections` for everyone (no key to share by)."""
+    from tests.fakes.upstream import Step, completion
+
+    with serve(fake, parser, max_connections=8, body_read_timeout=60) as server:
+        server.server.config.limit_concurrency = 8
+        slow = []
+        for _ in range(30):
+            sock = connect(server.port)
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json"
+                         b"\r\ncontent-length: 1000\r\n\r\n{")
+            slow.append(sock)
+        try:
+            fake[0].push(Step(body=completion("hello")))
+            latency = healthz_latency(server.port)
+            r = httpx.post(server.url + "/v1/chat/completions", timeout=10,
+                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        finally:
+            for sock in slow:
+                sock.close()
+    assert r.status_code == 200, r.text  # a 503 (every connection slot held) before
+    assert latency < 0.5, latency
