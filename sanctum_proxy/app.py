@@ -24,6 +24,7 @@ from sanctum_proxy.upstreams.pools import UpstreamPools
 from sanctum_proxy.web.access_log import AccessLog
 from sanctum_proxy.web.auth import KeyRing
 from sanctum_proxy.web.connection_limit import ConnectionLimit, default_max_connections
+from sanctum_proxy.web.host_check import HostCheck
 from sanctum_proxy.web.hot_routes import HotRoutes
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 from sanctum_proxy.web.limits import ConcurrencyLimit
@@ -71,6 +72,8 @@ def create_app(settings: Settings) -> FastAPI:
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
                        keys=parts.keys, per_key=settings.max_concurrent_per_key)
     app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections())
+    app.add_middleware(HostCheck, bound_to=settings.host, allowed_hosts=settings.allowed_hosts,
+                       cors_origins=settings.cors_origins)  # inside CORS: a listed origin's preflight is answered
     app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
     if settings.cors_origins:  # off by default: a browser page may not call the proxy unless listed
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],

@@ -94,6 +94,8 @@ class Settings(BaseSettings):
     api_keys_file: str | None = None
     admin_key: str | None = None
     cors_origins: list[str] = Field(default_factory=list)
+    # names besides loopback's the proxy answers for (`Host`; `*.example.com` globs): web/host_check.py
+    allowed_hosts: list[str] = Field(default_factory=list)
     max_messages: int = Field(2048, ge=1)
     max_tools: int = Field(128, ge=1)
     max_concurrent_requests: int = Field(256, ge=0)
