@@ -71,3 +71,45 @@ def test_unique_items_keeps_json_schemas_equality(items, unique):
 
     validator = validator_for({"type": "array", "uniqueItems": True})
     assert validator.is_valid(items) is unique
+
+
+def space_chunks(lead: str, count: int) -> list[bytes]:
+    """A stream opening with `lead` (a tool's name) and then `count` one-space deltas, in llama.cpp's framing."""
+    def chunk(text: str) -> bytes:
+        return b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,' \
+               b'"delta":{"content":' + orjson.dumps(text) + b'},"finish_reason":null}]}\n\n'
+    return [chunk(lead)] + [chunk(" ")] * count + [chunk("done")]
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}}
+
+
+@pytest.mark.parametrize("lead", ["get_weather", "get_weather\n", "  "])
+@pytest.mark.parametrize("endpoint", ["chat", "responses", "messages"])
+def test_a_tool_name_and_60000_one_space_deltas_never_block(fake, endpoint, lead):
+    """The bare-name hold re-matched the whole pending text on every delta: 60,000 one-space deltas after a tool
+    name blocked /healthz 3 s (8 s of CPU), on chat, Responses and Messages."""
+    from sanctum_proxy.app import create_app
+    from sanctum_proxy.config import load_settings
+    from tests.conftest import ServerThread
+
+    fake[0].push(Step(chunks=space_chunks(lead, 60_000)))
+    if endpoint == "chat":
+        path, body = "/v1/chat/completions", {**ASK, "stream": True, "tools": [tool(WEATHER, "get_weather")]}
+    elif endpoint == "responses":
+        path, body = "/v1/responses", {"model": "m", "input": "hi", "stream": True, "tools": [
+            {"type": "function", "name": "get_weather", "parameters": WEATHER}]}
+    else:
+        path, body = "/v1/messages", {"model": "m", "max_tokens": 64, "stream": True, "tools": [
+            {"name": "get_weather", "input_schema": WEATHER}], "messages": [{"role": "user", "content": "hi"}]}
+    settings = load_settings({"upstream": fake[1] + "/v1", "traces_path": ":memory:", "spell_calling": "native",
+                              "max_repair_rounds": 0})
+    with ServerThread(create_app(settings)) as server:
+        before = thread_cpu(server.thread)
+        with Watch(server.url) as watch, httpx.Client(timeout=120) as client:
+            with client.stream("POST", server.url + path, json=body) as r:
+                received = b"".join(r.iter_bytes())
+        used = thread_cpu(server.thread) - before
+    watch.check()
+    assert r.status_code == 200 and b"done" in received, received[-500:]
+    assert used < 6, f"the proxy's thread used {used:.1f} s of CPU"
