@@ -110,3 +110,18 @@ def test_a_urlencoded_body_is_refused_from_a_browser_only(proxy, fake):
     curl = httpx.post(proxy + "/v1/chat/completions", content=b'{"model":"m","messages":[{"role":"user",'
                       b'"content":"hi"}]}', headers=form, timeout=10)
     assert curl.status_code == 200, curl.text  # curl -d without -H: not a page
+
+
+@pytest.mark.parametrize("name", ["authorization", "x-api-key"])
+def test_a_second_key_header_is_refused_so_one_key_cannot_take_another_keys_share(make_proxy, fake, name):
+    """The key checked was the first header, the key whose share was counted the last: one key took every slot."""
+    proxy = make_proxy(api_keys=["greedy", "polite"], max_concurrent_requests=2)
+    value = (lambda k: f"Bearer {k}") if name == "authorization" else (lambda k: k)
+    headers = [(name, value("greedy")), (name, value("other"))]
+    for path, body in (("/v1/chat/completions", ASK), ("/v1/messages", MESSAGES)):
+        r = httpx.post(proxy + path, json=body, headers=headers, timeout=10)
+        assert r.status_code == 400 and "more than once" in r.text, r.text
+    assert fake[0].requests == []
+    fake[0].push(Step(body=completion("one")))
+    single = httpx.post(proxy + "/v1/chat/completions", json=ASK, headers=[(name, value("greedy"))], timeout=10)
+    assert single.status_code == 200, single.text

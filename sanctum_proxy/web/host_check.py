@@ -9,7 +9,8 @@ Origin: a browser says where a request comes from. One with an `Origin` that is 
 `cors_origins`, or with `Sec-Fetch-Site: cross-site` and no such Origin, gets a 403 (a top-level GET
 navigation excepted: its page cannot read the answer). Clients that are not browsers send neither header.
 
-Body: the JSON routes take no body a page may send without asking (`text/plain`, `multipart/form-data`, and
+Key: a request sending `Authorization` or `x-api-key` twice gets a 400 (the key checked and the key whose
+share is counted must be one). Body: the JSON routes take no body a page may send without asking (`text/plain`, `multipart/form-data`, and
 from a browser `application/x-www-form-urlencoded`): 415. Every refusal is in the endpoint's error shape.
 """
 
@@ -23,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sanctum_proxy.errors import InvalidRequest, ProxyError
 from sanctum_proxy.protocols import messages_api
+from sanctum_proxy.web.auth import repeated_key_header
 
 ALWAYS_ANSWERED = frozenset({"/healthz"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -69,8 +71,8 @@ def host_name(value: str) -> str:
 
 
 class HostCheck:
-    """ASGI middleware: 421 for a `Host` not the proxy's, 403 for a cross-site browser request, 415 for a form
-    body (module docstring)."""
+    """ASGI middleware: 421 for a `Host` not the proxy's, 403 for a cross-site browser request, 400 for a second
+    key header, 415 for a form body (module docstring)."""
 
     def __init__(self, app: ASGIApp, bound_to: str, allowed_hosts: list[str], cors_origins: list[str]) -> None:
         self.app = app
@@ -87,6 +89,9 @@ class HostCheck:
         await self.app(scope, receive, send)
 
     def refusal(self, scope: Scope) -> ProxyError | None:
+        repeated = repeated_key_header(scope["headers"])
+        if repeated is not None:
+            return InvalidRequest(f"the {repeated} header is sent more than once: send one key")
         headers: dict[bytes, bytes] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name, value)
