@@ -92,7 +92,9 @@ def create_app(settings: Settings) -> FastAPI:
 def make_services(settings: Settings) -> Services:
     shared = SharedState(settings.redis_url, max_rows=settings.max_models)
     modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
-                     parse_failure_threshold=settings.parse_failure_threshold, table=shared.table("modes"))
+                     parse_failure_threshold=settings.parse_failure_threshold, table=shared.table("modes"),
+                     failure_window=settings.parse_failure_window_seconds,
+                     failure_flip=settings.parse_failure_flip_seconds)
     capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute)
     keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)
     return Services(settings, shared, modes, keys, capabilities, Recorder(retention(settings)))

@@ -123,6 +123,9 @@ class Settings(BaseSettings):
     probe_timeout: float = Field(3.0, gt=0)
     auto_recheck_seconds: float | None = Field(None, gt=0)
     parse_failure_threshold: int = Field(3, ge=1)
+    # parse failures count toward the threshold for this long; a model they flipped goes back native after the other
+    parse_failure_window_seconds: float = Field(600.0, gt=0)
+    parse_failure_flip_seconds: float = Field(3600.0, gt=0)
     keepalive_seconds: float = Field(10.0, gt=0)
     embedded: bool = False
     traces_path: str | None = Field(None, description="SQLite file or :memory:; unset: the XDG state dir")
