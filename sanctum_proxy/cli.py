@@ -30,6 +30,7 @@ from sanctum_proxy.upstreams.embedded import (
     ensure_model,
     find_llama_server,
     http_status,
+    proxy_key,
 )
 from sanctum_proxy.web import access_log
 from sanctum_proxy.web.connection_limit import default_max_connections
@@ -125,12 +126,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             binary = find_llama_server()  # before the model: no download for a server that is not there
             model = ensure_model(announce=lambda line: print(f"sanctum-proxy: {line}", flush=True))
-            embedded = LlamaServer(binary=binary, model=model)
+            embedded = LlamaServer(binary=binary, model=model, api_key=proxy_key())
             embedded.start()
         except EmbeddedUnavailable as exc:
             print(f"sanctum-proxy: --embedded: {exc}", file=sys.stderr)
             return 2
-        settings = settings.model_copy(update={"upstream": embedded.base_url})
+        settings = settings.model_copy(update={"upstream": embedded.base_url, "upstream_api_key": embedded.api_key})
     target = (", ".join(u.name for u in settings.upstreams) if settings.upstreams
               else redacted_url(settings.upstream))
     print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {target}, "

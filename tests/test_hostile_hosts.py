@@ -125,3 +125,25 @@ def test_a_second_key_header_is_refused_so_one_key_cannot_take_another_keys_shar
     fake[0].push(Step(body=completion("one")))
     single = httpx.post(proxy + "/v1/chat/completions", json=ASK, headers=[(name, value("greedy"))], timeout=10)
     assert single.status_code == 200, single.text
+
+
+def test_the_embedded_llama_server_takes_only_the_proxys_key_and_answers_no_page():
+    """It listened with no key and reflected any Origin: any local process or web page could use it directly."""
+    from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, LlamaServer, find_llama_server, find_model, \
+        proxy_key
+
+    try:
+        binary, model = find_llama_server(), find_model()
+    except EmbeddedUnavailable as exc:
+        pytest.skip(f"no embedded llama-server here: {exc}")
+    key = proxy_key()
+    assert len(key) >= 32 and key != proxy_key()
+    with LlamaServer(binary=binary, model=model, api_key=key, ctx_size=512) as server:
+        assert key not in " ".join(server.command())  # not on the command line other users see
+        ask = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        url = server.base_url + "/chat/completions"
+        assert httpx.post(url, json=ask, timeout=60).status_code == 401
+        page = httpx.options(url, timeout=10, headers={"origin": "https://evil.example",
+                                                       "access-control-request-method": "POST"})
+        assert page.headers.get("access-control-allow-origin") in (None, "http://no-page.invalid"), page.headers
+        assert httpx.post(url, json=ask, headers={"authorization": f"Bearer {key}"}, timeout=60).status_code == 200
