@@ -113,3 +113,29 @@ def test_a_tool_name_and_60000_one_space_deltas_never_block(fake, endpoint, lead
     watch.check()
     assert r.status_code == 200 and b"done" in received, received[-500:]
     assert used < 6, f"the proxy's thread used {used:.1f} s of CPU"
+
+
+def test_a_grammar_over_its_budget_stops_being_built_at_the_budget():
+    """The GBNF grammar was built whole (megabytes, seconds for many large tools), then found too large."""
+    from sanctum_proxy.repair.grammar import gbnf
+    from sanctum_proxy.repair.toolbox import Toolbox
+
+    from sanctum_proxy.repair.grammar import GrammarTooLarge
+
+    def wide(n: int) -> dict[str, Any]:
+        return {"type": "object", "properties": {f"p{i}": {"type": "string", "enum": [
+            f"v{n}-{i}-{j}" for j in range(20)]} for i in range(400)}}
+
+    book = Toolbox.from_tools([tool(wide(n), f"t{n}") for n in range(64)])
+    started = time.perf_counter()
+    with pytest.raises(GrammarTooLarge):
+        gbnf(book, "hermes", text=False, parallel=False, limit=64 * 1024)
+    limited = time.perf_counter() - started
+    started = time.perf_counter()
+    whole = gbnf(book, "hermes", text=False, parallel=False)
+    unlimited = time.perf_counter() - started
+    assert whole is not None and len(whole) > 1024 * 1024
+    assert limited < unlimited / 5, (limited, unlimited)
+    small = gbnf(Toolbox.from_tools([tool(WEATHER, "get_weather")]), "hermes", text=False, parallel=False,
+                 limit=64 * 1024)
+    assert small is not None and "get_weather" in small
