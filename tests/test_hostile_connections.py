@@ -3,6 +3,7 @@ its request head a size bound, with either HTTP parser. Each test fails without 
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -46,12 +47,16 @@ def read_answer(sock: socket.socket) -> bytes:
     """One answer with a content-length: its head and body."""
     data = b""
     while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
+        piece = sock.recv(65536)
+        assert piece, f"closed before an answer: {data[:200]!r}"
+        data += piece
     head, _, body = data.partition(b"\r\n\r\n")
     length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(
         b"content-length")))
     while len(body) < length:
-        body += sock.recv(65536)
+        piece = sock.recv(65536)
+        assert piece, "closed inside an answer"
+        body += piece
     return head
 
 
@@ -209,3 +214,35 @@ def test_slow_bodies_past_max_connections_leave_room_for_other_clients(fake, par
                 sock.close()
     assert r.status_code == 200, r.text  # a 503 (every connection slot held) before
     assert latency < 0.5, latency
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_a_client_that_pipelined_a_second_request_and_left_still_cancels_the_upstream_call(fake, parser):
+    """A pipelined request paused reading, so the client's leaving went unseen and the upstream call ran on."""
+    import orjson
+
+    from tests.fakes.upstream import Step
+    from tests.polling import wait_until
+
+    fake[0].push(Step(chunks=[b'{"choices": [{"message": {"content": "'], endless=b"a", chunk_delay=0.05))
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    with serve(fake, parser) as server:
+        sock = connect(server.port)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\n\r\n%s" % (len(body), body)
+                     + b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        wait_until(lambda: fake[0].requests, 5, "the upstream call")
+        time.sleep(0.3)
+        sock.close()
+        wait_until(lambda: fake[0].disconnected, 5, "the upstream call to be cancelled")
+
+
+def test_pipelined_requests_are_still_answered_in_order(quick):
+    sock = connect(quick.port)
+    sock.sendall(b"".join(b"GET /%s HTTP/1.1\r\nhost: 127.0.0.1\r\n%s\r\n" % (p, c) for p, c in (
+        (b"healthz", b""), (b"nope", b""), (b"healthz", b"connection: close\r\n"))))
+    data = b""
+    while piece := sock.recv(65536):
+        data += piece
+    sock.close()
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", data) == [b"200", b"404", b"200"], data

@@ -16,6 +16,10 @@ blank line between requests, held a connection for ever; these deadlines are not
 Head bound: at most `max_head_bytes` before a head ends, else a 431 and the connection is closed. httptools had
 no bound (a 64 MB header cost seconds of CPU); h11's own (16 KB, a plain-text 400) is set past this one.
 
+Pipelining: uvicorn stops reading while a pipelined request waits (httptools), so a client that left went
+unseen and its upstream call ran on; reading goes on for up to MAX_PIPELINED waiting requests, and the request
+being answered hears of its client's leaving.
+
 Room: uvicorn's `limit_concurrency` (the setting `max_connections`) bounds requests, but every slow connection
 still holds a file descriptor, and at the process's open-file limit nothing is accepted at all. So when a new
 connection would reach the limit, the connection longest in a state with a read deadline (a slow head or body,
@@ -37,6 +41,8 @@ from uvicorn.server import ServerState
 
 Reading = Literal["head", "body", "done"]
 State = Literal["head", "body", "drain", "idle"] | None
+
+MAX_PIPELINED = 4  # requests queued behind the one being answered while reading goes on (then it pauses)
 
 # Per server: its connections in a state with a read deadline, longest first (dict order).
 _WAITING: weakref.WeakKeyDictionary[ServerState, dict[HeadDeadline, None]] = weakref.WeakKeyDictionary()
@@ -208,6 +214,7 @@ else:
         """HttpToolsProtocol with the deadlines, the head bound and room kept (module level: workers pickle it)."""
 
         _parsing: Reading = "head"  # what the parser reads now, from its callbacks
+        _running: Any = None  # the cycle being answered while a pipelined request waits
 
         def _reading(self) -> Reading:
             return self._parsing
@@ -222,7 +229,19 @@ else:
         def on_headers_complete(self) -> None:
             self._parsing = "body"
             self._head_done()
+            running = self.cycle
             super().on_headers_complete()
+            if self.pipeline and running is not None and not running.response_complete:
+                self._running = running  # uvicorn forgets it: its client leaving must still reach it
+                if len(self.pipeline) <= MAX_PIPELINED:
+                    self.flow.resume_reading()  # paused, a client that leaves would go unseen
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            running, self._running = self._running, None
+            super().connection_lost(exc)
+            if running is not None and not running.response_complete:
+                running.disconnected = True
+                running.message_event.set()
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
