@@ -129,8 +129,13 @@ def test_a_second_key_header_is_refused_so_one_key_cannot_take_another_keys_shar
 
 def test_the_embedded_llama_server_takes_only_the_proxys_key_and_answers_no_page():
     """It listened with no key and reflected any Origin: any local process or web page could use it directly."""
-    from sanctum_proxy.upstreams.embedded import EmbeddedUnavailable, LlamaServer, find_llama_server, find_model, \
-        proxy_key
+    from sanctum_proxy.upstreams.embedded import (
+        EmbeddedUnavailable,
+        LlamaServer,
+        find_llama_server,
+        find_model,
+        proxy_key,
+    )
 
     try:
         binary, model = find_llama_server(), find_model()

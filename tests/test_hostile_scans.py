@@ -117,10 +117,8 @@ def test_a_tool_name_and_60000_one_space_deltas_never_block(fake, endpoint, lead
 
 def test_a_grammar_over_its_budget_stops_being_built_at_the_budget():
     """The GBNF grammar was built whole (megabytes, seconds for many large tools), then found too large."""
-    from sanctum_proxy.repair.grammar import gbnf
+    from sanctum_proxy.repair.grammar import GrammarTooLarge, gbnf
     from sanctum_proxy.repair.toolbox import Toolbox
-
-    from sanctum_proxy.repair.grammar import GrammarTooLarge
 
     def wide(n: int) -> dict[str, Any]:
         return {"type": "object", "properties": {f"p{i}": {"type": "string", "enum": [

@@ -17,7 +17,6 @@ from typing import Literal
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.state.replicated import LocalTable, Table, pair_key, pair_of
 
-
 PARSE_FAILURES = "upstream_parse_failures"
 
 
@@ -41,7 +40,7 @@ class Decision:
                 or not isinstance(failed_at, list) or not all(isinstance(t, int | float) for t in failed_at):
             raise ValueError(f"not a decision: {row!r}"[:200])
         return cls("native" if mode == "native" else "prompted", str(row["reason"]), float(since), failures,
-                   [float(t) for t in failed_at[-64:]])  # type: ignore[arg-type]  # (numbers: checked above)
+                   [float(t) for t in failed_at[-64:]])
 
 
 class ModeBook:

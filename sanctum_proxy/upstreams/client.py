@@ -606,7 +606,8 @@ def _inflated_whole(body: bytes, limit: int, *, strict: bool = False) -> bytes:
     """A compressed body inflated, at most `limit` bytes of it (a bomb stops there). `strict`: zlib.error when
     it does not inflate, else a placeholder (an error body)."""
     try:
-        return _inflater(body).decompress(body, limit)
+        inflated: bytes = _inflater(body).decompress(body, limit)
+        return inflated
     except zlib.error:
         if strict:
             raise

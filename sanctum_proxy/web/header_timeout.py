@@ -67,7 +67,7 @@ class HeadDeadline:
     server_state: ServerState
     connections: set[Any]
     limit_concurrency: int | None
-    timeout_keep_alive: float
+    timeout_keep_alive: int
     room_limit: int | None = None  # uvicorn's limit_concurrency, kept here for making room
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
@@ -182,7 +182,7 @@ class HeadDeadline:
         super().connection_lost(exc)  # type: ignore[misc]
 
 
-class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):
+class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]  # (uvicorn: a Transport)
     """H11Protocol (uvicorn without httptools) with the deadlines, the head bound and room kept."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -210,7 +210,7 @@ try:
 except ImportError:  # the h11 protocol only
     pass
 else:
-    class HeaderTimeoutProtocol(HeadDeadline, HttpToolsProtocol):
+    class HeaderTimeoutProtocol(HeadDeadline, HttpToolsProtocol):  # type: ignore[misc]  # (as above)
         """HttpToolsProtocol with the deadlines, the head bound and room kept (module level: workers pickle it)."""
 
         _parsing: Reading = "head"  # what the parser reads now, from its callbacks

@@ -10,8 +10,10 @@ Origin: a browser says where a request comes from. One with an `Origin` that is 
 navigation excepted: its page cannot read the answer). Clients that are not browsers send neither header.
 
 Key: a request sending `Authorization` or `x-api-key` twice gets a 400 (the key checked and the key whose
-share is counted must be one). Body: the JSON routes take no body a page may send without asking (`text/plain`, `multipart/form-data`, and
-from a browser `application/x-www-form-urlencoded`): 415. Every refusal is in the endpoint's error shape.
+share is counted must be one).
+
+Body: no route takes a body a page may send without asking (`text/plain`, `multipart/form-data`, and from a
+browser `application/x-www-form-urlencoded`): 415. Every refusal is in the endpoint's error shape.
 """
 
 from __future__ import annotations
