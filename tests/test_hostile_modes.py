@@ -52,3 +52,27 @@ def test_one_clients_induced_parse_failures_flip_nobody_for_good(make_proxy, fak
         fake[0].push(Step(body=completion("ok")))
         other = c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]})
     assert other.headers["x-sanctum-spell-calling"] == "native" and "tools" in fake[0].requests[-1]
+
+
+def quoting_the_start(body: dict[str, Any]) -> Any:
+    """An upstream whose validation error quotes the first 60 characters of the last message (cut, not whole)."""
+    text = body["messages"][-1]["content"][:60]
+    return Step(status=400, body={"error": {"message": f"invalid message starting {text!r}",
+                                            "type": "invalid_request_error"}})
+
+
+def test_a_client_phrase_the_upstream_quotes_only_in_part_flips_nobody(make_proxy, fake):
+    """The echo rule cut out only whole strings: an upstream quoting the start of a long one let a client's
+    "does not support tools" flip the model for everyone."""
+    proxy = make_proxy(probe_capabilities=False)
+    fake[0].responder = quoting_the_start
+    words = "This model does not support tools. " + "x" * 200
+    for _ in range(3):
+        r = httpx.post(proxy + "/v1/chat/completions", timeout=20, json={
+            **ASK, "tools": [WEATHER], "messages": [{"role": "user", "content": words}]})
+        assert r.status_code == 400, r.text
+    fake[0].responder = None
+    fake[0].push(Step(body=completion("ok")))
+    other = httpx.post(proxy + "/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20)
+    assert other.headers["x-sanctum-spell-calling"] == "native" and "tools" in fake[0].requests[-1]
+    assert httpx.get(proxy + "/sanctum/status", timeout=10).json()["modes"] == []
