@@ -25,6 +25,7 @@ from sanctum_proxy.upstreams.pools import UpstreamPools, model_names
 from sanctum_proxy.web.access_log import AccessLog
 from sanctum_proxy.web.auth import KeyRing
 from sanctum_proxy.web.connection_limit import ConnectionLimit, default_max_connections
+from sanctum_proxy.web.host_check import HostCheck
 from sanctum_proxy.web.hot_routes import HotRoutes
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 from sanctum_proxy.web.limits import ConcurrencyLimit
@@ -71,6 +72,8 @@ def create_app(settings: Settings) -> FastAPI:
                        keys=parts.keys, per_key=settings.max_concurrent_per_key,
                        shared=parts.shared if settings.redis_url else None)
     app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections(), table=PROTOCOLS)
+    app.add_middleware(HostCheck, bound_to=settings.host, allowed_hosts=settings.allowed_hosts,
+                       cors_origins=settings.cors_origins)  # inside CORS: a listed origin's preflight is answered
     app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
@@ -89,7 +92,9 @@ def create_app(settings: Settings) -> FastAPI:
 def make_services(settings: Settings) -> Services:
     shared = SharedState(settings.redis_url, max_rows=settings.max_models)
     modes = ModeBook(recheck_seconds=settings.auto_recheck_seconds,
-                     parse_failure_threshold=settings.parse_failure_threshold, table=shared.table("modes"))
+                     parse_failure_threshold=settings.parse_failure_threshold, table=shared.table("modes"),
+                     failure_window=settings.parse_failure_window_seconds,
+                     failure_flip=settings.parse_failure_flip_seconds)
     capabilities = CapabilityBook(table=shared.table("capabilities"), probes_per_minute=settings.probes_per_minute,
                                   shared=shared if settings.redis_url else None)
     keys = KeyRing(settings.api_keys, settings.api_keys_file, settings.admin_key)

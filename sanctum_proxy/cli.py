@@ -30,6 +30,7 @@ from sanctum_proxy.upstreams.embedded import (
     ensure_model,
     find_llama_server,
     http_status,
+    proxy_key,
 )
 from sanctum_proxy.web import access_log
 from sanctum_proxy.web.connection_limit import default_max_connections
@@ -123,12 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             binary = find_llama_server()  # no download for a server that is not there
             model = ensure_model(announce=lambda line: print(f"sanctum-proxy: {line}", flush=True))
-            embedded = LlamaServer(binary=binary, model=model)
+            embedded = LlamaServer(binary=binary, model=model, api_key=proxy_key())
             embedded.start()
         except EmbeddedUnavailable as exc:
             print(f"sanctum-proxy: --embedded: {exc}", file=sys.stderr)
             return 2
-        settings = settings.model_copy(update={"upstream": embedded.base_url})
+        settings = settings.model_copy(update={"upstream": embedded.base_url, "upstream_api_key": embedded.api_key})
     target = (", ".join(u.name for u in settings.upstreams) if settings.upstreams
               else redacted_url(settings.upstream))
     print(f"sanctum-proxy listening on http://{settings.host}:{settings.port} -> upstream {target}, "
@@ -202,6 +203,8 @@ class ServeOptions(HttpOptions):
 def http_protocol(settings: Settings) -> HttpOptions:
     """uvicorn's `http` (a deadline on request heads) and `limit_concurrency` (max_connections) options."""
     HeadDeadline.seconds = settings.header_read_timeout
+    HeadDeadline.body_seconds = settings.body_read_timeout + 1  # the app's 408 goes first
+    HeadDeadline.write_seconds, HeadDeadline.max_head_bytes = settings.answer_write_timeout, settings.max_head_bytes
     return {"http": header_protocol(), "limit_concurrency": settings.max_connections or default_max_connections()}
 
 

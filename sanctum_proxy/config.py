@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     api_keys_file: str | None = None
     admin_key: str | None = None
     cors_origins: list[str] = Field(default_factory=list)
+    # names besides loopback's the proxy answers for (`Host`; `*.example.com` globs): web/host_check.py
+    allowed_hosts: list[str] = Field(default_factory=list)
     max_messages: int = Field(2048, ge=1)
     max_tools: int = Field(128, ge=1)
     max_concurrent_requests: int = Field(256, ge=0)
@@ -105,6 +107,8 @@ class Settings(BaseSettings):
     probes_per_minute: int = Field(30, ge=1, description="capability probes of new models, all upstreams together")
     body_read_timeout: float = Field(30.0, gt=0, description="seconds a client may take to send its body")
     header_read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send its headers")
+    max_head_bytes: int = Field(64 * 1024, ge=4096, description="a longer request head is refused (431)")
+    answer_write_timeout: float = Field(60.0, gt=0, description="seconds a client may take none of an answer")
     # requests in flight per process (503 past it) and where slow heads make room; unset: half the open-file limit
     max_connections: int | None = Field(None, ge=8)
     probe_capabilities: bool = True
@@ -117,6 +121,9 @@ class Settings(BaseSettings):
     probe_timeout: float = Field(3.0, gt=0)
     auto_recheck_seconds: float | None = Field(None, gt=0)
     parse_failure_threshold: int = Field(3, ge=1)
+    # parse failures count toward the threshold for this long; a model they flipped goes back native after the other
+    parse_failure_window_seconds: float = Field(600.0, gt=0)
+    parse_failure_flip_seconds: float = Field(3600.0, gt=0)
     keepalive_seconds: float = Field(10.0, gt=0)
     embedded: bool = False
     traces_path: str | None = Field(None, description="SQLite file or :memory:; unset: the XDG state dir")

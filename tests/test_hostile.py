@@ -433,7 +433,7 @@ def slow_body(url: str, declared: int, sent: bytes) -> socket.socket:
     """A client that announced `declared` bytes of body, sent `sent` and went quiet (1 byte/s, for a test)."""
     host, port = url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=20)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
                  b"content-length: " + str(declared).encode() + b"\r\n\r\n" + sent)
     return sock
 

@@ -13,7 +13,7 @@ from sanctum_proxy.core.shapes import ChatMessage, JSONObject
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.events import Answer, Mode
-from sanctum_proxy.repair.grammar import gbnf
+from sanctum_proxy.repair.grammar import GrammarTooLarge, gbnf
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 
@@ -92,7 +92,11 @@ def chosen(plan: Plan, stage: Stage) -> Constraint | None:
 
 def _prompted(plan: Plan, book: Toolbox, free: bool, parallel: bool, switched: bool = False) -> Constraint | None:
     """A grammar where the upstream takes one, else the schema."""
-    grammar = gbnf(book, plan.prompt_format, text=free, parallel=parallel) if plan.grammar else None
+    try:
+        grammar = gbnf(book, plan.prompt_format, text=free, parallel=parallel,
+                       limit=plan.max_grammar_bytes) if plan.grammar else None
+    except GrammarTooLarge:  # found while building: never built whole
+        return None  # over budget: the round goes unconstrained (its record says so)
     if grammar is not None and len(grammar) > plan.max_grammar_bytes:
         return None  # over budget: unconstrained rather than huge
     if grammar is not None:

@@ -59,14 +59,18 @@ array ::= "[" ws (value ws ("," ws value ws)*)? "]"
 """
 
 
-def gbnf(book: Toolbox, prompt_format: str, *, text: bool, parallel: bool) -> str | None:
+def gbnf(book: Toolbox, prompt_format: str, *, text: bool, parallel: bool, limit: int | None = None) -> str | None:
     """A GBNF grammar for one answer of a prompted round in `prompt_format`: one call to a tool of `book`
     (several, one block each and at most MAX_PARALLEL_CALLS, when `parallel`), or, when `text`, plain text
-    that does not begin like a call. None when the format has no grammar or the book no tools."""
+    that does not begin like a call. None when the format has no grammar or the book no tools. GrammarTooLarge
+    once its rules grow past `limit` characters (checked as each rule is added: it is never built whole)."""
     fmt = FORMATS.get(prompt_format)
     if fmt is None or fmt.grammar is None or not book.tools:
         return None
-    rules = _Rules()
+    return _gbnf(fmt, book, text=text, parallel=parallel, rules=_Rules(limit))
+
+
+def _gbnf(fmt: Any, book: Toolbox, *, text: bool, parallel: bool, rules: _Rules) -> str:
     calls: list[str] = []
     openings: set[str] = set()
     written = {name: _Schema(rules, tool.parameters).arguments(tool.parameters) for name, tool in book.tools.items()}
@@ -96,16 +100,25 @@ def writable(parameters: Any) -> bool:
     return _Schema(_Rules(), parameters).arguments(parameters) != NEVER
 
 
-class _Rules:
-    """Named rules of one grammar, one per distinct body."""
+class GrammarTooLarge(Exception):
+    """The rules grew past their budget (`_Rules(limit)`)."""
 
-    def __init__(self) -> None:
+
+class _Rules:
+    """Named rules of one grammar, one per distinct body; at most `limit` characters of them in all."""
+
+    def __init__(self, limit: int | None = None) -> None:
         self._by_body: dict[str, str] = {}
         self._defined: dict[str, str] = {}
+        self._left = limit
 
     def add(self, body: str, name: str | None = None) -> str:
         if name is None and body in self._by_body:
             return self._by_body[body]
+        if self._left is not None:
+            self._left -= len(body) + 16  # the name, ` ::= ` and the newline
+            if self._left < 0:
+                raise GrammarTooLarge
         name = name or f"r{len(self._defined)}"
         self._by_body.setdefault(body, name)
         self._defined[name] = body

@@ -20,6 +20,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
 from sanctum_proxy.core.shapes import JSONValue
+from sanctum_proxy.repair.unique_items import unique_items
 
 REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 MAX_PATTERN_CHARS = 1000
@@ -254,7 +255,7 @@ def _additional_properties(validator: Any, addl: Any, instance: Any, schema: Any
 
 
 _ON_RE2 = {"pattern": _pattern, "patternProperties": _pattern_properties,
-           "additionalProperties": _additional_properties}
+           "additionalProperties": _additional_properties, "uniqueItems": unique_items}  # (that one: linear)
 
 
 # --- the step budget ---------------------------------------------------------------------------------------

@@ -36,6 +36,57 @@ _SHAPE_REACH = len("call:") + 256
 # is held until it shows which (a bare word waits for the next chunk).
 _LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
 _FIRST_WORD = re.compile(r"\s*([A-Za-z_][\w.\-]{0,255})")
+_BLANKS = re.compile(r"\s*")
+_WORD_REST = re.compile(r"[\w.\-]*")
+_WORD_START = re.compile(r"[A-Za-z_]")
+_MAX_WORD = 256
+
+
+@dataclass
+class _LeadScan:
+    """The first line of an answer read as it grows, each character once: blanks, a word (a tool name, or the
+    start of one), blanks. Equal to matching `_LEAD_PARTIAL` and `_FIRST_WORD` on the whole text, without
+    re-reading it on every delta (a name and 60,000 one-space deltas were quadratic)."""
+
+    word: list[str] = field(default_factory=list)
+    phase: str = "blank"  # blank, word, after (blanks after the word)
+    broken: bool = False  # the text no longer fits `_LEAD_PARTIAL`
+    newline: bool = False  # a newline anywhere
+    beyond: bool = False  # something after the word other than spaces and tabs
+    length: int = 0
+
+    def feed(self, text: str) -> None:
+        while text and not self.broken:
+            if self.phase == "word":
+                grown = _WORD_REST.match(text).end()  # type: ignore[union-attr]  # it matches ""
+                self.word.append(text[:grown])
+                self.length += grown
+                text = text[grown:]
+                if self.length > _MAX_WORD:
+                    self.broken = self.beyond = True
+                elif text:
+                    self.phase = "after"
+                continue
+            blank = _BLANKS.match(text).end()  # type: ignore[union-attr]
+            self.newline = self.newline or "\n" in text[:blank]
+            if self.phase == "after" and text[:blank].strip(" \t"):
+                self.beyond = True
+            text = text[blank:]
+            if not text:
+                break
+            if self.phase == "after" or not _WORD_START.match(text):
+                self.broken = True
+            else:
+                self.phase = "word"
+
+    def may_name(self, names: frozenset[str]) -> bool:
+        """Whether the first word is (or may still grow into) one of `names` (as `Assembler._may_be_named`)."""
+        if self.phase == "blank":
+            return True  # only blanks yet
+        first = "".join(self.word)[:_MAX_WORD].lower()
+        if self.beyond or self.newline:
+            return first in {n.lower() for n in names}
+        return any(n.lower().startswith(first) for n in names)
 
 
 def with_tools(names: frozenset[str] | set[str]) -> tuple[str, ...]:
@@ -104,7 +155,10 @@ class Assembler:
     client_json: bool = False  # the client asked for JSON (response_format): a JSON answer flows, never held
     _json_answer: bool | None = None  # decided by the first non-space character of content
     _parts: list[str] = field(default_factory=list)
-    _pending: str = ""  # content[released:] while nothing is held (short: at most a partial delimiter)
+    # content[released:] while nothing is held (short, but for a first line that may name a tool: `_lead`)
+    _pending_parts: list[str] = field(default_factory=list)
+    _grew: str = ""  # the content of the last chunk, while nothing is held
+    _scan: _LeadScan = field(default_factory=_LeadScan)  # the first line, while it may open a call (`_lead`)
     _closer: str = ""  # inside reasoning markup in content: the closer that ends it (reasoning.py)
     _reasoned: bool = False  # reasoning markup was seen: a closer alone no longer ends anything
     _unhold: bool = False  # held content turned out to be reasoning begun in the prompt (a lone closer came)
@@ -116,6 +170,14 @@ class Assembler:
     @property
     def content(self) -> str:
         return _joined(self._parts)
+
+    @property
+    def _pending(self) -> str:
+        return _joined(self._pending_parts)
+
+    @_pending.setter
+    def _pending(self, text: str) -> None:
+        self._pending_parts[:] = [text] if text else []
 
     def feed(self, chunk: JSONObject) -> str:
         """Take one upstream chunk; return the content that may be shown now ("" for none)."""
@@ -142,7 +204,8 @@ class Assembler:
                 if self.text_branch:
                     self._fresh += delta["content"]
                 elif not self.holding:
-                    self._pending += delta["content"]
+                    self._pending_parts.append(delta["content"])
+                    self._grew += delta["content"]
                 elif not self._reasoned:  # a lone closer may show the held text was reasoning
                     window = self._tail + delta["content"]
                     self._unhold = self._unhold or reasoning.first_orphan_closer(window) is not None
@@ -153,7 +216,10 @@ class Assembler:
                     self._live_passed.setdefault(name, []).append(delta[name])
             for call in delta.get("tool_calls") or []:
                 self._add_call(call)
-        return self._release()
+        try:
+            return self._release()
+        finally:
+            self._grew = ""
 
     def take_logprobs(self) -> JSONObject | None:
         """The logprobs of the tokens fed since the last release (they go with the text released now; those of
@@ -192,7 +258,7 @@ class Assembler:
         if self.text_branch:
             fresh, self._fresh = self._fresh, ""
             return self._branch.feed(fresh)
-        if self.client_json and self._json_answer is None and self._pending.strip():
+        if self.client_json and self._json_answer is None and self._grew.strip():  # (earlier deltas were blank)
             self._json_answer = self._pending.lstrip()[:1] in ("{", "[")
         if self._json_answer:
             out, self._pending, self.released = self._pending, "", self.released + len(self._pending)
@@ -255,8 +321,9 @@ class Assembler:
         functionary codec reads at the start of any text. Then a `NAME\n{` holds the answer like any call
         opener; with `lead` (Functionary v3.2's prompt) a leading `all\n` is passed over (markup; the text
         after it is content)."""
-        partial = _LEAD_PARTIAL.fullmatch(self._pending) is not None
-        if partial and (self.lead or self._may_be_named()):
+        self._scan.feed(self._grew)  # only the new text: what came before is known
+        partial = not self._scan.broken
+        if partial and (self.lead or (bool(self.names) and self._scan.may_name(self.names))):
             return False
         self._led = True
         if not self.lead and not (partial or self._may_be_named()):

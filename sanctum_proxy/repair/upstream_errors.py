@@ -156,7 +156,7 @@ def classify(error: UpstreamError, sent: Any = None) -> Verdict | None:
         return None
     if sent is not None:
         own = without_echoes(message, sent)
-        if own is None:
+        if own is None or _quotes_the_client(own, sent):
             return None
         message = own
     if _PARSE_FAILURE.search(message):
@@ -185,6 +185,17 @@ def without_echoes(message: str, sent: Any) -> str | None:
     for text in sorted(found, key=len, reverse=True):
         message = message.replace(text, "\0")
     return message
+
+
+def _quotes_the_client(message: str, sent: Any) -> bool:
+    """Whether a telling phrase left in `message` is written in one of the request's strings: an upstream that
+    quotes only the start of a long string (or a piece of it) leaves it whole where `without_echoes` finds
+    no whole string to cut."""
+    phrases = [m.group().strip() for pattern in (_UNSUPPORTED, _PARSE_FAILURE) for m in pattern.finditer(message)]
+    if not phrases:
+        return False
+    texts = [text.lower() for count, text in zip(range(MAX_STRINGS), _strings(sent), strict=False)]
+    return any(phrase in text for phrase in phrases for text in texts if len(text) >= len(phrase))
 
 
 def _forms(text: str) -> tuple[str, ...]:

@@ -1,17 +1,23 @@
 """Auto mode's memory: which (upstream, model) pairs go prompted, and for what reason. Which upstream errors
 mean "this server cannot do tools" or "it could not parse its own model's call" is read by
 repair/upstream_errors.py; the round loop yields what it learned and routes/rounds.py writes it here.
+
+Parse failures decay: only those within `parse_failure_window_seconds` count toward the threshold, and a model
+they flipped goes back to native after `parse_failure_flip_seconds` (any client can make its model fail to
+parse, so no client's failures may flip a model for everyone for good).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.state.replicated import LocalTable, Table, pair_key, pair_of
+
+PARSE_FAILURES = "upstream_parse_failures"
 
 
 @dataclass
@@ -20,17 +26,21 @@ class Decision:
     reason: str
     since: float
     parse_failures: int = 0
+    failed_at: list[float] = field(default_factory=list)  # when the recent parse failures were, oldest first
 
     def to_json(self) -> JSONObject:
         return {"mode": self.mode, "reason": self.reason, "since": self.since,
-                "parse_failures": self.parse_failures}
+                "parse_failures": self.parse_failures, "failed_at": list(self.failed_at)}
 
     @classmethod
     def from_json(cls, row: JSONObject) -> Decision:
         mode, since, failures = row["mode"], row["since"], row.get("parse_failures", 0)
-        if mode not in ("native", "prompted") or not isinstance(since, int | float) or not isinstance(failures, int):
+        failed_at = row.get("failed_at", [])
+        if mode not in ("native", "prompted") or not isinstance(since, int | float) or not isinstance(failures, int) \
+                or not isinstance(failed_at, list) or not all(isinstance(t, int | float) for t in failed_at):
             raise ValueError(f"not a decision: {row!r}"[:200])
-        return cls("native" if mode == "native" else "prompted", str(row["reason"]), float(since), failures)
+        return cls("native" if mode == "native" else "prompted", str(row["reason"]), float(since), failures,
+                   [float(t) for t in failed_at[-64:]])
 
 
 class ModeBook:
@@ -39,11 +49,13 @@ class ModeBook:
     either way; the shared table sends writes on in the background."""
 
     def __init__(self, *, recheck_seconds: float | None = None, parse_failure_threshold: int = 3,
-                 clock: Callable[[], float] = time.time, table: Table | None = None) -> None:
+                 clock: Callable[[], float] = time.time, table: Table | None = None,
+                 failure_window: float = 600.0, failure_flip: float = 3600.0) -> None:
         self._table: Table = table if table is not None else LocalTable()
         self._recheck = recheck_seconds
         self._threshold = parse_failure_threshold
         self._clock = clock
+        self._window, self._flip = failure_window, failure_flip
 
     def _read(self, upstream: str, model: str) -> Decision | None:
         row = self._table.get(pair_key(upstream, model))
@@ -54,11 +66,16 @@ class ModeBook:
 
     def get(self, upstream: str, model: str) -> Decision | None:
         decision = self._read(upstream, model)
-        if decision and self._recheck and decision.mode == "prompted" \
-                and self._clock() - decision.since > self._recheck:
+        if decision and decision.mode == "prompted" and self._expired(decision):
             self._table.delete(pair_key(upstream, model))
             return None
         return decision
+
+    def _expired(self, decision: Decision) -> bool:
+        age = self._clock() - decision.since
+        if decision.reason == PARSE_FAILURES and age > self._flip:
+            return True
+        return bool(self._recheck) and age > (self._recheck or 0)
 
     def settle(self, upstream: str, model: str, mode: Literal["native", "prompted"], reason: str) -> None:
         old = self._read(upstream, model)
@@ -67,12 +84,14 @@ class ModeBook:
 
     def parse_failure(self, upstream: str, model: str) -> bool:
         """Count one upstream parse failure; True when the model has now gone prompted for good."""
-        decision = self._read(upstream, model) or Decision("native", "default", self._clock())
-        decision.parse_failures += 1
+        now = self._clock()
+        decision = self._read(upstream, model) or Decision("native", "default", now)
+        recent = [t for t in decision.failed_at if now - t < self._window]
+        decision.failed_at = [*recent, now][-self._threshold:]
+        decision.parse_failures = len(decision.failed_at)
         flipped = decision.parse_failures >= self._threshold and decision.mode != "prompted"
         if flipped:
-            decision.mode, decision.reason = "prompted", "upstream_parse_failures"
-            decision.since = self._clock()
+            decision.mode, decision.reason, decision.since = "prompted", PARSE_FAILURES, now
         self._table.set(pair_key(upstream, model), decision.to_json())
         return flipped
 

@@ -348,7 +348,7 @@ class Upstream:
                                    timeout=aiohttp.ClientTimeout(total=self._check_timeout))
 
     def headers(self, client_auth: str | None = None) -> dict[str, str]:
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", "accept-encoding": "identity"}  # read and masked as sent
         if self._key:
             headers["authorization"] = f"Bearer {self._key}"
         elif client_auth:
@@ -368,7 +368,7 @@ class Upstream:
             response = await self._open("POST", "/chat/completions", route=route, headers=headers,
                                         timeout=self._round_timeout)
             try:
-                raw = await self._read_body(response, deadline=False)  # masked: a 2xx answer may echo the key
+                raw = await self._read_decoded(response, deadline=False)  # masked: a 2xx answer may echo the key
             finally:
                 done(response)
         latency = (time.perf_counter() - start) * 1000
@@ -386,6 +386,20 @@ class Upstream:
         if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
             raise UpstreamError(502, f"upstream sent no choices: {raw[:200]!r}")
         return Reply(response.status, parsed, latency)
+
+    async def _read_decoded(self, response: aiohttp.ClientResponse, *, deadline: bool = True) -> bytes:
+        """The whole body inflated (gzip, zlib or raw deflate) where it came compressed though asked for
+        identity, then masked: the key is looked for in the bytes a client would read, and only those are quoted."""
+        encoding = content_encoding(response)
+        if not encoding:
+            return await self._read_body(response, deadline=deadline)
+        raw = await self._read_body(response, masked=False, deadline=deadline)
+        if encoding not in INFLATED:
+            raise UpstreamError(502, f"upstream sent a {encoding[:40]!r}-encoded answer though asked for identity")
+        try:
+            return self._redact(_inflated_whole(raw, self._max_answer, strict=True))
+        except zlib.error:
+            raise UpstreamError(502, "upstream sent a compressed body that does not inflate") from None
 
     async def _read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None, *,
                          masked: bool = True, deadline: bool = True) -> bytes:
@@ -423,7 +437,7 @@ class Upstream:
         try:
             if response.status >= 400:
                 async with mapped_errors():
-                    content = await self._read_body(response)
+                    content = await self._read_decoded(response)
                 raise (ollama_answers.error_of(response.status, content) if route.native
                        else upstream_error(response.status, content))
             if response.status >= 300:
@@ -441,7 +455,12 @@ class Upstream:
 
     async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[JSONObject]:
         async with mapped_errors():
-            events = sse_data(response.content.iter_any(), limit=self._max_answer, idle=self._read_timeout)
+            source = response.content.iter_any()
+            encoding = content_encoding(response)
+            if encoding and encoding not in INFLATED:
+                raise UpstreamError(502, f"upstream sent a {encoding[:40]!r}-encoded stream though asked for identity")
+            events = sse_data(_inflated(source) if encoding else source, limit=self._max_answer,
+                              idle=self._read_timeout)
             seen, finished, last = 0, False, None
             pieces = DeltaMask(self._mask) if self._mask else None  # a key cut between two events
             async for data in events:
@@ -588,28 +607,52 @@ async def _redacted(chunks: AsyncIterator[bytes], key: bytes | KeyMask) -> Async
         yield held
 
 
+INFLATED = frozenset({"gzip", "x-gzip", "deflate"})
+
+
+def content_encoding(response: aiohttp.ClientResponse) -> str:
+    """The answer's content-encoding, "" for none."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    return "" if encoding == "identity" else encoding
+
+
+def _inflater(first: bytes) -> Any:
+    """A decompressor for a body that begins with `first`: gzip or zlib by their headers, else raw deflate
+    (what some servers send as `deflate`)."""
+    zlib_header = len(first) >= 2 and first[0] & 0x0F == 8 and (first[0] << 8 | first[1]) % 31 == 0
+    return zlib.decompressobj(wbits=47 if first[:2] == b"\x1f\x8b" or zlib_header else -15)
+
+
 async def _inflated(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A gzip or zlib body inflated as it arrives, at most INFLATE_STEP bytes held at a time."""
-    inflater = zlib.decompressobj(wbits=47)  # 32 + 15: a gzip or a zlib header, whichever it has
+    """A gzip, zlib or raw deflate body inflated as it arrives, at most INFLATE_STEP bytes held at a time."""
+    inflater = None
     try:
         async for chunk in chunks:
             data = chunk
-            while data:
+            if inflater is None and data:
+                inflater = _inflater(data)  # (a first chunk of one byte is as rare as a 2-byte header split)
+            while data and inflater is not None:
                 out = inflater.decompress(data, INFLATE_STEP)
                 data = inflater.unconsumed_tail
                 if out:
                     yield out
-        if tail := inflater.flush():
+        if inflater is not None and (tail := inflater.flush()):
             yield tail
+        if inflater is not None and not inflater.eof:
+            raise zlib.error("the compressed body ended before its end")
     except zlib.error as exc:
         raise UpstreamError(502, "upstream sent a compressed body that does not inflate") from exc
 
 
-def _inflated_whole(body: bytes, limit: int) -> bytes:
-    """A compressed error body inflated, at most `limit` bytes of it (a bomb stops there)."""
+def _inflated_whole(body: bytes, limit: int, *, strict: bool = False) -> bytes:
+    """A compressed body inflated, at most `limit` bytes of it (a bomb stops there). `strict`: zlib.error when
+    it does not inflate, else a placeholder (an error body)."""
     try:
-        return zlib.decompressobj(wbits=47).decompress(body, limit)
+        inflated: bytes = _inflater(body).decompress(body, limit)
+        return inflated
     except zlib.error:
+        if strict:
+            raise
         return b"upstream error body that does not inflate"
 
 

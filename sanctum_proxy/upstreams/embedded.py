@@ -26,6 +26,7 @@ import ctypes
 import http.client
 import importlib.metadata
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -274,6 +275,15 @@ def _dies_with_parent() -> Callable[[], None] | None:
 _PR_SET_PDEATHSIG = 1
 
 
+NO_ORIGIN = "http://no-page.invalid"  # the one origin llama-server's CORS allows: none that exists (RFC 2606)
+
+
+def proxy_key() -> str:
+    """A key of the proxy's choosing for its embedded llama-server: another local process or a web page that
+    finds the port still cannot use it."""
+    return secrets.token_urlsafe(32)
+
+
 class LlamaServer:
     """A llama-server child process: `with LlamaServer(jinja=False) as srv: client.get(srv.base_url + ...)`.
 
@@ -290,8 +300,10 @@ class LlamaServer:
         startup_timeout: float = 120.0,
         binary: Path | None = None,
         model: Path | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.jinja = jinja
+        self.api_key = api_key  # given: every call but /health and /v1/models must send it (`proxy_key`)
         self.extra_args = tuple(extra_args)
         self.ctx_size = ctx_size
         self.threads = threads
@@ -320,7 +332,8 @@ class LlamaServer:
         return [
             str(self.binary), "-m", str(self.model), "--host", self.host, "--port", str(self.port),
             "-c", str(self.ctx_size), "--jinja" if self.jinja else "--no-jinja", "-t", str(self.threads),
-            *self.extra_args,
+            # no page may call it: its CORS default (*) reflects any Origin; its web UI is not the proxy's
+            "--cors-origins", NO_ORIGIN, "--no-webui", *self.extra_args,
         ]
 
     def start(self) -> LlamaServer:
@@ -343,8 +356,9 @@ class LlamaServer:
 
     def _spawn(self) -> None:
         self._log = tempfile.TemporaryFile()
+        env = {**os.environ, "LLAMA_API_KEY": self.api_key} if self.api_key else None  # not in `ps` as a flag
         self._proc = subprocess.Popen(
-            self.command(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            self.command(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,  # a Ctrl-C aimed at the proxy should not reach the child first
             preexec_fn=_dies_with_parent(),
         )

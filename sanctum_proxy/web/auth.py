@@ -61,6 +61,21 @@ def presented_key(request: Request) -> bytes:
     return request.headers.get("x-api-key", "").strip().encode()
 
 
+KEY_HEADERS = (b"authorization", b"x-api-key")
+
+
+def repeated_key_header(headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]) -> str | None:
+    """The key header a request sends twice (one request, one key: the key checked and the key whose share is
+    counted must be the same), else None."""
+    seen: set[bytes] = set()
+    for name, _ in headers:
+        if name in KEY_HEADERS:
+            if name in seen:
+                return name.decode()
+            seen.add(name)
+    return None
+
+
 def forwarded_key(request: Request) -> str | None:
     """The client's key as an Authorization header for the upstream (`forward_client_key`): its own
     Authorization header, or its `x-api-key` as a bearer token."""

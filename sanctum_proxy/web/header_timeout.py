@@ -1,99 +1,207 @@
-"""uvicorn's HTTP protocols (httptools and h11) with a deadline on the request head and room kept for new
-connections.
+"""uvicorn's HTTP protocols (httptools and h11) with a deadline on every connection in every state, a bound on
+request heads, and room kept for new connections.
 
-Deadline: a client gets `header_read_timeout` seconds from connecting (or from the first byte of its next request
-on a kept-alive connection) to the end of its headers, then the connection is closed. uvicorn has an idle timeout
-between requests (`timeout_keep_alive`) but none while headers arrive, so a client sending one header byte a
-second (slowloris) held its connection for ever. The body has its own deadline, `body_read_timeout` (limits.py).
+States and their deadlines (one timer per connection, restarted only when the state changes, never by data):
+  head    from connecting, or from the first byte of a later request, to the end of its head:
+          `header_read_timeout`;
+  body    from the end of the head to the end of the body while the answer is made: `body_read_timeout` and a
+          second (the app answers 408 first where it reads the body);
+  drain   the answer is written but the body is still unread: uvicorn's keep-alive timeout;
+  idle    between requests: uvicorn's keep-alive timeout;
+  answer  the request is read and its answer is being made: no read deadline (the app's own timeouts hold),
+          but an answer the client takes nothing of for `answer_write_timeout` seconds is dropped.
+uvicorn's own keep-alive timer is cancelled by any byte received, so one unread body byte after an answer, or a
+blank line between requests, held a connection for ever; these deadlines are not.
+
+Head bound: at most `max_head_bytes` before a head ends, else a 431 and the connection is closed. httptools had
+no bound (a 64 MB header cost seconds of CPU); h11's own (16 KB, a plain-text 400) is set past this one.
+
+Pipelining: uvicorn stops reading while a pipelined request waits (httptools), so a client that left went
+unseen and its upstream call ran on; reading goes on for up to MAX_PIPELINED waiting requests, and the request
+being answered hears of its client's leaving.
 
 Room: uvicorn's `limit_concurrency` (the setting `max_connections`) bounds requests, but every slow connection
-still holds a file descriptor, and at the process's open-file limit nothing is accepted at all (1,007 slowloris
-connections at a limit of 1,024 took /healthz down). So when a new connection would reach the limit, the oldest
-connection still waiting for its request head is closed to make room: connections that send nothing useful
-cannot crowd out those that do. uvicorn's own check (a plain-text 503 past the limit) is taken off: the app
-refuses requests past it in the protocol's error shape (web/connection_limit.py).
+still holds a file descriptor, and at the process's open-file limit nothing is accepted at all. So when a new
+connection would reach the limit, the connection longest in a state with a read deadline (a slow head or body,
+an unread body, an idle one) is closed to make room: connections that send nothing useful cannot crowd out
+those that do. uvicorn's own check (a plain-text 503 past the limit) is taken off: the app refuses requests
+past it in the protocol's error shape (web/connection_limit.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any
+from typing import Any, Literal
 
+import h11
+import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-# Per server: its connections still waiting for a request head, oldest first (dict order).
+Reading = Literal["head", "body", "done"]
+State = Literal["head", "body", "drain", "idle"] | None
+
+MAX_PIPELINED = 4  # requests queued behind the one being answered while reading goes on (then it pauses)
+
+# Per server: its connections in a state with a read deadline, longest first (dict order).
 _WAITING: weakref.WeakKeyDictionary[ServerState, dict[HeadDeadline, None]] = weakref.WeakKeyDictionary()
 
 
-class HeadDeadline:
-    """What both protocols share: the head deadline and making room. Mixed into a uvicorn protocol class."""
+def too_large_answer(limit: int) -> bytes:
+    """The 431 for a head over `limit` bytes, in OpenAI's error shape (the endpoint is not known yet)."""
+    body = orjson.dumps({"error": {"message": f"request head over {limit} bytes (max_head_bytes)",
+                                   "type": "invalid_request_error", "param": None, "code": "head_too_large"}})
+    return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)) + body
 
-    seconds: float = 10.0  # set from the settings before serving (cli.py), in each worker process too
+
+class HeadDeadline:
+    """What both protocols share: the deadlines, the head bound and making room. Mixed into a uvicorn protocol."""
+
+    # set from the settings before serving (cli.py), in each worker process too
+    seconds: float = 10.0  # head
+    body_seconds: float = 31.0
+    write_seconds: float = 60.0
+    max_head_bytes: int = 64 * 1024
     server_state: ServerState
     connections: set[Any]
     limit_concurrency: int | None
+    timeout_keep_alive: int
     room_limit: int | None = None  # uvicorn's limit_concurrency, kept here for making room
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
-    _head_deadline: asyncio.TimerHandle | None = None
+    cycle: Any
+    _deadline: asyncio.TimerHandle | None = None
+    _state: State | Literal["new"] = "new"
+    _stall: asyncio.TimerHandle | None = None
+    _head_bytes: int = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # uvicorn would answer past its limit itself, in plain text: the app does it (web/connection_limit.py)
         self.room_limit, self.limit_concurrency = self.limit_concurrency, None
 
+    def _reading(self) -> Reading:
+        raise NotImplementedError
+
+    def _feed(self, data: bytes) -> None:
+        raise NotImplementedError
+
     def _waiting(self) -> dict[HeadDeadline, None]:
         return _WAITING.setdefault(self.server_state, {})
 
     def _make_room(self) -> None:
-        """At the connection limit: close the oldest connections still waiting for a head (not this one)."""
+        """At the connection limit: close the connections longest in a read-deadline state (not this one)."""
         limit = self.room_limit
         if limit is None:
             return
-        waiting = self._waiting()
         excess = len(self.connections) - limit + 1
-        for other in list(waiting)[:max(0, excess)]:
+        for other in list(self._waiting())[:max(0, excess)]:
             if other is not self:
                 other._too_slow()
 
-    def _arm(self) -> None:
-        if self._head_deadline is None:
-            self._head_deadline = self.loop.call_later(self.seconds, self._too_slow)
+    def _settle(self) -> None:
+        """Arm the deadline of the state the connection is now in (kept as it runs when the state is unchanged)."""
+        reading = self._reading()
+        answered = self.cycle is None or self.cycle.response_complete
+        state: State = reading if reading == "head" else (
+            ("drain" if answered else "body") if reading == "body" else ("idle" if answered else None))
+        if state == self._state or self.transport.is_closing():
+            return
+        self._disarm()
+        self._state = state
+        if state is not None:
+            seconds = {"head": self.seconds, "body": self.body_seconds}.get(state, self.timeout_keep_alive)
+            self._deadline = self.loop.call_later(seconds, self._too_slow)
             self._waiting()[self] = None
 
     def _disarm(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         self._waiting().pop(self, None)
 
     def _too_slow(self) -> None:
         self._disarm()
+        self._end_stall()
         self.connections.discard(self)  # counted out now: its connection_lost may come after a new request's head
         if not self.transport.is_closing():
-            self.transport.close()
+            self.transport.abort()  # close() would wait for a client that takes nothing to take the rest
 
-
-class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):
-    """H11Protocol (uvicorn without httptools) with the head deadline and room kept."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._make_room()
-        self._arm()
+    def _head_too_large(self) -> None:
+        self._disarm()
+        self.connections.discard(self)
+        self.transport.write(too_large_answer(self.max_head_bytes))
+        self.transport.close()
 
     def data_received(self, data: bytes) -> None:
-        if self.cycle is None or self.cycle.response_complete:  # between requests: a head begins
-            self._arm()
-        super().data_received(data)
-        if self.cycle is not None and not self.cycle.response_complete:  # the head is in
-            self._disarm()
+        """Feed the parser, at most `max_head_bytes` of a head in all."""
+        while data and not self.transport.is_closing():
+            if self._reading() == "body":
+                piece, data = data, b""
+            else:
+                room = self.max_head_bytes - self._head_bytes
+                if room <= 0:
+                    self._head_too_large()
+                    return
+                piece, data = data[:room], data[room:]
+                self._head_bytes += len(piece)
+            self._feed(piece)
+            self._settle()
+
+    def _head_done(self) -> None:
+        self._head_bytes = 0
+
+    def pause_writing(self) -> None:
+        super().pause_writing()  # type: ignore[misc]
+        if self._stall is None:
+            self._stall = self.loop.call_later(self.write_seconds, self._too_slow)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()  # type: ignore[misc]
+        self._end_stall()
+
+    def _end_stall(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._make_room()
+        self._settle()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        self._settle()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        super().connection_lost(exc)
+        self._end_stall()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+
+class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]  # (uvicorn: a Transport)
+    """H11Protocol (uvicorn without httptools) with the deadlines, the head bound and room kept."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_head_bytes + 1)
+
+    def _reading(self) -> Reading:
+        state = self.conn.their_state
+        if state is h11.SEND_BODY:
+            return "body"
+        if state is h11.IDLE and (self.cycle is None or self.conn.trailing_data[0]):
+            return "head"  # a new connection, or a later request's first bytes
+        return "done"
+
+    def _feed(self, data: bytes) -> None:
+        before = self.cycle
+        H11Protocol.data_received(self, data)
+        if self.cycle is not before:  # a head was read
+            self._head_done()
 
 
 HTTPTOOLS: type[asyncio.Protocol] | None = None  # HeaderTimeoutProtocol where httptools is installed
@@ -102,25 +210,42 @@ try:
 except ImportError:  # the h11 protocol only
     pass
 else:
-    class HeaderTimeoutProtocol(HeadDeadline, HttpToolsProtocol):
-        """HttpToolsProtocol with the head deadline and room kept (module level: workers pickle it)."""
+    class HeaderTimeoutProtocol(HeadDeadline, HttpToolsProtocol):  # type: ignore[misc]  # (as above)
+        """HttpToolsProtocol with the deadlines, the head bound and room kept (module level: workers pickle it)."""
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._make_room()
-            self._arm()
+        _parsing: Reading = "head"  # what the parser reads now, from its callbacks
+        _running: Any = None  # the cycle being answered while a pipelined request waits
+
+        def _reading(self) -> Reading:
+            return self._parsing
+
+        def _feed(self, data: bytes) -> None:
+            HttpToolsProtocol.data_received(self, data)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            self._arm()
+            self._parsing = "head"
 
         def on_headers_complete(self) -> None:
-            self._disarm()
+            self._parsing = "body"
+            self._head_done()
+            running = self.cycle
             super().on_headers_complete()
+            if self.pipeline and running is not None and not running.response_complete:
+                self._running = running  # uvicorn forgets it: its client leaving must still reach it
+                if len(self.pipeline) <= MAX_PIPELINED:
+                    self.flow.resume_reading()  # paused, a client that leaves would go unseen
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            running, self._running = self._running, None
             super().connection_lost(exc)
+            if running is not None and not running.response_complete:
+                running.disconnected = True
+                running.message_event.set()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._parsing = "done"
 
     HTTPTOOLS = HeaderTimeoutProtocol
 

@@ -1,0 +1,132 @@
+"""The proxy answers only requests meant for it (`HostCheck`): against DNS rebinding and cross-site pages.
+
+Host: a page whose name is rebound to 127.0.0.1 reaches a proxy on loopback with its own name in `Host`. So
+when the proxy listens on loopback, a `Host` that is neither a loopback address, `localhost` (or a name under
+it), nor a name in `allowed_hosts` gets a 421. Listening elsewhere, the check holds only where `allowed_hosts`
+is set, and IP addresses pass (a rebound name is never an address). `/healthz` is always answered.
+
+Origin: a browser says where a request comes from. One with an `Origin` that is neither the proxy's own nor in
+`cors_origins`, or with `Sec-Fetch-Site: cross-site` and no such Origin, gets a 403 (a top-level GET
+navigation excepted: its page cannot read the answer). Clients that are not browsers send neither header.
+
+Key: a request sending `Authorization` or `x-api-key` twice gets a 400 (the key checked and the key whose
+share is counted must be one).
+
+Body: no route takes a body a page may send without asking (`text/plain`, `multipart/form-data`, and from a
+browser `application/x-www-form-urlencoded`): 415. Every refusal is in the endpoint's error shape.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from fnmatch import fnmatchcase
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sanctum_proxy.errors import InvalidRequest, ProxyError
+from sanctum_proxy.protocols import messages_api
+from sanctum_proxy.web.auth import repeated_key_header
+
+ALWAYS_ANSWERED = frozenset({"/healthz"})
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+FORM_TYPES = ("text/plain", "multipart/form-data")  # a page sends these cross-site without a preflight
+BROWSER_FORM_TYPE = "application/x-www-form-urlencoded"  # curl -d's default: refused only from a browser
+
+
+class MisdirectedHost(InvalidRequest):
+    status = 421
+    code = "misdirected_request"
+
+
+class CrossSite(InvalidRequest):
+    status = 403
+    code = "cross_site_request"
+
+
+class NotJson(InvalidRequest):
+    status = 415
+    code = "unsupported_media_type"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, without a port) is this machine's loopback."""
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    address = ip_address(host)
+    return address is not None and address.is_loopback
+
+
+def ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def host_name(value: str) -> str:
+    """The name or address of a `Host` header, without its port."""
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    return value.rpartition(":")[0] if value.count(":") == 1 else value
+
+
+class HostCheck:
+    """ASGI middleware: 421 for a `Host` not the proxy's, 403 for a cross-site browser request, 400 for a second
+    key header, 415 for a form body (module docstring)."""
+
+    def __init__(self, app: ASGIApp, bound_to: str, allowed_hosts: list[str], cors_origins: list[str]) -> None:
+        self.app = app
+        self.loopback = is_loopback(bound_to)
+        self.allowed = [name.lower().rstrip(".") for name in allowed_hosts]
+        self.origins = frozenset(origin.rstrip("/").lower() for origin in cors_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in ALWAYS_ANSWERED:
+            error = self.refusal(scope)
+            if error is not None:
+                await answer(send, error, scope["path"])
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: Scope) -> ProxyError | None:
+        repeated = repeated_key_header(scope["headers"])
+        if repeated is not None:
+            return InvalidRequest(f"the {repeated} header is sent more than once: send one key")
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name, value)
+        host = headers.get(b"host", b"").decode("latin-1").strip()
+        if host and not self.host_allowed(host_name(host)):
+            return MisdirectedHost(f"this proxy does not serve the host {host[:100]!r}: add it to allowed_hosts")
+        origin = headers.get(b"origin", b"").decode("latin-1").strip().rstrip("/").lower()
+        if origin and not self.origin_allowed(origin, scope, host):
+            return CrossSite(f"requests from the page {origin[:100]!r} are refused: list it in cors_origins")
+        if not origin and headers.get(b"sec-fetch-site") == b"cross-site" and not (
+                scope["method"] in ("GET", "HEAD") and headers.get(b"sec-fetch-mode") == b"navigate"):
+            return CrossSite("cross-site requests from a page are refused: list its origin in cors_origins")
+        if scope["method"] in BODY_METHODS:
+            kind = headers.get(b"content-type", b"").decode("latin-1").partition(";")[0].strip().lower()
+            browser = bool(origin) or b"sec-fetch-site" in headers
+            if kind in FORM_TYPES or (browser and kind == BROWSER_FORM_TYPE):
+                return NotJson(f"the body must be JSON (content-type: application/json), got {kind[:60]!r}")
+        return None
+
+    def host_allowed(self, name: str) -> bool:
+        name = name.lower().rstrip(".")
+        if is_loopback(name) or any(fnmatchcase(name, allowed) for allowed in self.allowed):
+            return True
+        return not self.loopback and (not self.allowed or ip_address(name) is not None)
+
+    def origin_allowed(self, origin: str, scope: Scope, host: str) -> bool:
+        if "*" in self.origins or origin in self.origins:
+            return True
+        return origin == f"{scope.get('scheme', 'http')}://{host.lower()}"  # the proxy's own pages (the viewer)
+
+
+async def answer(send: Send, error: ProxyError, path: str) -> None:
+    body = orjson.dumps(messages_api.error_body(error) if path.startswith("/v1/messages") else error.body())
+    await send({"type": "http.response.start", "status": error.status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
