@@ -23,6 +23,7 @@ SMALL = make("small body (one tool)", "/chat/completions",
              {"model": MODEL, "messages": [{"role": "system", "content": "You are a helpful assistant."},
                                            {"role": "user", "content": "What is the weather in Paris?"}],
               "tools": TOOLS, "temperature": 0})
+BEFORE = "sanctum before"  # the same proxy from another tree (bench_overhead.py --before DIR)
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
@@ -65,9 +66,7 @@ async def measure(rows: list[Row], urls: dict[str, str], pids: dict[str, int | N
     for row in rows:
         for mode in ("plain", "stream"):
             for name in order:
-                body = row.body if name == "sanctum" else row.direct_body
-                if name != "sanctum" and body.path != "/chat/completions":
-                    continue
+                body = row.body if name.startswith("sanctum") else row.direct_body
                 raw = body.stream if mode == "stream" else body.plain
                 await one_client(urls[name], body.path, raw, 3, mode == "stream")  # its connection warm
                 before = cpu_ms(pids[name])
@@ -78,7 +77,7 @@ async def measure(rows: list[Row], urls: dict[str, str], pids: dict[str, int | N
                 for name in order:
                     if name == "direct":
                         continue
-                    body = row.body if name == "sanctum" else row.direct_body
+                    body = row.body if name.startswith("sanctum") else row.direct_body
                     raw = body.stream if mode == "stream" else body.plain
                     rps, _ = await many_clients(urls[name], body.path, raw, clients, seconds, mode == "stream")
                     row.rps.setdefault((name, mode), []).append(rps)
@@ -104,13 +103,24 @@ def added(row: Row, name: str, mode: str) -> list[float]:
 
 def table(rows: list[Row], title: str) -> list[str]:
     med = statistics.median
+    before = any(name == BEFORE for name, _ in rows[0].p50)
     lines = [f"## {title}", "",
              "| request | KB | tools | mode | added p50 relay ms | added p50 proxy ms | ratio [min..max] | "
-             "CPU ms/req relay | CPU ms/req proxy | 16 clients proxy / relay |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "CPU ms/req relay | CPU ms/req proxy | 16 clients proxy / relay |"
+             + (" added p50 before ms | before / relay | 16 clients before / relay |" if before else ""),
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if before else "")]
     for row in rows:
         for mode in ("plain", "stream"):
             relay, proxy = added(row, "relay", mode), added(row, "sanctum", mode)
+            tail = ""
+            if before:
+                old = added(row, BEFORE, mode)
+                tail = f" {med(old):.2f} | {med(old) / med(relay):.2f}x |"
+                if row.rps:
+                    r = [p / q for p, q in zip(row.rps[(BEFORE, mode)], row.rps[("relay", mode)], strict=True)]
+                    tail += f" {med(r):.2f}x |"
+                else:
+                    tail += " |"
             each = [p / r if r > 0 else float("nan") for p, r in zip(proxy, relay, strict=True)]
             rps = ""
             if row.rps:
@@ -118,5 +128,6 @@ def table(rows: list[Row], title: str) -> list[str]:
                 rps = f"{med(r):.2f}x [{min(r):.2f}..{max(r):.2f}]"
             lines.append(f"| {row.body.name} | {row.body.kb:.1f} | {row.body.tools} | {mode} | {med(relay):.2f} | "
                          f"{med(proxy):.2f} | {med(proxy) / med(relay):.2f}x [{min(each):.2f}..{max(each):.2f}] | "
-                         f"{med(row.cpu[('relay', mode)]):.2f} | {med(row.cpu[('sanctum', mode)]):.2f} | {rps} |")
+                         f"{med(row.cpu[('relay', mode)]):.2f} | {med(row.cpu[('sanctum', mode)]):.2f} | {rps} |"
+                         + tail)
     return lines + [""]

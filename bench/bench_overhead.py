@@ -208,8 +208,13 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
             check("relay", floor.url)
             check("sanctum", proxy.url)
             samples = {name: Samples() for name in urls}
-            notes["rows"] = "\n\n".join(body_rows(args, {k: urls[k] for k in ("direct", "relay", "sanctum")},
-                                                    {"direct": None, "relay": floor.pid, "sanctum": proxy.pid}))
+            targets = {k: urls[k] for k in ("direct", "relay", "sanctum")}
+            pids: dict[str, int | None] = {"direct": None, "relay": floor.pid, "sanctum": proxy.pid}
+            if args.before:
+                old = servers.sanctum(upstream.url, *args.sanctum_flag, tree=args.before.resolve())
+                started.append(old.start())
+                targets[agent_rows.BEFORE], pids[agent_rows.BEFORE] = old.url, old.pid
+            notes["rows"] = "\n\n".join(body_rows(args, targets, pids))
             if args.rows_only:
                 return samples, notes
             asyncio.run(warm_up(urls))
@@ -426,6 +431,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="tables of bench/agent_rows.py to measure: agents,sizes,turns (default agents; '' none)")
     p.add_argument("--rows-only", action="store_true",
                    help="only those tables (written to bench/results/overhead_agents.md)")
+    p.add_argument("--before", type=Path,
+                   help="a tree holding another sanctum_proxy/ (git archive of a commit): its proxy is measured "
+                        "in the same rounds as 'sanctum before', for before/after figures")
     p.add_argument("--body-requests", type=int,
                    help="sequential requests per row, mode and target a round (default 100; quick 10)")
     p.add_argument("--llama", action="store_true",
