@@ -131,3 +131,40 @@ def table(rows: list[Row], title: str) -> list[str]:
                          f"{med(row.cpu[('relay', mode)]):.2f} | {med(row.cpu[('sanctum', mode)]):.2f} | {rps} |"
                          + tail)
     return lines + [""]
+
+
+def medians(rows: list[Row]) -> list[dict[str, object]]:
+    """Per row and mode: KB, and each target's added p50 and CPU per request (medians over rounds)."""
+    out: list[dict[str, object]] = []
+    for row in rows:
+        for mode in ("plain", "stream"):
+            names = sorted({n for n, m in row.p50 if m == mode and n != "direct"})
+            out.append({"name": row.body.name, "kb": row.body.kb, "mode": mode,
+                        "added_ms": {n: statistics.median(added(row, n, mode)) for n in names},
+                        "cpu_ms": {n: statistics.median(row.cpu[(n, mode)]) for n in names}})
+    return out
+
+
+def plot(data: dict[str, list[dict[str, object]]], path: Path) -> None:
+    """Added p50 and CPU per request against body size and turn count, relay and proxy."""
+    import servers
+
+    plt = servers.pyplot()
+    if plt is None:
+        return
+    kinds = [k for k in ("sizes", "turns") if k in data]
+    fig, axes = plt.subplots(len(kinds), 2, figsize=(11, 4 * len(kinds)), squeeze=False)
+    for line, kind in zip(axes, kinds, strict=True):
+        for ax, what, label in ((line[0], "added_ms", "added p50 ms"), (line[1], "cpu_ms", "CPU ms / request")):
+            for mode in ("plain", "stream"):
+                points = [d for d in data[kind] if d["mode"] == mode]
+                for name in points[0][what]:  # type: ignore[attr-defined]
+                    ax.plot([d["kb"] for d in points], [d[what][name] for d in points],  # type: ignore[index]
+                            marker="o", label=f"{name}, {mode}")
+            grows = "one tool, conversation grows" if kind == "sizes" else "opencode + N rounds"
+            ax.set_xlabel(f"request KB ({grows})")
+            ax.set_ylabel(label)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -232,6 +232,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
 def body_rows(args: argparse.Namespace, urls: dict[str, str], pids: dict[str, int | None]) -> list[str]:
     """The tables of bench/agent_rows.py: real agent bodies (and sizes, turn counts), interleaved rounds."""
     tables = []
+    growth: dict[str, list[dict[str, object]]] = {}
     for kind in args.rows:
         rows = agent_rows.rows_of(kind)
         agent_rows.check(rows, urls["sanctum"])
@@ -241,6 +242,12 @@ def body_rows(args: argparse.Namespace, urls: dict[str, str], pids: dict[str, in
                                            args.seconds if kind == "agents" else 0, number))
             print(f"{kind} round {number + 1}/{args.rounds}: {time.perf_counter() - began:.1f}s", flush=True)
         tables.append("\n".join(agent_rows.table(rows, ROW_TITLES[kind])))
+        growth[kind] = agent_rows.medians(rows)
+    if not args.quick:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "overhead_rows.json").write_text(json.dumps(growth, indent=1) + "\n", encoding="utf-8")
+        if "sizes" in growth or "turns" in growth:
+            agent_rows.plot(growth, RESULTS / "overhead_growth.png")
     return tables
 
 
