@@ -211,7 +211,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
             targets = {k: urls[k] for k in ("direct", "relay", "sanctum")}
             pids: dict[str, int | None] = {"direct": None, "relay": floor.pid, "sanctum": proxy.pid}
             if args.before:
-                old = servers.sanctum(upstream.url, *args.sanctum_flag, tree=args.before.resolve())
+                old = servers.sanctum(upstream.url, *args.sanctum_flag, tree=args.before.resolve(),
+                                      env=dict(e.split("=", 1) for e in args.before_env))
                 started.append(old.start())
                 targets[agent_rows.BEFORE], pids[agent_rows.BEFORE] = old.url, old.pid
             notes["rows"] = "\n\n".join(body_rows(args, targets, pids))
@@ -441,6 +442,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--before", type=Path,
                    help="a tree holding another sanctum_proxy/ (git archive of a commit): its proxy is measured "
                         "in the same rounds as 'sanctum before', for before/after figures")
+    p.add_argument("--before-env", action="append", default=[],
+                   help="NAME=VALUE for the --before proxy alone (repeatable; e.g. SANCTUM_TRACES_BODIES=false)")
     p.add_argument("--body-requests", type=int,
                    help="sequential requests per row, mode and target a round (default 100; quick 10)")
     p.add_argument("--llama", action="store_true",
@@ -453,7 +456,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     quick = args.quick
     args.rows = ["agents"] if args.rows is None else args.rows
     args.body_requests = args.body_requests or (10 if quick else 100)
-    if not any(f.startswith("--spell-calling") for f in args.sanctum_flag):
+    if args.rows_only and not any(f.startswith("--spell-calling") for f in args.sanctum_flag):
         args.sanctum_flag.append("--spell-calling=native")  # the rows' setting; the canned upstream is native
     args.llama_requests = args.llama_requests or (5 if quick else 40)
     args.rounds = args.rounds or (1 if quick else 5)
