@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import agent_rows
 import servers
 from canned_upstream import CITY_ARGS, MODEL, TOOLS
 from loadgen import Connection, many_clients, one_client, percentile
@@ -207,6 +208,16 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
             check("relay", floor.url)
             check("sanctum", proxy.url)
             samples = {name: Samples() for name in urls}
+            targets = {k: urls[k] for k in ("direct", "relay", "sanctum")}
+            pids: dict[str, int | None] = {"direct": None, "relay": floor.pid, "sanctum": proxy.pid}
+            if args.before:
+                old = servers.sanctum(upstream.url, *args.sanctum_flag, tree=args.before.resolve(),
+                                      env=dict(e.split("=", 1) for e in args.before_env))
+                started.append(old.start())
+                targets[agent_rows.BEFORE], pids[agent_rows.BEFORE] = old.url, old.pid
+            notes["rows"] = "\n\n".join(body_rows(args, targets, pids))
+            if args.rows_only:
+                return samples, notes
             asyncio.run(warm_up(urls))
             for number in range(args.rounds):
                 began = time.perf_counter()
@@ -217,6 +228,33 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
             for child in started:
                 child.stop()
     return samples, notes
+
+
+def body_rows(args: argparse.Namespace, urls: dict[str, str], pids: dict[str, int | None]) -> list[str]:
+    """The tables of bench/agent_rows.py: real agent bodies (and sizes, turn counts), interleaved rounds."""
+    tables = []
+    growth: dict[str, list[dict[str, object]]] = {}
+    for kind in args.rows:
+        rows = agent_rows.rows_of(kind)
+        agent_rows.check(rows, urls["sanctum"])
+        for number in range(args.rounds):
+            began = time.perf_counter()
+            asyncio.run(agent_rows.measure(rows, urls, pids, args.body_requests,
+                                           args.seconds if kind == "agents" else 0, number))
+            print(f"{kind} round {number + 1}/{args.rounds}: {time.perf_counter() - began:.1f}s", flush=True)
+        tables.append("\n".join(agent_rows.table(rows, ROW_TITLES[kind])))
+        growth[kind] = agent_rows.medians(rows)
+    if not args.quick:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "overhead_rows.json").write_text(json.dumps(growth, indent=1) + "\n", encoding="utf-8")
+        if "sizes" in growth or "turns" in growth:
+            agent_rows.plot(growth, RESULTS / "overhead_growth.png")
+    return tables
+
+
+ROW_TITLES = {"agents": "Real agent requests: added p50 over direct, relay and proxy interleaved",
+              "sizes": "Cost against body size (one tool, the conversation grows)",
+              "turns": "Cost against turn count (opencode's turn plus N tool rounds of 1.5 KB)"}
 
 
 # --- report ------------------------------------------------------------------------------------------------
@@ -241,6 +279,8 @@ def ratios(samples: dict[str, Samples], name: str, key: str) -> tuple[float, flo
 def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Namespace) -> str:
     others = [n for n in samples if n != "direct"]
     spread = "median over rounds [min..max]"
+    if not samples["direct"].call_ms:  # --rows-only
+        return rows_report(notes, args)
     lines = [
         "# Proxy overhead against a direct upstream",
         "",
@@ -288,6 +328,8 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
         lines.append(f"| {CASES[kind]} | {clients} | "
                      f"{statistics.median(samples['direct'].rps[key]):.0f} | " + " | ".join(cells) + " |")
     failed = {n: s.failed for n, s in samples.items() if s.failed}
+    if not samples["direct"].call_ms:
+        return ""
     own = added(samples, "sanctum", "call_ms", 0.5)[0] - added(samples, "relay", "call_ms", 0.5)[0]
     own_ttft = added(samples, "sanctum", "ttft_ms", 0.5)[0] - added(samples, "relay", "ttft_ms", 0.5)[0]
     lines += ["", "`relay` is bench/relay.py, a bare FastAPI + aiohttp relay on the same uvicorn defaults: the "
@@ -300,9 +342,25 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
               "≤ 1 ms to time to first token.", ""]
     if failed:
         lines.append(f"Failed requests during throughput runs: {failed}.")
+    if notes.get("rows"):
+        lines += [notes["rows"], ""]
     for key, value in notes.items():
-        lines.append(f"- {key}: {value}")
+        if key != "rows":
+            lines.append(f"- {key}: {value}")
     return "\n".join(lines) + "\n"
+
+
+def rows_report(notes: dict[str, str], args: argparse.Namespace) -> str:
+    command = " ".join(["python bench/bench_overhead.py", *args.argv])
+    return "\n".join([
+        "# Proxy overhead on the agents' real requests", "",
+        f"`{command}`: {args.rounds} interleaved rounds, each target {args.body_requests} sequential requests "
+        f"per row and mode a round, {args.seconds:g} s per throughput cell; {os.cpu_count()} CPUs shared with "
+        "other work. Added p50 is the target's p50 minus direct's in the same round; the ratio is the proxy's "
+        "added p50 over the relay's (median over rounds, [min..max] of the per-round ratios); CPU is the "
+        "server process's user+system time per request. The canned upstream answers a valid call of the "
+        "request's first tool; the proxy runs with `--spell-calling native`.", "",
+        notes.get("rows", ""), ""])
 
 
 CASES = {"call": "tool call", "stream": "stream", "think": f"tool call, upstream thinks {THINK_MS} ms"}
@@ -352,8 +410,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # a smoke run never overwrites the recorded results
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "overhead" if args.workers == 1 else f"overhead_workers{args.workers}"  # the main record stays
+    if args.rows_only:
+        name = "overhead_" + "_".join(args.rows)
     (RESULTS / f"{name}.md").write_text(text, encoding="utf-8")
-    plot(samples, RESULTS / f"{name}.png")
+    if not args.rows_only:
+        plot(samples, RESULTS / f"{name}.png")
     return 0
 
 
@@ -374,13 +435,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="also measure sanctum-proxy --workers N as its own column (default: not)")
     p.add_argument("--sanctum-flag", action="append", default=[],
                    help="extra flag for sanctum-proxy (repeatable, e.g. --sanctum-flag=--log-level=warning)")
+    p.add_argument("--rows", type=lambda s: [r for r in s.split(",") if r], default=None,
+                   help="tables of bench/agent_rows.py to measure: agents,sizes,turns (default agents; '' none)")
+    p.add_argument("--rows-only", action="store_true",
+                   help="only those tables (written to bench/results/overhead_agents.md)")
+    p.add_argument("--before", type=Path,
+                   help="a tree holding another sanctum_proxy/ (git archive of a commit): its proxy is measured "
+                        "in the same rounds as 'sanctum before', for before/after figures")
+    p.add_argument("--before-env", action="append", default=[],
+                   help="NAME=VALUE for the --before proxy alone (repeatable; e.g. SANCTUM_TRACES_BODIES=false)")
+    p.add_argument("--body-requests", type=int,
+                   help="sequential requests per row, mode and target a round (default 100; quick 10)")
     p.add_argument("--llama", action="store_true",
                    help="also time a real llama-server (embedded SmolLM2) direct and through sanctum-proxy; "
                         "run under `flock /tmp/sanctum-llama.lock`")
     p.add_argument("--llama-requests", type=int, help="streamed requests per target on llama-server "
                                                       "(default 40; quick 5)")
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     quick = args.quick
+    args.rows = ["agents"] if args.rows is None else args.rows
+    args.body_requests = args.body_requests or (10 if quick else 100)
+    if args.rows_only and not any(f.startswith("--spell-calling") for f in args.sanctum_flag):
+        args.sanctum_flag.append("--spell-calling=native")  # the rows' setting; the canned upstream is native
     args.llama_requests = args.llama_requests or (5 if quick else 40)
     args.rounds = args.rounds or (1 if quick else 5)
     args.requests = args.requests or (60 if quick else 300)

@@ -1,7 +1,8 @@
 """A fast scripted upstream for the benchmarks: a raw asyncio HTTP/1.1 server on loopback (keep-alive,
 content-length and chunked request bodies) that answers every POST .../chat/completions with canned bytes.
 
-    non-streaming   a chat.completion whose message holds one valid `get_weather` tool call
+    non-streaming   a chat.completion whose message holds one valid call of the request's first tool
+                    (`get_weather` when it offers none; arguments its schema's required properties)
     streaming       SSE: a role chunk, content in pieces, the call (name, then argument fragments),
                     finish_reason tool_calls, a usage chunk when asked, [DONE]
 
@@ -44,9 +45,9 @@ CONTENT_PIECE = "Checking the weather. "
 THINK = re.compile(rb'"user"\s*:\s*"think-ms-(\d+)"')
 
 
-def completion_body() -> bytes:
+def completion_body(name: str = "get_weather", arguments: str = CITY_ARGS) -> bytes:
     message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": CITY_ARGS}}]}
+        {"id": "call_1", "type": "function", "function": {"name": name, "arguments": arguments}}]}
     return json.dumps({
         "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000, "model": MODEL,
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
@@ -54,7 +55,7 @@ def completion_body() -> bytes:
     }).encode()
 
 
-def stream_events(pieces: int, usage: bool) -> list[bytes]:
+def stream_events(pieces: int, usage: bool, name: str = "get_weather", arguments: str = CITY_ARGS) -> list[bytes]:
     base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1700000000, "model": MODEL}
 
     def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -64,9 +65,9 @@ def stream_events(pieces: int, usage: bool) -> list[bytes]:
     out = [event({"role": "assistant", "content": None})]
     out += [event({"content": CONTENT_PIECE}) for _ in range(pieces)]
     out.append(event({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                      "function": {"name": "get_weather", "arguments": ""}}]}))
-    out += [event({"tool_calls": [{"index": 0, "function": {"arguments": CITY_ARGS[i:i + 12]}}]})
-            for i in range(0, len(CITY_ARGS), 12)]
+                                      "function": {"name": name, "arguments": ""}}]}))
+    out += [event({"tool_calls": [{"index": 0, "function": {"arguments": arguments[i:i + 12]}}]})
+            for i in range(0, len(arguments), 12)]
     out.append(event({}, "tool_calls"))
     if usage:
         usage_counts = {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}
@@ -74,6 +75,36 @@ def stream_events(pieces: int, usage: bool) -> list[bytes]:
         out.append(b"data: " + json.dumps(tail).encode() + b"\n\n")
     out.append(b"data: [DONE]\n\n")
     return out
+
+
+def example(schema: Any) -> Any:
+    """A value valid against a plain JSON schema: its required properties filled, enums at their first value."""
+    if not isinstance(schema, dict):
+        return "x"
+    if "enum" in schema:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            return example(schema[key][0])
+    kind = schema.get("type", "object")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {k: example(props.get(k, {})) for k in schema.get("required") or []}
+    return {"string": "x", "integer": 1, "number": 1, "boolean": True, "array": [], "null": None}.get(kind, "x")
+
+
+def first_tool_call(body: bytes) -> tuple[str, str] | None:
+    """(name, arguments) of a valid call of the request's first function tool, None when it offers none."""
+    try:
+        tools = json.loads(body).get("tools") or []
+    except (ValueError, AttributeError):
+        return None
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and function.get("name"):
+            return function["name"], json.dumps(example(function.get("parameters") or {}))
+    return None
 
 
 def response(status: int, body: bytes, content_type: bytes = b"application/json") -> bytes:
@@ -91,6 +122,20 @@ class Canned:
                                .encode())
         self.missing = response(404, b'{"error": {"message": "not found", "type": "not_found_error"}}')
         self.events = {usage: stream_events(pieces, usage) for usage in (False, True)}
+        self.answers: dict[bytes, tuple[bytes, dict[bool, list[bytes]]]] = {}
+
+    def answer(self, body: bytes) -> tuple[bytes, dict[bool, list[bytes]]]:
+        """The canned answers for this request's tools: a call of its first tool (kept per tool list)."""
+        at = body.find(b'"tools"')
+        key = body[at:at + 2000] if at >= 0 else b""
+        if key not in self.answers:
+            call = first_tool_call(body) if at >= 0 else None
+            if call is None or call[0] == "get_weather":
+                self.answers[key] = self.completion, self.events
+            else:
+                self.answers[key] = (response(200, completion_body(*call)),
+                                     {u: stream_events(self.pieces, u, *call) for u in (False, True)})
+        return self.answers[key]
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -102,10 +147,12 @@ class Canned:
                 if method == b"POST" and path.endswith(b"/chat/completions"):
                     if (think := THINK.search(body)) is not None:
                         await asyncio.sleep(int(think.group(1)) / 1000)
-                    if b'"stream":true' in body.replace(b" ", b""):
-                        await self.stream(writer, b'"include_usage":true' in body.replace(b" ", b""))
+                    completion, events = self.answer(body)
+                    if b'"stream":true' in body or b'"stream": true' in body:
+                        usage = b'"include_usage":true' in body or b'"include_usage": true' in body
+                        await self.stream(writer, events[usage])
                     else:
-                        writer.write(self.completion)
+                        writer.write(completion)
                 elif method == b"GET" and path.endswith(b"/models"):
                     writer.write(self.models)
                 else:
@@ -116,10 +163,10 @@ class Canned:
         finally:
             writer.close()
 
-    async def stream(self, writer: asyncio.StreamWriter, usage: bool) -> None:
+    async def stream(self, writer: asyncio.StreamWriter, events: list[bytes]) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
                      b"transfer-encoding: chunked\r\n\r\n")
-        for event in self.events[usage]:
+        for event in events:
             if self.chunk_delay:
                 await asyncio.sleep(self.chunk_delay)
             writer.write(b"%x\r\n%s\r\n" % (len(event), event))

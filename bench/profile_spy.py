@@ -2,7 +2,7 @@
 it over the canned upstream: a flame graph, or raw stacks and a table of where the time goes per request.
 
     python bench/profile_spy.py plain|stream [--target sanctum|relay] [--seconds 6] [--format flamegraph|raw]
-                                             --out FILE
+                                             [--agent qwen-code] --out FILE
 
 py-spy (bench/requirements.txt) samples the process from outside at 500 Hz without slowing it much (unlike
 cProfile: bench/profile_paths.py), threads included (the trace writer's). With `--format raw` it also prints, per
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import servers
+from agent_bodies import chat_turn, encode
 from bench_overhead import CALL, PATH, STREAM
 from loadgen import one_client
 
@@ -69,10 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=6.0)
     p.add_argument("--format", choices=("flamegraph", "raw"), default="flamegraph")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--agent", help="send this agent's captured turn (bench/agent_bodies.py), not the small body")
     args = p.parse_args(argv)
     body, stream = (CALL, False) if args.kind == "plain" else (STREAM, True)
+    if args.agent:
+        body = encode(chat_turn(args.agent), stream)
     with servers.canned_upstream() as upstream:
-        proxy = (servers.relay if args.target == "relay" else servers.sanctum)(upstream.url).start()
+        proxy = (servers.relay(upstream.url) if args.target == "relay" else
+                 servers.sanctum(upstream.url, "--spell-calling=native")).start()
         try:
             asyncio.run(one_client(proxy.url, PATH, body, 200, stream=stream))  # warm
             spy = subprocess.Popen(["py-spy", "record", "-p", str(proxy.pid), "-r", str(RATE), "-o", str(args.out),

@@ -57,8 +57,9 @@ class Child:
     """A server process: `with Child(cmd, url, ready_path) as child: child.url`."""
 
     def __init__(self, name: str, command: list[str], url: str, ready_path: str, *,
-                 env: dict[str, str] | None = None, startup_timeout: float = 60.0) -> None:
+                 env: dict[str, str] | None = None, startup_timeout: float = 60.0, cwd: Path = ROOT) -> None:
         self.name, self.command, self.url, self.ready_path = name, command, url, ready_path
+        self.cwd = cwd
         self.env = {**os.environ, **(env or {})}
         self.startup_timeout = startup_timeout
         self.log = tempfile.TemporaryFile()
@@ -73,7 +74,7 @@ class Child:
 
     def start(self) -> Child:
         self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=self.env, cwd=ROOT, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd, start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -120,12 +121,13 @@ def canned_upstream(chunk_delay: float = 0.0, chunks: int = 4) -> Child:
     return Child("canned upstream", command, f"http://127.0.0.1:{port}/v1", "/v1/models")
 
 
-def sanctum(upstream: str, *flags: str, env: dict[str, str] | None = None) -> Child:
-    """Default settings, except that traces go to a fresh file of this run rather than the user's store."""
+def sanctum(upstream: str, *flags: str, env: dict[str, str] | None = None, tree: Path = ROOT) -> Child:
+    """Default settings, except that traces go to a fresh file of this run rather than the user's store; `tree`
+    is the directory whose sanctum_proxy/ runs."""
     port = free_port()
     command = [sys.executable, "-m", "sanctum_proxy", "--upstream", upstream, "--port", str(port), *flags]
     env = {"SANCTUM_TRACES_PATH": "{scratch}/traces.db", **(env or {})}
-    return Child("sanctum-proxy", command, f"http://127.0.0.1:{port}/v1", "/healthz", env=env)
+    return Child("sanctum-proxy", command, f"http://127.0.0.1:{port}/v1", "/healthz", env=env, cwd=tree)
 
 
 def relay(upstream: str) -> Child:

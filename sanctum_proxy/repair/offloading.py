@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
+import orjson
+
+from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.repair.events import Answer
 from sanctum_proxy.repair.plan import Plan
 
-INLINE_PARSE_BYTES = 16 * 1024  # a longer request body is read off the event loop
+# Decoding and checking a known conversation costs microseconds a KB, less than a hop to the pool and back.
+INLINE_PARSE_BYTES = 256 * 1024  # a longer request body is read off the event loop
 INLINE_TOOLS_BYTES = 4096  # ... and a shorter one with tools
+TOOL_LISTS_KEPT = 256  # tool lists read before, whose checks are cached: least recently used dropped first
+TOOL_LIST_KEY_BYTES = 256 * 1024  # longer lists are not kept
+_READ_TOOLS: OrderedDict[bytes, None] = OrderedDict()
 INLINE_ANSWER_CHARS = 4096  # a longer answer is judged off the loop
 INLINE_SCHEMA_BYTES = 64 * 1024  # rounds for longer schemas are built off it
 INLINE_CHECKED_SCHEMA_BYTES = 4096  # answers for longer schemas are judged off it
 
 
 def heavy_body(raw: bytes) -> bool:
-    """Whether reading this request may take milliseconds."""
+    """Whether decoding this request may take milliseconds."""
+    return len(raw) > INLINE_PARSE_BYTES
+
+
+def new_tools(raw: bytes, body: JSONObject) -> bytes | None:
+    """The key of the request's tools, functions and response format when their checks may take milliseconds
+    (not read before), else None; b"" for a list never kept."""
     tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
-    return len(raw) > INLINE_PARSE_BYTES or tools or b'"pattern' in raw
+    if not tools and b'"pattern' not in raw:
+        return None
+    try:
+        key = orjson.dumps([body.get("tools"), body.get("functions"), body.get("response_format")])
+    except orjson.JSONEncodeError:  # too deep to write: the checks say so, off the loop
+        return b""
+    if key in _READ_TOOLS:
+        _READ_TOOLS.move_to_end(key)
+        return None
+    return key
+
+
+def read_tools(key: bytes | None) -> None:
+    """Remember tools whose checks passed: the next request with them is read on the loop."""
+    if not key or len(key) > TOOL_LIST_KEY_BYTES:
+        return
+    _READ_TOOLS[key] = None
+    if len(_READ_TOOLS) > TOOL_LISTS_KEPT:
+        _READ_TOOLS.popitem(last=False)
 
 
 def heavy_round(plan: Plan) -> bool:
@@ -34,5 +67,9 @@ def heavy_answer(plan: Plan, answer: Answer) -> bool:
         size += len(arguments) if isinstance(arguments, str) else INLINE_ANSWER_CHARS
     if size > INLINE_ANSWER_CHARS or not isinstance(message.get("content"), str | None):
         return True
-    # a first check against a long schema compiles it
-    return plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES or plan.book.branching
+    long_schemas = plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES or plan.book.branching
+    if not long_schemas:
+        return False
+    # a first check against a long schema compiles it; a branching one may stay slow, as its last check says
+    names = [(c.get("function") or {}).get("name") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    return not names or any(not plan.book.quick(n) for n in names)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
@@ -25,6 +26,7 @@ from sanctum_proxy.repair.validate import problems_for
 _NO_CONSTRAINTS: JSONObject = {"type": "object", "additionalProperties": True}
 BOOKS_KEPT = 64  # least recently used dropped first
 BOOK_KEY_BYTES = 256 * 1024  # longer tool lists are not kept
+QUICK_CHECK_MS = 0.5  # a tool whose last check took longer is checked off the event loop
 
 
 @functools.lru_cache(maxsize=256)
@@ -65,7 +67,7 @@ def _tool_from(fn: JSONValue) -> Tool | None:
 class Toolbox:
     """The offered tools by name, in order."""
 
-    __slots__ = ("tools", "names", "name_set", "_branching", "_size", "_checks")
+    __slots__ = ("tools", "names", "name_set", "_branching", "_size", "_checks", "_check_ms")
 
     def __init__(self, tools: Sequence[Tool]) -> None:
         self.tools: dict[str, Tool] = {}
@@ -76,6 +78,7 @@ class Toolbox:
         self._branching: bool | None = None
         self._size: int | None = None
         self._checks: dict[str, tuple[Validator, Keys]] = {}  # per tool called
+        self._check_ms: dict[str, float] = {}  # per tool: how long its last check took
 
     @property
     def schema_bytes(self) -> int:
@@ -132,8 +135,15 @@ class Toolbox:
 
     def check(self, name: str, args: JSONValue) -> list[Problem]:
         """Why `args` cannot go to tool `name`, one Problem per reason."""
+        started = time.perf_counter()
         validator, keys = self._check_of(name)
-        return problems_for(self.tools[name], validator, keys, args)
+        problems = problems_for(self.tools[name], validator, keys, args)
+        self._check_ms[name] = (time.perf_counter() - started) * 1000
+        return problems
+
+    def quick(self, name: object) -> bool:
+        """Whether the tool's last check (its validator compiled) was quick enough for the event loop."""
+        return isinstance(name, str) and self._check_ms.get(name, QUICK_CHECK_MS) < QUICK_CHECK_MS
 
     def _check_of(self, name: str) -> tuple[Validator, Keys]:
         """The tool's validator and argument keys, worked out on first call."""

@@ -15,13 +15,13 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
-from sanctum_proxy.core.offload import off_loop_if
+from sanctum_proxy.core.offload import off_loop_if, offloaded
 from sanctum_proxy.core.shapes import META, OLLAMA_FIELDS, ClientMessage, JSONObject, Usage, answer_meta
 from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_events import chat_meta
-from sanctum_proxy.protocols.chat_request import ChatRequest, parse_chat_request
+from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, json_object
 from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
-from sanctum_proxy.repair.offloading import heavy_body
+from sanctum_proxy.repair.offloading import heavy_body, new_tools, read_tools
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.routes import choices, context
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
@@ -58,16 +58,23 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def off_loop_if_heavy(raw: bytes, parse: Callable[[bytes], T]) -> T:
-    """`parse(raw)` inline for a small body, on the CPU pool for a big one."""
-    return await off_loop_if(heavy_body(raw), parse, raw)
+async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject], T]) -> T:
+    """`parse` of the decoded body: inline when decoding and its checks are quick (a known tool list), else
+    on the CPU pool."""
+    if heavy_body(raw):
+        return await offloaded(lambda: parse(json_object(raw)))
+    body = json_object(raw)
+    key = new_tools(raw, body)
+    parsed = await off_loop_if(key is not None, parse, body)
+    read_tools(key)
+    return parsed
 
 
 async def chat_completions(request: Request) -> Response:
     settings = services(request).settings
     check_client_key(request)
     raw = await read_body(request, settings.max_body_bytes)
-    chat = await off_loop_if_heavy(raw, lambda data: parse_chat_request(data, request.headers, settings))
+    chat = await off_loop_if_heavy(raw, lambda body: chat_request(body, request.headers, settings))
     chat.body.pop(OLLAMA_FIELDS, None)  # only the Ollama door sets Ollama's own options
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:

@@ -18,7 +18,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api, responses_api
-from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, check_depth, json_object
+from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, check_depth
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
@@ -77,7 +77,7 @@ async def count_tokens(request: Request) -> Response:
     try:
         check_client_key(request)
         chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
-                                       lambda raw: _counted(raw, request.headers, settings))
+                                       lambda body: _counted(body, request.headers, settings))
         destination = services(request).pools.destination(chat.model)
         upstream = destination.upstream
         counted, exact = await tokens.count(upstream, upstream.root_url, destination.rewrite(chat.body),
@@ -90,8 +90,7 @@ async def count_tokens(request: Request) -> Response:
                         headers={"x-sanctum-token-count": "exact" if exact else "estimate"})
 
 
-def _counted(raw: bytes, headers: Mapping[str, str], settings: Settings) -> ChatRequest:
-    body = json_object(raw)
+def _counted(body: JSONObject, headers: Mapping[str, str], settings: Settings) -> ChatRequest:
     check_depth(body)
     return chat_request(messages_api.chat_messages(body), headers, settings)
 
@@ -105,7 +104,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     try:
         check_client_key(request)
         body, chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
-                                             lambda raw: _read(dialect, raw, request.headers, settings))
+                                             lambda body: _read(dialect, body, request.headers, settings))
         rounds = await start_rounds(request, chat, settings)
         opening = (*dialect.opening(body), *rounds.plan.opening_omens)
         rounds = replace(rounds, plan=replace(rounds.plan, opening_omens=opening))
@@ -126,9 +125,8 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         return refusal(dialect, unexpected(exc), trace_id(request))
 
 
-def _read(dialect: Dialect, raw: bytes, headers: Mapping[str, str],
+def _read(dialect: Dialect, body: JSONObject, headers: Mapping[str, str],
           settings: Settings) -> tuple[JSONObject, ChatRequest]:
-    body = json_object(raw)
     check_depth(body)  # before translating: answers echo fields
     chat = dialect.to_chat(body)
     if not dialect.native_fields:
