@@ -85,9 +85,16 @@ VLLM_400 = {"error": {"object": "error", "message": "max_tokens is too large", "
                       "param": "max_tokens", "code": 400}}
 
 
+def test_the_upstreams_context_overflow_keeps_its_sizes_as_context_length_exceeded(make_proxy, fake):
+    """llama.cpp's own overflow of a first round is the proxy's context_length_exceeded, with its two sizes."""
+    proxy = make_proxy(spell_calling="native")
+    fake[0].push(Step(status=400, body=LLAMA_OVERFLOW))
+    error = httpx.post(proxy + "/v1/chat/completions", json={**ASK, "tools": None}, timeout=20).json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
+    assert (error["prompt_tokens"], error["context"], error["counted"]) == (5000, 4096, True)
+
+
 @pytest.mark.parametrize(("status", "sent", "code", "param", "kept"), [
-    (400, LLAMA_OVERFLOW, "upstream_error", None,
-     {"upstream_type": "exceed_context_size_error", "n_prompt_tokens": 5000, "n_ctx": 4096}),
     (429, OPENAI_429, "rate_limit_exceeded", None, {"upstream_type": "requests"}),
     (400, VLLM_400, "upstream_error", "max_tokens", {"upstream_type": "BadRequestError", "object": "error"}),
 ])
