@@ -77,15 +77,20 @@ async def _version(upstream: Upstream, backend: Backend, headers: dict[str, str]
 
 def reply(raw: bytes, native: NativeRequest) -> JSONObject:
     """A 2xx `/api/chat` answer as a chat.completion; an `error` in it raises."""
+    return answers.completion(_object(raw, "a body", "an answer"), native.calls_in_content)
+
+
+def _object(data: bytes, body: str, value: str) -> JSONObject:
+    """One `/api/chat` object (an answer or a stream line); an `error` in it raises."""
     try:
-        parsed = orjson.loads(raw)
+        parsed = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise UpstreamError(502, f"upstream sent a body that is not JSON: {raw[:200]!r}") from exc
+        raise UpstreamError(502, f"upstream sent {body} that is not JSON: {data[:200]!r}") from exc
     if not isinstance(parsed, dict):
-        raise UpstreamError(502, f"upstream sent an answer that is not an object: {raw[:200]!r}")
+        raise UpstreamError(502, f"upstream sent {value} that is not an object: {data[:200]!r}")
     if (error := answers.line_error(parsed)) is not None:
         raise error
-    return answers.completion(parsed, native.calls_in_content)
+    return parsed
 
 
 async def lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
@@ -119,14 +124,7 @@ async def chunks(pieces: AsyncIterator[bytes], native: NativeRequest, *, limit: 
     async for data in lines(pieces, limit):
         if mask is not None:
             data = mask.masked(data)
-        try:
-            line = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamError(502, f"upstream sent a stream line that is not JSON: {data[:200]!r}") from exc
-        if not isinstance(line, dict):
-            raise UpstreamError(502, f"upstream sent a stream line that is not an object: {data[:200]!r}")
-        if (error := answers.line_error(line)) is not None:
-            raise error
+        line = _object(data, "a stream line", "a stream line")
         if translated.done:
             continue  # nothing follows Ollama's last line
         seen += 1
