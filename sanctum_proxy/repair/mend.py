@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.codecs import families, json_blocks
-from sanctum_proxy.codecs.base import MALFORMED, MAX_CANDIDATES
+from sanctum_proxy.codecs.base import BARE_COUNTER, MALFORMED, MAX_CANDIDATES
 from sanctum_proxy.codecs.registry import TEXT_VALUED, find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
@@ -194,6 +194,8 @@ class _Judge:
 
     def __call__(self, cand: Candidate) -> _Verdict:
         name, name_repairs = self.book.resolve(cand.name)
+        if name is None and BARE_COUNTER in cand.repairs:
+            name = self.book.by_keys(cand.arguments)
         if name is None:
             split = _arguments_in_name(cand, self.book)
             if split is not None:

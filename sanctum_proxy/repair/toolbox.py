@@ -130,6 +130,20 @@ class Toolbox:
     def resolve(self, written: str) -> tuple[str | None, tuple[str, ...]]:
         return resolve_name(written, self.names)
 
+    def by_keys(self, arguments: object) -> str | None:
+        """The one tool whose properties hold every key of `arguments` (JSON text or an object); None when none
+        or several do, or the arguments are not an object."""
+        if isinstance(arguments, str):
+            try:
+                arguments = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                return None
+        if not isinstance(arguments, dict) or not arguments:
+            return None
+        fits = [name for name, tool in self.tools.items()
+                if isinstance(props := tool.parameters.get("properties"), dict) and set(arguments) <= set(props)]
+        return fits[0] if len(fits) == 1 else None
+
     def validator(self, name: str) -> Validator:
         return self._check_of(name)[0]
 
