@@ -31,6 +31,8 @@ MAX_CANDIDATES = 128
 MALFORMED = "__malformed_json__"
 # A call named only by a counter (`0`) among several tools: the judge names it by its argument keys.
 BARE_COUNTER = "bare_counter_id"
+# Arguments written by position (a JSON list): the judge names them in the order of the tool's properties.
+POSITIONAL = "positional_arguments"
 
 Finder = Callable[[str, frozenset[str]], list[Found]]
 CallWriter = Callable[[str, JSONValue], str]  # (name, arguments: a mapping, or JSON text kept as written)

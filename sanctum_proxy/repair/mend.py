@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.codecs import families, json_blocks
-from sanctum_proxy.codecs.base import BARE_COUNTER, MALFORMED, MAX_CANDIDATES
+from sanctum_proxy.codecs.base import BARE_COUNTER, MALFORMED, MAX_CANDIDATES, POSITIONAL
 from sanctum_proxy.codecs.registry import TEXT_VALUED, find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
@@ -207,6 +207,8 @@ class _Judge:
         if name is None:
             detail = f"there is no tool named {cand.name!r}"
             return _Verdict(problems=(Problem("unknown_spell", cand.name, (detail,), cand.raw),))
+        if POSITIONAL in cand.repairs:
+            cand = replace(cand, arguments=self.book.by_position(name, cand.arguments) or cand.arguments)
         args = self._arguments(cand)
         if isinstance(args, Problem):
             return _Verdict(problems=(replace(args, tool=name),))

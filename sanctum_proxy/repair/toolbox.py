@@ -144,6 +144,18 @@ class Toolbox:
                 if isinstance(props := tool.parameters.get("properties"), dict) and set(arguments) <= set(props)]
         return fits[0] if len(fits) == 1 else None
 
+    def by_position(self, name: str, arguments: object) -> dict[str, JSONValue] | None:
+        """Positional values (a JSON list) named in the order of the tool's properties; None when they do not
+        read or outnumber the properties."""
+        try:
+            values = orjson.loads(arguments) if isinstance(arguments, str) else None
+        except orjson.JSONDecodeError:
+            return None
+        props = self.tools[name].parameters.get("properties")
+        if not isinstance(values, list) or not isinstance(props, dict) or len(values) > len(props):
+            return None
+        return dict(zip(props, values, strict=False))
+
     def validator(self, name: str) -> Validator:
         return self._check_of(name)[0]
 
