@@ -24,7 +24,16 @@ import re
 from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import MAX_CANDIDATES, POSITIONAL, Codec, Format, Scanner, register, register_format, template_has
+from sanctum_proxy.codecs.base import (
+    MAX_CANDIDATES,
+    POSITIONAL,
+    Codec,
+    Format,
+    Scanner,
+    register,
+    register_format,
+    template_has,
+)
 from sanctum_proxy.codecs.writing import as_object
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.shapes import JSONValue
