@@ -33,6 +33,8 @@ MALFORMED = "__malformed_json__"
 BARE_COUNTER = "bare_counter_id"
 # Arguments written by position (a JSON list): the judge names them in the order of the tool's properties.
 POSITIONAL = "positional_arguments"
+# One text value for a tool named without its parameter: the judge gives it to the one required string one.
+SOLE_VALUE = "sole_value"
 
 Finder = Callable[[str, frozenset[str]], list[Found]]
 CallWriter = Callable[[str, JSONValue], str]  # (name, arguments: a mapping, or JSON text kept as written)

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.codecs import families, json_blocks
-from sanctum_proxy.codecs.base import BARE_COUNTER, MALFORMED, MAX_CANDIDATES, POSITIONAL
+from sanctum_proxy.codecs.base import BARE_COUNTER, MALFORMED, MAX_CANDIDATES, POSITIONAL, SOLE_VALUE
 from sanctum_proxy.codecs.registry import TEXT_VALUED, find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
@@ -209,6 +209,12 @@ class _Judge:
             return _Verdict(problems=(Problem("unknown_spell", cand.name, (detail,), cand.raw),))
         if POSITIONAL in cand.repairs:
             cand = replace(cand, arguments=self.book.by_position(name, cand.arguments) or cand.arguments)
+        if SOLE_VALUE in cand.repairs:
+            sole = self.book.sole_value(name, cand.arguments)
+            if sole is None:
+                detail = f"{name} takes more than one text value: write its arguments as JSON"
+                return _Verdict(problems=(Problem("invalid_arguments", name, (detail,), cand.raw),))
+            cand = replace(cand, arguments=sole)
         args = self._arguments(cand)
         if isinstance(args, Problem):
             return _Verdict(problems=(replace(args, tool=name),))

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import cast
 
+from sanctum_proxy.codecs import job_lines
 from sanctum_proxy.codecs.registry import stream_lead, stream_shapes, stream_starts
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core import reasoning
@@ -92,7 +93,7 @@ class _LeadScan:
 def with_tools(names: frozenset[str] | set[str]) -> tuple[str, ...]:
     """The starts a round with these tools holds at: the codecs' and each tool's `NAME(` (a bare pythonic call
     line, codecs/pythonic.py). An answer opening with `NAME\n` is held by `Assembler.names` (`_lead`)."""
-    return STARTS + tuple(f"{name}(" for name in sorted(names))
+    return STARTS + tuple(f"{name}(" for name in sorted(names)) + job_lines.stream_starts(frozenset(names))
 
 
 @dataclass(frozen=True)
@@ -284,7 +285,7 @@ class Assembler:
             if orphan is not None:  # reasoning begun in the prompt ends here
                 pos, self._reasoned = pos + orphan, True
                 continue
-            call = self._call_start(rest)
+            call = self._call_start(rest, at_start=self.released + pos == 0)
             if opener and (call is None or opener.start() <= call):
                 pos, self._closer, self._reasoned = pos + opener.end(), reasoning.CLOSER_OF[opener.group()], True
                 continue
@@ -305,11 +306,12 @@ class Assembler:
         self._unhold, self.holding, self._pending = False, False, self.content[self.released:]
         return True
 
-    def _call_start(self, text: str) -> int | None:
-        """Where the first call delimiter (or a call-shaped generic opener) in `text` begins."""
+    def _call_start(self, text: str, *, at_start: bool = False) -> int | None:
+        """Where the first call delimiter (or a call-shaped generic opener) in `text` begins; the answer's
+        start is a line's start (a delimiter may begin with a line break)."""
         delimiters = self._delimiters or self._read_starts()
-        first = delimiters.pattern.search(text)
-        cut = first.start() if first else len(text)
+        first = delimiters.pattern.search("\n" + text if at_start else text)
+        cut = (max(first.start() - at_start, 0)) if first else len(text)
         match = _OPENER.search(text)
         if match and match.start() < cut:
             cut = match.start()

@@ -156,6 +156,26 @@ class Toolbox:
             return None
         return dict(zip(props, values, strict=False))
 
+    def sole_value(self, name: str, arguments: object) -> dict[str, JSONValue] | None:
+        """One value written without its parameter (JSON text: a string, or `{key: string}` under a key the
+        tool may not have), given to the tool's one required string parameter; None when it has no such one."""
+        try:
+            value = orjson.loads(arguments) if isinstance(arguments, str) else None
+        except orjson.JSONDecodeError:
+            return None
+        parameters = self.tools[name].parameters
+        required, props = parameters.get("required"), parameters.get("properties")
+        props = props if isinstance(props, dict) else {}
+        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in props:
+            return value
+        if isinstance(value, dict) and len(value) == 1:
+            value = next(iter(value.values()))
+        if not isinstance(value, str) or not isinstance(required, list) or len(required) != 1:
+            return None
+        spec = props.get(required[0])
+        kind = spec.get("type", "string") if isinstance(spec, dict) else None
+        return {required[0]: value} if isinstance(required[0], str) and kind in ("string", ["string"]) else None
+
     def validator(self, name: str) -> Validator:
         return self._check_of(name)[0]
 
