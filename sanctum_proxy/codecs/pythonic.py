@@ -57,6 +57,10 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
             tolerant -= 1
             end = python_scan.bracketed(text[: m.start() + MAX_SOURCE_CHARS], m.start(), MAX_CANDIDATES)
         if end is None:
+            unclosed = _unclosed(text, m.start(), tool_names)
+            if unclosed is not None and not any(s < unclosed.end and m.start() < e for s, e in taken):
+                out.append(unclosed)
+                break
             pos = m.end()
             continue
         calls = parse(text[m.start() : end], explicit=False, names=tool_names)
@@ -65,6 +69,15 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         pos = end if calls else m.end()
     out += _lines(text, tool_names, out)
     return sorted(out, key=lambda f: f.start)
+
+
+def _unclosed(text: str, start: int, names: frozenset[str]) -> Found | None:
+    """A list of calls whose `]` never came: the rest of the answer after its `[` holds only whole calls."""
+    source = text[start:].rstrip().rstrip(",")
+    if len(source) > MAX_SOURCE_CHARS or not source.endswith(")"):
+        return None
+    calls = parse(source + "]", explicit=False, names=names)
+    return Found(start, start + len(source), tuple(calls)) if calls else None
 
 
 # A line that opens with a name and a parenthesis (Granite 3.3 / 4.0 H-Small write `get_weather(location="...")`

@@ -34,3 +34,12 @@ def test_render_fenced_is_read_back() -> None:
 def test_json_that_names_no_offered_tool_and_braces_in_prose_are_no_calls() -> None:
     assert calls('Here is the config: {"name": "my-app", "version": 2}') == []
     assert calls("Use {x} as a placeholder [like this].") == []
+
+
+def test_a_json_list_whose_bracket_never_closes_takes_its_bracket_with_the_calls() -> None:
+    """Issue 41's unclosed list (seen in the peers' suites): no `[` is left in content."""
+    text = 'Here.\n[{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    (found,) = json_blocks.find(text, NAMES)
+    assert text[found.start :] == text[len("Here.\n") :]
+    closed = '[{"name": "get_weather", "arguments": {"city": "Paris"}}] and [1'
+    assert [closed[f.start] for f in json_blocks.find(closed, NAMES)] == ["["]
