@@ -43,3 +43,19 @@ def test_a_json_list_whose_bracket_never_closes_takes_its_bracket_with_the_calls
     assert text[found.start :] == text[len("Here.\n") :]
     closed = '[{"name": "get_weather", "arguments": {"city": "Paris"}}] and [1'
     assert [closed[f.start] for f in json_blocks.find(closed, NAMES)] == ["["]
+
+
+def test_a_json_object_beside_a_call_that_calls_no_offered_tool_stays_text() -> None:
+    """Issue 41: a bare object, then a call (Ollama keeps the first as text): only the call leaves content. A
+    call-shaped object naming no offered tool beside a call is still a call, for tier 2 to ask about
+    (tests/corpus/echoes.json, atwmarshall/dead-reckoning#30)."""
+    from sanctum_proxy.repair.mend import assess
+    from sanctum_proxy.repair.toolbox import Toolbox
+
+    book = Toolbox.from_tools([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}])
+    for first in ('{"status": "ok", "count": 3}', '{"city": "Paris"}', '{"answer": 42}'):
+        call = '\n{"name": "get_weather", "arguments": {"city": "Rome"}}'
+        out = assess({"role": "assistant", "content": first + call}, book)
+        assert [(c.name, c.arguments) for c in out.calls] == [("get_weather", '{"city":"Rome"}')]
+        assert (out.content, out.problems) == (first, ())
