@@ -59,7 +59,7 @@ def _assess(message: ChatMessage, book: Toolbox, cut: bool, parallel_tool_calls:
     calls: list[ToolCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
-    seen: dict[tuple[str, str], ToolCall] = {}
+    seen: dict[tuple[str, str], tuple[ToolCall, set[str]]] = {}
     duplicates: list[ToolCall] = []
     for cand in candidates:
         verdict = judge(cand)
@@ -67,7 +67,7 @@ def _assess(message: ChatMessage, book: Toolbox, cut: bool, parallel_tool_calls:
         if verdict.call is None:
             continue
         if _duplicate(verdict.call, cand, seen):
-            duplicates.append(replace(verdict.call, id=seen[(verdict.call.name, verdict.call.arguments)].id))
+            duplicates.append(replace(verdict.call, id=seen[(verdict.call.name, verdict.call.arguments)][0].id))
             continue
         calls.append(verdict.call)
         if verdict.repair is not None:
@@ -96,12 +96,14 @@ def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found
     return found
 
 
-def _duplicate(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], ToolCall]) -> bool:
-    """A content call repeating an earlier one (servers echo native calls) is dropped."""
+def _duplicate(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], tuple[ToolCall, set[str]]]) -> bool:
+    """A content call repeating an earlier one written another way (a native call a server echoes, a tagged call
+    written again bare) is dropped; the same call written twice in one format is two calls (a model may mean both)."""
     key = (call.name, call.arguments)
-    if cand.source != "native" and key in seen:
+    first = seen.setdefault(key, (call, set()))
+    if cand.source != "native" and first[1] and cand.source not in first[1]:
         return True
-    seen.setdefault(key, call)
+    first[1].add(cand.source)
     return False
 
 
