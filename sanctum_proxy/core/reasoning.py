@@ -43,6 +43,10 @@ MARKERS: tuple[Marker, ...] = (
     # budget watches the same two strings). A prompt that opens the channel leaves the output the closer alone.
     Marker("<|channel>thought", "<channel|>", True),
 )
+# Markers no client renders as reasoning (vLLM, llama.cpp and Ollama all take them out): under the default
+# `reasoning_format = "keep"` their blocks still leave content, so a call they quote never shows as one there.
+# Only `<think>` stays in content, as clients fold it.
+UNRENDERED: tuple[Marker, ...] = MARKERS[1:]
 OPENERS: tuple[str, ...] = tuple(m.opener for m in MARKERS)
 ORPHAN_CLOSERS: tuple[str, ...] = tuple(m.closer for m in MARKERS if m.orphan_closer)
 CLOSER_OF: dict[str, str] = {m.opener: m.closer for m in MARKERS}
@@ -109,14 +113,16 @@ def partial_marker(text: str, markers: tuple[str, ...]) -> int:
 
 
 class Splitter:
-    """Reasoning markup in content moved out of it, the way llama.cpp's `--reasoning-format deepseek` does
-    (setting `reasoning_format = "split"`): the text of each `<think>` / `[THINK]` block goes to
+    """Reasoning markup in content moved out of it, the way llama.cpp's `--reasoning-format deepseek` does (setting
+    `reasoning_format = "split"`; `UNRENDERED` blocks always): the text of each `<think>` / `[THINK]` block goes to
     `reasoning_content` (markers dropped, whitespace around it trimmed), the rest stays content (the whitespace
-    after a block dropped). Fed content piece by piece (a stream) or whole, it gives the same text: a partial
-    marker at the end of a piece waits for the next. Reasoning begun in the prompt (a lone closer, no opener)
-    cannot be told apart while it streams: it stays content, markers and all, streamed or not."""
+    after a block dropped). Fed content piece by piece (a stream) or whole, it gives the same text: a partial marker
+    at the end of a piece waits for the next. Reasoning begun in the prompt (a lone closer, no opener) cannot be
+    told apart while it streams: it stays content, markers and all, streamed or not."""
 
-    def __init__(self) -> None:
+    def __init__(self, markers: tuple[Marker, ...] = MARKERS) -> None:
+        self._openers = tuple(m.opener for m in markers)
+        self._opener = re.compile("|".join(re.escape(o) for o in self._openers))
         self._closer = ""  # inside a block: the closer that ends it
         self._pending = ""  # a possible partial marker, not yet given out
         self._started = False  # inside a block: text other than whitespace seen
@@ -142,8 +148,8 @@ class Splitter:
                 pos, self._closer, self._after = at + len(self._closer), "", True
                 self._space.take()
                 continue
-            match = OPENER.search(text, pos)
-            end = match.start() if match else pos + partial_marker(text[pos:], OPENERS)
+            match = self._opener.search(text, pos)
+            end = match.start() if match else pos + partial_marker(text[pos:], self._openers)
             self._content(text[pos:end], out)
             if match is None:
                 self._pending = text[end:]
@@ -180,8 +186,8 @@ class Splitter:
             out.append(("content", text))
 
 
-def split(text: str) -> tuple[str, str]:
+def split(text: str, markers: tuple[Marker, ...] = MARKERS) -> tuple[str, str]:
     """(content, reasoning) of a whole text, as `Splitter` gives them."""
-    splitter = Splitter()
+    splitter = Splitter(markers)
     pieces = splitter.feed(text) + splitter.flush()
     return ("".join(t for f, t in pieces if f == "content"), "".join(t for f, t in pieces if f != "content"))
