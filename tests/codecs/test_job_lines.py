@@ -1,4 +1,4 @@
-"""codecs/job_lines.py: a key-value line (`read_file file="C:\\..."`, Qwen3.5 through Ollama as issue 41 quotes it)
+"""codecs/job_lines.py: a key-value line (`read_file file="C:\\..."`, Qwen3.5 through Ollama; its thread was not found)
 and a tag named after a tool's job (`<terminal_command>ls -la</terminal_command>`), read for one offered tool and
 its one required string parameter; anything else stays text or gets a question naming the tool."""
 

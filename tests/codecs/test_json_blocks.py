@@ -37,7 +37,7 @@ def test_json_that_names_no_offered_tool_and_braces_in_prose_are_no_calls() -> N
 
 
 def test_a_json_list_whose_bracket_never_closes_takes_its_bracket_with_the_calls() -> None:
-    """Issue 41's unclosed list (seen in the peers' suites): no `[` is left in content."""
+    """A list cut short of its `]` (a shape the peers' suites feed their parsers): no `[` is left in content."""
     text = 'Here.\n[{"name": "get_weather", "arguments": {"city": "Paris"}}'
     (found,) = json_blocks.find(text, NAMES)
     assert text[found.start :] == text[len("Here.\n") :]
@@ -46,7 +46,7 @@ def test_a_json_list_whose_bracket_never_closes_takes_its_bracket_with_the_calls
 
 
 def test_a_json_object_beside_a_call_that_calls_no_offered_tool_stays_text() -> None:
-    """Issue 41: a bare object, then a call (Ollama keeps the first as text): only the call leaves content. A
+    """A bare object, then a call (Ollama keeps the first as text): only the call leaves content. A
     call-shaped object naming no offered tool beside a call is still a call, for tier 2 to ask about
     (tests/corpus/echoes.json, atwmarshall/dead-reckoning#30)."""
     from sanctum_proxy.repair.mend import assess

@@ -29,7 +29,7 @@ def test_render_call_is_read_back() -> None:
 
 
 def test_a_list_whose_bracket_never_closes_is_read_and_its_bracket_goes_with_it() -> None:
-    """Issue 41's unclosed list (seen in the peers' suites): the `[` is the calls' markup, not content."""
+    """A list cut short of its `]` (a shape the peers' suites feed their parsers): the `[` is the calls' markup."""
     for text in ('[get_weather(location="Paris")', 'Sure. [get_weather(location="Paris"), search_web(query="x")',
                  '[\n  get_weather(location="Paris")\n'):
         found = pythonic.find(text, NAMES)
