@@ -1,14 +1,10 @@
-"""Calls written without any call format, seen from small models through Ollama:
+"""Calls written in no call format: a key-value line and a tag named after the tool's job.
 
-    read_file file="C:\\Users\\me\\notes.txt"          a key-value line: an offered tool's name, one `key="value"`
-    <terminal_command>ls -la</terminal_command>      a tag named after the tool's job (`run_terminal_command`)
+    read_file file="C:\\Users\\me\\notes.txt"
+    <terminal_command>ls -la</terminal_command>        (for `run_terminal_command`)
 
-Each is read only where its name stands for one offered tool: the line's first word is that tool's name; the
-tag is the tool's name, or its words without the verbs and nouns any tool may carry (`run_`, `execute_`,
-`_command`), alone or with one of them (`execute_bash` for `bash`). The value goes to the tool's one required
-string parameter, or to the line's key where the tool has it (SOLE_VALUE: the judge names it; a tool without
-one gets a question naming it). Anything
-else stays text. A value in quotes is read as written (a Windows path keeps its backslashes).
+Read only where the name stands for one offered tool (a tag: the tool's words less `run_`, `_command` and the
+like, alone or with one of them). The value goes to the line's key, or the tool's one required string (SOLE_VALUE).
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ from sanctum_proxy.codecs.base import SOLE_VALUE, Codec, register
 from sanctum_proxy.core.calls import Candidate, Found
 
 NAME = "job_lines"
-# Words that say how a tool is called, not what it does.
+# How a tool is called, not what it does.
 _GENERIC = frozenset({"run", "execute", "exec", "call", "invoke", "command", "cmd", "tool"})
 _VERBS = ("run", "execute", "exec")
 _SUFFIXES = ("command", "cmd")
@@ -71,8 +67,7 @@ def _candidate(name: str, value: str | dict[str, str], raw: str) -> Candidate:
 
 @functools.lru_cache(maxsize=64)
 def tag_owners(names: frozenset[str]) -> dict[str, str]:
-    """Each tag a job-named call may use, and the one offered tool it stands for (tags two tools share are left
-    out: ambiguous)."""
+    """Each tag a job-named call may use -> the one offered tool it stands for (shared tags left out)."""
     seen: dict[str, set[str]] = {}
     for name in names:
         for tag in _tag_forms(name):
@@ -90,9 +85,9 @@ def _tag_forms(name: str) -> set[str]:
 
 
 def stream_starts(names: frozenset[str]) -> tuple[str, ...]:
-    """What the stream holds at for these tools: a line opening with a tool's name and a blank, a job tag."""
+    """Where the stream holds for these tools: a line opening with a name and a blank, a job tag."""
     return (*(f"\n{name} " for name in sorted(names)), *(f"<{tag}>" for tag in sorted(tag_owners(names))))
 
 
-# After every format: only text no other codec reads is looked at.
+# Last: only text no other codec reads.
 CODEC = register(Codec(NAME, find, STARTS, rank=140, generic=STARTS))
