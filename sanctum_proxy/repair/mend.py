@@ -66,8 +66,9 @@ def _assess(message: ChatMessage, book: Toolbox, cut: bool, parallel_tool_calls:
         problems.extend(verdict.problems)
         if verdict.call is None:
             continue
-        if _duplicate(verdict.call, cand, seen):
-            duplicates.append(replace(verdict.call, id=seen[(verdict.call.name, verdict.call.arguments)][0].id))
+        kept = _repeated(verdict.call, cand, seen)
+        if kept is not None:
+            duplicates.append(replace(verdict.call, id=kept.id))
             continue
         calls.append(verdict.call)
         if verdict.repair is not None:
@@ -96,15 +97,23 @@ def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found
     return found
 
 
-def _duplicate(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], tuple[ToolCall, set[str]]]) -> bool:
-    """A content call repeating an earlier one written another way (a native call a server echoes, a tagged call
-    written again bare) is dropped; the same call written twice in one format is two calls (a model may mean both)."""
-    key = (call.name, call.arguments)
-    first = seen.setdefault(key, (call, set()))
+def _repeated(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], tuple[ToolCall, set[str]]]
+              ) -> ToolCall | None:
+    """The earlier call a content call repeats written another way (a native call a server echoes, a tagged call
+    written again bare): it is dropped. The same call twice in one format is two calls (a model may mean both)."""
+    first = seen.setdefault((call.name, _canonical(call.arguments)), (call, set()))
     if cand.source != "native" and first[1] and cand.source not in first[1]:
-        return True
+        return first[0]
     first[1].add(cand.source)
-    return False
+    return None
+
+
+def _canonical(arguments: str) -> str:
+    """Arguments as compared for repeats: a native call's spacing is not what the echo of it has."""
+    try:
+        return orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
+    except (orjson.JSONDecodeError, TypeError):
+        return arguments
 
 
 def strip_calls(text: str, found: list[Found]) -> str | None:

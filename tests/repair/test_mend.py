@@ -323,3 +323,11 @@ def test_a_call_repeated_in_another_form_is_one_call() -> None:
     echoed = {**native("get_weather", '{"city":"Paris"}', "kept"), "content": text.split("\n</tool_call>")[0]}
     out = assess(echoed, BOOK, new_id=ids())
     assert [c.id for c in out.calls] == ["kept"] and len(out.duplicates) == 1
+
+
+def test_an_echo_of_a_native_call_written_with_other_spacing_is_still_one_call() -> None:
+    """vLLM's hermes parser writes `{"city": "Paris"}`; the echo read from content is compact."""
+    echoed = {**native("get_weather", '{"city": "Paris"}', "kept"),
+              "content": '{"name": "get_weather", "arguments": {"city":"Paris"}}'}
+    out = assess(echoed, BOOK, new_id=ids())
+    assert [(c.id, c.arguments) for c in out.calls] == [("kept", '{"city": "Paris"}')] and len(out.duplicates) == 1
