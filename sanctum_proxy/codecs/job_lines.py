@@ -49,15 +49,21 @@ def _lines(text: str, names: frozenset[str]) -> list[Found]:
 def _tags(text: str, names: frozenset[str], taken: list[Found]) -> list[Found]:
     out: list[Found] = []
     owners = tag_owners(names)
+    unclosed: set[str] = set()  # tags whose closer is nowhere after them: never looked for again (linear)
     for m in _TAG.finditer(text):
         tool = owners.get(m.group(1))
-        if tool is None or len(out) >= json_blocks.MAX_ATTEMPTS or any(f.start <= m.start() < f.end for f in out):
+        if tool is None or m.group(1) in unclosed or any(f.start <= m.start() < f.end for f in out):
             continue
         close = text.find(f"</{m.group(1)}>", m.end())
-        if close < 0 or any(m.start() < f.end and f.start < close for f in taken):
+        if close < 0:
+            unclosed.add(m.group(1))
+            continue
+        if any(m.start() < f.end and f.start < close for f in taken):
             continue
         end = close + len(m.group(1)) + 3
         out.append(Found(m.start(), end, (_candidate(tool, text[m.end() : close].strip(), text[m.start() : end]),)))
+        if len(out) >= json_blocks.MAX_ATTEMPTS:
+            break
     return out
 
 
