@@ -90,6 +90,28 @@ def _tag_forms(name: str) -> set[str]:
     return forms
 
 
+# After `\nNAME ` at a line's start: `key="` (a key-value line), or the start of one still arriving.
+_KEY_OPEN = re.compile(r"[ \t]{0,3}[A-Za-z_]\w{0,63}=\"")
+_KEY_PARTIAL = re.compile(r"[ \t]{0,3}(?:[A-Za-z_]\w{0,63}=?)?\Z")
+
+
+def may_open(start: str, text: str, end: int) -> bool:
+    """Whether a stream start found in `text` (ending at `end`) may open a call: a line's `NAME ` only before
+    `key="` (or what may still become it), so prose opening a line with a tool's name streams on."""
+    if not (start.startswith("\n") and start.endswith(" ")):
+        return True
+    return bool(_KEY_OPEN.match(text, end) or _KEY_PARTIAL.match(text, end))
+
+
+_FIRST = re.compile(r"[ \t]*([A-Za-z_][\w.\-]{0,255}) ")
+
+
+def opens_answer(text: str, names: frozenset[str]) -> bool:
+    """Whether an answer's text opens with a key-value line's `NAME key="` (or may still)."""
+    m = _FIRST.match(text)
+    return m is not None and m.group(1) in names and may_open("\n ", text, m.end())
+
+
 def stream_starts(names: frozenset[str]) -> tuple[str, ...]:
     """Where the stream holds for these tools: a line opening with a name and a blank, a job tag."""
     return (*(f"\n{name} " for name in sorted(names)), *(f"<{tag}>" for tag in sorted(tag_owners(names))))

@@ -310,8 +310,12 @@ class Assembler:
         """Where the first call delimiter (or a call-shaped generic opener) in `text` begins; the answer's
         start is a line's start (a delimiter may begin with a line break)."""
         delimiters = self._delimiters or self._read_starts()
-        first = delimiters.pattern.search("\n" + text if at_start else text)
-        cut = (max(first.start() - at_start, 0)) if first else len(text)
+        if at_start and self.names and job_lines.opens_answer(text, self.names):
+            return 0
+        first = delimiters.pattern.search(text)
+        while first is not None and not job_lines.may_open(first.group(), text, first.end()):
+            first = delimiters.pattern.search(text, first.end())
+        cut = first.start() if first else len(text)
         match = _OPENER.search(text)
         if match and match.start() < cut:
             cut = match.start()
