@@ -92,24 +92,31 @@ def _tag_forms(name: str) -> set[str]:
 
 # After `\nNAME ` at a line's start: `key="` (a key-value line), or the start of one still arriving.
 _KEY_OPEN = re.compile(r"[ \t]{0,3}[A-Za-z_]\w{0,63}=\"")
-_KEY_PARTIAL = re.compile(r"[ \t]{0,3}(?:[A-Za-z_]\w{0,63}=?)?\Z")
-
-
-def may_open(start: str, text: str, end: int) -> bool:
-    """Whether a stream start found in `text` (ending at `end`) may open a call: a line's `NAME ` only before
-    `key="` (or what may still become it), so prose opening a line with a tool's name streams on."""
-    if not (start.startswith("\n") and start.endswith(" ")):
-        return True
-    return bool(_KEY_OPEN.match(text, end) or _KEY_PARTIAL.match(text, end))
-
-
+_KEY_PARTIAL = re.compile(r"[ \t]{0,3}(?:[A-Za-z_]\w{0,63}(?:=\"?)?)?\Z")
 _FIRST = re.compile(r"[ \t]*([A-Za-z_][\w.\-]{0,255}) ")
 
 
+def may_open(start: str, text: str, end: int) -> bool:
+    """Whether a stream start found in `text` (ending at `end`) opens a call: a line's `NAME ` only before
+    `key="`, so prose that opens a line with a tool's name streams on."""
+    return not (start.startswith("\n") and start.endswith(" ")) or _KEY_OPEN.match(text, end) is not None
+
+
 def opens_answer(text: str, names: frozenset[str]) -> bool:
-    """Whether an answer's text opens with a key-value line's `NAME key="` (or may still)."""
+    """Whether an answer opens with a key-value line's `NAME key="`."""
     m = _FIRST.match(text)
-    return m is not None and m.group(1) in names and may_open("\n ", text, m.end())
+    return m is not None and m.group(1) in names and _KEY_OPEN.match(text, m.end()) is not None
+
+
+def undecided(text: str, names: frozenset[str], *, at_start: bool) -> int:
+    """Where a last line `NAME k` whose `key="` may still come begins (its line break included), else len(text)."""
+    line = text.rfind("\n") + 1
+    if not line and not at_start:
+        return len(text)
+    m = _FIRST.match(text, line)
+    if m is None or m.group(1) not in names or _KEY_PARTIAL.match(text, m.end()) is None:
+        return len(text)
+    return max(line - 1, 0)
 
 
 def stream_starts(names: frozenset[str]) -> tuple[str, ...]:

@@ -32,6 +32,8 @@ _OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
 # How far back the end of the text may still grow into a call-shaped generic opener: Gemma 4's `call:NAME{`
 # with a name of up to 256 characters (a shorter reach let a long name stream out as prose).
 _SHAPE_REACH = len("call:") + 256
+# How far back a key-value line's start may be while its `key="` still comes (a name, a blank, a key).
+_LINE_REACH = 256 + 72
 # A family whose generation prompt already holds the first call marker (Functionary v3.2 ends it with `>>>`)
 # answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
 # is held until it shows which (a bare word waits for the next chunk).
@@ -293,7 +295,8 @@ class Assembler:
                 pos, self.holding = pos + call, True
                 break
             markers = reasoning.OPENERS if self._reasoned else reasoning.OPENERS + reasoning.ORPHAN_CLOSERS
-            pos += min(self._partial_start(rest), reasoning.partial_marker(rest, markers))
+            held = self._partial_start(rest, at_start=self.released + pos == 0)
+            pos += min(held, reasoning.partial_marker(rest, markers))
             break
         out, self.released = text[:pos], self.released + pos
         self._pending = "" if self.holding else text[pos:]
@@ -355,16 +358,25 @@ class Assembler:
             return first in {n.lower() for n in self.names}
         return any(n.lower().startswith(first) for n in self.names)
 
-    def _partial_start(self, text: str) -> int:
-        """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one)."""
+    def _partial_start(self, text: str, *, at_start: bool = False) -> int:
+        """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one), or a last
+        line `NAME k` into a key-value call."""
         delimiters = self._delimiters or self._read_starts()
-        for at in range(max(0, len(text) - delimiters.longest), len(text)):
+        cut = self._undecided_line(text, at_start)
+        for at in range(max(0, len(text) - delimiters.longest), cut):
             if text[at] not in delimiters.firsts:
                 continue
             tail = text[at:]
             if tail in delimiters.prefixes or _PARTIAL_OPENER.fullmatch(tail):
                 return at
-        return len(text)
+        return cut
+
+    def _undecided_line(self, text: str, at_start: bool) -> int:
+        """Where a last line `NAME k` that may still become a key-value call begins (len(text) when none)."""
+        if not self.names:
+            return len(text)
+        tail = max(0, len(text) - _LINE_REACH)
+        return tail + job_lines.undecided(text[tail:], self.names, at_start=at_start and not tail)
 
     def _read_starts(self) -> _Delimiters:
         self._delimiters = _delimiters_of(self.starts)

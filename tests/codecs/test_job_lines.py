@@ -65,3 +65,12 @@ def test_streamed_the_markup_never_shows() -> None:
             live = "".join(assembler.feed({"choices": [{"index": 0, "delta": {"content": text[i : i + size]},
                                                         "finish_reason": None}]}) for i in range(0, len(text), size))
             assert "file=" not in live and "<terminal" not in live, (text, size, live)
+
+
+def test_prose_opening_a_line_with_a_tools_name_streams_on() -> None:
+    for text in ("read_file is what I would use, then more prose", "Sure.\nread_file is the tool. More prose"):
+        names = BOOK.name_set
+        assembler = Assembler(starts=with_tools(names), names=names)
+        live = "".join(assembler.feed({"choices": [{"index": 0, "delta": {"content": text[i : i + 3]},
+                                                    "finish_reason": None}]}) for i in range(0, len(text), 3))
+        assert "read_file is" in live, (text, live)
