@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import ServerThread
 from tests.fakes.otlp import OtlpReceiver, ReceivedSpan
-from tests.fakes.upstream import Step, completion, content_chunks, native_call
+from tests.fakes.upstream import FakeUpstream, Step, completion, content_chunks, native_call
 from tests.polling import wait_until
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
@@ -51,6 +51,22 @@ def corrected(fake: Any) -> None:
     fake.push(Step(body=completion(None, [native_call("lookup_weather", '{"city":"Paris"}')], "tool_calls")),
               Step(body={**completion(None, [native_call("get_weather", '{"city":"Paris"}')], "tool_calls"),
                          "model": "m-q4", "usage": USAGE}))
+
+
+@pytest.fixture
+def pool() -> Iterator[list[tuple[FakeUpstream, ServerThread]]]:
+    """Two fake upstreams on their own ports, for one `[[upstreams]]` pool."""
+    fakes = [FakeUpstream() for _ in range(2)]
+    servers = [ServerThread(f.app()).__enter__() for f in fakes]
+    yield list(zip(fakes, servers, strict=True))
+    for server in servers:
+        if server.thread.is_alive():
+            server.__exit__()
+
+
+def pooled(make_proxy: Any, pool: list[tuple[FakeUpstream, ServerThread]]) -> str:
+    return str(make_proxy(probe_capabilities=False, health_check_seconds=60, upstreams=[
+        {"name": "pool", "urls": [s.url + "/v1" for _, s in pool]}]))
 
 
 def test_request_and_rounds_arrive_with_genai_attributes_and_repair_events(make_proxy, fake, receiver):
@@ -137,3 +153,37 @@ def test_two_replicas_spans_arrive_at_one_receiver(make_proxy, fake, receiver):
     requests = [s for s in spans_of(receiver, 4) if s.kind == SERVER]
     assert sorted(s.attributes["sanctum.trace_id"] for s in requests) == sorted(ids)
     assert {s.trace_id for s in requests} == {TRACE_ID}
+
+
+def test_each_round_names_the_backend_that_answered(make_proxy, pool, receiver):
+    proxy = pooled(make_proxy, pool)
+    for fake, _ in pool:
+        corrected(fake)
+    with httpx.Client(base_url=proxy, timeout=20) as client:
+        assert client.post("/v1/chat/completions", json=ASK).status_code == 200
+    (fake, server), = [(f, s) for f, s in pool if f.requests]  # both rounds on one backend
+    rounds = [s for s in spans_of(receiver, 3) if s.kind == CLIENT]
+    assert len(rounds) == 2 and len(fake.requests) == 2
+    for span in rounds:
+        a = span.attributes
+        assert (a["server.address"], a["server.port"], a["sanctum.upstream"]) == ("127.0.0.1", server.port, "pool")
+        assert not [e for e, _ in span.events if e == "sanctum.failover"]
+
+
+def test_a_round_that_fails_over_names_both_backends(make_proxy, pool, receiver):
+    proxy = pooled(make_proxy, pool)
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=proxy, timeout=20) as client:
+        assert client.post("/v1/chat/completions", json=ask).status_code == 200
+        (held, _), = [(s, f) for f, s in pool if f.requests]
+        other = next(s for _, s in pool if s is not held)
+        held.__exit__()  # the conversation's backend dies; its health mark is still "up"
+        for stream in (False, True):
+            assert client.post("/v1/chat/completions", json={**ask, "stream": stream}).status_code == 200
+    rounds = [s for s in spans_of(receiver, 6) if s.kind == CLIENT]
+    first, *later = sorted(rounds, key=lambda s: s.start_ns)
+    assert first.attributes["server.port"] == held.port and not first.events
+    failed = [(s.attributes["server.port"], [f["server.port"] for e, f in s.events if e == "sanctum.failover"])
+              for s in later]
+    assert failed == [(other.port, [held.port]), (other.port, [])]  # after one failure it is marked down
+    assert all(s.attributes["sanctum.upstream"] == "pool" for s in rounds)
