@@ -58,6 +58,8 @@ class Samples:
     call_ms: list[list[float]] = field(default_factory=list)
     ttft_ms: list[list[float]] = field(default_factory=list)
     stream_ms: list[list[float]] = field(default_factory=list)
+    own_call_ms: list[float] = field(default_factory=list)  # the proxy's x-sanctum-overhead-ms headers
+    own_stream_ms: list[float] = field(default_factory=list)
     rps: dict[str, list[float]] = field(default_factory=dict)  # "call@16" -> one figure per round
     failed: int = 0
 
@@ -103,10 +105,12 @@ async def measure_round(urls: dict[str, str], samples: dict[str, Samples], args:
     for name in order:
         replies = await one_client(urls[name], PATH, CALL, args.requests)
         samples[name].call_ms.append([r.total_ms for r in replies])
+        samples[name].own_call_ms += [r.own_ms for r in replies if r.own_ms is not None]
     for name in order:
         replies = await one_client(urls[name], PATH, STREAM, args.requests, stream=True)
         samples[name].ttft_ms.append([r.first_token_ms or r.total_ms for r in replies])
         samples[name].stream_ms.append([r.total_ms for r in replies])
+        samples[name].own_stream_ms += [r.own_ms for r in replies if r.own_ms is not None]
     for clients in args.clients:
         for kind, body in (("call", CALL), ("stream", STREAM), ("think", CALL_THINKING)):
             for name in order:
@@ -276,6 +280,11 @@ def ratios(samples: dict[str, Samples], name: str, key: str) -> tuple[float, flo
     return statistics.median(r), min(r), max(r)
 
 
+def header_p50(values: list[float]) -> str:
+    """The p50 of a target's overhead headers, or a dash where it sends none."""
+    return f"{percentile(values, 0.5):.2f}" if values else "—"
+
+
 def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Namespace) -> str:
     others = [n for n in samples if n != "direct"]
     spread = "median over rounds [min..max]"
@@ -293,30 +302,31 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
         "",
         "## One client: latency added to a non-streaming answer with a valid tool call",
         "",
-        f"| target | p50 ms | p99 ms | added p50 ms ({spread}) | added p99 ms |",
-        "|---|---:|---:|---:|---:|",
+        f"| target | p50 ms | p99 ms | added p50 ms ({spread}) | added p99 ms | own p50 ms (header) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name in samples:
         all_ms = pooled(samples[name].call_ms)
         row = f"| {name} | {percentile(all_ms, 0.5):.2f} | {percentile(all_ms, 0.99):.2f} |"
         if name == "direct":
-            lines.append(row + " (baseline) | |")
+            lines.append(row + " (baseline) | | |")
         else:
             mid, low, high = added(samples, name, "call_ms", 0.5)
             lines.append(row + f" {mid:+.2f} [{low:+.2f}..{high:+.2f}] | "
-                         f"{added(samples, name, 'call_ms', 0.99)[0]:+.2f} |")
+                         f"{added(samples, name, 'call_ms', 0.99)[0]:+.2f} | {header_p50(samples[name].own_call_ms)} |")
     lines += ["", "## One client: streaming with content and a call", "",
               f"| target | time to first token p50 ms | TTFT added p50 ms ({spread}) | whole stream p50 ms | "
-              "whole stream added p50 ms |", "|---|---:|---:|---:|---:|"]
+              "whole stream added p50 ms | own p50 ms (header) |", "|---|---:|---:|---:|---:|---:|"]
     for name in samples:
         ttft, total = pooled(samples[name].ttft_ms), pooled(samples[name].stream_ms)
         row = f"| {name} | {percentile(ttft, 0.5):.2f} |"
         if name == "direct":
-            lines.append(row + f" (baseline) | {percentile(total, 0.5):.2f} | |")
+            lines.append(row + f" (baseline) | {percentile(total, 0.5):.2f} | | |")
         else:
             mid, low, high = added(samples, name, "ttft_ms", 0.5)
+            whole = added(samples, name, "stream_ms", 0.5)[0]
             lines.append(row + f" {mid:+.2f} [{low:+.2f}..{high:+.2f}] | {percentile(total, 0.5):.2f} | "
-                         f"{added(samples, name, 'stream_ms', 0.5)[0]:+.2f} |")
+                         f"{whole:+.2f} | {header_p50(samples[name].own_stream_ms)} |")
     lines += ["", "## Throughput: requests per second, as a ratio to direct in the same round", "",
               "| case | clients | direct rps | "
               + " | ".join(f"{n} (× direct, {spread})" for n in others) + " |",
@@ -334,7 +344,10 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
     own_ttft = added(samples, "sanctum", "ttft_ms", 0.5)[0] - added(samples, "relay", "ttft_ms", 0.5)[0]
     lines += ["", "`relay` is bench/relay.py, a bare FastAPI + aiohttp relay on the same uvicorn defaults: the "
               "floor of any proxy built on these parts. Of sanctum-proxy's added p50, "
-              f"{own:+.2f} ms (tool call) and {own_ttft:+.2f} ms (TTFT) are above that floor."]
+              f"{own:+.2f} ms (tool call) and {own_ttft:+.2f} ms (TTFT) are above that floor.",
+              "", "`own p50 ms (header)` is the p50 of sanctum-proxy's `x-sanctum-overhead-ms`: its own time from "
+              "the request reaching the app to the answer's headers, less its upstream rounds. The rest of the "
+              "added p50 is the extra hop (a second connection, HTTP parsing in uvicorn, writing the body)."]
     lines += ["", f"`upstream thinks {THINK_MS} ms`: the canned upstream waits that long before each answer (a "
               "fast local model's shortest reply), so the proxies are measured against a realistic upstream as "
               "well as against one that costs nothing.",
