@@ -187,3 +187,60 @@ def test_a_round_that_fails_over_names_both_backends(make_proxy, pool, receiver)
               for s in later]
     assert failed == [(other.port, [held.port]), (other.port, [])]  # after one failure it is marked down
     assert all(s.attributes["sanctum.upstream"] == "pool" for s in rounds)
+
+
+def counted(monkeypatch: pytest.MonkeyPatch, calls: dict[str, int], owner: Any, name: str) -> None:
+    """Count the calls of `owner.name`, still running it."""
+    real = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls[f"{owner.__name__}.{name}"] = calls.get(f"{owner.__name__}.{name}", 0) + 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, wrapper)
+
+
+@pytest.fixture
+def otel_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Calls into the OpenTelemetry SDK and into the proxy's span code, counted."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk import trace as sdk
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from sanctum_proxy.state import telemetry
+
+    calls: dict[str, int] = {}
+    for owner, name in ((sdk.TracerProvider, "__init__"), (OTLPSpanExporter, "__init__"),
+                        (sdk.Tracer, "start_span"), (sdk.Span, "set_attributes"), (sdk.Span, "end"),
+                        (TraceContextTextMapPropagator, "extract"), (TraceContextTextMapPropagator, "inject"),
+                        (telemetry.Telemetry, "begin"), (telemetry.RequestSpans, "round"),
+                        (telemetry.RequestSpans, "end"), (telemetry.RoundInFlight, "__init__")):
+        counted(monkeypatch, calls, owner, name)
+    return calls
+
+
+def some_requests(proxy: str, fake: Any) -> None:
+    """A corrected request, a stream and a plain one, each under the client's traceparent."""
+    corrected(fake)
+    fake.push(Step(chunks=content_chunks("Hello there.")))
+    with httpx.Client(base_url=proxy, timeout=20, headers={"traceparent": TRACEPARENT}) as client:
+        assert client.post("/v1/chat/completions", json=ASK).headers["x-sanctum-rounds"] == "2"
+        plain = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        assert "[DONE]" in client.post("/v1/chat/completions", json={**plain, "stream": True}).text
+        assert client.post("/v1/chat/completions", json=plain).status_code == 200
+
+
+def test_without_an_endpoint_no_provider_exporter_or_span_work_is_made(make_proxy, fake, otel_calls, monkeypatch):
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    some_requests(make_proxy(), fake[0])
+    assert otel_calls == {}
+    assert "traceparent" not in fake[0].chat_headers[0]
+
+
+def test_with_an_endpoint_the_same_requests_make_spans(make_proxy, fake, otel_calls, receiver):
+    some_requests(make_proxy(), fake[0])  # the counting above can see span work: here it happens
+    spans_of(receiver, 7)
+    assert otel_calls["TracerProvider.__init__"] == 1 and otel_calls["OTLPSpanExporter.__init__"] == 1
+    assert otel_calls["Tracer.start_span"] == 7  # 3 requests, 4 rounds
+    assert otel_calls["RoundInFlight.__init__"] == 4 and otel_calls["TraceContextTextMapPropagator.inject"] == 4
