@@ -3,6 +3,7 @@ a LiteLLM proxy (default settings), in interleaved rounds.
 
     python bench/bench_overhead.py [--quick] [--rounds R] [--no-litellm] [--litellm PATH] [--workers N]
     flock /tmp/sanctum-llama.lock python bench/bench_overhead.py --llama     # plus the real llama-server row
+    python bench/bench_overhead.py --otel-off --rows '' --no-litellm  # OpenTelemetry off against no telemetry code
 
 Upstream: bench/canned_upstream.py (raw asyncio, canned answers). Cases: non-streaming with a valid tool call
 (the proxy validates it against the offered tool), streaming with content and a call. One client for latency
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import agent_rows
+import otel_off
 import servers
 from canned_upstream import CITY_ARGS, MODEL, TOOLS
 from loadgen import Connection, many_clients, one_client, percentile
@@ -189,9 +191,16 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
             floor = servers.relay(upstream.url).start()
             started.append(floor)
             urls["relay"] = floor.url
-            proxy = servers.sanctum(upstream.url, *args.sanctum_flag).start()
+            proxy = servers.sanctum(upstream.url, *args.sanctum_flag,
+                                    env=otel_off.OFF_ENV if args.otel_off else None).start()
             started.append(proxy)
             urls["sanctum"] = proxy.url
+            if args.otel_off:
+                tree = otel_off.stripped_tree(Path(tmp))
+                bare = servers.sanctum(upstream.url, *args.sanctum_flag, env=otel_off.OFF_ENV, tree=tree).start()
+                started.append(bare)
+                check(otel_off.STRIPPED, bare.url)
+                urls[otel_off.STRIPPED] = bare.url
             if args.workers > 1:
                 several = servers.sanctum(upstream.url, "--workers", str(args.workers), *args.sanctum_flag).start()
                 started.append(several)
@@ -293,7 +302,7 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
     lines = [
         "# Proxy overhead against a direct upstream",
         "",
-        f"`python bench/bench_overhead.py{' --quick' if args.quick else ''}` — "
+        f"`{' '.join(['python bench/bench_overhead.py', *args.argv])}` — "
         f"{args.rounds} interleaved rounds; "
         f"per round and target {args.requests} sequential requests per case and {args.seconds:g} s per "
         f"throughput cell. Python {platform.python_version()}, {os.cpu_count()} CPUs "
@@ -355,12 +364,26 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
               "≤ 1 ms to time to first token.", ""]
     if failed:
         lines.append(f"Failed requests during throughput runs: {failed}.")
+    if otel_off.STRIPPED in samples:
+        lines += [*off_ratios(samples), ""]
     if notes.get("rows"):
         lines += [notes["rows"], ""]
     for key, value in notes.items():
         if key != "rows":
             lines.append(f"- {key}: {value}")
     return "\n".join(lines) + "\n"
+
+
+def off_ratios(samples: dict[str, Samples]) -> list[str]:
+    """bench/otel_off.py's section from the same rounds' figures."""
+    on, bare = samples["sanctum"], samples[otel_off.STRIPPED]
+
+    def per_round(attr: str) -> list[float]:
+        return [percentile(a, 0.5) / percentile(b, 0.5)
+                for a, b in zip(getattr(on, attr), getattr(bare, attr), strict=True)]
+
+    rps = {key: [a / b for a, b in zip(on.rps[key], bare.rps[key], strict=True)] for key in on.rps}
+    return otel_off.ratio_lines(per_round("call_ms"), per_round("ttft_ms"), rps)
 
 
 def rows_report(notes: dict[str, str], args: argparse.Namespace) -> str:
@@ -423,10 +446,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # a smoke run never overwrites the recorded results
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "overhead" if args.workers == 1 else f"overhead_workers{args.workers}"  # the main record stays
+    if args.otel_off:
+        name = "overhead_otel_off"
     if args.rows_only:
         name = "overhead_" + "_".join(args.rows)
     (RESULTS / f"{name}.md").write_text(text, encoding="utf-8")
-    if not args.rows_only:
+    if not args.rows_only and not args.otel_off:
         plot(samples, RESULTS / f"{name}.png")
     return 0
 
@@ -448,6 +473,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="also measure sanctum-proxy --workers N as its own column (default: not)")
     p.add_argument("--sanctum-flag", action="append", default=[],
                    help="extra flag for sanctum-proxy (repeatable, e.g. --sanctum-flag=--log-level=warning)")
+    p.add_argument("--otel-off", action="store_true",
+                   help="also a copy of the proxy without its telemetry hooks, and the ratio of the proxy with "
+                        "OpenTelemetry off to it (bench/otel_off.py; results to overhead_otel_off.md)")
     p.add_argument("--rows", type=lambda s: [r for r in s.split(",") if r], default=None,
                    help="tables of bench/agent_rows.py to measure: agents,sizes,turns (default agents; '' none)")
     p.add_argument("--rows-only", action="store_true",

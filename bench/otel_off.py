@@ -1,0 +1,54 @@
+"""bench_overhead.py --otel-off: the proxy with OpenTelemetry off against a copy with its telemetry hooks cut.
+
+Off means the `[otel]` extra installed and no OTLP endpoint set. The copy is this tree's sanctum_proxy/ with every
+per-request telemetry hook deleted, so the A/B is exactly what those hooks cost when off.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STRIPPED = "sanctum, no telemetry"
+# The endpoint variables set empty: off, whatever the shell running the bench exports.
+OFF_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ""}
+# Each per-request hook as written in sanctum_proxy/, and what replaces it in the copy.
+HOOKS = (
+    ("tracing = telemetry.from_environ(os.environ, settings.traces_bodies)", "tracing = None"),
+    ("        if self.telemetry is not None:\n            self.telemetry.begin(request.headers, trace)\n", ""),
+    ("        if trace.spans is not None:\n            trace.spans.end(trace)\n", ""),
+    ("        if trace.spans is not None:\n            trace.spans.round(record, choice)\n", ""),
+    ("        telemetry.sent_to(backend.base_url)\n", ""),
+    ("        if (context := telemetry.OUTGOING.get()) is not None:", "        if False:"),
+)
+
+
+def stripped_tree(dest: Path) -> Path:
+    """A copy of sanctum_proxy/ under `dest` without the hooks; raises where one is not found exactly once."""
+    package = dest / "sanctum_proxy"
+    shutil.copytree(ROOT / "sanctum_proxy", package, ignore=shutil.ignore_patterns("__pycache__"))
+    sources = {path: path.read_text(encoding="utf-8") for path in package.rglob("*.py")}
+    for hook, replacement in HOOKS:
+        holders = [path for path, text in sources.items() if hook in text]
+        if len(holders) != 1 or sources[holders[0]].count(hook) != 1:
+            raise RuntimeError(f"telemetry hook found {len(holders)} times, update bench/otel_off.py: {hook!r}")
+        sources[holders[0]] = sources[holders[0]].replace(hook, replacement)
+    for path, text in sources.items():
+        path.write_text(text, encoding="utf-8")
+    return dest
+
+
+def ratio_lines(call: list[float], ttft: list[float], rps: dict[str, list[float]]) -> list[str]:
+    """The report's section: per-round ratios of the proxy with telemetry off to the one without it."""
+    def cell(values: list[float]) -> str:
+        return f"{statistics.median(values):.3f} [{min(values):.3f}..{max(values):.3f}]"
+
+    lines = ["", f"## OpenTelemetry off: the proxy (the [otel] extra installed, no endpoint) / `{STRIPPED}`", "",
+             f"`{STRIPPED}` is this tree's sanctum_proxy/ with every per-request telemetry hook cut "
+             "(bench/otel_off.py). Per-round ratios, median [min..max]; 1.000 is no change.", "",
+             "| figure | off / no telemetry |", "|---|---:|",
+             f"| tool call p50 latency | {cell(call)} |", f"| stream time to first token p50 | {cell(ttft)} |"]
+    lines += [f"| throughput {key} | {cell(values)} |" for key, values in rps.items()]
+    return lines
