@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -201,6 +202,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
                 started.append(bare)
                 check(otel_off.STRIPPED, bare.url)
                 urls[otel_off.STRIPPED] = bare.url
+                pids_off = {"sanctum": proxy.pid, otel_off.STRIPPED: bare.pid}
             if args.workers > 1:
                 several = servers.sanctum(upstream.url, "--workers", str(args.workers), *args.sanctum_flag).start()
                 started.append(several)
@@ -237,6 +239,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
                 asyncio.run(measure_round(urls, samples, args, number))
                 print(f"round {number + 1}/{args.rounds}: {time.perf_counter() - began:.1f}s", flush=True)
             notes["sanctum_rss_mb"] = f"{servers.rss_mb(proxy.pid):.0f}"
+            if args.otel_off:
+                cases = {"tool call": (PATH, CALL, False), "stream": (PATH, STREAM, True)}
+                notes["otel_cpu"] = "\n".join(otel_off.cpu_lines(urls, pids_off, cases, args.requests * 4,
+                                                                 args.rounds))
         finally:
             for child in started:
                 child.stop()
@@ -257,7 +263,7 @@ def body_rows(args: argparse.Namespace, urls: dict[str, str], pids: dict[str, in
             print(f"{kind} round {number + 1}/{args.rounds}: {time.perf_counter() - began:.1f}s", flush=True)
         tables.append("\n".join(agent_rows.table(rows, ROW_TITLES[kind])))
         growth[kind] = agent_rows.medians(rows)
-    if not args.quick:
+    if not args.quick and growth:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "overhead_rows.json").write_text(json.dumps(growth, indent=1) + "\n", encoding="utf-8")
         if "sizes" in growth or "turns" in growth:
@@ -302,7 +308,7 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
     lines = [
         "# Proxy overhead against a direct upstream",
         "",
-        f"`{' '.join(['python bench/bench_overhead.py', *args.argv])}` — "
+        f"`{shlex.join(['python', 'bench/bench_overhead.py', *args.argv])}` — "
         f"{args.rounds} interleaved rounds; "
         f"per round and target {args.requests} sequential requests per case and {args.seconds:g} s per "
         f"throughput cell. Python {platform.python_version()}, {os.cpu_count()} CPUs "
@@ -365,11 +371,11 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
     if failed:
         lines.append(f"Failed requests during throughput runs: {failed}.")
     if otel_off.STRIPPED in samples:
-        lines += [*off_ratios(samples), ""]
+        lines += [*off_ratios(samples), notes.get("otel_cpu", ""), ""]
     if notes.get("rows"):
         lines += [notes["rows"], ""]
     for key, value in notes.items():
-        if key != "rows":
+        if key not in ("rows", "otel_cpu"):
             lines.append(f"- {key}: {value}")
     return "\n".join(lines) + "\n"
 

@@ -6,9 +6,13 @@ per-request telemetry hook deleted, so the A/B is exactly what those hooks cost 
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import statistics
 from pathlib import Path
+
+from agent_rows import cpu_ms
+from loadgen import one_client
 
 ROOT = Path(__file__).resolve().parent.parent
 STRIPPED = "sanctum, no telemetry"
@@ -38,6 +42,34 @@ def stripped_tree(dest: Path) -> Path:
     for path, text in sources.items():
         path.write_text(text, encoding="utf-8")
     return dest
+
+
+def cpu_lines(urls: dict[str, str], pids: dict[str, int], cases: dict[str, tuple[str, bytes, bool]],
+              requests: int, rounds: int) -> list[str]:
+    """CPU (user + system) per request of each proxy process, `requests` sequential requests per case and round,
+    the two proxies alternating which goes first; less disturbed by other work on the machine than latency."""
+    names = ["sanctum", STRIPPED]
+    per: dict[tuple[str, str], list[float]] = {}
+
+    async def one_round(number: int) -> None:
+        for case, (path, body, stream) in cases.items():
+            for name in names[number % 2:] + names[:number % 2]:
+                await one_client(urls[name], path, body, 20, stream)  # the connection warm
+                before = cpu_ms(pids[name])
+                await one_client(urls[name], path, body, requests, stream)
+                per.setdefault((case, name), []).append((cpu_ms(pids[name]) - before) / requests)
+
+    for number in range(rounds):
+        asyncio.run(one_round(number))
+    lines = ["", f"CPU per request of the proxy process (user + system, {requests} sequential requests per case, "
+             f"{rounds} rounds; median over rounds, ratio per round):", "",
+             f"| case | sanctum ms | {STRIPPED} ms | off / no telemetry |", "|---|---:|---:|---:|"]
+    for case in cases:
+        on, bare = per[(case, "sanctum")], per[(case, STRIPPED)]
+        ratios = [a / b for a, b in zip(on, bare, strict=True)]
+        lines.append(f"| {case} | {statistics.median(on):.3f} | {statistics.median(bare):.3f} | "
+                     f"{statistics.median(ratios):.3f} [{min(ratios):.3f}..{max(ratios):.3f}] |")
+    return lines
 
 
 def ratio_lines(call: list[float], ttft: list[float], rps: dict[str, list[float]]) -> list[str]:
