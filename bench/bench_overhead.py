@@ -241,8 +241,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
             notes["sanctum_rss_mb"] = f"{servers.rss_mb(proxy.pid):.0f}"
             if args.otel_off:
                 cases = {"tool call": (PATH, CALL, False), "stream": (PATH, STREAM, True)}
-                notes["otel_cpu"] = "\n".join(otel_off.cpu_lines(urls, pids_off, cases, args.requests * 4,
-                                                                 args.rounds))
+                notes["otel_cpu"] = "\n".join([*otel_off.cpu_lines(urls, pids_off, cases, args.requests * 4,
+                                                                   args.rounds), *otel_off.hook_lines()])
         finally:
             for child in started:
                 child.stop()
@@ -361,8 +361,9 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
               "floor of any proxy built on these parts. Of sanctum-proxy's added p50, "
               f"{own:+.2f} ms (tool call) and {own_ttft:+.2f} ms (TTFT) are above that floor.",
               "", "`own p50 ms (header)` is the p50 of sanctum-proxy's `x-sanctum-overhead-ms`: its own time from "
-              "the request reaching the app to the answer's headers, less its upstream rounds. The rest of the "
-              "added p50 is the extra hop (a second connection, HTTP parsing in uvicorn, writing the body)."]
+              "its trace's start (body read, parsed, planned) to the answer's headers, less its upstream rounds. "
+              "The rest of the added p50 is the extra hop (a second connection, HTTP in uvicorn both ways, "
+              "writing the body) and the work before the trace starts."]
     lines += ["", f"`upstream thinks {THINK_MS} ms`: the canned upstream waits that long before each answer (a "
               "fast local model's shortest reply), so the proxies are measured against a realistic upstream as "
               "well as against one that costs nothing.",
