@@ -8,7 +8,9 @@ spans only with `traces_bodies`.
 from __future__ import annotations
 
 import logging
+import socket
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -50,11 +52,22 @@ def from_environ(environ: Mapping[str, str], bodies: bool) -> Telemetry | None:
         log.warning("an OTLP endpoint is set but the [otel] extra is not installed "
                     "(pip install 'sanctum-proxy[otel]'): no traces are exported")
         return None
-    named = {} if environ.get("OTEL_SERVICE_NAME") else {"service.name": "sanctum-proxy"}
-    provider = TracerProvider(resource=Resource.create(named))
+    provider = TracerProvider(resource=_resource(Resource))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     log.info("OpenTelemetry traces are exported over OTLP/HTTP")
     return Telemetry(provider, bodies)
+
+
+def _resource(resource: Any) -> Any:
+    """The SDK's resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), with this process's name, instance and host
+    where those leave them out: replicas exporting to one collector stay apart."""
+    detected = resource.create()
+    ours = {"service.name": "sanctum-proxy", "service.instance.id": str(uuid.uuid4()),
+            "host.name": socket.gethostname()}
+    given = dict(detected.attributes)
+    if str(given.get("service.name", "")).startswith("unknown_service"):  # the SDK's stand-in for none
+        del given["service.name"]
+    return detected.merge(resource({k: v for k, v in ours.items() if k not in given}))
 
 
 class Telemetry:

@@ -4,6 +4,10 @@ carried to the upstream on every round."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -153,6 +157,25 @@ def test_two_replicas_spans_arrive_at_one_receiver(make_proxy, fake, receiver):
     requests = [s for s in spans_of(receiver, 4) if s.kind == SERVER]
     assert sorted(s.attributes["sanctum.trace_id"] for s in requests) == sorted(ids)
     assert {s.trace_id for s in requests} == {TRACE_ID}
+    assert {s.resource["host.name"] for s in requests} == {socket.gethostname()}
+    assert all(s.resource["service.instance.id"] for s in requests)
+
+
+def test_each_process_is_its_own_service_instance():
+    show = ("import os; from sanctum_proxy.state import telemetry; t = telemetry.from_environ(os.environ, False); "
+            "print(t._provider.resource.attributes['service.instance.id'])")
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    ids = {subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True, check=True,
+                          timeout=60).stdout.strip() for _ in range(2)}
+    assert len(ids) == 2 and all(ids)
+
+
+def test_resource_attributes_from_the_environment_win(make_proxy, fake, receiver, monkeypatch):
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=gateway,service.instance.id=pod-a")
+    with httpx.Client(base_url=make_proxy(), timeout=20) as client:
+        assert client.post("/v1/chat/completions", json={**ASK, "tools": []}).status_code == 200
+    request = next(s for s in spans_of(receiver, 2) if s.kind == SERVER)
+    assert request.service == "gateway" and request.resource["service.instance.id"] == "pod-a"
 
 
 def test_each_round_names_the_backend_that_answered(make_proxy, pool, receiver):
