@@ -70,10 +70,11 @@ async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObjec
     """One round's chunks through the assembler, closing `opened` at the end."""
     async with opened as chunks:
         yield ContentDelta("")
+        told: object = None  # the fingerprint the writer was last told of (None: no meta told yet)
         async for piece in chunks:
-            told = bool(assembler.meta)
             text = assembler.feed(piece)
-            if live and not told and assembler.meta:
+            if live and assembler.meta and assembler.meta.get("system_fingerprint", "") != told:
+                told = assembler.meta.get("system_fingerprint", "")
                 yield ContentDelta("", assembler.meta.copy())
             for name, thought in assembler.take_passed().items():
                 if live:
