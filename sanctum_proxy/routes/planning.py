@@ -24,8 +24,9 @@ class Planner:
     async def plan(self, chat: ChatRequest) -> Plan:
         settings, key = self.settings, self.dest.key
         book = Toolbox.of(chat.tools) if chat.tools else None
+        forbidden = None
         if book is not None and chat.body.get("tool_choice") == "none":
-            book = None
+            book, forbidden = None, book
         choice = chat.controls.spell_calling
         mode = "prompted" if choice == "prompted" else "native"
         opening: list[om.Omen] = []
@@ -53,7 +54,7 @@ class Planner:
                     tool_choice=caps is None or caps.tool_choice is not False,
                     native_calls=caps.tools if caps is not None else None,
                     max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls,
-                    max_grammar_bytes=settings.max_grammar_bytes)
+                    max_grammar_bytes=settings.max_grammar_bytes, forbidden=forbidden)
 
     async def call_format(self, model: str, mode: str, book: Toolbox | None) -> str:
         """The configured call format; for "auto" the family of the model's chat template, else Hermes."""

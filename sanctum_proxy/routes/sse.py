@@ -93,7 +93,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     """The streamed answer; other protocols pass their own `writer` and `refuse`."""
     settings = services(request).settings
     upstream, lead = destination(request).upstream, families.opens_bare(plan.prompt_format)
-    names = plan.book.name_set if plan.book is not None else frozenset()
+    names = plan.read_names
     send = stream_sender(upstream, auth, lead=lead, names=names)
     if writer is not None:
         given = writer
