@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.protocols.chat_request import ChatRequest
+from sanctum_proxy.repair import history
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.services import Services
@@ -38,6 +39,8 @@ class Planner:
             if decision is not None:
                 mode = decision.mode
         prompt_format = await self.call_format(chat.model, mode, book)  # may probe: caps after it
+        body, mended = history.mended(chat.body, prompt_format)
+        opening += mended
         caps = self.services.capabilities.cached(key, chat.model)
         constrain = chat.controls.constrain or settings.constrain
         if caps is None and mode == "native" and book is not None and constrain != "off" \
@@ -45,7 +48,7 @@ class Planner:
             caps = await self.probed(chat.model)
         if caps is not None and caps.json_schema is False:
             constrain = "off"
-        return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
+        return Plan(body=body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                     max_rounds=chat.controls.max_repair_rounds, on_surrender=chat.controls.on_surrender,
                     prompt_format=prompt_format, upstream=key,
                     opening_omens=tuple(opening), constrain=constrain,  # type: ignore[arg-type]
