@@ -35,6 +35,7 @@ class Plan:
     max_grammar_bytes: int = 1024 * 1024
     follow_up_calls: bool = False
     forbidden: Toolbox | None = None  # tools offered with tool_choice "none": their calls are only taken out
+    surrendered_ago: float | None = None  # seconds since this same request last surrendered (then: one round)
 
     @property
     def read_names(self) -> frozenset[str]:

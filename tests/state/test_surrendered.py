@@ -1,0 +1,48 @@
+"""state/surrendered.SurrenderMemo on its own: bounded in age (TTL) and number, oldest out first; the proxy's use
+of it is tests/routes/test_retried_surrender.py."""
+
+from __future__ import annotations
+
+from sanctum_proxy.state.surrendered import SurrenderMemo, request_key
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_surrender_is_remembered_until_its_ttl_passes() -> None:
+    clock = Clock()
+    memo = SurrenderMemo(ttl=120, clock=clock)
+    memo.note(b"a")
+    clock.now += 119
+    assert memo.age(b"a") == 119 and memo.age(b"b") is None
+    clock.now += 2
+    assert memo.age(b"a") is None and len(memo) == 0
+
+
+def test_surrendering_again_starts_its_ttl_again() -> None:
+    clock = Clock()
+    memo = SurrenderMemo(ttl=120, clock=clock)
+    memo.note(b"a")
+    clock.now += 100
+    memo.note(b"a")
+    clock.now += 100
+    assert memo.age(b"a") == 100
+
+
+def test_past_its_size_the_oldest_surrender_goes_first() -> None:
+    memo = SurrenderMemo(size=2, clock=Clock())
+    for key in (b"a", b"b", b"a", b"c"):
+        memo.note(key)
+    assert len(memo) == 2 and memo.age(b"b") is None and memo.age(b"a") == 0 and memo.age(b"c") == 0
+
+
+def test_the_key_tells_upstreams_clients_and_bodies_apart() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
+    keys = {request_key("u", b"k", body), request_key("v", b"k", body), request_key("u", b"j", body),
+            request_key("u", b"k", {**body, "model": "n"})}
+    assert len(keys) == 4 and request_key("u", b"k", dict(body)) == request_key("u", b"k", body)
