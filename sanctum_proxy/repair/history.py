@@ -24,8 +24,7 @@ class Mended:
 
 
 def mended(body: JSONObject, fmt: str) -> tuple[JSONObject, tuple[om.Omen, ...]]:
-    """`body` with every history call readable as JSON, and an omen per call changed; the same body (and every
-    message the proxy does not change, as the same object) where all of them read."""
+    """`body` with every history call readable, an omen per change; unchanged messages stay the same objects."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return body, ()
@@ -75,8 +74,7 @@ def _fixes(position: int, message: JSONValue) -> list[Mended]:
 
 
 def _reads(arguments: str) -> bool:
-    """Whether an upstream reads these arguments as they are (strict JSON, as vLLM's json.loads and llama.cpp's
-    parser take it)."""
+    """Strict JSON, as vLLM's json.loads and llama.cpp read it."""
     try:
         orjson.loads(arguments)
     except orjson.JSONDecodeError:

@@ -36,6 +36,7 @@ class Plan:
     follow_up_calls: bool = False
     forbidden: Toolbox | None = None  # tools offered with tool_choice "none": their calls are only taken out
     surrendered_ago: float | None = None  # seconds since this same request last surrendered (then: one round)
+    memo_key: bytes | None = None  # its digest in the surrender memo (state/surrendered.py), once taken
 
     @property
     def read_names(self) -> frozenset[str]:

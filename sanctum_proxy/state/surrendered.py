@@ -1,8 +1,4 @@
-"""Requests that recently ended in a surrender error, remembered per process, so the same request sent again (a
-client that retries errors: goose resends it up to three more times) gets one round, not the hidden rounds again.
-
-Entries are digests of (upstream, client key, the request as planned); nothing is hashed while none is held.
-"""
+"""Requests whose surrender error is recent, per process: the same request resent gets one round (docs/decisions.md)."""
 
 from __future__ import annotations
 
@@ -14,17 +10,15 @@ from collections.abc import Callable
 
 import orjson
 
-from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair.plan import Plan
 
-# goose's retries wait about 1, 2 and 4 s (doubling from 1 s, capped at 30 s) after rounds of their own.
-TTL_SECONDS = 120.0
-SIZE = 256  # 16-byte digests; past this the oldest goes
+TTL_SECONDS = 120.0  # goose's retries wait about 1, 2 and 4 s
+SIZE = 256
 
 
 class SurrenderMemo:
-    """Digests of surrendered requests and when each last surrendered; bounded in age and number."""
+    """When each request digest last surrendered; bounded in age and number."""
 
     def __init__(self, ttl: float = TTL_SECONDS, size: int = SIZE,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -35,46 +29,47 @@ class SurrenderMemo:
         return len(self._at)
 
     def note(self, key: bytes) -> None:
-        """The request with this digest surrendered now."""
         self._at[key] = self.clock()
         self._at.move_to_end(key)
         while len(self._at) > self.size:
             self._at.popitem(last=False)
 
     def age(self, key: bytes) -> float | None:
-        """Seconds since the request with this digest surrendered, or None if not within the TTL."""
+        """Seconds since this digest surrendered; None past the TTL."""
         now = self.clock()
         while self._at and now - next(iter(self._at.values())) > self.ttl:
-            self._at.popitem(last=False)  # oldest first: expired ones leave before any lookup
+            self._at.popitem(last=False)
         at = self._at.get(key)
         return None if at is None else now - at
 
 
-def request_key(upstream: str, client_key: bytes, body: JSONObject) -> bytes | None:
-    """The digest a request is remembered by; None for a body that has no one JSON form."""
+def request_key(plan: Plan, client_key: bytes) -> bytes | None:
+    """The request as planned, with the client's controls of its rounds; None for a body with no JSON form."""
+    if plan.memo_key is not None:
+        return plan.memo_key
     try:
-        text = orjson.dumps([upstream, client_key.decode("latin-1"), body])
+        text = orjson.dumps([plan.upstream, client_key.decode("latin-1"), plan.on_surrender, plan.max_rounds,
+                             plan.constrain, plan.auto, plan.body])
     except TypeError:
         return None
     return hashlib.blake2b(text, digest_size=16).digest()
 
 
 def again(plan: Plan, memo: SurrenderMemo, client_key: bytes) -> Plan:
-    """The plan of a request that surrendered within the TTL: one round, then the surrender at once."""
-    key = request_key(plan.upstream, client_key, plan.body)
+    """A recently surrendered request's plan: one round, then the surrender."""
+    key = request_key(plan, client_key)
     ago = memo.age(key) if key is not None else None
-    return plan if ago is None else dataclasses.replace(plan, max_rounds=0, surrendered_ago=ago)
+    return plan if ago is None else dataclasses.replace(plan, max_rounds=0, surrendered_ago=ago, memo_key=key)
 
 
 def remember(plan: Plan, memo: SurrenderMemo, client_key: bytes) -> None:
-    """This request's surrender reaches the client as an error: a resent copy gets one round."""
-    key = request_key(plan.upstream, client_key, plan.body)
+    key = request_key(plan, client_key)
     if key is not None:
         memo.note(key)
 
 
 def told(error: ToolCallParseError, plan: Plan) -> ToolCallParseError:
-    """The surrender saying, where it was one, why this request had a single round."""
+    """The surrender saying why it had one round."""
     if plan.surrendered_ago is None:
         return error
     message = (f"{error.message}; the same request surrendered {plan.surrendered_ago:.0f} s before, so it had "

@@ -3,6 +3,9 @@ of it is tests/routes/test_retried_surrender.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.state.surrendered import SurrenderMemo, request_key
 
 
@@ -41,8 +44,11 @@ def test_past_its_size_the_oldest_surrender_goes_first() -> None:
     assert len(memo) == 2 and memo.age(b"b") is None and memo.age(b"a") == 0 and memo.age(b"c") == 0
 
 
-def test_the_key_tells_upstreams_clients_and_bodies_apart() -> None:
-    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
-    keys = {request_key("u", b"k", body), request_key("v", b"k", body), request_key("u", b"j", body),
-            request_key("u", b"k", {**body, "model": "n"})}
-    assert len(keys) == 4 and request_key("u", b"k", dict(body)) == request_key("u", b"k", body)
+def test_the_key_tells_upstreams_clients_bodies_and_controls_apart() -> None:
+    plan = Plan(body={"model": "m", "messages": [{"role": "user", "content": "Hi"}]}, book=None, mode="native",
+                auto=True, max_rounds=2, upstream="u")
+    others = [replace(plan, upstream="v"), replace(plan, body={**plan.body, "model": "n"}),
+              replace(plan, on_surrender="last_call"), replace(plan, max_rounds=3), replace(plan, constrain="always")]
+    keys = {request_key(plan, b"k"), request_key(plan, b"j"), *(request_key(p, b"k") for p in others)}
+    assert len(keys) == 7 and request_key(replace(plan, body=dict(plan.body)), b"k") == request_key(plan, b"k")
+    assert request_key(replace(plan, mode="prompted"), b"k") == request_key(plan, b"k")  # auto mode may flip
