@@ -156,10 +156,14 @@ class SseWriter(StreamWriter):
         self._content_head, self._content_tail = b'data: ' + head[0] + b'"content":', head[1] + b"\n\n"
 
     def adopt(self, upstream: Mapping[str, object]) -> None:
-        """The live round's own id, created, model and system_fingerprint, for every chunk (before any is sent)."""
-        if self.opened:
+        """The live round's own id, created, model and system_fingerprint, for every chunk (before any is sent);
+        a fingerprint first named later goes on every chunk from then on."""
+        if not self.opened:
+            adopted(self.meta, upstream)
+        elif upstream.get("system_fingerprint") and not self.meta.get("system_fingerprint"):
+            self.meta["system_fingerprint"] = cast("str", upstream["system_fingerprint"])
+        else:
             return
-        adopted(self.meta, upstream)
         self._heads()
 
     def chunk(self, delta: oc.Delta, finish_reason: str | None = None) -> oc.Chunk:
@@ -227,6 +231,7 @@ class SseWriter(StreamWriter):
     def choice_end(self, final: Final) -> tuple[list[bytes], str]:
         """The end of this writer's choice but its finish chunk: omens, unseen reasoning and content, calls;
         and the finish_reason that chunk is to carry."""
+        self.adopt(final.meta)  # no live round showed its ids: the accepted round's, as unstreamed
         out = self.omens.due(final.omens)
         for name in PASSED:  # the accepted round's reasoning and refusal, unless a round's was shown live
             thought, seen = final.message.get(name), str(self.shown_reasoning.get(name, ""))

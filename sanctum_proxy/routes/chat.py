@@ -29,9 +29,9 @@ from sanctum_proxy.routes.planning import Planner
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import destination, services
-from sanctum_proxy.state import trace_store
+from sanctum_proxy.state import surrendered, trace_store
 from sanctum_proxy.upstreams import affinity
-from sanctum_proxy.web.auth import check_client_key, forwarded_key
+from sanctum_proxy.web.auth import check_client_key, forwarded_key, presented_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse
 from sanctum_proxy.web.limits import BODY
@@ -113,6 +113,8 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     chat, widened = await context.fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
     affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
     plan = await Planner(settings, parts, dest).plan(chat)
+    if parts.surrendered:  # nothing is hashed while no request surrendered recently
+        plan = surrendered.again(plan, parts.surrendered, presented_key(request))
     if widened is not None:
         plan = dataclasses.replace(plan, opening_omens=(*plan.opening_omens, widened))
     trace_id = trace_store.new_id()

@@ -18,8 +18,10 @@ from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, 
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.services import Services, destination, services
+from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
 from sanctum_proxy.upstreams import context
+from sanctum_proxy.web.auth import presented_key
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
 Recorded = Callable[[RoundRecord], None]
@@ -89,12 +91,15 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                         trace.first_chunk_ms, first = (time.perf_counter() - trace.started) * 1000, False
                     yield event
                     shown = True
-        except ToolCallParseError as exc:
+        except ToolCallParseError as caught:
+            exc = surrendered.told(caught, plan)
             # the last answer is read again for its calls: off the event loop, as the loop judges a long answer
             final = (await offloaded(surrender.last_call, plan, records, exc, omens)
                      if plan.on_surrender == surrender.LAST_CALL else None)
             if final is None:
-                raise
+                if traced is not None:  # a client that retries errors sends it again: one round then
+                    surrendered.remember(plan, state.surrendered, presented_key(traced))
+                raise exc from None
             if trace is not None:
                 trace.omens.append(final.omens[-1])
             yield final.omens[-1]

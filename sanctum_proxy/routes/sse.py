@@ -70,10 +70,11 @@ async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObjec
     """One round's chunks through the assembler, closing `opened` at the end."""
     async with opened as chunks:
         yield ContentDelta("")
+        told: object = None  # the fingerprint the writer was last told of (None: no meta told yet)
         async for piece in chunks:
-            told = bool(assembler.meta)
             text = assembler.feed(piece)
-            if live and not told and assembler.meta:
+            if live and assembler.meta and assembler.meta.get("system_fingerprint", "") != told:
+                told = assembler.meta.get("system_fingerprint", "")
                 yield ContentDelta("", assembler.meta.copy())
             for name, thought in assembler.take_passed().items():
                 if live:
@@ -92,7 +93,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     """The streamed answer; other protocols pass their own `writer` and `refuse`."""
     settings = services(request).settings
     upstream, lead = destination(request).upstream, families.opens_bare(plan.prompt_format)
-    names = plan.book.name_set if plan.book is not None else frozenset()
+    names = plan.read_names
     send = stream_sender(upstream, auth, lead=lead, names=names)
     if writer is not None:
         given = writer
