@@ -30,7 +30,7 @@ from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import destination, services
 from sanctum_proxy.state import trace_store
-from sanctum_proxy.upstreams import affinity
+from sanctum_proxy.upstreams import affinity, chat_rounds
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse
@@ -141,7 +141,7 @@ def plain_first_of_several(request: Request, auth: str | None, many: choices.Cho
     upstream = destination(request).upstream
 
     async def first(body: JSONObject, live: bool) -> AsyncIterator[Answer]:
-        reply = await upstream.chat({**body, "stream": False}, auth)
+        reply = await chat_rounds.chat(upstream, {**body, "stream": False}, auth)
         answers = answers_of(reply.body)
         for index, answer in enumerate(answers[1:], 1):
             many.spawn(index, choices.one_answer(answer))
@@ -161,7 +161,7 @@ def plain_sender(request: Request, auth: str | None) -> Sender:
     upstream = destination(request).upstream
 
     async def send_plain(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | Answer]:
-        reply = await upstream.chat({**body, "stream": False}, auth)
+        reply = await chat_rounds.chat(upstream, {**body, "stream": False}, auth)
         yield answers_of(reply.body)[0]
 
     return send_plain

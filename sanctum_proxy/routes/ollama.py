@@ -22,8 +22,8 @@ from sanctum_proxy.routes.chat import Rounds, read_body
 from sanctum_proxy.routes.passthrough import METHODS, passthrough
 from sanctum_proxy.routes.translated import Dialect, reply_of, serve
 from sanctum_proxy.services import services
-from sanctum_proxy.upstreams.client import Upstream
 from sanctum_proxy.upstreams.pools import listed_models
+from sanctum_proxy.upstreams.upstream import Upstream
 from sanctum_proxy.web.auth import check_client_key, matches, presented_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response

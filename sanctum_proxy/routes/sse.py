@@ -31,7 +31,8 @@ from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import DisconnectWatch, gone_response
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.services import destination, services
-from sanctum_proxy.upstreams.client import Upstream
+from sanctum_proxy.upstreams.chat_rounds import chat_stream
+from sanctum_proxy.upstreams.upstream import Upstream
 from sanctum_proxy.web.json_response import error_response, unexpected
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False,
 
     def send_stream(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
-        return read_round(upstream.chat_stream(body, auth), assembler_for(body, lead, names), live)
+        return read_round(chat_stream(upstream, body, auth), assembler_for(body, lead, names), live)
 
     return send_stream
 
@@ -171,7 +172,7 @@ def streamed_first_of_several(upstream: Upstream, auth: str | None, many: choice
             for queue in queues.values():
                 queue.put_nowait(choices.Ended())
 
-        async with upstream.chat_stream(body, auth) as chunks:
+        async with chat_stream(upstream, body, auth) as chunks:
             async for event in read_round(nullcontext(split(chunks)), assembler_for(body, lead, names), live):
                 yield event
 

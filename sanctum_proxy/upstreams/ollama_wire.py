@@ -21,9 +21,9 @@ from sanctum_proxy.upstreams.ollama_native import NativeRequest, native_request,
 from sanctum_proxy.upstreams.redaction import DeltaMask, KeyMask
 
 if TYPE_CHECKING:
-    from sanctum_proxy.upstreams.client import Backend, Upstream
+    from sanctum_proxy.upstreams.upstream import Backend, Upstream
 
-MAX_LINE = 16 * 1024 * 1024  # client.MAX_SSE_LINE
+MAX_LINE = 16 * 1024 * 1024  # sse_parser.MAX_SSE_LINE
 MAX_VERSION_BODY = 4096
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sanctum_proxy.config import UpstreamConfig, redacted_url
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ModelNotFound
-from sanctum_proxy.upstreams.client import Upstream
+from sanctum_proxy.upstreams.upstream import Upstream
 
 
 def choose(entries: Sequence[UpstreamConfig], model: str) -> tuple[int, str] | None:
