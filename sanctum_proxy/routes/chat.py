@@ -110,7 +110,7 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     parts = services(request)
     dest = request.state.destination = parts.pools.destination(chat.model)
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
-    chat, widened = await context.fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
+    chat, widened = await context.ollama_fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
     affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
     plan = await Planner(settings, parts, dest).plan(chat)
     if widened is not None:

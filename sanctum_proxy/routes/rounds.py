@@ -17,9 +17,9 @@ from sanctum_proxy.repair import surrender
 from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, Lesson, RoundRecord, Sender, note
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
-from sanctum_proxy.services import Services, destination, services
+from sanctum_proxy.routes import context
+from sanctum_proxy.services import Services, services
 from sanctum_proxy.state.traces import Trace
-from sanctum_proxy.upstreams import context
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
 Recorded = Callable[[RoundRecord], None]
@@ -27,16 +27,8 @@ Recorded = Callable[[RoundRecord], None]
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
     """`run(plan, send)` with lessons kept, surrender handled, rounds and end traced."""
-    return _shown(services(request), plan, run(plan, fitted(request, plan, send)),
+    return _shown(services(request), plan, run(plan, context.first_round_checked(request, plan, send)),
                   lambda record: record_round(request, record), request)
-
-
-def fitted(request: Request, plan: Plan, send: Sender) -> Sender:
-    """`send` with its first round checked against the model's context where the probe learnt it."""
-    state, dest = services(request), destination(request)
-    caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
-    return context.fitted(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
-                          state.settings.probe_timeout)
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
