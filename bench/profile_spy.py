@@ -41,7 +41,7 @@ PARTS = [  # (part, a frame that puts a stack in it); the first that matches cou
     ("trace recording on the loop (Recorder.begin/watch)", "Recorder."),
     ("round loop plumbing (routes/rounds.py, loop.run)", "routes/rounds.py"),
     ("round loop plumbing (routes/rounds.py, loop.run)", "repair/loop.py"),
-    ("reading the request (parse_chat_request)", "parse_chat_request"),
+    ("reading the request (chat_request)", "chat_request"),
     ("planning (make_plan)", "make_plan"),
     ("routing, trace id (start_rounds)", "start_rounds"),
     ("the chat route's own lines", "chat_completions"),

@@ -33,7 +33,7 @@ from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final, StreamI
 from sanctum_proxy.repair.streaming import PASSED
 
 DONE = b"data: [DONE]\n\n"
-Several = tuple[int, StreamItem] | Final  # the events of n > 1 choices: (index, event), then their Finals
+ChoiceEvent = tuple[int, StreamItem] | Final  # an event of n > 1 choices: (index, event), then their Finals
 
 
 def chat_meta(trace_id: str, model: str, now: int, upstream: Mapping[str, object] | None = None) -> oc.Meta:
@@ -79,7 +79,7 @@ class ChoicesWriter:
     def opening(self) -> bytes:
         return b""
 
-    def render(self, event: Several | ProxyError) -> list[bytes]:
+    def render(self, event: ChoiceEvent | ProxyError) -> list[bytes]:
         if isinstance(event, Final):  # the Finals of them all (routes/choices.Finals)
             self.ended = True
             return self.finish(event)

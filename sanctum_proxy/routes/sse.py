@@ -21,7 +21,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, no_answer
-from sanctum_proxy.protocols.chat_events import ChoicesWriter, SseWriter, chat_meta
+from sanctum_proxy.protocols.chat_events import ChoiceEvent, ChoicesWriter, SseWriter, chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair import constrain
 from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Sender
@@ -37,8 +37,7 @@ from sanctum_proxy.web.json_response import error_response, unexpected
 
 log = logging.getLogger(__name__)
 TURN_SECONDS = 0.005  # a stream yields to others at least this often
-E = TypeVar("E")  # Shown, or Several for n > 1
-Several = tuple[int, Shown] | choices.Finals
+E = TypeVar("E")  # Shown, or ChoiceEvent for n > 1
 
 
 def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False,
@@ -107,7 +106,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
 
     if choices.count(chat.body) > 1:
         many = choices.Choices(plan, send, kept_run(request), recorder_of(request))
-        several: AsyncIterator[Several] = services(request).recorder.watch(
+        several: AsyncIterator[ChoiceEvent] = services(request).recorder.watch(
             request, many.events(many.lead_sender(streamed_first_of_several(upstream, auth, many, lead, names))))
         return await _respond(request, plan, trace_id, several, lambda: ChoicesWriter(
             meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage,

@@ -160,7 +160,7 @@ def _response(body: JSONObject, rounds: Rounds, final: Final, reply: Reply) -> J
 
 def _responses_writer(body: JSONObject, rounds: Rounds) -> ResponsesWriter:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
-    return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
+    return ResponsesWriter(base, rounds.trace_id, rounds.trace_id,
                            lambda final: reply_of(rounds, final), logprobs=responses_api.wants_logprobs(body),
                            split_reasoning=rounds.split_reasoning,
                            namespaced=responses_api.namespaced_names(body))
@@ -187,7 +187,7 @@ def _messages_writer(body: JSONObject, rounds: Rounds) -> MessagesWriter:
     start: JSONObject = {
         "id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _asked_model(body),
         "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
-    return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final),
+    return MessagesWriter(start, rounds.trace_id, lambda final: reply_of(rounds, final),
                           split_reasoning=rounds.split_reasoning)
 
 

@@ -32,13 +32,13 @@ DRAIN_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
-class Reply:
+class UpstreamReply:
     status: int
     body: JSONObject  # the upstream's chat.completion, as sent (its readers check each value)
     latency_ms: float
 
 
-async def chat(upstream: Upstream, body: JSONObject, client_auth: str | None = None) -> Reply:
+async def chat(upstream: Upstream, body: JSONObject, client_auth: str | None = None) -> UpstreamReply:
     """POST /chat/completions (Ollama's /api/chat: ollama_wire.py), non-streaming. Raises UpstreamError on a
     non-2xx answer."""
     start = time.perf_counter()
@@ -59,14 +59,14 @@ async def chat(upstream: Upstream, body: JSONObject, client_auth: str | None = N
     if response.status >= 300:
         raise redirect_error(response.status)
     if route.native is not None:
-        return Reply(response.status, ollama_wire.reply(raw, route.native), latency)
+        return UpstreamReply(response.status, ollama_wire.reply(raw, route.native), latency)
     try:
         parsed = loads_lenient(raw)
     except orjson.JSONDecodeError as exc:
         raise UpstreamError(502, f"upstream sent a body that is not JSON: {raw[:200]!r}") from exc
     if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
         raise UpstreamError(502, f"upstream sent no choices: {raw[:200]!r}")
-    return Reply(response.status, parsed, latency)
+    return UpstreamReply(response.status, parsed, latency)
 
 
 async def _read_decoded(upstream: Upstream, response: aiohttp.ClientResponse, *, deadline: bool = True) -> bytes:

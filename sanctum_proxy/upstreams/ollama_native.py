@@ -196,11 +196,6 @@ def arguments_object(arguments: JSONValue) -> JSONObject:
     return value if isinstance(value, dict) else {}
 
 
-def option_value(body: JSONObject, name: str) -> JSONValue:
-    """An option the round would send: the client's own, else a mapped one."""
-    return native_options(body).get(name)
-
-
 def native_options(body: JSONObject) -> JSONObject:
     stash = body.get(OLLAMA_FIELDS)
     own = stash.get("options") if isinstance(stash, dict) else None
