@@ -17,7 +17,6 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import off_loop_if, offloaded
 from sanctum_proxy.core.shapes import META, OLLAMA_FIELDS, ClientMessage, JSONObject, Usage, answer_meta
-from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_events import chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, json_object
 from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
@@ -34,28 +33,10 @@ from sanctum_proxy.upstreams import affinity, chat_rounds
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse
-from sanctum_proxy.web.limits import BODY
+from sanctum_proxy.web.limits import request_body
 
 E = TypeVar("E")
 T = TypeVar("T")
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 once it passes `limit`, never buffered first."""
-    read = request.scope.get(BODY)
-    if isinstance(read, bytes) and len(read) <= limit:
-        request.state.body_bytes = len(read)
-        return read
-    declared = request.headers.get("content-length")
-    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
-    request.state.body_bytes = len(body)
-    return bytes(body)
 
 
 async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject], T]) -> T:
@@ -73,7 +54,7 @@ async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject], T]) -> T:
 async def chat_completions(request: Request) -> Response:
     settings = services(request).settings
     check_client_key(request)
-    raw = await read_body(request, settings.max_body_bytes)
+    raw = request_body(request)
     chat = await off_loop_if_heavy(raw, lambda body: chat_request(body, request.headers, settings))
     chat.body.pop(OLLAMA_FIELDS, None)  # only the Ollama door sets Ollama's own options
     is_legacy = legacy.uses_functions(chat.body)

@@ -13,7 +13,6 @@ from starlette.background import BackgroundTask
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError, UpstreamError
 from sanctum_proxy.protocols import messages_api
-from sanctum_proxy.routes.chat import read_body
 from sanctum_proxy.services import services
 from sanctum_proxy.upstreams.error_mapping import upstream_error
 from sanctum_proxy.upstreams.pools import UpstreamPools, listed_models
@@ -21,6 +20,7 @@ from sanctum_proxy.upstreams.relay import HOP_BY_HOP, send
 from sanctum_proxy.upstreams.upstream import Upstream
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.json_response import JsonResponse, error_response
+from sanctum_proxy.web.limits import request_body
 
 router = APIRouter()
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -147,7 +147,7 @@ async def target(path: str, request: Request) -> tuple[Upstream, Any]:
     has_body = request.method not in ("GET", "HEAD")
     if path.startswith("models/") and pools.several:
         return pools.destination(path.removeprefix("models/")).upstream, None
-    raw = await read_body(request, services(request).settings.max_body_bytes) if has_body else None
+    raw = request_body(request) if has_body else None
     if not pools.several or not raw:
         return pools.default, raw
     try:

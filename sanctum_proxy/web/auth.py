@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 
 from fastapi import Request
+from starlette.datastructures import Headers
+from starlette.types import Scope
 
 from sanctum_proxy.errors import Unauthorized
 from sanctum_proxy.services import services
@@ -52,13 +54,14 @@ class KeyRing:
         return bool(self._listed or self._file)
 
 
-def presented_key(request: Request) -> bytes:
+def presented_key(scope: Scope) -> bytes:
     """The bearer token of the Authorization header, else the `x-api-key` header (the anthropic SDKs' way),
     else empty."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    headers = Headers(scope=scope)
+    scheme, _, token = headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer":
         return token.strip().encode()
-    return request.headers.get("x-api-key", "").strip().encode()
+    return headers.get("x-api-key", "").strip().encode()
 
 
 KEY_HEADERS = (b"authorization", b"x-api-key")
@@ -95,7 +98,7 @@ def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
 
 def check_client_key(request: Request) -> None:
     ring = services(request).keys
-    if ring.client_required() and not matches(presented_key(request), ring.client_keys()):
+    if ring.client_required() and not matches(presented_key(request.scope), ring.client_keys()):
         raise Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>' "
                            "(or 'x-api-key: <key>')")
 
@@ -108,5 +111,5 @@ def check_admin_key(request: Request) -> None:
             raise Unauthorized("Traces, status and metrics take the admin key, and none is set: set admin_key "
                                "(client keys never read them)")
         return
-    if not matches(presented_key(request), (ring.admin,)):
+    if not matches(presented_key(request.scope), (ring.admin,)):
         raise Unauthorized("Missing or incorrect admin key: send 'Authorization: Bearer <admin key>'")

@@ -19,24 +19,22 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, TooManyRequests, retry_headers
-from sanctum_proxy.web.auth import KeyRing
+from sanctum_proxy.web.auth import KeyRing, presented_key
 from sanctum_proxy.web.client_protocols import ProtocolTable
 from sanctum_proxy.web.json_response import JsonResponse
 
-
-def scope_key(scope: Scope) -> bytes:
-    """The client key a request presents (auth.presented_key, read from the ASGI scope)."""
-    headers: dict[bytes, bytes] = dict(scope.get("headers") or ())
-    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-    if scheme.lower() == b"bearer":
-        return token.strip()
-    return headers.get(b"x-api-key", b"").strip()
-
-
 BODY = "sanctum.body"  # the scope key of a request body read whole by ConcurrencyLimit
+
+
+def request_body(request: Request) -> bytes:
+    """The body ConcurrencyLimit read whole, within its limits, before the request took a slot."""
+    body: bytes = request.scope[BODY]
+    request.state.body_bytes = len(body)
+    return body
 
 
 class SharedSlots(Protocol):
@@ -66,22 +64,21 @@ class ConcurrencyLimit:
         if scope["type"] != "http" or not self.table.limited(scope["path"]):
             await self.app(scope, receive, send)
             return
-        if self.body_timeout is not None:
-            try:
-                replay = await self._body_first(scope, receive)
-            except ProxyError as error:
-                await self._answer(scope, receive, send, error)
-                return
-            if replay is None:  # the client left before its body was complete: nobody to answer
-                return
-            receive = replay
+        try:
+            replay = await self._body_first(scope, receive)
+        except ProxyError as error:
+            await self._answer(scope, receive, send, error)
+            return
+        if replay is None:  # the client left before its body was complete: nobody to answer
+            return
+        receive = replay
         if self.limit <= 0:
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.limit:
             await self._refuse(scope, receive, send)
             return
-        key = scope_key(scope) if self.keys is not None and self.keys.client_required() else None
+        key = presented_key(scope) if self.keys is not None and self.keys.client_required() else None
         if key is not None and self.by_key.get(key, 0) >= self.per_key:
             await self._refuse(scope, receive, send, f"{self.per_key} per client key per proxy process")
             return
@@ -128,7 +125,7 @@ class ConcurrencyLimit:
             raise BodyTimeout(f"the request body did not arrive within {self.body_timeout} s "
                               "(body_read_timeout)") from None
         body = b"".join(pieces)
-        scope[BODY] = body  # routes/chat.read_body takes it from here (no replay of the receive)
+        scope[BODY] = body  # the routes take it from here (request_body), not from the replayed receive
         first: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def replay() -> Message:
