@@ -1,8 +1,6 @@
-"""A chat round sent to an upstream: its answer as parsed JSON, or its stream as parsed chunks.
+"""A chat round sent to an upstream: its answer as parsed JSON, or its stream as parsed chunks, the key masked.
 
-The upstream key never leaves here unmasked: every answer that echoes it (error or not, whole or streamed,
-JSON-escaped, or cut between two reads or two stream events) is masked (redaction.py) before it is read on.
-Toward an Ollama backend with `ollama_native` the round goes to its /api/chat (ollama_wire.py).
+With `ollama_native` a round to an Ollama backend goes to its /api/chat (ollama_wire.py).
 """
 
 from __future__ import annotations
@@ -34,17 +32,16 @@ DRAIN_SECONDS = 0.05
 @dataclass(frozen=True)
 class UpstreamReply:
     status: int
-    body: JSONObject  # the upstream's chat.completion, as sent (its readers check each value)
+    body: JSONObject  # as sent: its readers check each value
     latency_ms: float
 
 
 async def chat(upstream: Upstream, body: JSONObject, client_auth: str | None = None) -> UpstreamReply:
-    """POST /chat/completions (Ollama's /api/chat: ollama_wire.py), non-streaming. Raises UpstreamError on a
-    non-2xx answer."""
+    """POST /chat/completions, non-streaming; UpstreamError on a non-2xx answer."""
     start = time.perf_counter()
     headers = upstream.headers(client_auth)
     route = ollama_wire.Route(upstream, body, upstream.ollama_native, headers)
-    # One deadline for the round, headers and body (not aiohttp's sock_read timer, re-armed at every read)
+    # One deadline for headers and body: aiohttp's sock_read timer restarts at every read
     async with mapped_errors(), asyncio.timeout(upstream.read_timeout):
         response = await upstream.open("POST", "/chat/completions", route=route, headers=headers,
                                        timeout=upstream.round_timeout)
@@ -70,8 +67,7 @@ async def chat(upstream: Upstream, body: JSONObject, client_auth: str | None = N
 
 
 async def _read_decoded(upstream: Upstream, response: aiohttp.ClientResponse, *, deadline: bool = True) -> bytes:
-    """The whole body inflated (gzip, zlib or raw deflate) where it came compressed though asked for
-    identity, then masked: the key is looked for in the bytes a client would read, and only those are quoted."""
+    """The whole body, inflated where it came compressed anyway, then masked as a client would read it."""
     encoding = content_encoding(response)
     if not encoding:
         return await upstream.read_body(response, deadline=deadline)
@@ -87,11 +83,9 @@ async def _read_decoded(upstream: Upstream, response: aiohttp.ClientResponse, *,
 @asynccontextmanager
 async def chat_stream(upstream: Upstream, body: JSONObject,
                       client_auth: str | None = None) -> AsyncIterator[AsyncIterator[JSONObject]]:
-    """POST /chat/completions with stream true; yields an iterator of parsed chunks (no [DONE]).
+    """POST /chat/completions with stream true; yields an iterator of parsed chunks, without [DONE].
 
-    An error before the first byte raises like `chat`; an in-band `data: {"error": ...}` raises
-    UpstreamError from the iterator. Leaving the context closes the upstream connection. Toward Ollama
-    (ollama_wire.py) its /api/chat NDJSON lines come as the same chunks."""
+    An in-band error raises UpstreamError from the iterator; leaving the context closes the connection."""
     headers = upstream.headers(client_auth)
     route = ollama_wire.Route(upstream, body, upstream.ollama_native, headers)
     async with mapped_errors():
@@ -148,7 +142,7 @@ async def _chunks(upstream: Upstream, response: aiohttp.ClientResponse) -> Async
             finished = finished or any(isinstance(c, dict) and c.get("finish_reason")
                                        for c in chunk.get("choices") or ())
             yield chunk
-        else:  # the body ended without [DONE]: complete only if a finish_reason came
+        else:  # no [DONE]: complete only if a finish_reason came
             if seen and not finished and ollama_lost_error(last):
                 raise UpstreamError(500, OLLAMA_LOST_ERROR)
             if seen and not finished:
@@ -158,8 +152,7 @@ async def _chunks(upstream: Upstream, response: aiohttp.ClientResponse) -> Async
 
 
 async def _drain(events: AsyncIterator[bytes]) -> None:
-    """Read the end of the body after [DONE] (it follows at once) so the connection goes back to the pool;
-    a server that lingers after [DONE] only loses its connection."""
+    """Read the body's end after [DONE] so the connection can be reused; a lingering server loses it."""
     try:
         async with asyncio.timeout(DRAIN_SECONDS):
             async for _ in events:

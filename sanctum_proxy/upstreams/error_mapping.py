@@ -1,8 +1,4 @@
-"""The one place the HTTP client's exceptions and an upstream's error answers become the proxy's errors.
-
-The HTTP client's own messages name the upstream's host and port, so they never reach a client; an upstream's
-error text does, masked by the caller and clipped here.
-"""
+"""Where the HTTP client's exceptions and upstream error answers become the proxy's errors."""
 
 from __future__ import annotations
 
@@ -17,32 +13,31 @@ import orjson
 from sanctum_proxy.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 
 MAX_ERROR_BODY = 1024 * 1024
-MAX_ERROR_TEXT = 2000  # characters of an upstream's error message (and of each of its other fields) shown
+MAX_ERROR_TEXT = 2000
 
 
 @asynccontextmanager
 async def mapped_errors() -> AsyncIterator[None]:
-    """Turn the HTTP client's exceptions into the proxy's (502 unreachable, 504 timeout)."""
+    """As 502 unreachable or 504 timeout."""
     try:
         yield
-    except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
+    except TimeoutError as exc:
         raise UpstreamTimeout(f"upstream did not answer in time ({type(exc).__name__})") from exc
     except (aiohttp.ClientError, OSError) as exc:
         raise UpstreamUnreachable(f"upstream unreachable: {_reason(exc)}") from exc
 
 
 def _reason(exc: BaseException) -> str:
-    """What went wrong, without the HTTP client's text (it names the upstream's host and port)."""
+    """Without the client's text: it names the upstream's address."""
     os_error = getattr(exc, "os_error", None)
     if isinstance(exc, OSError) and not isinstance(exc, aiohttp.ClientError):
         os_error = exc
-    number = getattr(os_error, "errno", None)  # its strerror may name the address ("Connect call failed (...)")
+    number = getattr(os_error, "errno", None)  # its strerror may name the address
     return f"{type(exc).__name__} ({os.strerror(number)})" if isinstance(number, int) else type(exc).__name__
 
 
 def redirect_error(status: int) -> UpstreamError:
-    """A chat, stream or probe request answered with a redirect: never followed, its body and target not shown
-    (they may point inside the upstream's network)."""
+    """Never followed; the target may be inside the upstream's network."""
     return UpstreamError(502, f"upstream answered with a redirect ({status}); redirects are not followed")
 
 
@@ -51,8 +46,7 @@ def too_long(limit: int) -> UpstreamError:
 
 
 def error_message(body: bytes) -> str:
-    """The upstream's own message, from llama.cpp / OpenAI `{"error": {"message"}}`, Ollama `{"error": "..."}`,
-    or the text itself."""
+    """The error body's message, else its text."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -68,8 +62,7 @@ def error_message(body: bytes) -> str:
 
 
 def upstream_error(status: int, body: bytes) -> UpstreamError:
-    """The upstream's error (its body already masked): its message and its error object's scalar fields,
-    each clipped; nested values are dropped."""
+    """The message and scalar fields of a masked error body, clipped."""
     try:
         raw: Any = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -87,7 +80,7 @@ def _clip(text: str) -> str:
 
 
 def _shown(value: Any) -> str:
-    """A JSON value as text for a message: its JSON, clipped (str() of a deep value would recurse)."""
+    """Clipped JSON: str() of a deep value would recurse."""
     if isinstance(value, str):
         return value
     try:

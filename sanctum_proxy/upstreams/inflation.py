@@ -1,5 +1,4 @@
-"""Answers that came gzip-, zlib- or deflate-compressed though the proxy asked for identity, inflated in bounded
-steps so that they can be checked for the upstream key (a bomb stops at its limit)."""
+"""Answers compressed though asked for identity, inflated in bounded steps to be checked for the key."""
 
 from __future__ import annotations
 
@@ -12,30 +11,28 @@ import aiohttp
 from sanctum_proxy.errors import UpstreamError
 
 INFLATED = frozenset({"gzip", "x-gzip", "deflate"})
-INFLATE_STEP = 1024 * 1024  # at most this much inflated per step of a compressed pass-through body
+INFLATE_STEP = 1024 * 1024
 
 
 def content_encoding(response: aiohttp.ClientResponse) -> str:
-    """The answer's content-encoding, "" for none."""
     encoding = response.headers.get("content-encoding", "").strip().lower()
     return "" if encoding == "identity" else encoding
 
 
 def _inflater(first: bytes) -> Any:
-    """A decompressor for a body that begins with `first`: gzip or zlib by their headers, else raw deflate
-    (what some servers send as `deflate`)."""
+    """gzip or zlib by header, else raw deflate (sent by some as `deflate`)."""
     zlib_header = len(first) >= 2 and first[0] & 0x0F == 8 and (first[0] << 8 | first[1]) % 31 == 0
     return zlib.decompressobj(wbits=47 if first[:2] == b"\x1f\x8b" or zlib_header else -15)
 
 
 async def inflated(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A gzip, zlib or raw deflate body inflated as it arrives, at most INFLATE_STEP bytes held at a time."""
+    """Inflated as it arrives, INFLATE_STEP bytes at a time."""
     inflater = None
     try:
         async for chunk in chunks:
             data = chunk
             if inflater is None and data:
-                inflater = _inflater(data)  # (a first chunk of one byte is as rare as a 2-byte header split)
+                inflater = _inflater(data)
             while data and inflater is not None:
                 out = inflater.decompress(data, INFLATE_STEP)
                 data = inflater.unconsumed_tail
@@ -50,8 +47,7 @@ async def inflated(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 
 def inflated_whole(body: bytes, limit: int, *, strict: bool = False) -> bytes:
-    """A compressed body inflated, at most `limit` bytes of it (a bomb stops there). `strict`: zlib.error when
-    it does not inflate, else a placeholder (an error body)."""
+    """At most `limit` bytes; `strict` raises zlib.error, else a placeholder."""
     try:
         whole: bytes = _inflater(body).decompress(body, limit)
         return whole

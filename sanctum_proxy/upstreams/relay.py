@@ -1,8 +1,6 @@
-"""A pass-through request relayed to an upstream, its answer streamed back with the upstream key masked.
+"""A pass-through request relayed, its answer streamed back with the key masked.
 
-Every relayed header and body is masked (redaction.py). A keyed request asks for `Accept-Encoding: identity` and
-inflates a gzip/deflate answer sent anyway (any other encoding is a 502), so nothing compressed goes out
-unchecked. A 3xx is relayed, never followed.
+A keyed request asks for identity; gzip or deflate sent anyway is inflated, any other encoding is a 502.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from sanctum_proxy.upstreams.inflation import inflated, inflated_whole
 from sanctum_proxy.upstreams.redaction import ByteStream, KeyMask
 from sanctum_proxy.upstreams.upstream import Upstream, done
 
-# Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
+# RFC 9110 section 7.6.1
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length",
@@ -28,9 +26,7 @@ HOP_BY_HOP = frozenset({
 
 @dataclass(frozen=True)
 class Passing:
-    """A pass-through answer: status, headers (lower-case names), the raw body as it arrives. The body's
-    iterator closes the upstream response when it ends or is closed; `close` (async: it runs on the event
-    loop, never in starlette's thread pool) does the same for a body that was never iterated."""
+    """A pass-through answer; `close` (async, so never in starlette's thread pool) ends an unread body."""
 
     status: int
     headers: list[tuple[str, str]]
@@ -42,12 +38,10 @@ async def send(
     upstream: Upstream, method: str, path: str, *, params: Any, headers: Mapping[str, str],
     content: bytes | AsyncIterator[bytes] | None, root: bool = False,
 ) -> Passing:
-    """Pass-through: the body streams as it arrives; the caller runs `close`. An error answer is read
-    whole and redacted (servers echo a wrong key in their 401 message)."""
-    if upstream.mask:  # an answer must come uncompressed to be checked for the key
+    """The answer as it streams; an error is read whole and masked (a 401 may echo a wrong key)."""
+    if upstream.mask:
         headers = {**headers, "accept-encoding": "identity"}
     async with mapped_errors():
-        # A redirect is relayed, never followed: it could point outside the upstream's base path.
         response = await upstream.open(method, path, params=params, headers=headers, data=content,
                                        allow_redirects=False, root=root)
         kept = [(k.lower(), v) for k, v in response.headers.items()]
@@ -88,8 +82,7 @@ async def _relayed(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
 
 
 async def redacted(chunks: AsyncIterator[bytes], key: bytes | KeyMask) -> AsyncIterator[bytes]:
-    """`chunks` with every copy of the key masked, in any of its forms, also one split between chunks: only a
-    tail that could be the start of one waits for the next chunk (redaction.ByteStream)."""
+    """`chunks` with the key masked, also one split between chunks."""
     stream = ByteStream(key if isinstance(key, KeyMask) else KeyMask(key.decode()))
     async for chunk in chunks:
         if data := stream.feed(chunk):

@@ -1,4 +1,4 @@
-"""The `data:` payloads of a server-sent event stream, read from raw bytes. Pure but for the clock."""
+"""The `data:` payloads of a server-sent event stream."""
 
 from __future__ import annotations
 
@@ -15,24 +15,20 @@ MAX_SSE_LINE = 16 * 1024 * 1024
 
 
 def loads_lenient(data: bytes) -> Any:
-    """orjson.loads, except that bytes that are not UTF-8 (a server that split a character between tokens)
-    become U+FFFD instead of failing the whole answer."""
+    """orjson.loads, with bytes that are not UTF-8 (a character split between tokens) as U+FFFD."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         text = data.decode("utf-8", "replace")
         if len(text) == len(data.decode("utf-8", "ignore")):
-            raise  # valid UTF-8: the JSON itself is broken
+            raise  # valid UTF-8: the JSON is broken
         return orjson.loads(text)
 
 
 async def sse_data(chunks: AsyncIterator[bytes], *, limit: int | None = None,
                    idle: float | None = None) -> AsyncIterator[bytes]:
-    """The `data:` payloads of an SSE byte stream, one per event (multi-line data joined by \\n).
-
-    Comments (`:` lines, llama.cpp's keep-alive) and other fields are skipped. A line longer than
-    MAX_SSE_LINE, or a stream longer than `limit` bytes, is an upstream error, not unbounded memory; a
-    stream that sends only comments for `idle` seconds is a timeout. Linear: each byte is scanned once."""
+    """One payload per event. A line over MAX_SSE_LINE or a stream over `limit` bytes is an upstream error; only
+    comments (keep-alives) for `idle` seconds is a timeout."""
     buffer = bytearray()
     scanned = total = 0
     data: list[bytes] = []

@@ -1,22 +1,6 @@
-"""One named pool of identical model servers: its connections, which backend takes a request, and its health.
+"""One named pool of identical model servers: its connections, failover and health checks.
 
-`Upstream` holds the backends (base URLs) of one pool behind pooled `aiohttp.ClientSession`s (aiohttp, not httpx,
-on this hot path: its C parser costs less per request; bench/results/design_costs.md). Requests go round-robin to
-the healthy backends, and a conversation's rounds to one (affinity.py). A backend that refuses the connection, or
-cannot be reached within connect_timeout, is marked down and the next one is tried. A request whose connection dies
-before any answer byte (a kept-alive connection the server had closed) is sent once more on a fresh connection:
-nothing was generated, so nothing is lost or done twice. An error after the answer's headers is the caller's.
-
-Streamed chat rounds have a pool of their own, kept while the upstream keeps its connections after an event
-stream (Ollama's Go net/http and vLLM's uvicorn do). llama-server closes the connection after a stream though its
-headers say `Keep-Alive: timeout=5` (docs/upstream-connections.md). That is learned from its /props answer, or
-from a stream-pool connection closed under the next request (sent again fresh, once, and remembered); from then
-on every streamed round opens a connection of its own. Pooled connections are dropped after KEEPALIVE_SECONDS
-idle, under the 5 s that llama-server, uvicorn and Node servers keep them. `watch()` checks every backend's
-GET /models periodically and brings a recovered backend back.
-
-Redirects are never followed. Credentials in an upstream URL are never shown or logged; they are sent as Basic
-auth unless a key is sent (the key wins). The chat rounds are chat_rounds.py, pass-through is relay.py.
+Why aiohttp: bench/results/design_costs.md; connection reuse: docs/upstream-connections.md.
 """
 
 from __future__ import annotations
@@ -40,27 +24,26 @@ from sanctum_proxy.upstreams import affinity, ollama_wire
 from sanctum_proxy.upstreams.error_mapping import too_long
 from sanctum_proxy.upstreams.redaction import ByteStream, KeyMask
 
-# Nothing was sent: safe to try another backend.
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-# Sent on a connection the server had closed, and no answer byte came back: safe to send again, fresh.
+# Closed before any answer byte: safe to send again.
 STALE_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientConnectionResetError)
-KEEPALIVE_SECONDS = 4.0
+KEEPALIVE_SECONDS = 4.0  # under the 5 s servers keep an idle one
 log = logging.getLogger("sanctum_proxy.upstream")
 
 
 @dataclass
 class Backend:
-    """One server of a pool; `healthy` is what the last request or health check saw."""
+    """One server of a pool."""
 
     base_url: str
     healthy: bool = True
     checked_at: float | None = None
-    ollama: bool | None = None  # its root answered GET /api/version as Ollama does (ollama_wire.py); None: not asked
+    ollama: bool | None = None  # None: not asked yet (ollama_wire.is_ollama)
     asking: asyncio.Future[bool | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def root_url(self) -> str:
-        """The server root (the base URL without its trailing /v1), for /props, /api/show."""
+        """The base URL without its trailing /v1."""
         return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
 
     def to_json(self) -> dict[str, Any]:
@@ -70,7 +53,6 @@ class Backend:
 
 @dataclass(frozen=True)
 class Limits:
-    """What an Upstream waits for and takes (the settings of the same names)."""
 
     connect_timeout: float
     read_timeout: float
@@ -78,42 +60,41 @@ class Limits:
 
 
 class Upstream:
-    """One pool of identical model servers (an `[[upstreams]]` entry, or the single `upstream` setting)."""
+    """One `[[upstreams]]` entry, or the single `upstream` setting."""
 
     def __init__(self, urls: list[str], key: str | None, limits: Limits, *, name: str = "default",
                  ollama_native: bool = False) -> None:
         self.name = name
-        self.ollama_native = ollama_native  # chat rounds to an Ollama backend go to its /api/chat (ollama_wire.py)
+        self.ollama_native = ollama_native
         self.backends = [Backend(url) for url in urls]
         self._key = key
-        self.mask = KeyMask(key) if key else None  # the upstream key, masked in all that comes back
+        self.mask = KeyMask(key) if key else None
         self._turn = itertools.count()
         self._check_timeout = min(limits.connect_timeout, 5.0)
         self.read_timeout = limits.read_timeout
         self.max_answer = limits.max_answer_bytes
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout,
                                               sock_read=limits.read_timeout)
-        # a non-streamed chat round: no per-read timer, the round's own deadline (chat_rounds.chat)
+        # one deadline per round instead (chat_rounds.chat)
         self.round_timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout)
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
         self._stream_session: aiohttp.ClientSession | None = None
-        self.resent = 0  # requests sent again on a fresh connection (the connection tests read it)
-        # Why streamed rounds get connections of their own (the upstream closes one after a stream); None: pooled.
-        self.streams_spend: str | None = None
+        self.resent = 0  # requests sent again on a fresh connection
+        self.streams_spend: str | None = None  # why streamed rounds get connections of their own; None: pooled
 
     def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
             connector=connector,
             timeout=self._timeout,
             cookie_jar=aiohttp.DummyCookieJar(),  # one client's cookies never reach another's request
-            auto_decompress=False,  # pass-through relays the bytes with their content-encoding
-            skip_auto_headers=("Accept-Encoding",),  # so nothing asks for an encoding the client did not
+            auto_decompress=False,  # pass-through relays the bytes as they came
+            skip_auto_headers=("Accept-Encoding",),
         )
 
     @property
     def client(self) -> aiohttp.ClientSession:
-        """The pooled session, made on first use (aiohttp wants a running event loop)."""
+        """Made on first use: aiohttp wants a running event loop."""
         if self._session is None:
             self._session = self._new_session(aiohttp.TCPConnector(
                 limit=1000, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS))
@@ -121,23 +102,20 @@ class Upstream:
 
     @property
     def stream_client(self) -> aiohttp.ClientSession:
-        """The pool of streamed chat rounds: only event streams ever run on its connections, so one closed
-        under the next request tells that this upstream drops a connection after a stream."""
+        """Only streams use it: a connection closed under a request shows the upstream drops them."""
         if self._stream_session is None:
             self._stream_session = self._new_session(aiohttp.TCPConnector(
                 limit=1000, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS))
         return self._stream_session
 
     def learn_streams_spend(self, why: str) -> None:
-        """From now on every streamed round of this upstream opens a connection of its own."""
         if self.streams_spend is None:
             self.streams_spend = why
             log.info("upstream %s: streamed rounds get connections of their own (%s)", self.name, why)
 
     @property
     def fresh_client(self) -> aiohttp.ClientSession:
-        """A session that opens a new connection for every request and closes it after the answer (it sends
-        `Connection: close`): streamed chat rounds, and the one resend after a stale pooled connection."""
+        """A new connection per request, closed after the answer."""
         if self._fresh_session is None:
             self._fresh_session = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True))
         return self._fresh_session
@@ -149,7 +127,6 @@ class Upstream:
 
     @property
     def base_url(self) -> str:
-        """The first healthy backend's base URL (the first one when none is)."""
         return next((b for b in self.backends if b.healthy), self.backends[0]).base_url
 
     @property
@@ -157,9 +134,7 @@ class Upstream:
         return next((b for b in self.backends if b.healthy), self.backends[0]).root_url
 
     def candidates(self) -> list[Backend]:
-        """Healthy backends, then the ones marked down as a last resort (a health mark can be stale): in the
-        request's session order where it has a session key (every round on one backend; affinity.py), else
-        rotated one step per call (round robin)."""
+        """Healthy backends first; in the session's order, else round robin."""
         if len(self.backends) == 1:
             return self.backends
         session = affinity.SESSION.get()
@@ -172,10 +147,7 @@ class Upstream:
 
     async def open(self, method: str, path: str, *, stream: bool = False, root: bool = False,
                    route: ollama_wire.Route | None = None, **kwargs: Any) -> aiohttp.ClientResponse:
-        """Send to the first backend that takes the connection; the body streams (caller runs `done`).
-        `stream`: a streamed chat round (its own pool, or its own connection; see the docstring). `root`: the
-        path is under the server's root (Ollama's /api/*), not its base URL. `route`: a chat round, whose URL
-        and body depend on the backend (ollama_wire.Route)."""
+        """Send to the first backend that takes the connection (the caller runs `done`)."""
         failure: Exception | None = None
         for backend in self.candidates():
             url = f"{backend.root_url if root else backend.base_url}{path}"
@@ -195,11 +167,8 @@ class Upstream:
         raise failure
 
     async def _request(self, method: str, url: str, stream: bool, **kwargs: Any) -> aiohttp.ClientResponse:
-        """One request (on a pooled connection; with `stream` on the stream pool's, or on one of its own where
-        the upstream drops them), sent once more on a fresh connection if its connection closes before any
-        answer byte (a connect error is the caller's: that backend is down). Nothing of the answer has been
-        read when that happens: `request` returns at the answer's headers, and later errors are the caller's."""
-        kwargs.setdefault("allow_redirects", False)  # never followed: a redirect is the upstream's answer
+        """One request, sent once more on a fresh connection if its own closed before any answer byte."""
+        kwargs.setdefault("allow_redirects", False)  # a redirect is the upstream's answer, never followed
         url = _with_credentials(url, kwargs)
         session = self.client
         if stream:
@@ -210,8 +179,8 @@ class Upstream:
             raise
         except STALE_ERRORS as exc:
             if isinstance(kwargs.get("data"), AsyncIterator):
-                raise  # a streamed request body is spent: it cannot be sent again
-            if session is self._stream_session:  # that connection carried only event streams before
+                raise  # a streamed request body is spent
+            if session is self._stream_session:
                 self.learn_streams_spend("a connection that carried an event stream was closed under the next "
                                          f"request ({type(exc).__name__})")
             self.resent += 1
@@ -227,26 +196,22 @@ class Upstream:
         return self.mask.masked(data) if self.mask else data
 
     async def request_once(self, method: str, url: str, headers: dict[str, str]) -> aiohttp.ClientResponse:
-        """A small probe request (the caller reads and closes it), within the health check's timeout."""
         return await self._request(method, url, False, headers=headers,
                                    timeout=aiohttp.ClientTimeout(total=self._check_timeout))
 
     def headers(self, client_auth: str | None = None) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept-encoding": "identity"}  # read and masked as sent
+        headers = {"content-type": "application/json", "accept-encoding": "identity"}  # so it can be masked
         if self._key:
             headers["authorization"] = f"Bearer {self._key}"
         elif client_auth:
             headers["authorization"] = client_auth
-        if (context := telemetry.OUTGOING.get()) is not None:  # the round's W3C trace context (telemetry.py)
+        if (context := telemetry.OUTGOING.get()) is not None:  # W3C trace context
             headers.update(context)
         return headers
 
     async def read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None, *,
                         masked: bool = True, deadline: bool = True) -> bytes:
-        """The whole body, at most max_answer_bytes of it (or, with `cut_at`, read until past that and
-        returned whole for the caller to cut), within read_timeout of the headers (a body that trickles
-        forever would dodge the per-read timeout). `masked`: the key masked piece by piece as it arrives (a
-        long body never holds the event loop in one masking pass). `deadline` False: the caller's own covers it."""
+        """The whole body within max_answer_bytes and read_timeout (`cut_at`: for the caller to cut)."""
         limit = self.max_answer if cut_at is None else cut_at
         body = bytearray()
         stream = ByteStream(self.mask) if self.mask and masked else None
@@ -262,11 +227,11 @@ class Upstream:
         return bytes(body + stream.end()) if stream else bytes(body)
 
     async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
-        """A best-effort capability probe; None when it fails in any way."""
+        """None when it fails in any way."""
         try:
             async with await self._request(method, url, False, json=body, headers=self.headers(),
                                            timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-                if response.status >= 300:  # an error, or a redirect (never followed)
+                if response.status >= 300:
                     return None
                 answer = orjson.loads(await response.read())
         except (TimeoutError, aiohttp.ClientError, OSError, orjson.JSONDecodeError):
@@ -277,11 +242,10 @@ class Upstream:
         return answer
 
     async def ready(self) -> bool:
-        """Some backend answers GET /models (below 500) now."""
+        """Some backend answers GET /models below 500 now."""
         return any(await asyncio.gather(*(self.check(b, timeout=3.0) for b in self.backends)))
 
     async def check(self, backend: Backend, timeout: float | None = None) -> bool:
-        """One health check of one backend; marks it up or down."""
         kwargs: dict[str, Any] = {"headers": self.headers(), "allow_redirects": False,
                                   "timeout": aiohttp.ClientTimeout(total=timeout or self._check_timeout)}
         url = _with_credentials(f"{backend.base_url}/models", kwargs)
@@ -297,7 +261,6 @@ class Upstream:
         return healthy
 
     async def watch(self, interval: float) -> None:
-        """Check every backend each `interval` seconds, for as long as the task runs."""
         while True:
             await asyncio.gather(*(self.check(b) for b in self.backends))
             await asyncio.sleep(interval)
@@ -308,8 +271,7 @@ class Upstream:
 
 
 def done(response: aiohttp.ClientResponse) -> None:
-    """A response read to its end gives its connection back to the pool; one left unread (an error, a
-    client that went away) closes it, so the upstream stops generating."""
+    """Reuse a read response's connection; close an unread one so the upstream stops."""
     if response.content.is_eof():
         response.release()
     else:
@@ -317,8 +279,7 @@ def done(response: aiohttp.ClientResponse) -> None:
 
 
 def _with_credentials(url: str, kwargs: dict[str, Any]) -> str:
-    """`url` without `user:password@`, which go in `kwargs`' headers as Basic auth unless the request already
-    sends an Authorization header (a key wins; aiohttp refuses both at once, with a 500 once)."""
+    """`url` without `user:password@`, sent as Basic auth unless a key is (aiohttp refuses both)."""
     if "@" not in url:
         return url
     parsed = yarl.URL(url)
