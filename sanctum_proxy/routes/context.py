@@ -1,11 +1,6 @@
-"""A request held against the model's context window, for the upstreams that state one.
+"""A request held against the model's context window, refused with `ContextTooLong` naming both sizes.
 
-Ollama silently drops a prompt's start past its context, so a round to its /api/chat gets `num_ctx` raised to the
-next power of two that holds it (within the model's limit and `ollama_max_num_ctx`, never lowered). The current
-context is the client's, else the Modelfile's, else `ollama_default_num_ctx`. llama.cpp states its n_ctx in
-/props: a first round that cannot fit is refused, counted by the upstream where the cheap estimate (which
-overcounts) says it is over, so a prompt that fits is never refused on a guess. Either refusal is `ContextTooLong`
-naming both sizes, as is llama.cpp's own refusal of the first round. Later rounds are left to the round loop.
+Ollama silently drops a prompt's start past its context, so its `num_ctx` is raised to hold the request.
 """
 
 from __future__ import annotations
@@ -30,14 +25,13 @@ from sanctum_proxy.upstreams.ollama_native import native_options, with_option
 from sanctum_proxy.upstreams.ollama_wire import is_ollama
 from sanctum_proxy.web.auth import forwarded_key
 
-DEFAULT_ROOM = 1024  # tokens for the answer when the request names no limit
-MAX_ROOM = 4096  # at most; Claude Code asks for 32000 and more
+DEFAULT_ROOM = 1024  # answer tokens where the request names no limit
+MAX_ROOM = 4096  # Claude Code asks for 32000 and more
 SMALLEST = 2048  # fits every context Ollama runs a model with
 
 
 @dataclass(frozen=True)
 class Need:
-    """A request's estimated prompt tokens and the room kept for the answer."""
 
     prompt: int
     room: int
@@ -49,7 +43,7 @@ class Need:
 
 @dataclass(frozen=True)
 class Fit:
-    """The num_ctx to send (None: the current context fits), or why it cannot fit."""
+    """num_ctx None: the current context fits."""
 
     need: Need
     runs_with: int
@@ -58,13 +52,13 @@ class Fit:
 
 
 def need_of(body: JSONObject, limit: object) -> Need:
-    """The request's need; `limit`: the answer token limit it names, if any."""
+    """`limit`: the answer token limit the request names."""
     room = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else DEFAULT_ROOM
     return Need(tokens.estimate(body), min(room, MAX_ROOM))
 
 
 def num_ctx_fit(need: Need, runs_with: int, trained: int | None, cap: int, model: str) -> Fit:
-    """The num_ctx that holds `need`, given what the model `runs_with`. Pure."""
+    """The next power of two that holds `need`, within the model's limit and `cap`, never lowered."""
     if need.total <= runs_with:
         return Fit(need, runs_with)
     most = min(trained, cap) if trained else cap
@@ -80,7 +74,7 @@ def num_ctx_fit(need: Need, runs_with: int, trained: int | None, cap: int, model
 
 async def ollama_fitted(request: Request, chat: ChatRequest,
                         settings: Settings) -> tuple[ChatRequest, om.Omen | None]:
-    """The request with the num_ctx it needs toward Ollama's /api/chat; ContextTooLong where none holds it."""
+    """The request with the num_ctx it needs toward Ollama's /api/chat."""
     options = native_options(chat.body)
     own = options.get("num_ctx")
     own = own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else None
@@ -110,7 +104,7 @@ async def ollama_fitted(request: Request, chat: ChatRequest,
 
 
 def first_round_checked(request: Request, plan: Plan, send: Sender) -> Sender:
-    """`send` with its first round checked against the model's context where the probe learnt it."""
+    """`send` with its first round checked against the probed context."""
     state, dest = services(request), destination(request)
     caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
     return checked(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
@@ -119,7 +113,7 @@ def first_round_checked(request: Request, plan: Plan, send: Sender) -> Sender:
 
 def checked(send: Sender, upstream: tokens.JsonProber, root_url: str, context: int | None,
             timeout: float) -> Sender:
-    """`send` whose first round is checked against `context` (None: only the upstream's refusal is read)."""
+    """`context` None: only the upstream's refusal is read."""
     first = True
 
     async def send_checked(body: JSONObject, live: bool) -> AsyncIterator[Any]:
@@ -142,8 +136,7 @@ def checked(send: Sender, upstream: tokens.JsonProber, root_url: str, context: i
 
 
 def from_refusal(error: UpstreamError, context: int | None, sent: JSONObject) -> ContextTooLong | None:
-    """The upstream's "exceeds the context" answer as ContextTooLong: its own sizes (llama.cpp's
-    `n_prompt_tokens`, `n_ctx`) where it gives them, else the estimate and the probed context."""
+    """The upstream's refusal with its own sizes where it gives them."""
     if not context_exceeded(error, sent):
         return None
     fields = error.extra()
