@@ -12,6 +12,7 @@ import orjson
 
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import UpstreamError, UpstreamUnreachable
+from sanctum_proxy.state import telemetry
 from sanctum_proxy.upstreams import ollama_answers as answers
 from sanctum_proxy.upstreams.ollama_native import NativeRequest, native_request, without_stash
 from sanctum_proxy.upstreams.redaction import DeltaMask, KeyMask
@@ -34,6 +35,7 @@ class Route:
     native: NativeRequest | None = None
 
     async def __call__(self, backend: Backend) -> tuple[str, bytes]:
+        telemetry.sent_to(backend.base_url)
         if self.native_on and await is_ollama(self.upstream, backend, self.headers):
             self.native = native_request(self.body)
             return f"{backend.root_url}/api/chat", orjson.dumps(self.native.body)
