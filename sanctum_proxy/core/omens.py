@@ -26,7 +26,7 @@ class OmenType(StrEnum):
 
 
 class Outcome(StrEnum):
-    """A request's outcome (its most telling round's, or surrendered/error) or a round's."""
+    """A request's outcome (clean to error: its most telling round's) or a round's (rejected to too_long)."""
 
     CLEAN = "clean"
     REPAIRED = "repaired"
@@ -36,6 +36,11 @@ class Outcome(StrEnum):
     ERROR = "error"
     PENDING = "pending"
     ACCEPTED = "accepted"
+    TOO_LONG = "too_long"  # a correction over the upstream's context, asked again without the transcript
+
+
+REQUEST_OUTCOMES = (Outcome.CLEAN, Outcome.REPAIRED, Outcome.REJECTED, Outcome.FALLBACK, Outcome.SURRENDERED,
+                    Outcome.ERROR)
 
 
 @dataclass(frozen=True)

@@ -172,7 +172,7 @@ def _too_long(plan: Plan, state: State, number: int) -> Correct | Accept | Surre
     if not state.fresh and plan.correction_context != "fresh":
         fresh = replace(state, fresh=True, phase=Phase.CONSTRAINING, grammar_from=len(state.turns))
         if _constraint(plan, fresh) is not None:
-            return Correct(fresh, (), outcome="too_long")
+            return Correct(fresh, (), outcome=om.Outcome.TOO_LONG)
     last = state.rejected[-1] if state.rejected else ""
     answer = Answer({"role": "assistant", "content": last or None}, "stop", None, {})
     return _surrender(plan, state, answer, number, False, state.rejected, "the correction round exceeded the "
@@ -303,7 +303,7 @@ def _surrender(plan: Plan, state: State, answer: Answer, number: int, repeated: 
         return Surrender(message, rejected)
     omen = om.surrendered(number, message, list(rejected))
     return Accept({"role": "assistant", "content": rejected[-1] or None}, "stop", answer, (omen,),
-                  surrendered=True, outcome="rejected")
+                  surrendered=True, outcome=om.Outcome.REJECTED)
 
 
 def _fall_back(plan: Plan, state: State, verdict: str | None, status: int | None, message: str,

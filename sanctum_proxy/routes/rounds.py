@@ -17,10 +17,10 @@ from sanctum_proxy.repair import surrender
 from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, Lesson, RoundRecord, Sender, note
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
-from sanctum_proxy.services import Services, destination, services
+from sanctum_proxy.routes import context
+from sanctum_proxy.services import Services, services
 from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
-from sanctum_proxy.upstreams import context
 from sanctum_proxy.web.auth import presented_key
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
@@ -29,16 +29,8 @@ Recorded = Callable[[RoundRecord], None]
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
     """`run(plan, send)` with lessons kept, surrender handled, rounds and end traced."""
-    return _shown(services(request), plan, run(plan, fitted(request, plan, send)),
+    return _shown(services(request), plan, run(plan, context.first_round_checked(request, plan, send)),
                   lambda record: record_round(request, record), request)
-
-
-def fitted(request: Request, plan: Plan, send: Sender) -> Sender:
-    """`send` with its first round checked against the model's context where the probe learnt it."""
-    state, dest = services(request), destination(request)
-    caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
-    return context.fitted(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
-                          state.settings.probe_timeout)
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
@@ -98,7 +90,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                      if plan.on_surrender == surrender.LAST_CALL else None)
             if final is None:
                 if traced is not None:  # a client that retries errors sends it again: one round then
-                    surrendered.remember(plan, state.surrendered, presented_key(traced))
+                    surrendered.remember(plan, state.surrendered, presented_key(traced.scope))
                 raise exc from None
             if trace is not None:
                 trace.omens.append(final.omens[-1])
