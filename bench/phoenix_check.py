@@ -166,6 +166,8 @@ def checks(spans: list[dict[str, Any]], sent: Sent) -> list[Check]:
               " ".join(str(s["attributes"].get("gen_ai.operation.name")) for s in [request, *rounds])),
         Check("gen_ai.request.model / response.model", "m m-q4",
               f"{a.get('gen_ai.request.model')} {a.get('gen_ai.response.model')}"),
+        Check("gen_ai.response.model per round", "fake-model m-q4",
+              " ".join(str(r["attributes"].get("gen_ai.response.model")) for r in rounds)),
         Check("gen_ai.usage.input_tokens / output_tokens", "50 14",
               f"{a.get('gen_ai.usage.input_tokens')} {a.get('gen_ai.usage.output_tokens')}"),
         Check("gen_ai.usage.cache_read.input_tokens / reasoning.output_tokens", "32 4",
@@ -266,12 +268,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_results(path: Path, version: str, printed: str) -> None:
+    size = sum(f.stat().st_size for f in VENV.rglob("*") if f.is_file() and not f.is_symlink()) / 2**20
     path.write_text(
         f"# The proxy's spans in Arize Phoenix\n\n`{COMMAND}` ({time.strftime('%Y-%m-%d', time.gmtime())}, "
         f"arize-phoenix {version} in bench/.venv-phoenix, Python {platform.python_version()}): one tools request "
         "whose first round calls an unknown tool (rejected, corrected) and whose second round's arguments need "
         "mending, sent with a `traceparent`; the spans read back from Phoenix's "
-        f"`GET /v1/projects/{PROJECT}/spans?trace_id=...`.\n\n{printed}\n", encoding="utf-8")
+        f"`GET /v1/projects/{PROJECT}/spans?trace_id=...`. The venv holds {size:.0f} MiB; Phoenix's HTTP port "
+        "(UI, REST, OTLP) listens on 127.0.0.1, its gRPC collector on every interface (it ignores PHOENIX_HOST), "
+        f"both on free ports.\n\n```\n{printed}\n```\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
