@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from sanctum_proxy.core.omens import Omen
+from sanctum_proxy.core.omens import Omen, Outcome
 from sanctum_proxy.repair.events import RoundRecord
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ class RequestSpans:
 
     def _round(self, record: RoundRecord, choice: int) -> None:
         key = (choice, record.number)
-        if record.outcome == "pending":
+        if record.outcome == Outcome.PENDING:
             self._sent(key, record)
             return
         found = self.rounds.get(key)

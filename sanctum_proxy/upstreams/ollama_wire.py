@@ -1,8 +1,4 @@
-"""Where a chat round goes on each backend, and Ollama's native answers read off the wire.
-
-With `ollama_native`, rounds to an Ollama backend go to `/api/chat` under the /v1 path's limits and masking; others to
-`/chat/completions`.
-"""
+"""Where a chat round goes on each backend, and Ollama's native answers read off the wire."""
 
 from __future__ import annotations
 
@@ -22,15 +18,15 @@ from sanctum_proxy.upstreams.ollama_native import NativeRequest, native_request,
 from sanctum_proxy.upstreams.redaction import DeltaMask, KeyMask
 
 if TYPE_CHECKING:
-    from sanctum_proxy.upstreams.client import Backend, Upstream
+    from sanctum_proxy.upstreams.upstream import Backend, Upstream
 
-MAX_LINE = 16 * 1024 * 1024  # client.MAX_SSE_LINE
+MAX_LINE = 16 * 1024 * 1024  # sse_parser.MAX_SSE_LINE
 MAX_VERSION_BODY = 4096
 
 
 @dataclass
 class Route:
-    """One round's destination per backend: `native` is the /api/chat request when the last chosen backend is Ollama."""
+    """`native`: the /api/chat request, when the chosen backend is Ollama."""
 
     upstream: Upstream
     body: JSONObject
@@ -60,7 +56,7 @@ async def is_ollama(upstream: Upstream, backend: Backend, headers: dict[str, str
 
 
 async def _version(upstream: Upstream, backend: Backend, headers: dict[str, str]) -> bool | None:
-    """True for Ollama's answer, False otherwise, None when unreachable (asked again next time)."""
+    """None when unreachable: asked again next time."""
     try:
         async with await upstream.request_once("GET", f"{backend.root_url}/api/version", headers) as response:
             if response.status != 200:

@@ -1,16 +1,4 @@
-"""The connection limit `max_connections`: requests in flight per process, answered in the protocol's error shape.
-
-uvicorn's own `limit_concurrency` answered past its limit with a plain-text `503 Service Unavailable`, not an
-error an OpenAI or Anthropic client can read. The limit is enforced here instead (web/header_timeout.py takes
-uvicorn's check off and keeps the number to make room among connections still sending their heads): at most
-`limit` requests in flight (a stream until its last byte, a body until it has arrived), the rest get a 503 in
-the endpoint's shape (Anthropic's on /v1/messages) with `Retry-After` and `Connection: close`, so a client
-that keeps a pool of connections lets one go. `/healthz` and `/metrics` count but are never refused: a
-saturated proxy still says it lives and shows why.
-
-Every open connection is then bounded: one still sending its head is closed to make room (header_timeout.py),
-one with a request in flight counts here, one idle between requests closes after uvicorn's keep-alive timeout.
-"""
+"""`max_connections`: requests in flight per process, refused in the protocol's shape (not uvicorn's plain text)."""
 
 from __future__ import annotations
 
@@ -26,7 +14,7 @@ ALWAYS_ANSWERED = frozenset({"/healthz", "/metrics"})
 
 
 def default_max_connections() -> int:
-    """Half the process's open-file limit (the rest: upstream connections, the trace store, logs), 64 to 65536."""
+    """Half the open-file limit: the rest is for the upstreams, traces and logs."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 65536
@@ -34,7 +22,7 @@ def default_max_connections() -> int:
 
 
 class ConnectionLimit:
-    """ASGI middleware: at most `limit` HTTP requests in flight; past it a 503 at once (ALWAYS_ANSWERED excepted)."""
+    """ASGI middleware: a 503 past `limit`, but for health and metrics."""
 
     def __init__(self, app: ASGIApp, limit: int, table: ProtocolTable, retry_after: int = 1) -> None:
         self.app, self.limit, self.table, self.retry_after = app, limit, table, retry_after
