@@ -1,12 +1,9 @@
-"""Arize Phoenix as the OTLP receiver, run by hand: one tools request with a correction round goes through the
-proxy, and its spans are read back from Phoenix's REST API and checked.
+"""By hand: a tools request with a correction round through the proxy, its spans read back from a real Arize Phoenix.
 
     python bench/phoenix_check.py [--results FILE | -] [--timeout 300] [--dump]
 
-Makes (or reuses) bench/.venv-phoenix with the pinned arize-phoenix, and starts `phoenix serve` with a temporary
-working dir on free ports. The scripted fake upstream (tests/fakes/upstream.py) runs in a thread, and the proxy
-runs as a child process exporting to Phoenix. The proxy needs the `[otel]` extra in this interpreter. Prints a
-table of checks; exits 1 when one fails, 2 when Phoenix cannot be installed or started.
+Phoenix comes from bench/.venv-phoenix (made on first run); the proxy, a child process, needs the `[otel]` extra.
+Exits 1 when a check fails, 2 when Phoenix cannot be installed or started.
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ from tests.fakes.upstream import FakeUpstream, Step, completion, native_call  # 
 
 PHOENIX = "arize-phoenix==20.26.1"
 VENV = BENCH / ".venv-phoenix"
-PROJECT = "sanctum-phoenix-check"  # Phoenix files spans by the resource's openinference.project.name
+PROJECT = "sanctum-phoenix-check"  # Phoenix's project: the resource's openinference.project.name
 COMMAND = "python bench/phoenix_check.py"
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -53,7 +50,7 @@ class Unavailable(Exception):
 
 
 def phoenix_venv(install_timeout: float) -> Path:
-    """bench/.venv-phoenix's `phoenix` command, the pinned version installed there first where it is not."""
+    """bench/.venv-phoenix's `phoenix`, installed first where missing."""
     python, phoenix = VENV / "bin" / "python", VENV / "bin" / "phoenix"
     if phoenix.is_file() and installed_version(python) == PHOENIX.split("==")[1]:
         return phoenix
@@ -78,9 +75,7 @@ def installed_version(python: Path) -> str | None:
 
 
 def phoenix_server(phoenix: Path) -> Child:
-    """`phoenix serve` with its SQLite in the child's scratch dir (gone at stop). HTTP (UI, REST, OTLP) listens
-    on loopback; Phoenix binds its gRPC collector on every interface whatever PHOENIX_HOST says, so it gets a
-    free port too."""
+    """`phoenix serve` on loopback, its SQLite in a scratch dir; its gRPC collector ignores PHOENIX_HOST."""
     port = free_port()
     env = {"PHOENIX_WORKING_DIR": "{scratch}", "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(free_port()),
            "PHOENIX_HOST": "127.0.0.1", "PHOENIX_TELEMETRY_ENABLED": "false"}
@@ -89,16 +84,14 @@ def phoenix_server(phoenix: Path) -> Child:
 
 
 def script_correction(fake: FakeUpstream) -> None:
-    """Round 1 calls a tool that does not exist (rejected, a correction round follows); round 2 calls the right
-    one with a trailing comma in its arguments (mended)."""
+    """Round 1 calls an unknown tool (rejected); round 2's arguments have a trailing comma (mended)."""
     fake.push(Step(body=completion(None, [native_call("lookup_weather", '{"city":"Paris"}')], "tool_calls")),
               Step(body={**completion(None, [native_call("get_weather", '{"city":"Paris",}')], "tool_calls"),
                          "model": "m-q4", "usage": USAGE}))
 
 
 def trace_spans(phoenix_url: str, trace_id: str, want: int, seconds: float) -> list[dict[str, Any]]:
-    """The spans of one trace in PROJECT (GET /v1/projects/{project}/spans), asked again until `want` are there
-    or `seconds` pass."""
+    """One trace's spans in PROJECT, asked until `want` are there or `seconds` pass."""
     deadline = time.monotonic() + seconds
     found: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
@@ -109,17 +102,6 @@ def trace_spans(phoenix_url: str, trace_id: str, want: int, seconds: float) -> l
                 return found
         time.sleep(0.5)
     return found
-
-
-def flat(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Dotted keys from nested ones, should Phoenix nest an event's attributes by their dots."""
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if isinstance(item, dict):
-            out.update(flat(item, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = item
-    return out
 
 
 @dataclass
@@ -135,7 +117,7 @@ class Check:
 
 @dataclass
 class Sent:
-    """What the client and the upstream saw of the request."""
+    """What the client and the upstream saw."""
 
     trace_id: str
     parent_id: str
@@ -144,14 +126,13 @@ class Sent:
 
 
 def checks(spans: list[dict[str, Any]], sent: Sent) -> list[Check]:
-    """What the proxy must have exported, read as Phoenix stored it. Phoenix keeps no OTel span kind: the
-    request span is the child of the client's span, the rounds are the request span's children."""
+    """The rows. Phoenix keeps no span kind: the request span is the client span's child, the rounds its own."""
     requests = [s for s in spans if s.get("parent_id") == sent.parent_id]
     request = requests[0] if len(requests) == 1 else {"attributes": {}, "context": {}, "events": []}
     rounds = sorted((s for s in spans if s.get("parent_id") == request["context"].get("span_id")),
                     key=lambda s: s["attributes"].get("sanctum.round", 0))
     a = request["attributes"]
-    events = [(e["name"], flat(e.get("attributes", {}))) for r in rounds for e in r.get("events", [])]
+    events = [(e["name"], e.get("attributes", {})) for r in rounds for e in r.get("events", [])]
     rejected = [f for n, f in events if n == "sanctum.SpellCallRejected"]
     repaired = [f for n, f in events if n == "sanctum.SpellCallRepaired"]
     traceparents = [f"00-{sent.trace_id}-{r['context']['span_id']}-01" for r in rounds]
@@ -199,7 +180,7 @@ def say(line: str, printed: list[str]) -> None:
 
 
 def run(phoenix: Path, args: argparse.Namespace, printed: list[str]) -> tuple[list[Check], str]:
-    """Phoenix, the fake upstream and the proxy up; one request; the rows and Phoenix's version."""
+    """The rows and Phoenix's version."""
     fake = FakeUpstream()
     trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
     started = time.monotonic()
@@ -215,7 +196,7 @@ def run(phoenix: Path, args: argparse.Namespace, printed: list[str]) -> tuple[li
             r = httpx.post(proxy.url + "/chat/completions", json=ASK, timeout=30,
                            headers={"traceparent": f"00-{trace_id}-{parent_id}-01"})
             say(f"proxy answered {r.status_code}, x-sanctum-rounds {r.headers.get('x-sanctum-rounds')}", printed)
-        # the proxy has stopped, and flushed its batch of spans as it did
+        # stopping, the proxy flushed its spans
         spans = trace_spans(px.url, trace_id, 3, args.span_timeout)
         if args.dump:
             print(json.dumps(spans, indent=1))
@@ -226,7 +207,7 @@ def run(phoenix: Path, args: argparse.Namespace, printed: list[str]) -> tuple[li
 
 
 def started_child(stack: ExitStack, child: Child) -> Child:
-    """Start a child that `stack` stops, also when its start is cut short (the time limit, SIGTERM)."""
+    """Start a child that `stack` stops, even if its start is cut short."""
     stack.push(child)
     return child.start()
 
@@ -251,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGALRM, out_of_time)
         signal.alarm(args.timeout)
         rows, version = run(phoenix, args, printed)
-    except (Unavailable, RuntimeError) as e:  # RuntimeError: a child did not start (bench/servers.py)
+    except (Unavailable, RuntimeError) as e:  # RuntimeError: a child did not start
         print(f"Phoenix unavailable: {e}", file=sys.stderr)
         return 2
     except TimeoutError as e:
