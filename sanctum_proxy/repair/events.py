@@ -61,6 +61,7 @@ class RoundRecord:
     answer: ChatMessage | None = None
     finish_reason: str | None = None
     usage: Usage | None = None
+    meta: AnswerMeta | None = None  # the answer's id and model, as the upstream wrote them
     error: JSONObject | None = None  # the OpenAI error object
     outcome: om.Outcome = om.Outcome.PENDING  # then accepted, rejected, fallback, error or too_long
     constrained: bool = False

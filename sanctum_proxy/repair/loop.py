@@ -93,7 +93,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
             assert answer is not None, "a sender ends every round with an Answer"
             judged, verdict = await off_loop_if(heavy_answer(plan, answer), _judged, plan, state, step, answer, number)
             record = replace(record, latency_ms=latency_ms, outcome=verdict.outcome, answer=judged.message,
-                             finish_reason=judged.finish_reason, usage=judged.usage)
+                             finish_reason=judged.finish_reason, usage=judged.usage, meta=answer.meta)
             usage = added(usage, judged.usage)
         yield record
         for item in verdict.omens:

@@ -254,7 +254,7 @@ def _judged(record: RoundRecord, bodies: bool) -> Attributes:
     out: Attributes = {"sanctum.round.outcome": record.outcome, "sanctum.round.latency_ms": round(record.latency_ms, 2)}
     if record.finish_reason:
         out["gen_ai.response.finish_reasons"] = [record.finish_reason]
-    out.update(_usage(record.usage))
+    out.update(_answered(record.meta or {}, record.usage))
     if bodies and record.answer is not None:
         out["gen_ai.output.messages"] = _json([record.answer])
     return out

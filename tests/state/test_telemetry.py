@@ -94,6 +94,9 @@ def test_request_and_rounds_arrive_with_genai_attributes_and_repair_events(make_
     assert a["sanctum.trace_id"] == r.json()["sanctum"]["trace_id"]
     assert "gen_ai.input.messages" in a and "Weather in Paris?" in a["gen_ai.input.messages"]
     assert rounds[0].attributes["sanctum.round.outcome"] == "rejected"
+    # each round names the model that answered it, a rejected one too
+    assert [(s.attributes["gen_ai.response.model"], s.attributes["gen_ai.response.id"]) for s in rounds] == [
+        ("fake-model", "chatcmpl-fake"), ("m-q4", "chatcmpl-fake")]
     assert rounds[1].attributes["gen_ai.usage.input_tokens"] == 40
     (event, fields), = rounds[0].events
     assert event == "sanctum.SpellCallRejected" and fields["sanctum.reason"] == "unknown_spell"
