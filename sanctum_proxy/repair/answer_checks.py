@@ -13,10 +13,9 @@ from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.constraint import Constraint
 from sanctum_proxy.repair.correct import rejected_answer_text, sent_answer_text
-from sanctum_proxy.repair.events import Answer, Mode
 from sanctum_proxy.repair.grounding import leaves, loads
+from sanctum_proxy.repair.loop_data import Answer, Mode, Plan
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.repeats import repeated_call
 
 

@@ -8,7 +8,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Assessment
 from sanctum_proxy.core.shapes import ChatMessage, ClientMessage
 from sanctum_proxy.repair import prompted
-from sanctum_proxy.repair.events import Answer, Mode
+from sanctum_proxy.repair.loop_data import Answer, Mode
 
 
 def client_message(assessment: Assessment, sent: ChatMessage) -> ClientMessage:

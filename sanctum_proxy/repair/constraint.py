@@ -12,9 +12,8 @@ from typing import Literal
 from sanctum_proxy.core.shapes import ChatMessage, JSONObject
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
-from sanctum_proxy.repair.events import Answer, Mode
 from sanctum_proxy.repair.grammar import GrammarTooLarge, gbnf
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Answer, Mode, Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 
 How = Literal["schema", "grammar", "tool_choice"]

@@ -11,10 +11,9 @@ from sanctum_proxy.core.calls import ToolCall
 from sanctum_proxy.core.shapes import ChatMessage, ToolCallWire
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.constraint import Constraint
-from sanctum_proxy.repair.events import Answer
 from sanctum_proxy.repair.grounding import Evidence, key, leaves, loads, traced, users
+from sanctum_proxy.repair.loop_data import Answer, Plan
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.plan import Plan
 
 NEXT_CALL = "Now make the next call the request asks for: other arguments, or another tool."
 

@@ -31,29 +31,34 @@ from sanctum_proxy.repair import answer_checks as checks
 from sanctum_proxy.repair import constraint as ct
 from sanctum_proxy.repair import correct, follow_up
 from sanctum_proxy.repair.client_message import accepted_omens, client_message, finish, outcome, passed, unechoed
-from sanctum_proxy.repair.events import Answer, Event, Final, Lesson, RoundRecord, Sender
 from sanctum_proxy.repair.grounding import made_up
-from sanctum_proxy.repair.offloading import heavy_answer, heavy_round
-from sanctum_proxy.repair.plan import Plan
-from sanctum_proxy.repair.quoted_calls import read_quote
-from sanctum_proxy.repair.upstream_body import upstream_body
-from sanctum_proxy.repair.upstream_errors import classify, context_exceeded
-from sanctum_proxy.repair.usage import added
-from sanctum_proxy.repair.verdicts import (
+from sanctum_proxy.repair.loop_data import (
     Accept,
+    Answer,
     AskForMore,
     AskForText,
     Correct,
+    Event,
     Fail,
     FallBack,
+    Final,
     Kind,
+    Lesson,
     Phase,
+    Plan,
     Round,
+    RoundRecord,
+    Sender,
     State,
     Surrender,
     Unconstrain,
     Verdict,
+    added,
 )
+from sanctum_proxy.repair.offloading import heavy_answer, heavy_round
+from sanctum_proxy.repair.quoted_calls import read_quote
+from sanctum_proxy.repair.upstream_body import upstream_body
+from sanctum_proxy.repair.upstream_errors import classify, context_exceeded
 
 
 async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:

@@ -7,8 +7,7 @@ from collections import OrderedDict
 import orjson
 
 from sanctum_proxy.core.shapes import JSONObject
-from sanctum_proxy.repair.events import Answer
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Answer, Plan
 
 # Decoding and checking a known conversation costs microseconds a KB, less than a hop to the pool and back.
 INLINE_PARSE_BYTES = 256 * 1024  # a longer request body is read off the event loop

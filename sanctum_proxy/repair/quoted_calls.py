@@ -12,9 +12,8 @@ from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.answer_checks import missing_call
 from sanctum_proxy.repair.client_message import accepted_omens, client_message
-from sanctum_proxy.repair.events import Answer
+from sanctum_proxy.repair.loop_data import Answer, Plan
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.upstream_errors import quoted_arguments, quoted_output
 
 READ_FROM_ERROR = "read_from_upstream_error"

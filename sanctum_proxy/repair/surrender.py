@@ -20,11 +20,9 @@ from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode
 from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, ToolCallWire, Usage
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.events import Final, RoundRecord
+from sanctum_proxy.repair.loop_data import Final, Plan, RoundRecord, summed_usage
 from sanctum_proxy.repair.mend import calls_outside_reasoning, native_candidates
-from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
-from sanctum_proxy.repair.usage import summed_usage
 
 LAST_CALL = "last_call"
 

@@ -8,8 +8,7 @@ from sanctum_proxy.core.shapes import ChatMessage, JSONObject
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.constraint import Constraint
-from sanctum_proxy.repair.events import Mode
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Mode, Plan
 
 
 def upstream_body(plan: Plan, mode: Mode, extra: list[ChatMessage],

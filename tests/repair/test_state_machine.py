@@ -13,7 +13,6 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError, UpstreamError, UpstreamUnreachable
 from sanctum_proxy.repair.constraint import decoded
 from sanctum_proxy.repair.correct import CONSTRAINED_INSTEAD
-from sanctum_proxy.repair.events import Answer, Lesson
 from sanctum_proxy.repair.loop import (
     Accept,
     AskForText,
@@ -30,7 +29,7 @@ from sanctum_proxy.repair.loop import (
     judge_error,
     next_round,
 )
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Answer, Lesson, Plan
 from sanctum_proxy.repair.quoted_calls import READ_FROM_ERROR
 from tests.repair.plans import make_plan
 
