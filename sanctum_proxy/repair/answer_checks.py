@@ -12,11 +12,11 @@ from sanctum_proxy.core.calls import Assessment, Problem, ToolCall, content_text
 from sanctum_proxy.core.shapes import ChatMessage, JSONValue
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.constraint import Constraint
-from sanctum_proxy.repair.correct import rejected_answer_text, sent_answer_text
 from sanctum_proxy.repair.grounding import leaves, loads
 from sanctum_proxy.repair.loop_data import Answer, Mode, Plan
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.repeats import repeated_call
+from sanctum_proxy.repair.round_body import rejected_answer_text, sent_answer_text
 
 
 def refusal(message: ChatMessage) -> bool:

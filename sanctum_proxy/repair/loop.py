@@ -29,7 +29,7 @@ from sanctum_proxy.core.shapes import ChatMessage, Usage
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import answer_checks as checks
 from sanctum_proxy.repair import constraint as ct
-from sanctum_proxy.repair import correct, follow_up
+from sanctum_proxy.repair import round_body
 from sanctum_proxy.repair.client_message import accepted_omens, client_message, finish, outcome, passed, unechoed
 from sanctum_proxy.repair.grounding import made_up
 from sanctum_proxy.repair.loop_data import (
@@ -57,7 +57,7 @@ from sanctum_proxy.repair.loop_data import (
 )
 from sanctum_proxy.repair.offloading import heavy_answer, heavy_round
 from sanctum_proxy.repair.quoted_calls import read_quote
-from sanctum_proxy.repair.upstream_body import upstream_body
+from sanctum_proxy.repair.round_body import upstream_body
 from sanctum_proxy.repair.upstream_errors import classify, context_exceeded
 
 
@@ -205,12 +205,12 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if step.free_choice:
         unmeant = broken or (None if problems else made_up(plan.book, plan.body.get("messages"), assessment.calls))
     if unmeant is not None:
-        sent = correct.sent_answer_text(answer.message)  # for a surrender's `rejected`
+        sent = round_body.sent_answer_text(answer.message)  # for a surrender's `rejected`
         text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent))
-        return AskForText(text_round, (om.rejected(number, unmeant, correct.ANSWERED_IN_TEXT),))
+        return AskForText(text_round, (om.rejected(number, unmeant, round_body.ANSWERED_IN_TEXT),))
     repeat = checks.repeat(plan, assessment, answer) if not problems and not state.kept else None
     if repeat is not None:  # the result is already there: ask for text
-        text = correct.correction([repeat], plan.book)
+        text = round_body.correction([repeat], plan.book)
         closing: tuple[ChatMessage, ...] = ({"role": "user", "content": text},)  # without the repeat: repeats.py
         text_round = replace(state, kind=Kind.TEXT, closing=closing, rejected=(*state.rejected, repeat.raw))
         return AskForText(text_round, (om.rejected(number, repeat, text),))
@@ -219,15 +219,15 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
             assessment = replace(assessment, calls=checks.joined(state.kept, assessment.calls))
         accept = Accept(unechoed(client_message(assessment, answer.message), state.mode),
                         finish(assessment, answer), answer, accepted_omens(number, assessment))
-        if follow_up.follows_up(plan, step.constraint, step.free_choice, len(assessment.calls), number):
+        if round_body.follows_up(plan, step.constraint, step.free_choice, len(assessment.calls), number):
             return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
         return accept
     # Partly bad: valid calls kept, bad ones corrected, or dropped when the kept calls suffice.
     kept = checks.joined(state.kept, assessment.calls)
     if kept and not plan.parallel and checks.allows(plan, kept):
         return _accept_kept(plan, state, assessment, answer, kept, problems, number)
-    raw = correct.rejected_answer_text(answer.message, plan.prompt_format)
-    sent = correct.sent_answer_text(answer.message)
+    raw = round_body.rejected_answer_text(answer.message, plan.prompt_format)
+    sent = round_body.sent_answer_text(answer.message)
     repeated = bool(state.rejected) and sent == state.rejected[-1]
     rejected = (*state.rejected, sent)
     if repeated or state.repair_rounds >= plan.max_rounds:
@@ -242,13 +242,13 @@ def _calls_not_allowed(plan: Plan, state: State, answer: Answer, assessment: Ass
                        number: int) -> AskForText | Accept:
     """Calls answering tool_choice "none": a native round is asked once more without tools; calls left after
     that (or in a prompted round, which had no tools) are taken out of the text, which is the answer."""
-    sent = correct.sent_answer_text(answer.message)
+    sent = round_body.sent_answer_text(answer.message)
     if state.kind is not Kind.TEXT and state.mode == "native" and plan.max_rounds > 0:
         names = {c.name for c in assessment.calls} | {p.tool for p in assessment.problems if p.tool}
         problem = Problem("calls_not_allowed", next(iter(names)) if len(names) == 1 else None,
                           ('tool_choice is "none": no call may be made',), sent)
         text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent))
-        return AskForText(text_round, (om.rejected(number, problem, correct.ANSWERED_IN_TEXT),))
+        return AskForText(text_round, (om.rejected(number, problem, round_body.ANSWERED_IN_TEXT),))
     omens = [om.dropped(number, c.name, c.id, c.arguments, "tool_choice_none") for c in assessment.calls]
     omens += [om.dropped(number, p.tool, "", p.raw, "tool_choice_none") for p in assessment.problems]
     message = client_message(replace(assessment, calls=()), answer.message)
@@ -268,16 +268,16 @@ def _accept_kept(plan: Plan, state: State, assessment: Assessment, answer: Answe
 
 
 def _asked_for_more(state: State, held: Accept, call: ToolCall) -> State:
-    return replace(state, kind=Kind.MORE, turns=(*state.turns, *follow_up.next_call_turns(call)), held=held)
+    return replace(state, kind=Kind.MORE, turns=(*state.turns, *round_body.next_call_turns(call)), held=held)
 
 
 def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept | AskForMore:
     """A novel valid call joins the held answer and asks for one more; else the held answer."""
     held = state.held
     assert held is not None
-    new, omens = follow_up.next_call(plan, answer, number)
+    new, omens = round_body.next_call(plan, answer, number)
     calls = held.message.get("tool_calls") or []
-    if new is None or not follow_up.novel(plan, new, calls):
+    if new is None or not round_body.novel(plan, new, calls):
         return Accept(held.message, held.finish_reason, held.answer)
     grown = replace(held, message={**held.message, "tool_calls": [*calls, new.to_openai()]})
     if number <= plan.max_rounds:  # as with corrections
@@ -288,14 +288,14 @@ def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept
 def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, rejected: tuple[str, ...],
              number: int, first: tuple[om.Omen, ...] = ()) -> Correct:
     assert plan.book is not None
-    text = correct.correction(problems, plan.book, [c.name for c in state.kept])
+    text = round_body.correction(problems, plan.book, [c.name for c in state.kept])
     turns: tuple[ChatMessage, ...] = (*state.turns, {"role": "assistant", "content": raw},
                                       {"role": "user", "content": text})
-    after = replace(state, turns=turns, pin=correct.pinned(problems, plan.book), rejected=rejected)
+    after = replace(state, turns=turns, pin=round_body.pinned(problems, plan.book), rejected=rejected)
     # A JSON-prompt round drops earlier turns: never claim a correction the model did not read.
     following = _constraint(plan, after)
     dropped = after.phase is Phase.WAITING and following is not None and following.json_prompt
-    return Correct(after, first + tuple(om.rejected(number, p, correct.CONSTRAINED_INSTEAD if dropped else text)
+    return Correct(after, first + tuple(om.rejected(number, p, round_body.CONSTRAINED_INSTEAD if dropped else text)
                                         for p in problems))
 
 

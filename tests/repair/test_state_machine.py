@@ -12,7 +12,6 @@ import pytest
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError, UpstreamError, UpstreamUnreachable
 from sanctum_proxy.repair.constraint import decoded
-from sanctum_proxy.repair.correct import CONSTRAINED_INSTEAD
 from sanctum_proxy.repair.loop import (
     Accept,
     AskForText,
@@ -31,6 +30,7 @@ from sanctum_proxy.repair.loop import (
 )
 from sanctum_proxy.repair.loop_data import Answer, Lesson, Plan
 from sanctum_proxy.repair.quoted_calls import READ_FROM_ERROR
+from sanctum_proxy.repair.round_body import CONSTRAINED_INSTEAD
 from tests.repair.plans import make_plan
 
 WEATHER = {"type": "function", "function": {
