@@ -27,10 +27,9 @@ from sanctum_proxy.core.calls import Assessment, Problem, ToolCall
 from sanctum_proxy.core.offload import off_loop_if, offloaded
 from sanctum_proxy.core.shapes import ChatMessage, Usage
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
-from sanctum_proxy.repair import answer_checks as checks
+from sanctum_proxy.repair import answers, round_body
 from sanctum_proxy.repair import constraint as ct
-from sanctum_proxy.repair import round_body
-from sanctum_proxy.repair.client_message import accepted_omens, client_message, finish, outcome, passed, unechoed
+from sanctum_proxy.repair.answers import accepted_omens, client_message, finish, outcome, passed, read_quote, unechoed
 from sanctum_proxy.repair.grounding import made_up
 from sanctum_proxy.repair.loop_data import (
     Accept,
@@ -56,7 +55,6 @@ from sanctum_proxy.repair.loop_data import (
     added,
 )
 from sanctum_proxy.repair.offloading import heavy_answer, heavy_round
-from sanctum_proxy.repair.quoted_calls import read_quote
 from sanctum_proxy.repair.round_body import upstream_body
 from sanctum_proxy.repair.upstream_errors import classify, context_exceeded
 
@@ -186,20 +184,20 @@ def _too_long(plan: Plan, state: State, number: int) -> Correct | Accept | Surre
 
 def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> Verdict:
     """Accept the answer, correct it, ask for text or more, fall back, or surrender."""
-    if step.constraint is None and checks.empty_tools_answer(plan, state.mode, answer):
+    if step.constraint is None and answers.empty_tools_answer(plan, state.mode, answer):
         fallback = _fall_back(plan, state, "upstream_parse_failure", None,
                               "upstream returned an empty answer to a tools request", number)
         if fallback is not None:
             return fallback
     if state.kind is Kind.MORE:
         return _judge_more(plan, state, answer, number)
-    forbidden = checks.forbidden_calls(plan, answer)
+    forbidden = answers.forbidden_calls(plan, answer)
     if forbidden is not None:
         return _calls_not_allowed(plan, state, answer, forbidden, number)
-    if plan.book is None or state.kind is Kind.TEXT or checks.refusal(answer.message):
+    if plan.book is None or state.kind is Kind.TEXT or answers.refusal(answer.message):
         # passed through as it came, less echoed tool-result tags
         return Accept(unechoed(passed(answer.message), state.mode), answer.finish_reason or "stop", answer)
-    assessment, broken, problems = checks.read_calls(plan, state.mode, step.constraint, answer, state.kept)
+    assessment, broken, problems = answers.read_calls(plan, state.mode, step.constraint, answer, state.kept)
     # A free-choice call left broken or made up: the model meant text.
     unmeant = None
     if step.free_choice:
@@ -208,30 +206,30 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         sent = round_body.sent_answer_text(answer.message)  # for a surrender's `rejected`
         text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent))
         return AskForText(text_round, (om.rejected(number, unmeant, round_body.ANSWERED_IN_TEXT),))
-    repeat = checks.repeat(plan, assessment, answer) if not problems and not state.kept else None
+    repeat = answers.repeat(plan, assessment, answer) if not problems and not state.kept else None
     if repeat is not None:  # the result is already there: ask for text
         text = round_body.correction([repeat], plan.book)
-        closing: tuple[ChatMessage, ...] = ({"role": "user", "content": text},)  # without the repeat: repeats.py
+        closing: tuple[ChatMessage, ...] = ({"role": "user", "content": text},)  # without the repeat
         text_round = replace(state, kind=Kind.TEXT, closing=closing, rejected=(*state.rejected, repeat.raw))
         return AskForText(text_round, (om.rejected(number, repeat, text),))
     if not problems:
         if state.kept:
-            assessment = replace(assessment, calls=checks.joined(state.kept, assessment.calls))
+            assessment = replace(assessment, calls=answers.joined(state.kept, assessment.calls))
         accept = Accept(unechoed(client_message(assessment, answer.message), state.mode),
                         finish(assessment, answer), answer, accepted_omens(number, assessment))
         if round_body.follows_up(plan, step.constraint, step.free_choice, len(assessment.calls), number):
             return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
         return accept
     # Partly bad: valid calls kept, bad ones corrected, or dropped when the kept calls suffice.
-    kept = checks.joined(state.kept, assessment.calls)
-    if kept and not plan.parallel and checks.allows(plan, kept):
+    kept = answers.joined(state.kept, assessment.calls)
+    if kept and not plan.parallel and answers.allows(plan, kept):
         return _accept_kept(plan, state, assessment, answer, kept, problems, number)
     raw = round_body.rejected_answer_text(answer.message, plan.prompt_format)
     sent = round_body.sent_answer_text(answer.message)
     repeated = bool(state.rejected) and sent == state.rejected[-1]
     rejected = (*state.rejected, sent)
     if repeated or state.repair_rounds >= plan.max_rounds:
-        if kept and checks.allows(plan, kept):
+        if kept and answers.allows(plan, kept):
             return _accept_kept(plan, state, assessment, answer, kept, problems, number)
         return _surrender(plan, state, answer, number, repeated, rejected)
     repaired = tuple(om.repaired(number, r) for r in assessment.repairs)
