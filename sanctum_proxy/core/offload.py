@@ -1,13 +1,21 @@
-"""CPU-heavy work on a small thread pool, so other requests keep being served; each keeps its own budget."""
+"""Inline or on a small thread pool: which steps leave the event loop, and the thresholds they leave at."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+import orjson
+
+from sanctum_proxy.core.shapes import JSONObject
+
+if TYPE_CHECKING:  # the round loop's data, read here for its sizes only
+    from sanctum_proxy.repair.loop_data import Answer, Plan
 
 OFFLOAD_WORKERS = 4
 P = ParamSpec("P")
@@ -30,5 +38,70 @@ async def offloaded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
 
 
 async def off_loop_if(heavy: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """On the CPU pool when `heavy` (repair/offloading.py decides), else inline."""
+    """On the CPU pool when `heavy` (the predicates below), else inline."""
     return await offloaded(fn, *args, **kwargs) if heavy else fn(*args, **kwargs)
+
+
+# Decoding and checking a known conversation costs microseconds a KB, less than a hop to the pool and back.
+INLINE_PARSE_BYTES = 256 * 1024  # a longer request body is read off the event loop
+INLINE_TOOLS_BYTES = 4096  # ... and a shorter one with tools
+TOOL_LISTS_KEPT = 256  # tool lists read before, whose checks are cached: least recently used dropped first
+TOOL_LIST_KEY_BYTES = 256 * 1024  # longer lists are not kept
+_READ_TOOLS: OrderedDict[bytes, None] = OrderedDict()
+INLINE_ANSWER_CHARS = 4096  # a longer answer is judged off the loop
+INLINE_SCHEMA_BYTES = 64 * 1024  # rounds for longer schemas are built off it
+INLINE_CHECKED_SCHEMA_BYTES = 4096  # answers for longer schemas are judged off it
+
+
+def heavy_body(raw: bytes) -> bool:
+    """Whether decoding this request may take milliseconds."""
+    return len(raw) > INLINE_PARSE_BYTES
+
+
+def new_tools(raw: bytes, body: JSONObject) -> bytes | None:
+    """The key of the request's tools, functions and response format when their checks may take milliseconds
+    (not read before), else None; b"" for a list never kept."""
+    tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
+    if not tools and b'"pattern' not in raw:
+        return None
+    try:
+        key = orjson.dumps([body.get("tools"), body.get("functions"), body.get("response_format")])
+    except orjson.JSONEncodeError:  # too deep to write: the checks say so, off the loop
+        return b""
+    if key in _READ_TOOLS:
+        _READ_TOOLS.move_to_end(key)
+        return None
+    return key
+
+
+def read_tools(key: bytes | None) -> None:
+    """Remember tools whose checks passed: the next request with them is read on the loop."""
+    if not key or len(key) > TOOL_LIST_KEY_BYTES:
+        return
+    _READ_TOOLS[key] = None
+    if len(_READ_TOOLS) > TOOL_LISTS_KEPT:
+        _READ_TOOLS.popitem(last=False)
+
+
+def heavy_round(plan: Plan) -> bool:
+    """Whether building the next round may take milliseconds."""
+    return plan.book is not None and plan.book.schema_bytes > INLINE_SCHEMA_BYTES
+
+
+def heavy_answer(plan: Plan, answer: Answer) -> bool:
+    """Whether judging this answer may take milliseconds."""
+    if plan.book is None:
+        return False
+    message = answer.message if isinstance(answer.message, dict) else {}
+    size = len(message.get("content") or "") if isinstance(message.get("content"), str) else 0
+    for call in message.get("tool_calls") or []:
+        arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+        size += len(arguments) if isinstance(arguments, str) else INLINE_ANSWER_CHARS
+    if size > INLINE_ANSWER_CHARS or not isinstance(message.get("content"), str | None):
+        return True
+    long_schemas = plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES or plan.book.branching
+    if not long_schemas:
+        return False
+    # a first check against a long schema compiles it; a branching one may stay slow, as its last check says
+    names = [(c.get("function") or {}).get("name") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    return not names or any(not plan.book.quick(n) for n in names)

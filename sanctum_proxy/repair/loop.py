@@ -24,7 +24,7 @@ from typing import Literal
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Assessment, Problem, ToolCall
-from sanctum_proxy.core.offload import off_loop_if, offloaded
+from sanctum_proxy.core.offload import heavy_answer, heavy_round, off_loop_if, offloaded
 from sanctum_proxy.core.shapes import ChatMessage, Usage
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import answers, round_body
@@ -54,7 +54,6 @@ from sanctum_proxy.repair.loop_data import (
     Verdict,
     added,
 )
-from sanctum_proxy.repair.offloading import heavy_answer, heavy_round
 from sanctum_proxy.repair.round_body import upstream_body
 from sanctum_proxy.repair.upstream_errors import classify, context_exceeded
 
