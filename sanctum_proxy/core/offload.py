@@ -1,4 +1,4 @@
-"""Inline or on a small thread pool: which steps leave the event loop, and the thresholds they leave at."""
+"""Inline or on a small thread pool: which steps leave the event loop, and at what sizes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import orjson
 
 from sanctum_proxy.core.shapes import JSONObject
 
-if TYPE_CHECKING:  # the round loop's data, read here for its sizes only
+if TYPE_CHECKING:  # read for sizes only
     from sanctum_proxy.repair.loop_data import Answer, Plan
 
 OFFLOAD_WORKERS = 4
@@ -38,35 +38,34 @@ async def offloaded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
 
 
 async def off_loop_if(heavy: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """On the CPU pool when `heavy` (the predicates below), else inline."""
+    """On the CPU pool when `heavy`, else inline."""
     return await offloaded(fn, *args, **kwargs) if heavy else fn(*args, **kwargs)
 
 
-# Decoding and checking a known conversation costs microseconds a KB, less than a hop to the pool and back.
-INLINE_PARSE_BYTES = 256 * 1024  # a longer request body is read off the event loop
-INLINE_TOOLS_BYTES = 4096  # ... and a shorter one with tools
-TOOL_LISTS_KEPT = 256  # tool lists read before, whose checks are cached: least recently used dropped first
-TOOL_LIST_KEY_BYTES = 256 * 1024  # longer lists are not kept
+# Below these a step costs less than the hop to the pool and back.
+INLINE_PARSE_BYTES = 256 * 1024
+INLINE_TOOLS_BYTES = 4096  # a body with new tools
+TOOL_LISTS_KEPT = 256  # checked tool lists, least recently used dropped
+TOOL_LIST_KEY_BYTES = 256 * 1024
 _READ_TOOLS: OrderedDict[bytes, None] = OrderedDict()
-INLINE_ANSWER_CHARS = 4096  # a longer answer is judged off the loop
-INLINE_SCHEMA_BYTES = 64 * 1024  # rounds for longer schemas are built off it
-INLINE_CHECKED_SCHEMA_BYTES = 4096  # answers for longer schemas are judged off it
+INLINE_ANSWER_CHARS = 4096
+INLINE_SCHEMA_BYTES = 64 * 1024  # building a round
+INLINE_CHECKED_SCHEMA_BYTES = 4096  # judging an answer
 
 
 def heavy_body(raw: bytes) -> bool:
-    """Whether decoding this request may take milliseconds."""
+    """Whether decoding may take milliseconds."""
     return len(raw) > INLINE_PARSE_BYTES
 
 
 def new_tools(raw: bytes, body: JSONObject) -> bytes | None:
-    """The key of the request's tools, functions and response format when their checks may take milliseconds
-    (not read before), else None; b"" for a list never kept."""
+    """The key of tools not checked before, whose checks may take milliseconds; else None."""
     tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
     if not tools and b'"pattern' not in raw:
         return None
     try:
         key = orjson.dumps([body.get("tools"), body.get("functions"), body.get("response_format")])
-    except orjson.JSONEncodeError:  # too deep to write: the checks say so, off the loop
+    except orjson.JSONEncodeError:  # too deep: checked off the loop
         return b""
     if key in _READ_TOOLS:
         _READ_TOOLS.move_to_end(key)
@@ -75,7 +74,7 @@ def new_tools(raw: bytes, body: JSONObject) -> bytes | None:
 
 
 def read_tools(key: bytes | None) -> None:
-    """Remember tools whose checks passed: the next request with them is read on the loop."""
+    """Remember tools whose checks passed."""
     if not key or len(key) > TOOL_LIST_KEY_BYTES:
         return
     _READ_TOOLS[key] = None
@@ -84,12 +83,12 @@ def read_tools(key: bytes | None) -> None:
 
 
 def heavy_round(plan: Plan) -> bool:
-    """Whether building the next round may take milliseconds."""
+    """Whether building the round may take milliseconds."""
     return plan.book is not None and plan.book.schema_bytes > INLINE_SCHEMA_BYTES
 
 
 def heavy_answer(plan: Plan, answer: Answer) -> bool:
-    """Whether judging this answer may take milliseconds."""
+    """Whether judging may take milliseconds."""
     if plan.book is None:
         return False
     message = answer.message if isinstance(answer.message, dict) else {}
@@ -102,6 +101,6 @@ def heavy_answer(plan: Plan, answer: Answer) -> bool:
     long_schemas = plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES or plan.book.branching
     if not long_schemas:
         return False
-    # a first check against a long schema compiles it; a branching one may stay slow, as its last check says
+    # a first check compiles a long schema; a branching one may stay slow
     names = [(c.get("function") or {}).get("name") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
     return not names or any(not plan.book.quick(n) for n in names)

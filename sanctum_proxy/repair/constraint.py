@@ -1,7 +1,4 @@
-"""Which constraint a round gets (schema, grammar, tool_choice or none) and which hidden turns it is sent.
-
-A client's own response_format wins; a refusal turns constraining off for the request.
-"""
+"""Which constraint a round gets (schema, grammar, tool_choice or none) and which hidden turns it is sent."""
 
 from __future__ import annotations
 
@@ -95,7 +92,7 @@ def _prompted(plan: Plan, book: Toolbox, free: bool, parallel: bool, switched: b
         grammar = gbnf(book, plan.prompt_format, text=free, parallel=parallel,
                        limit=plan.max_grammar_bytes) if plan.grammar else None
     except GrammarTooLarge:  # found while building: never built whole
-        return None  # over budget: the round goes unconstrained (its record says so)
+        return None  # over budget: unconstrained, as its record says
     if grammar is not None and len(grammar) > plan.max_grammar_bytes:
         return None  # over budget: unconstrained rather than huge
     if grammar is not None:

@@ -1,4 +1,4 @@
-"""The round loop's data: the plan it starts from, what its Sender yields, its state and verdicts, usage summed."""
+"""The round loop's data: its plan, what its Sender yields, its state and verdicts, usage summed."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class ContentDelta:
 
 @dataclass(frozen=True)
 class FieldDelta:
-    """Live text of a field other than content (reasoning, refusal), never read for calls."""
+    """Live reasoning or refusal text, never read for calls."""
 
     text: str
     field: str = "reasoning_content"
@@ -51,7 +51,7 @@ class Answer:
 
 @dataclass(frozen=True)
 class Lesson:
-    """What a round taught about this (upstream, model), for the caller to keep."""
+    """What a round taught about this upstream and model."""
 
     what: Literal["tools_rejected", "upstream_parse_failure", "schema_refused", "tool_choice_refused"]
 
@@ -71,9 +71,9 @@ class RoundRecord:
     answer: ChatMessage | None = None
     finish_reason: str | None = None
     usage: Usage | None = None
-    meta: AnswerMeta | None = None  # the answer's id and model, as the upstream wrote them
+    meta: AnswerMeta | None = None
     error: JSONObject | None = None  # the OpenAI error object
-    outcome: om.Outcome = om.Outcome.PENDING  # then accepted, rejected, fallback, error or too_long
+    outcome: om.Outcome = om.Outcome.PENDING
     constrained: bool = False
     free_choice: bool = False
 
@@ -88,7 +88,7 @@ class Final:
     rounds: int
     omens: list[om.Omen]
     meta: AnswerMeta
-    outcome: om.Outcome  # clean, repaired, rejected, fallback or surrendered
+    outcome: om.Outcome
     extra: JSONObject = field(default_factory=dict)
     choice_extra: JSONObject = field(default_factory=dict)
     accepted: Mapping[str, object] | None = None  # the last answer as it came; None after an error
@@ -103,7 +103,7 @@ def note(records: list[RoundRecord], record: RoundRecord) -> None:
 
 
 Event = ContentDelta | FieldDelta | om.Omen | Lesson | RoundRecord | Final
-# What a stream writer renders: no lessons, and maybe the error that ends it.
+# A stream writer's items: no lessons; maybe an ending error.
 StreamItem = ContentDelta | FieldDelta | om.Omen | Final | ProxyError
 
 
@@ -128,13 +128,13 @@ class Plan:
     max_repair_bytes: int = 64 * 1024  # longer call text goes to tier 2
     max_grammar_bytes: int = 1024 * 1024
     follow_up_calls: bool = False
-    forbidden: Toolbox | None = None  # tools offered with tool_choice "none": their calls are only taken out
-    surrendered_ago: float | None = None  # seconds since this same request last surrendered (then: one round)
-    memo_key: bytes | None = None  # its digest in the surrender memo (state/surrendered.py), once taken
+    forbidden: Toolbox | None = None  # tools offered with tool_choice "none"
+    surrendered_ago: float | None = None  # since this request last surrendered: one round
+    memo_key: bytes | None = None  # its digest in state/surrendered.py
 
     @property
     def read_names(self) -> frozenset[str]:
-        """The tool names whose calls a stream holds back: offered, or forbidden."""
+        """The tool names whose calls a stream holds back."""
         book = self.book or self.forbidden
         return book.name_set if book is not None else frozenset()
 
@@ -159,7 +159,7 @@ class Plan:
 
     @property
     def new_ids(self) -> dict[str, Callable[[], str]]:
-        """mend.assess's `new_id` keyword, where the plan has one."""
+        """mend.assess's `new_id` keyword."""
         return {"new_id": self.new_id} if self.new_id else {}
 
 
@@ -192,7 +192,7 @@ def _count(value: object) -> TypeGuard[int]:
 
 
 def _copied(value: object) -> object:
-    """A copy of JSON as the upstream sent it, faster than copy.deepcopy."""
+    """A copy faster than copy.deepcopy."""
     if not isinstance(value, dict | list):
         return value
     try:
@@ -223,7 +223,7 @@ class State:
 
     mode: Mode
     kind: Kind = Kind.ASK
-    turns: tuple[ChatMessage, ...] = ()  # hidden correction turns; none: the round may be live
+    turns: tuple[ChatMessage, ...] = ()  # hidden turns; none: the round may be live
     closing: tuple[ChatMessage, ...] = ()  # TEXT: sent after the conversation
     phase: Phase = Phase.WAITING
     grammar_from: int = 0  # len(turns) at the first constrained round
@@ -231,7 +231,7 @@ class State:
     rejected: tuple[str, ...] = ()
     held: Accept | None = None  # MORE: the answer so far
     kept: tuple[ToolCall, ...] = ()  # valid calls of partly bad answers
-    fresh: bool = False  # corrections go without transcript, since one overflowed
+    fresh: bool = False  # corrections without transcript: one overflowed
 
     @property
     def repair_rounds(self) -> int:

@@ -1,7 +1,4 @@
-"""One reading of a tool's arguments schema, so what validate.py refuses grammar.py never writes.
-
-The arguments object (`top`) is closed unless it says otherwise or leaves its properties to sub-schemas.
-"""
+"""One reading of a tool's arguments schema, so what validate.py refuses grammar.py never writes."""
 
 from __future__ import annotations
 
@@ -28,7 +25,7 @@ class Keys:
 
 
 def object_keys(schema: Mapping[str, object], *, top: bool) -> Keys:
-    """The keys `schema` allows in an object; `top` for the arguments object."""
+    """The keys `schema` allows; the arguments object (`top`) is closed unless opened."""
     props = schema.get("properties")
     properties: Mapping[str, object] = props if isinstance(props, Mapping) else {}
     req = schema.get("required")
