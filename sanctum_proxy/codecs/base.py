@@ -1,20 +1,4 @@
-"""What a call format is to the proxy, as one unit, and the registry that holds them by name.
-
-A `Codec` reads calls a model wrote into text: `find`, the delimiters that may open one (`starts`: `find` runs
-only when one occurs, and the streaming hold-back holds at them), the shapes of its generic openers that are
-held while streaming (`{"` opens a JSON call, a lone `{` in prose does not), and its place in the reading order.
-A `Format` is a way of writing calls the proxy can prompt a model in (`prompt_format`): how one call and one
-tool result are written, the how-to-call paragraph of the tools prompt, the chat-template markers that show a
-model was trained on it, the codec that reads it back, its grammar (the GBNF of one call, which constrained
-rounds hold a model to: repair/grammar.py) and its as-asked reading (the mends a call written in it needs by
-design, which are no mends when it was asked for: repair/mend.py). Nothing outside its module names it.
-
-Each codec module registers its Codec and its Formats when imported (`register` / `register_format`, like
-vLLM's `ToolParserManager.register_module`); `codecs/registry.py` imports them all and answers by name. Adding
-a call format = one module here, its import in codecs/registry.py, and its corpus file in tests/corpus/ (real
-outputs, and the chat-template line that `detect` reads: tests/corpus/README.md); tests/codecs/
-test_codec_conformance.py runs every registered codec and format.
-"""
+"""What a call format is to the proxy, as one unit, and the registry that holds them by name."""
 
 from __future__ import annotations
 

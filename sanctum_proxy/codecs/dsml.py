@@ -1,20 +1,4 @@
-"""DeepSeek V3.2 / V4 DSML calls left in content (DeepSeek-V3.2's encoding/encoding_dsv32.py writes them; vLLM's
-and sglang's `deepseekv32` parsers read them):
-
-    <｜DSML｜function_calls>
-    <｜DSML｜invoke name="get_weather">
-    <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
-    <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
-    </｜DSML｜invoke>
-    </｜DSML｜function_calls>
-
-`string="true"`: the value is the text as written; `string="false"`: it is JSON (a value that does not parse stays
-text, for repair to coerce or report). An invoke may hold a JSON object instead of parameters. Variants read
-(sgl-project/sglang#40236, anomalyco/opencode#24566): V4's `tool_calls` block name (and `tool_use`, `calls`), no
-block at all (a bare invoke), an unterminated block or invoke, the block opener missing its `>`, ASCII or doubled
-bars and spaces in the token (`<|DSML|`, `<｜｜DSML｜｜ invoke`), and no token at all inside a
-`<function_calls>` block.
-"""
+"""DeepSeek V3.2 / V4 DSML calls in content (DeepSeek's encoding_dsv32.py; vLLM's `deepseekv32` parser)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Which call format a model family was trained on, told from its chat template, and the names
-`prompt_format` takes. The formats themselves (how a call and a tool result are written, the markers that
-show them in a template) live with their codecs (codecs/base.py, `Format`).
-
-    detect(template, family)   the format a chat template (llama.cpp /props, Ollama /api/show) is for
-    render_call(fmt, name, a)  one call as that format writes it (a: a mapping, or JSON text kept verbatim)
-    render_result(fmt, ...)    one tool result as that format reads it
-    as_asked(fmt)              the codec that reads the format, and the mends a call in it needs by design
-
-Pure: no I/O.
-"""
+"""Which call format a model family was trained on, told from its chat template, and the names `prompt_format` takes."""
 
 from __future__ import annotations
 

@@ -1,21 +1,4 @@
-"""Gemma 4 calls: `call:NAME{...}` between its special tokens, strings quoted with the `<|"|>` token:
-
-    <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>
-
-as its chat template writes them (llama.cpp `models/templates/gemma4.jinja`: keys bare, sorted; strings
-`<|"|>...<|"|>`, numbers and true/false bare, objects `{k:v}`, lists `[...]`); a tool result is
-`<|tool_response>response:NAME{value:...}<tool_response|>`. What servers pass on besides (oMLX, mlx-lm,
-vLLM without a Gemma 4 parser): strings in ASCII quotes (`{command:"ls"}`), and, when the server stripped
-the special tokens, `call:NAME{content:hello,path:a.txt}` with no marker and no quotes at all.
-
-Inside `<|tool_call>` any name counts, and arguments that do not read go on as written (repair asks again);
-without the marker a call is one only when it names an offered tool, its arguments read whole and it starts
-or ends its line, so prose that mentions `call:` stays prose. An unquoted value runs to the next `,key:` or
-the closing bracket; it is a number or true/false/null when it reads as one, else a string. `(...)` for
-`{...}` is read too. Gemma 4 also writes positional arguments (ollama/ollama#18275): `call:NAME:` then
-`BEGIN_ARG:\nvalue\nEND_ARG` blocks, empty thought channels strewn inside; the judge names them in the order of
-the tool's properties (POSITIONAL).
-"""
+"""Gemma 4 calls: `call:NAME{...}` between its special tokens, strings quoted with the `<|"|>` token."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""gpt-oss (OpenAI harmony) messages left in content, what llama.cpp and Ollama pass on when their own
-parser fails on them:
-
-    <|channel|>analysis<|message|>Need the weather.<|end|>
-    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Rome"}
-    <|call|>
-    <|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>
-
-A message with a recipient (`to=functions.NAME`, in the channel header or after the role) is a call; its body goes on
-as written, whatever its content type (`json`, `code`). `to=assistant` is text; a built-in tool the request did not
-offer (`browser.search`, `python`) is no call, its body reasoning. An `analysis` message is reasoning: its whole span
-is claimed (so no codec reads calls in it); its text is reasoning, not content. A `final` or recipient-less
-`commentary` message is content: only its header and end token are markup. Variants read: no `<|constrain|>` (`...
-to=functions.f json<|message|>`), `<|end|>` or `<|return|>` instead of `<|call|>`, the name glued to `json`
-(`to=functions.fjson`), a call on the analysis channel (`<|start|>assistant to=functions.f<|channel|>analysis`), the
-recipient alone before `<|channel|>` (the generation prompt held `<|start|>assistant`), spaces around the channel
-name; and a call whose tokens the server stripped (`assistantcommentary to=functions.NAME json{...}`, known names
-only: `_stripped`).
-"""
+"""gpt-oss (OpenAI harmony) messages left in content when llama.cpp's or Ollama's parser fails on them."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Calls written in no call format: a key-value line and a tag named after the tool's job.
-
-    read_file file="C:\\Users\\me\\notes.txt"
-    <terminal_command>ls -la</terminal_command>        (for `run_terminal_command`)
-
-Read only where the name stands for one offered tool (a tag: the tool's words less `run_`, `_command` and the
-like, alone or with one of them). The value goes to the line's key, or the tool's one required string (SOLE_VALUE).
-"""
+"""Calls written in no call format: a key-value line and a tag named after the tool's job."""
 
 from __future__ import annotations
 

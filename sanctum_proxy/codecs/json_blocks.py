@@ -1,14 +1,4 @@
-"""JSON calls: fenced ```json blocks, bare JSON objects/arrays in prose, and the call shapes inside them.
-
-Shapes understood (alone, in arrays, or nested in wrappers):
-    {"name": N, "arguments"|"parameters"|"params"|"args"|"input": A}   (also "tool_name")
-    {"type": "function", "function": {...}, "id": ...}                  OpenAI style
-    {"tool_call": {...}} / {"tool_calls": [...]} / {"function_call": {...}}   llama.cpp generic, legacy
-    {"method": N, "params": A}                                          JSON-RPC (known names only)
-    {N: A}                                                              name as key (known names only)
-Bare JSON is a call only when it names an offered tool (or one `resolve_name` maps). Inside explicit
-call markup (other codecs call `candidates` with explicit=True) any {"name": str, arguments...} counts.
-"""
+"""JSON calls: fenced ```json blocks, bare JSON objects/arrays in prose, and the call shapes inside them."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""A tolerant reading of pythonic call lists, for text `ast` refuses: `[f(a=1), g(b='x')]` or calls one to a line.
-
-The text is cut into its top-level calls (`NAME(...)` at bracket depth 0) by a scanner that knows strings; each
-call is then read on its own, so one bad call costs only itself. The scanner reads strings the way models write
-them rather than as Python does: a raw newline inside a string is part of it, and a quote is a string's end only
-when what follows could follow a value (`,`, `)`, `]`, `}`, `:` or the end), so `'it's'` is one string. Each
-string is then swapped for a placeholder name before `ast` reads the call, and integers lose their leading zeros.
-Nothing is evaluated.
-"""
+"""A tolerant reading of pythonic call lists, for text `ast` refuses: `[f(a=1), g(b='x')]` or calls one to a line."""
 
 from __future__ import annotations
 

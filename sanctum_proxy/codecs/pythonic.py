@@ -1,11 +1,4 @@
-"""Pythonic calls (Llama 3.2 / LFM2 style): `[get_weather(city="Paris"), get_time(tz='EST')]`, bare in
-content or inside `<|tool_call_start|>...<|tool_call_end|>`; Granite's `get_weather(city="Paris")` lines with
-no list around them (known names, the answer's last lines: `_lines`).
-
-The text is parsed with `ast` (never evaluated); only keyword arguments with literal values count
-(Python or JSON spellings of true/false/null). Bare lists are calls only when every element is a call
-to a known tool; inside the tags any name counts.
-"""
+"""Pythonic calls (Llama 3.2 / LFM2 style)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Qwen3-Coder / Nemotron XML calls and Functionary v3.1's `<function=name>{json}</function>`:
-
-    <tool_call>
-    <function=read_file>
-    <parameter=path>
-    /tmp/a.txt
-    </parameter>
-    </function>
-    </tool_call>
-
-Parameter values are kept as the strings written (one newline trimmed each side); repair coerces them
-to the types the schema asks for ("14" -> 14, "['a']" -> ["a"]). Stray duplicate closing tags, a missing
-`</function>` and the optional `<tool_call>` wrapper are tolerated; a value without `</parameter>` ends at the
-next tag or the end of the text (its layout blanks trimmed).
-"""
+"""Qwen3-Coder / Nemotron XML calls and Functionary v3.1's `<function=name>{json}</function>`."""
 
 from __future__ import annotations
 

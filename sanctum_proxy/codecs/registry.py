@@ -1,10 +1,4 @@
-"""Every call format by name, and the one function that finds calls in text with all the codecs.
-
-Importing this module imports every codec module, each of which registers its Codec and Formats
-(codecs/base.py says what they hold). `find_calls` runs the codecs in their reading order; spans a codec
-claims are blanked before the next codec looks, so a Hermes call is never found again as bare JSON. A Found
-without candidates is markup or reasoning that is not content (a harmony channel header, a thinking block).
-"""
+"""Every call format by name, and the one function that finds calls in text with all the codecs."""
 
 from __future__ import annotations
 

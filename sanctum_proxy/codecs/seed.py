@@ -1,15 +1,4 @@
-"""ByteDance Seed-OSS: Qwen3-Coder's XML call body inside `<seed:tool_call>`, reasoning in `<seed:think>`:
-
-    <seed:think>The user wants the weather.</seed:think>
-    <seed:tool_call>
-    <function=get_weather>
-    <parameter=location>Barcelona, Spain</parameter>
-    </function>
-    </seed:tool_call>
-
-The think block is reasoning: claimed whole (no codec reads calls in it, though Seed often writes an
-example call there); its text is reasoning, not content. The call body is read by `qwen_xml`.
-"""
+"""ByteDance Seed-OSS: Qwen3-Coder's XML call body inside `<seed:tool_call>`, reasoning in `<seed:think>`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""How the formats write a call's pieces as text: the arguments as JSON, a `{"name", "arguments"}` object, the
-key/value pairs of the XML-ish formats. Arguments given as JSON text that does not parse (broken JSON from an
-earlier turn) are kept as written, never dropped or "fixed".
-"""
+"""How the formats write a call's pieces as text."""
 
 from __future__ import annotations
 
