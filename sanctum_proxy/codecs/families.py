@@ -24,16 +24,13 @@ def codec_of(fmt: str) -> str:
 
 
 def as_asked(fmt: str) -> tuple[str, frozenset[str]]:
-    """The codec (`Candidate.source`) that reads calls written in prompt format `fmt`, and the mends a call in it
-    needs by design (`Format.as_asked`). `fmt` may name the codec instead: every codec a format reads with has a
-    format of its own name (tests/codecs/test_codec_conformance.py holds that)."""
+    """The codec reading prompt format `fmt` (or codec `fmt`), and the mends a call in it needs by design."""
     own = FORMATS.get(fmt)
     return (own.codec, own.as_asked) if own is not None else (fmt, frozenset())
 
 
 def detect(template: Any, family: Any = None) -> str | None:
-    """The format whose call markup the chat template writes; Ollama's `details.family` when the template
-    says nothing; None when neither is known (the caller falls back to Hermes)."""
+    """The format the chat template writes, else Ollama's `details.family`'s, else None."""
     text = template if isinstance(template, str) else ""
     for fmt in _BY_TEMPLATE:
         if fmt.detect is not None and fmt.detect(text):
@@ -42,8 +39,7 @@ def detect(template: Any, family: Any = None) -> str | None:
 
 
 def opens_bare(fmt: str) -> bool:
-    """Whether the format's generation prompt already holds the first call marker, so an answer opens with
-    a bare `NAME\n{...}` or `all\n` (Functionary v3.2's prompt ends with `>>>`)."""
+    """Whether answers open bare (`NAME\n{...}`): the generation prompt holds the first call marker."""
     return fmt in FORMATS and FORMATS[fmt].opens_bare
 
 
