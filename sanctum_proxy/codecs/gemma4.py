@@ -31,7 +31,7 @@ MAX_MEMBERS = 4096  # members of one object or list (past it the arguments are u
 # The steps (values, and stops inside unquoted ones) one text's reading may take: a text of openers whose
 # values never close (`call:f{a:b,` a hundred thousand times) costs this much, not openers x text.
 MAX_STEPS = 100_000
-# After the marker: `call:NAME` (a bare `:NAME` too, vLLM #53431), then the arguments' bracket.
+# After the marker: `call:NAME` (or a bare `:NAME`), then the arguments' bracket.
 _HEAD = re.compile(r"\s*(?:call)?:\s*([A-Za-z_][\w.\-]{0,255})\s*([{(])")
 # Without it: `call:NAME{` at the start of a line or after a space (never inside a word: `recall:x{`).
 _BARE_HEAD = re.compile(r"(?<![\w.\-])call:([A-Za-z_][\w.\-]{0,255})\{")

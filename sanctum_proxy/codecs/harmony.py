@@ -14,11 +14,8 @@ from sanctum_proxy.core.shapes import JSONValue
 NAME = "harmony"
 STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "assistantcommentary to=functions.", "commentary to=functions.",
                            "to=functions.")
-# The role part: `<|start|>assistant to=...`, or only ` to=functions.NAME` where the generation prompt
-# already held `<|start|>assistant` (llama.cpp's test of that case).
-# (The blanks before a bare `to=` are taken by `_header_start`: in the regex, `[ \t]*to=` was tried from every
-# blank of a long run, each time to its end: quadratic.)
-# A tool's result written back (`<|start|>functions.f to=assistant<|message|>`) may have no channel.
+# The role part, or only ` to=functions.NAME` after a prompt-held `<|start|>assistant`; a result may lack a channel.
+# Blanks before a bare `to=` are taken by `_header_start`: in the regex they were quadratic.
 _HEADER = re.compile(
     r"(?:<\|start\|>(?P<role>[^<]{0,256})|(?P<bare>to=[^\s<]{1,256}[ \t]*))?"
     r"(?:<\|channel\|>(?P<channel>[^<]{0,512})|(?<=to=assistant))(?:<\|constrain\|>(?P<ctype>[^<]{0,64}))?<\|message\|>"
@@ -59,17 +56,14 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return out + _stripped(text, tool_names, out)
 
 
-# A call whose special tokens the server dropped as it decoded them (`skip_special_tokens`; oobabooga/textgen#7374
-# shows `analysisUser says ...assistantfinalHello!`): `assistantcommentary to=functions.NAME json{...}`, or with
-# only some tokens gone (`commentary to=functions.NAME <|constrain|>json<|message|>{...}`).
+# A call whose special tokens the server dropped (`skip_special_tokens`): docs/formats.md.
 _STRIPPED = re.compile(
     r"(?:assistant)?commentary[ \t]+to=functions\.(?P<name>[^\s<{\[]{1,256})[ \t]*(?:<\|constrain\|>)?[ \t]*"
     r"(?P<ctype>json)?[ \t]*(?:<\|message\|>)?[ \t\r\n]*(?=[{\[])"
 )
 
 
-# The whole answer a recipient and nothing else (llama.cpp before its harmony parser, ggml-org/llama.cpp#15181:
-# ` to=functions.get_weather` and spaces): a call whose arguments never came.
+# The whole answer a recipient and nothing else: a call whose arguments never came.
 _RECIPIENT_ONLY = re.compile(r"[\s\u200b]*(?:assistant)?(?:commentary)?[ \t]*to=functions\.([^\s<{\[]{1,256})"
                              r"(?:[ \t]*(?:<\|constrain\|>)?json)?[\s\u200b]*")
 
@@ -98,8 +92,7 @@ def _stripped(text: str, names: frozenset[str], taken: list[Found]) -> list[Foun
 
 
 def _recipient_kind(recipient: str, names: frozenset[str]) -> str:
-    """"call"; "content" for `to=assistant` (a tool result written back, read as text as SGLang does); or
-    "builtin" for a built-in tool (`browser.search`, `python`, `container.exec`) the request did not offer."""
+    """"call"; "content" for a result written back (`to=assistant`); "builtin" for a tool not offered."""
     if recipient == "assistant":
         return "content"
     if _BUILTIN.fullmatch(recipient) and not json_blocks.known(recipient, names):
@@ -117,8 +110,7 @@ def _header_start(text: str, m: re.Match[str], pos: int) -> int:
 
 
 def _body_end(text: str, body: int) -> tuple[int, int]:
-    """Where the message body ends and where its end token (if any) ends. A JSON body is read past its
-    closing brace first, so an end token written inside a string does not cut it."""
+    """Where the body ends, and its end token; a JSON body is read whole first."""
     k = body
     while k < len(text) and text[k] in " \t\r\n":
         k += 1

@@ -136,9 +136,7 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return sorted(found, key=lambda f: f.start)
 
 
-# Tags some fine-tunes and servers wrap a JSON call in: glaive's `<functioncall> {...}` (some with the JSON inside
-# the tag itself, `<functioncall {...}>`: maxi1134/ha-config#66) and LM Studio's `[TOOL_REQUEST]{...}[END_TOOL_REQUEST]`
-# (its prompt for models without a tool template: lmstudio-ai/lmstudio-bug-tracker#456, #2388).
+# Tags some fine-tunes and servers wrap a JSON call in (glaive's, LM Studio's): docs/formats.md.
 _WRAP_OPEN = re.compile(r"(?:<functioncall>?|\[TOOL_REQUEST\])\s*\Z")
 _WRAP_CLOSE = {"<functioncall>": re.compile(r"\s*</functioncall>"),
                "<functioncall": re.compile(r"\s*(?:</functioncall>|>)"),

@@ -77,8 +77,7 @@ def _unclosed(text: str, start: int, names: frozenset[str]) -> Found | None:
     return Found(start, start + len(source), tuple(calls)) if calls else None
 
 
-# A line that opens with a name and a parenthesis (Granite 3.3 / 4.0 H-Small write `get_weather(location="...")`
-# with no list around it: vllm-project/vllm#43116).
+# A line that opens with a name and a parenthesis: Granite's calls with no list around them.
 _LINE_CALL = re.compile(r"^[ \t]*([A-Za-z_][\w.]*)[ \t]*\(", re.M)
 
 
