@@ -246,9 +246,7 @@ _CALL_OPEN = re.compile(r'\{\s*"(?:name|tool_name)"\s*:\s*"([^"\\\n]{1,256})"\s*
 
 
 def _unescaped(text: str, start: int, names: frozenset[str], source: str, repairs: tuple[str, ...]) -> Found | None:
-    """A bare JSON call that opens with a known tool's name but is not JSON: its strings read whole where their
-    bare quotes and raw newlines allow one reading (loose_json); otherwise the call as written, for tier 2 to
-    correct (a malformed_json problem), to the last closing brace. None when it does not open like a call."""
+    """A known tool's call that is not JSON: read by loose_json where one reading exists, else kept for tier 2."""
     opening = _CALL_OPEN.match(text, start)
     if opening is None or not known(opening.group(1), names):
         return None
@@ -280,9 +278,7 @@ def tagged(
     source: str,
     names: frozenset[str],
 ) -> tuple[int, list[Candidate]]:
-    """The calls written as JSON right after a call tag (body = index after the tag), and where the markup
-    ends: after the JSON values and a closing tag when one follows; otherwise (broken JSON) the whole
-    text up to the first closer or stop is the payload. Unknown names count (the tag is explicit)."""
+    """The JSON calls after a call tag, and where the markup ends; broken JSON runs to the first closer."""
     spans: list[tuple[int, int]] = []
     k = _skip(_WS, text, body)
     while k < len(text) and text[k] in "{[" and len(spans) < MAX_CANDIDATES and not text.startswith(closers, k):

@@ -82,9 +82,7 @@ _LINE_CALL = re.compile(r"^[ \t]*([A-Za-z_][\w.]*)[ \t]*\(", re.M)
 
 
 def _lines(text: str, names: frozenset[str], taken: list[Found]) -> list[Found]:
-    """Calls written bare, one to a line, with no brackets: read only when every line from the first such
-    call to the end of the answer is a call of a known tool (or blank), outside code fences and other markup.
-    Prose before them may stay; a call line with prose after it (an example, an explanation) is text."""
+    """Bare calls one to a line, read only when every line from the first to the end is a known tool's call."""
     out: list[Found] = []
     for m in _LINE_CALL.finditer(text):
         if len(out) >= json_blocks.MAX_ATTEMPTS or not json_blocks.known(m.group(1), names):

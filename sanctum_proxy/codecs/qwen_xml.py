@@ -96,10 +96,7 @@ def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[
 
 
 def laid_out(value: str) -> str:
-    """A closed value less its layout: the newline after the opener and the one before the closer (the
-    template's `<parameter=k>\nv\n</parameter>`), and where the closer is indented (the tags set in a block),
-    that indent on every line of the value. A value written inline (Seed-OSS's `<parameter=k>v</parameter>`)
-    stays whole, its own trailing newline too."""
+    """A closed value less the template's newlines around it and its block indent; an inline value stays whole."""
     if not value.startswith("\n"):
         return value
     value = value[1:]
