@@ -1,10 +1,4 @@
-"""Checking arguments against a tool's schema, and the lossless coercions tier 1 may make first.
-
-`problems_for` sorts what is wrong into the three tier-2 reasons (missing, unexpected, invalid), one
-Problem per reason, each detail naming the argument and why. `coerce` changes only values whose JSON
-Schema type is violated and whose intended value is unambiguous ("3" for an integer is 3); it never
-touches a value that is already valid.
-"""
+"""Checking arguments against a tool's schema, and the lossless coercions tier 1 may make first."""
 
 from __future__ import annotations
 
@@ -24,16 +18,13 @@ from sanctum_proxy.repair.reading import Keys, is_type
 from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 
 MAX_ERRORS = 20
-# Keywords one call's arguments may cost the validator (docs/contract.md, Budgets). The schema's own
-# expansion is bounded when the request is read (schemas.MAX_SCHEMA_EXPANSION); this bounds what nested
-# arguments multiply under anyOf / oneOf / allOf, and what jsonschema keeps of each branch's errors.
+# What nested arguments multiply under anyOf / oneOf / allOf (docs/contract.md, Budgets).
 MAX_STEPS = 30_000
 MAX_MESSAGE_CHARS = 200
 
 
 def problems_for(tool: Tool, validator: Validator, keys: Keys, args: JSONValue) -> list[Problem]:
-    """`keys`: the keys the tool's arguments object may hold (`object_keys(tool.parameters, top=True)`, read
-    once per tool by its Toolbox)."""
+    """One Problem per tier-2 reason (missing, unexpected, invalid), each detail naming the argument."""
     schema = tool.parameters
     if isinstance(args, dict) and _plainly_valid(schema, args, 0) and not _unexpected(keys, args):
         return []  # jsonschema would agree, at several times the cost
@@ -74,11 +65,9 @@ _PLAIN_KEYS = frozenset(
 
 
 def _plainly_valid(schema: JSONValue, value: JSONValue, depth: int) -> bool:
-    """True only when `value` is valid under a schema that uses nothing but the plain keywords
-    (type, properties, required, additionalProperties, items, string enums, annotations); False means
-    "not sure", and the full validator decides."""
+    """True only when `value` is valid under a schema of plain keywords; False: the validator decides."""
     if not isinstance(schema, dict) or depth > 16 or not _PLAIN_KEYS.issuperset(schema):
-        return False  # (a schema from a request is a dict; any other Mapping is left to the validator)
+        return False
     kind = schema.get("type")
     if isinstance(kind, str):
         if not _is(value, kind):
@@ -194,9 +183,7 @@ TYPED_FROM_TEXT = frozenset({"coerced_integer", "coerced_number", "coerced_boole
 
 def coerce(args: JSONObject, schema: Mapping[str, object], *, as_text: bool = False
            ) -> tuple[JSONObject, tuple[str, ...]]:
-    """`args` with the lossless coercions its schema asks for, and their names (empty when none). `as_text`:
-    the parameters' values are the text a text-only format wrote (its tags hold no types), so typing them is
-    reading the format, no repair (TYPED_FROM_TEXT); what such a value holds (a JSON array's items) is not."""
+    """`args` with the lossless coercions its schema asks for, and their names; `as_text`: values are tag text."""
     repairs: dict[str, None] = {}
     value = _coerce_object(args, schema, repairs, 0, as_text)
     return value, tuple(repairs)
@@ -239,8 +226,7 @@ _ALIASES = {"float": "number", "double": "number", "int": "integer", "bool": "bo
 
 
 def _typed_text(value: str, types: set[str], repairs: dict[str, None]) -> JSONValue:
-    """A value a text-only format wrote, typed as llama.cpp types it: by the schema's types other than string
-    first ("null" is null for ["string", "null"]), read without the blanks around it; else the text as written."""
+    """A tag-text value typed as llama.cpp types it: non-string types first, else the text as written."""
     others = types - {"string"}
     if not others:
         return value
@@ -313,8 +299,7 @@ _BARE_QUOTE = re.compile(r'(?<!\\)"')
 
 
 def _json_readings(value: str) -> tuple[str, ...]:
-    """The text as JSON, and where every quote in it is escaped (`[{\\"id\\": 1}]`: JSON written inside a
-    string once more), the text with those escapes undone."""
+    """The text as JSON, and with its escaped quotes undone where every quote is escaped."""
     if '\\"' in value and not _BARE_QUOTE.search(value):
         return value, value.replace('\\"', '"')
     return (value,)
