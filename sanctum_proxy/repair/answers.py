@@ -17,7 +17,7 @@ from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, JSONValue
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
-from sanctum_proxy.repair.constraint import Constraint
+from sanctum_proxy.repair.constrain import Constraint
 from sanctum_proxy.repair.grounding import leaves, loads
 from sanctum_proxy.repair.loop_data import Answer, Mode, Plan
 from sanctum_proxy.repair.mend import assess

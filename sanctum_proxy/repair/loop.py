@@ -28,7 +28,7 @@ from sanctum_proxy.core.offload import heavy_answer, heavy_round, off_loop_if, o
 from sanctum_proxy.core.shapes import ChatMessage, Usage
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
 from sanctum_proxy.repair import answers, round_body
-from sanctum_proxy.repair import constraint as ct
+from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.answers import accepted_omens, client_message, finish, outcome, passed, read_quote, unechoed
 from sanctum_proxy.repair.grounding import made_up
 from sanctum_proxy.repair.loop_data import (
@@ -126,24 +126,24 @@ def next_round(plan: Plan, state: State, sent: int) -> tuple[Round, State]:
         return Round(body, None, False), state
     if state.kind is Kind.MORE:
         assert plan.book is not None
-        more = ct.Constraint(plan.book, text=False, parallel=False, prompt=(plan.book, True, plan.parallel))
+        more = cn.Constraint(plan.book, text=False, parallel=False, prompt=(plan.book, True, plan.parallel))
         return Round(upstream_body(plan, state.mode, list(state.turns), more), more, False), state
     constraint = _constraint(plan, state)
     if constraint is not None and state.phase is Phase.WAITING:
         state = replace(state, phase=Phase.CONSTRAINING, grammar_from=len(state.turns))
     constrained_from = state.grammar_from if state.phase is Phase.CONSTRAINING else None
-    body = upstream_body(plan, state.mode, ct.transcript(state.turns, constraint, constrained_from), constraint)
+    body = upstream_body(plan, state.mode, cn.transcript(state.turns, constraint, constrained_from), constraint)
     free = constraint is not None and constraint.text and not state.turns
     return Round(body, constraint, free), state
 
 
-def _constraint(plan: Plan, state: State) -> ct.Constraint | None:
-    stage = ct.Stage(state.mode, bool(state.turns), state.pin, state.fresh, state.phase is Phase.REFUSED)
-    return ct.chosen(plan, stage)
+def _constraint(plan: Plan, state: State) -> cn.Constraint | None:
+    stage = cn.Stage(state.mode, bool(state.turns), state.pin, state.fresh, state.phase is Phase.REFUSED)
+    return cn.chosen(plan, stage)
 
 
 def _judged(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> tuple[Answer, Verdict]:
-    answer = ct.decoded(answer, step.constraint, plan)
+    answer = cn.decoded(answer, step.constraint, plan)
     return answer, judge(plan, state, step, answer, number)
 
 
@@ -153,9 +153,9 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Accept(state.held.message, state.held.finish_reason, state.held.answer)
     if not isinstance(error, UpstreamError):
         return Fail(error)
-    if step.constraint is not None and step.constraint.how == "tool_choice" and ct.tool_choice_refused(error):
+    if step.constraint is not None and step.constraint.how == "tool_choice" and cn.tool_choice_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("tool_choice_refused"))
-    if step.constraint is not None and ct.schema_refused(error):
+    if step.constraint is not None and cn.schema_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED))
     if state.kind is Kind.ASK and state.turns and context_exceeded(error, step.body):
         return _too_long(plan, state, number)

@@ -14,11 +14,11 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import ToolCall
 from sanctum_proxy.core.shapes import AnswerMeta, ChatMessage, ClientMessage, JSONObject, Usage
 from sanctum_proxy.errors import ProxyError
-from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.toolbox import Toolbox
 
-if TYPE_CHECKING:  # constraint.py reads this module's Plan
-    from sanctum_proxy.repair.constraint import Constraint
+if TYPE_CHECKING:  # constrain.py reads this module's Plan
+    from sanctum_proxy.repair import constrain as cn
+    from sanctum_proxy.repair.constrain import Constraint
 
 Mode = Literal["native", "prompted"]
 

@@ -14,7 +14,7 @@ from sanctum_proxy.core.calls import Problem, Tool, ToolCall, content_text
 from sanctum_proxy.core.shapes import ChatMessage, JSONObject, ToolCallWire
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
-from sanctum_proxy.repair.constraint import Constraint
+from sanctum_proxy.repair.constrain import Constraint
 from sanctum_proxy.repair.grounding import Evidence, key, leaves, loads, traced, users
 from sanctum_proxy.repair.loop_data import Answer, Mode, Plan
 from sanctum_proxy.repair.mend import assess, native_call_text

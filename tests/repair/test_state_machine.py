@@ -12,7 +12,7 @@ import pytest
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError, UpstreamError, UpstreamUnreachable
 from sanctum_proxy.repair.answers import READ_FROM_ERROR
-from sanctum_proxy.repair.constraint import decoded
+from sanctum_proxy.repair.constrain import decoded
 from sanctum_proxy.repair.loop import (
     Accept,
     AskForText,
