@@ -15,8 +15,8 @@ from sanctum_proxy.core.shapes import ChatMessage, JSONObject
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair.grammar import GrammarTooLarge, gbnf
 from sanctum_proxy.repair.loop_data import Answer, Mode, Plan
-from sanctum_proxy.repair.reading import object_keys
 from sanctum_proxy.repair.toolbox import Toolbox
+from sanctum_proxy.repair.validate import object_keys
 
 Constrain = Literal["off", "repair", "always"]
 SCHEMA_NAME = "sanctum_answer"

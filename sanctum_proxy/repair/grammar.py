@@ -10,8 +10,8 @@ import orjson
 from sanctum_proxy.codecs.base import gbnf_literal as _literal
 from sanctum_proxy.codecs.registry import FORMATS
 from sanctum_proxy.core.shapes import JSONObject
-from sanctum_proxy.repair.reading import object_keys, typed_values
 from sanctum_proxy.repair.toolbox import Toolbox
+from sanctum_proxy.repair.validate import object_keys, typed_values
 
 # Which formats declare none: docs/decisions-repair.md.
 GRAMMAR_FORMATS = frozenset(name for name, fmt in FORMATS.items() if fmt.grammar is not None)
@@ -108,7 +108,7 @@ class _Rules:
 
 
 class _Schema:
-    """One tool's arguments schema as grammar rules, read as validation reads it (reading.py)."""
+    """One tool's arguments schema as grammar rules, read as validation reads it."""
 
     def __init__(self, rules: _Rules, root: Any) -> None:
         self.rules = rules

@@ -15,9 +15,8 @@ from jsonschema.protocols import Validator
 from sanctum_proxy.core.calls import Problem, Tool
 from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.core.tool_names import resolve_name
-from sanctum_proxy.repair.reading import Keys, object_keys
 from sanctum_proxy.repair.schemas import branches, check_schema, refusal, validator_for
-from sanctum_proxy.repair.validate import problems_for
+from sanctum_proxy.repair.validate import Keys, object_keys, problems_for
 
 _NO_CONSTRAINTS: JSONObject = {"type": "object", "additionalProperties": True}
 BOOKS_KEPT = 64  # least recently used dropped first
