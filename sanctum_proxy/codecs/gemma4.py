@@ -60,8 +60,7 @@ class _Unread(Exception):
 
 
 class _Reader:
-    """A recursive-descent reader of Gemma 4 values over one text, from a position on (each character read
-    once: linear)."""
+    """A recursive-descent reader of Gemma 4 values, each character read once."""
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -75,8 +74,7 @@ class _Reader:
             raise _Unread
 
     def next_stop(self, j: int) -> int:
-        """Where the next `,}])<` at or after j is (len(text) when none): a search is reused while j has
-        not passed what it found, so unclosed values from many openers never rescan the rest of the text."""
+        """Where the next `,}])<` at or after j is; a search is reused until j passes it."""
         start, at = self._stop
         if not start <= j <= at:
             m = _STOP.search(self.text, j)
@@ -156,8 +154,7 @@ class _Reader:
             return m.group()[1:-1], m.end()
 
     def word(self, k: int, stops: str) -> tuple[Any, int]:
-        """An unquoted value: to the next `,key:` inside an object (a comma in a stripped string stays in
-        it), to the next comma in a list, or to the closing bracket."""
+        """An unquoted value: to the next `,key:` in an object, the next comma in a list, or the bracket."""
         text = self.text
         j = k
         while True:
@@ -233,8 +230,7 @@ def _starts_line(text: str, k: int) -> bool:
 
 
 def _marked(reader: _Reader, scan: Scanner, start: int) -> Found:
-    """`<|tool_call>` and the calls up to its `<tool_call|>` (or the next marker, or the end): each one read,
-    or the rest of the block kept as its arguments (repair reports it). An empty block is markup."""
+    """The calls in one `<|tool_call>` block; an unreadable rest is kept as arguments for repair."""
     text = reader.text
     body = start + len(OPEN)
     close, nxt = scan.find(CLOSE, body), scan.find(OPEN, body)

@@ -90,8 +90,7 @@ _FIRST = re.compile(r"[ \t]*([A-Za-z_][\w.\-]{0,255}) ")
 
 
 def may_open(start: str, text: str, end: int) -> bool:
-    """Whether a stream start found in `text` (ending at `end`) opens a call: a line's `NAME ` only before
-    `key="`, so prose that opens a line with a tool's name streams on."""
+    """Whether a stream start opens a call: a line's `NAME ` only before `key="`."""
     return not (start.startswith("\n") and start.endswith(" ")) or _KEY_OPEN.match(text, end) is not None
 
 

@@ -48,10 +48,7 @@ def candidates(
     payload: str, *, source: str, names: frozenset[str], explicit: bool, repairs: tuple[str, ...] = (),
     whole: bool = True,
 ) -> list[Candidate] | None:
-    """The calls in one JSON payload (decoded leniently): [] when it holds none, None when it is not JSON. A payload
-    whose strings hold bare quotes or raw newlines is read by `loose_json` where that reading is the only one
-    (before json_repair's guess, which may cut a string's end); `whole`: the payload is the value and nothing
-    after it (not the rest of a text)."""
+    """The calls in one JSON payload, read leniently: [] for none, None when it is not JSON."""
     decoded = decode(payload)
     if whole and (not isinstance(decoded, Decoded) or "json_repair" in decoded.repairs):
         opener = len(payload) - len(payload.lstrip())
@@ -210,8 +207,7 @@ _LIST_OPEN = re.compile(r"\[\s*\Z")
 
 
 def _in_unclosed_lists(text: str, out: list[Found]) -> list[Found]:
-    """A call right after a `[` that never closes (a list of calls cut short) starts at that `[`: it is the
-    call's markup, not content."""
+    """A call right after a `[` that never closes starts at that `[`: the call's markup."""
     for i, f in enumerate(out):
         bracket = _LIST_OPEN.search(text, max(0, f.start - 64), f.start)
         if bracket is not None and value_end(text, bracket.start()) is None:
@@ -303,8 +299,7 @@ def _skip(pattern: re.Pattern[str], text: str, pos: int) -> int:
 
 
 def _closer_ahead(text: str, pos: int, closers: tuple[str, ...], stops: tuple[str, ...]) -> bool:
-    """Whether a closing tag comes later, before the next call tag: then what lies between is broken
-    JSON belonging to this call; otherwise it is prose after the call."""
+    """Whether a closing tag comes before the next call tag: then what lies between is this call's."""
     stop = min((i for s in stops if (i := text.find(s, pos)) >= 0), default=len(text))
     return any(0 <= text.find(c, pos, stop) for c in closers)
 
@@ -323,8 +318,7 @@ _NAME_GUESS = re.compile(r"""["']name["']\s*:\s*["']([^"'\n]{1,256})["']""")
 
 
 def _explicit(payload: str, source: str, names: frozenset[str], repairs: tuple[str, ...]) -> list[Candidate]:
-    """Calls in payload inside call markup; one that cannot be read becomes a candidate with its text as
-    arguments, so that repair reports it (malformed_json, or unknown_spell) rather than losing it."""
+    """Calls inside call markup; an unreadable one keeps its text as arguments, for repair to report."""
     calls = candidates(payload, source=source, names=names, explicit=True, repairs=repairs)
     if calls or (calls is not None and payload.strip("[]{} \n\t\r") == ""):
         return calls  # `functools[]`: markup with no call in it

@@ -68,10 +68,7 @@ def _call(scan: Scanner, m: re.Match[str]) -> tuple[int, Candidate]:
 
 
 def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[str]]:
-    """`<parameter=name>value</parameter>` pairs from k on (found with the Scanner: a lazy regex, or str.find
-    from each opener, would rescan the rest of the text for every missing closer). A value whose
-    `</parameter>` is left out ends where the next tag begins, or at the end of the text (then the answer
-    holds nothing else: a cut answer's value is refused by repair, `unclosed_at_end`)."""
+    """`<parameter=name>value</parameter>` pairs from k on; an unclosed value ends at the next tag."""
     text = scan.text
     args: dict[str, JSONValue] = {}
     repairs: list[str] = []
@@ -112,8 +109,7 @@ def laid_out(value: str) -> str:
 
 
 def _unclosed_value(value: str) -> str:
-    """A value without its closer: the blanks after `<parameter=...>` (a space, or the template's newline)
-    and before the next tag (the newlines the closer would have followed) are layout, not the value."""
+    """A value without its closer, less the layout blanks around it."""
     lead = _LEAD.match(value)
     return value[lead.end() if lead else 0 :].rstrip()
 
@@ -122,8 +118,7 @@ _CUTS = ("</function>", "<parameter=", "</tool_call>", "<function=", "<tool_call
 
 
 def _next_tag(scan: Scanner, pos: int, close: int) -> int:
-    """Where the next tag that ends an unclosed value begins (`</function>`, the next `<parameter=`, the
-    call's wrapper or the next call), if before `close` (or close is -1)."""
+    """Where the next tag ending an unclosed value begins, if before `close`."""
     limit = close if close >= 0 else len(scan.text)
     hits = [i for t in _CUTS if (i := scan.find(t, pos)) >= 0 and i < limit]
     return min(hits) if hits else -1
