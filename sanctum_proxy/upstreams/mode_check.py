@@ -1,0 +1,74 @@
+"""The proxy's own tools request, sent before auto mode flips a model for every client.
+
+A client's request that failed only tells this request to go prompted: the client wrote its text, may have led
+the model to fail, and the upstream may quote it. The shared flip waits for the upstream's answer to a request
+the proxy wrote whole, so no text a client controls decides it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from sanctum_proxy.core.shapes import JSONObject
+from sanctum_proxy.errors import ProxyError, UpstreamError
+from sanctum_proxy.repair.upstream_errors import Verdict, classify
+from sanctum_proxy.upstreams.auto_mode import PARSE_FAILURES, ModeBook
+
+CHECK_TOOL: JSONObject = {"type": "function", "function": {
+    "name": "sanctum_check", "description": "Confirms that tools work.",
+    "parameters": {"type": "object", "properties": {}}}}
+
+
+class Chatter(Protocol):
+    async def chat(self, body: JSONObject) -> object: ...
+
+
+def check_body(model: str) -> JSONObject:
+    return {"model": model, "messages": [{"role": "user", "content": "Call sanctum_check now."}],
+            "tools": [CHECK_TOOL], "max_tokens": 64, "stream": False}
+
+
+async def verdict(upstream: Chatter, model: str, timeout: float) -> Verdict | None:
+    """What the upstream's answer to the proxy's own tools request says; None: tools work, or no answer."""
+    body = check_body(model)
+    try:
+        async with asyncio.timeout(timeout):
+            reply = await upstream.chat(body)
+    except UpstreamError as error:
+        return classify(error, body)
+    except (TimeoutError, ProxyError):
+        return None
+    return "upstream_parse_failure" if _empty(getattr(reply, "body", None)) else None
+
+
+def _empty(answer: object) -> bool:
+    """An answer with neither a call nor text, not cut by max_tokens: Ollama's when its parser drops a call."""
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message = choice.get("message")
+    if not isinstance(message, dict) or choice.get("finish_reason") == "length":
+        return False
+    content = message.get("content")
+    return not message.get("tool_calls") and not (isinstance(content, str) and content.strip())
+
+
+async def learned(modes: ModeBook, upstream: Chatter, key: str, model: str, what: str, timeout: float) -> None:
+    """A client's round taught `what` (tools_rejected or upstream_parse_failure): flip the model for everyone
+    only where the proxy's own request confirms it; one check per (upstream, model) at a time."""
+    if what == "upstream_parse_failure" and not modes.parse_failure(key, model):
+        return
+    pair = (key, model)
+    if pair in modes.checking:
+        return
+    modes.checking.add(pair)
+    try:
+        found = await verdict(upstream, model, timeout)
+    finally:
+        modes.checking.discard(pair)
+    if found == "tools_unsupported":
+        modes.settle(key, model, "prompted", "tools_rejected")
+    elif found == "upstream_parse_failure":
+        modes.settle(key, model, "prompted", PARSE_FAILURES)
+    elif what == "upstream_parse_failure":
+        modes.forgive(key, model)  # the count starts again: the next check waits for `threshold` more
