@@ -207,8 +207,9 @@ def test_slow_bodies_past_max_connections_leave_room_for_other_clients(fake, par
         try:
             fake[0].push(Step(body=completion("hello")))
             latency = healthz_latency(server.port)
-            r = httpx.post(server.url + "/v1/chat/completions", timeout=10,
-                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as other:  # another client
+                r = other.post(server.url + "/v1/chat/completions", timeout=10,
+                               json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
         finally:
             for sock in slow:
                 sock.close()
@@ -246,3 +247,65 @@ def test_pipelined_requests_are_still_answered_in_order(quick):
         data += piece
     sock.close()
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", data) == [b"200", b"404", b"200"], data
+
+
+SLOW_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+             b"content-length: %d\r\n%s\r\n")
+ASK_BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+def slow_body(port: int, source: str = "127.0.0.1", key: bytes = b"") -> socket.socket:
+    """A connection from `source` whose request body has begun and stops after its first byte."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    auth = b"authorization: Bearer %s\r\n" % key if key else b""
+    sock.sendall(SLOW_HEAD % (len(ASK_BODY), auth) + ASK_BODY[:1])
+    return sock
+
+
+def statuses(socks: list[socket.socket]) -> list[int]:
+    """The status each connection was answered with (0: none within a second, or closed without one)."""
+    found = []
+    for sock in socks:
+        sock.settimeout(1)
+        try:
+            head = sock.recv(65536)
+        except (TimeoutError, OSError):
+            head = b""
+        match = re.match(rb"HTTP/1\.1 (\d{3})", head)
+        found.append(int(match.group(1)) if match else 0)
+    return found
+
+
+@pytest.mark.parametrize(("parser", "by"), [("h11", "key"), ("httptools", "key"), ("httptools", "address")])
+def test_one_clients_slow_bodies_take_only_its_share_and_never_another_clients_upload(fake, parser, by):
+    """Another client's slow upload, begun first, was the connection closed to make room for the flood."""
+    from tests.fakes.upstream import Step, completion
+
+    flags = {"api_keys": ["greedy", "polite"]} if by == "key" else {}
+    polite: dict[str, Any] = {"key": b"polite"} if by == "key" else {"source": "127.0.0.2"}
+    greedy: dict[str, Any] = {"key": b"greedy"} if by == "key" else {"source": "127.0.0.3"}
+    with serve(fake, parser, max_connections=8, body_read_timeout=60, **flags) as server:
+        server.server.config.limit_concurrency = 8
+        upload = slow_body(server.port, **polite)
+        time.sleep(0.2)
+        flood = []
+        for _ in range(30):
+            flood.append(slow_body(server.port, **greedy))
+            time.sleep(0.01)
+        try:
+            latency = healthz_latency(server.port)
+            fake[0].push(Step(body=completion("hello")), Step(body=completion("again")))
+            upload.sendall(ASK_BODY[1:])
+            upload.settimeout(10)
+            answered = read_answer(upload)
+            refused = statuses(flood)
+            other = httpx.post(server.url + "/v1/chat/completions", content=ASK_BODY, timeout=10, headers={
+                "content-type": "application/json", **({"authorization": "Bearer polite"} if by == "key" else {})})
+        finally:
+            upload.close()
+            for sock in flood:
+                sock.close()
+    assert answered.startswith(b"HTTP/1.1 200"), answered  # the upload begun first was closed before
+    assert other.status_code == 200, other.text
+    assert refused.count(503) >= 20, refused  # past its share (2 of 8) at once, in the protocol's shape
+    assert latency < 0.5, latency

@@ -10,19 +10,42 @@ saturated proxy still says it lives and shows why.
 
 Every open connection is then bounded: one still sending its head is closed to make room (header_timeout.py),
 one with a request in flight counts here, one idle between requests closes after uvicorn's keep-alive timeout.
+
+Bodies still arriving are counted per client (`owner`: the key it presents where the proxy has keys, else its
+address): one client's may hold at most a BODY_SHARE-th of the limit (at least 2), its next request is refused
+at once, so one client's slow bodies cannot fill the limit for everyone.
 """
 
 from __future__ import annotations
 
 import resource
+from collections import Counter
+from typing import Any
 
 import orjson
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import Overloaded
 from sanctum_proxy.web.client_protocols import ProtocolTable
 
 ALWAYS_ANSWERED = frozenset({"/healthz", "/metrics"})
+BODY_SHARE = 4  # of max_connections, the most one client's bodies still arriving may hold
+
+
+def owner(headers: Any, address: Any, keyed: bool) -> bytes:
+    """Whose share a request counts against: the key it presents (where keys are checked), else its address."""
+    if keyed:
+        found: dict[bytes, bytes] = dict(headers or ())
+        scheme, _, token = found.get(b"authorization", b"").partition(b" ")
+        key = token.strip() if scheme.lower() == b"bearer" else found.get(b"x-api-key", b"").strip()
+        if key:
+            return b"key:" + key
+    host = address[0] if isinstance(address, (tuple, list)) and address else ""
+    return b"address:" + str(host).encode()
+
+
+def body_share(limit: int) -> int:
+    return max(2, limit // BODY_SHARE)
 
 
 def default_max_connections() -> int:
@@ -36,26 +59,56 @@ def default_max_connections() -> int:
 class ConnectionLimit:
     """ASGI middleware: at most `limit` HTTP requests in flight; past it a 503 at once (ALWAYS_ANSWERED excepted)."""
 
-    def __init__(self, app: ASGIApp, limit: int, table: ProtocolTable, retry_after: int = 1) -> None:
+    def __init__(self, app: ASGIApp, limit: int, table: ProtocolTable, retry_after: int = 1,
+                 keyed: bool = False) -> None:
         self.app, self.limit, self.table, self.retry_after = app, limit, table, retry_after
+        self.keyed, self.share = keyed, body_share(limit)
         self.in_flight = 0
+        self.arriving: Counter[bytes] = Counter()  # per owner, requests whose body has not all arrived
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.limit and scope["path"] not in ALWAYS_ANSWERED:
-            await self._refuse(send, scope["path"])
-            return
+        path = scope["path"]
+        if path not in ALWAYS_ANSWERED:
+            if self.in_flight >= self.limit:
+                await self._refuse(send, path, f"Too many connections in use (limit {self.limit} per proxy "
+                                               "process, max_connections)")
+                return
+            who = owner(scope.get("headers"), scope.get("client"), self.keyed)
+            if self.arriving[who] >= self.share:
+                await self._refuse(send, path, f"Too many request bodies still arriving from this client (at most "
+                                               f"{self.share}, a share of max_connections)")
+                return
+        else:
+            who = b""
         self.in_flight += 1
+        self.arriving[who] += 1
+        arrived = False
+
+        async def counted() -> Message:
+            nonlocal arrived
+            message = await receive()
+            if not arrived and not message.get("more_body", False):
+                arrived = True
+                self._arrived(who)
+            return message
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, counted, send)
         finally:
             self.in_flight -= 1
+            if not arrived:
+                self._arrived(who)
 
-    async def _refuse(self, send: Send, path: str) -> None:
-        error = Overloaded(f"Too many connections in use (limit {self.limit} per proxy process, max_connections); "
-                           f"retry after {self.retry_after} s")
+    def _arrived(self, who: bytes) -> None:
+        self.arriving[who] -= 1
+        if self.arriving[who] <= 0:
+            del self.arriving[who]
+
+    async def _refuse(self, send: Send, path: str, why: str) -> None:
+        error = Overloaded(f"{why}; retry after {self.retry_after} s")
         body = orjson.dumps(self.table.error_body(path, error))
         await send({"type": "http.response.start", "status": error.status, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

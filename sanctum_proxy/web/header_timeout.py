@@ -23,8 +23,9 @@ being answered hears of its client's leaving.
 Room: uvicorn's `limit_concurrency` (the setting `max_connections`) bounds requests, but every slow connection
 still holds a file descriptor, and at the process's open-file limit nothing is accepted at all. So when a new
 connection would reach the limit, the connection longest in a state with a read deadline (a slow head or body,
-an unread body, an idle one) is closed to make room: connections that send nothing useful cannot crowd out
-those that do. uvicorn's own check (a plain-text 503 past the limit) is taken off: the app refuses requests
+an unread body, an idle one) is closed to make room, taken from the client holding the most such connections
+(connection_limit.owner): connections that send nothing useful cannot crowd out those that do, nor one client's
+slow bodies another's. uvicorn's own check (a plain-text 503 past the limit) is taken off: the app refuses requests
 past it in the protocol's error shape (web/connection_limit.py).
 """
 
@@ -32,12 +33,15 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections import Counter
 from typing import Any, Literal
 
 import h11
 import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
+
+from sanctum_proxy.web.connection_limit import owner
 
 Reading = Literal["head", "body", "done"]
 State = Literal["head", "body", "drain", "idle"] | None
@@ -64,7 +68,9 @@ class HeadDeadline:
     body_seconds: float = 31.0
     write_seconds: float = 60.0
     max_head_bytes: int = 64 * 1024
+    keyed: bool = False  # client keys are checked: a presented key names the client (connection_limit.owner)
     server_state: ServerState
+    client: Any
     connections: set[Any]
     limit_concurrency: int | None
     timeout_keep_alive: int
@@ -97,9 +103,24 @@ class HeadDeadline:
         if limit is None:
             return
         excess = len(self.connections) - limit + 1
-        for other in list(self._waiting())[:max(0, excess)]:
-            if other is not self:
-                other._too_slow()
+        waiting = [other for other in self._waiting() if other is not self]
+        if excess <= 0 or not waiting:
+            return
+        owners = {other: other._owner() for other in waiting}
+        held = Counter(owners.values())
+        for _ in range(min(excess, len(waiting))):
+            most = max(held, key=lambda who: held[who])  # ties: the client seen first, longest waiting
+            oldest = next(other for other in owners if owners[other] == most)
+            del owners[oldest]
+            held[most] -= 1
+            if not held[most]:
+                del held[most]
+            oldest._too_slow()
+
+    def _owner(self) -> bytes:
+        """The client this connection counts for: its key once a head presented one, else its address."""
+        scope = getattr(self.cycle, "scope", None) if self._state in ("body", "drain") else None
+        return owner(scope.get("headers") if scope else None, self.client, self.keyed)
 
     def _settle(self) -> None:
         """Arm the deadline of the state the connection is now in (kept as it runs when the state is unchanged)."""
