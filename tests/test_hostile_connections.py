@@ -3,6 +3,7 @@ its request head a size bound, with either HTTP parser. Each test fails without 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import time
@@ -308,4 +309,62 @@ def test_one_clients_slow_bodies_take_only_its_share_and_never_another_clients_u
     assert answered.startswith(b"HTTP/1.1 200"), answered  # the upload begun first was closed before
     assert other.status_code == 200, other.text
     assert refused.count(503) >= 20, refused  # past its share (2 of 8) at once, in the protocol's shape
+    assert latency < 0.5, latency
+
+
+def endless_answer() -> Any:
+    from tests.fakes.upstream import Step
+
+    return Step(chunks=[b'{"choices": [{"message": {"content": "'], endless=b"a", chunk_delay=0.05)
+
+
+def asked(body: bytes) -> bytes:
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(body), body))
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("queued", [8, 64])
+def test_a_client_that_pipelined_many_requests_in_pieces_and_left_still_cancels_the_upstream_call(
+        fake, parser, queued):
+    """Past 4 queued requests reading paused again (and with h11 after the first piece): the leaving went unseen."""
+    from tests.polling import wait_until
+
+    fake[0].push(endless_answer())
+    with serve(fake, parser) as server:
+        sock = connect(server.port)
+        sock.sendall(asked(ASK_BODY))
+        wait_until(lambda: fake[0].requests, 5, "the upstream call")
+        for _ in range(queued):  # one at a time, each after the answer is being made
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            time.sleep(0.01)
+        time.sleep(0.2)
+        sock.close()
+        wait_until(lambda: fake[0].disconnected, 5, "the upstream call to be cancelled")
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_pipelined_requests_past_the_bound_are_refused_and_the_connection_closes(fake, parser):
+    """What waits behind an answer is bounded: a flood of pipelined requests or bytes is not read."""
+    from tests.fakes.upstream import Step, completion
+
+    fake[0].push(Step(body=completion("slow"), delay=0.5))
+    with serve(fake, parser) as server:
+        sock = connect(server.port)
+        sock.sendall(asked(ASK_BODY))
+        time.sleep(0.2)
+        flood = b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n" * 50 + asked(b"x" * (4 * 1024 * 1024))
+        try:
+            sock.sendall(flood)
+        except OSError:
+            pass  # closed once the answers owed were written
+        data = b""
+        sock.settimeout(10)
+        with contextlib.suppress(OSError):
+            while piece := sock.recv(65536):
+                data += piece
+        sock.close()
+        latency = healthz_latency(server.port)
+    answers = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
+    assert answers[0] == b"200" and 1 <= len(answers) <= 5, answers  # the first, and at most 4 queued
     assert latency < 0.5, latency

@@ -16,9 +16,10 @@ blank line between requests, held a connection for ever; these deadlines are not
 Head bound: at most `max_head_bytes` before a head ends, else a 431 and the connection is closed. httptools had
 no bound (a 64 MB header cost seconds of CPU); h11's own (16 KB, a plain-text 400) is set past this one.
 
-Pipelining: uvicorn stops reading while a pipelined request waits (httptools), so a client that left went
-unseen and its upstream call ran on; reading goes on for up to MAX_PIPELINED waiting requests, and the request
-being answered hears of its client's leaving.
+Pipelining: uvicorn stops reading while a pipelined request waits, so a client that left went unseen and its
+upstream call ran on. Reading goes on, and the request being answered hears of its client's leaving. What waits
+is bounded: MAX_PIPELINED requests and MAX_QUEUED_BYTES; past either, the rest is refused: nothing more is read
+into the parser, and the connection closes after the last answer owed.
 
 Room: uvicorn's `limit_concurrency` (the setting `max_connections`) bounds requests, but every slow connection
 still holds a file descriptor, and at the process's open-file limit nothing is accepted at all. So when a new
@@ -46,7 +47,8 @@ from sanctum_proxy.web.connection_limit import owner
 Reading = Literal["head", "body", "done"]
 State = Literal["head", "body", "drain", "idle"] | None
 
-MAX_PIPELINED = 4  # requests queued behind the one being answered while reading goes on (then it pauses)
+MAX_PIPELINED = 4  # requests queued behind the one being answered
+MAX_QUEUED_BYTES = 1024 * 1024  # of pipelined heads and bodies read while an answer is being made
 
 # Per server: its connections in a state with a read deadline, longest first (dict order).
 _WAITING: weakref.WeakKeyDictionary[ServerState, dict[HeadDeadline, None]] = weakref.WeakKeyDictionary()
@@ -70,6 +72,7 @@ class HeadDeadline:
     max_head_bytes: int = 64 * 1024
     keyed: bool = False  # client keys are checked: a presented key names the client (connection_limit.owner)
     server_state: ServerState
+    flow: Any
     client: Any
     connections: set[Any]
     limit_concurrency: int | None
@@ -82,6 +85,8 @@ class HeadDeadline:
     _state: State | Literal["new"] = "new"
     _stall: asyncio.TimerHandle | None = None
     _head_bytes: int = 0
+    _queued_bytes: int = 0
+    _refusing: bool = False  # past the pipelining bound: what the client sends is no longer read
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -156,10 +161,28 @@ class HeadDeadline:
         self.transport.write(too_large_answer(self.max_head_bytes))
         self.transport.close()
 
+    def _refuse_rest(self) -> None:
+        """Past the pipelining bound: read nothing more, answer what is owed, then close."""
+        raise NotImplementedError
+
+    def _behind(self) -> bool:
+        """Bytes now are pipelined behind an answer, bounded by MAX_QUEUED_BYTES (h11 parses them later)."""
+        return False
+
+    def _queued(self, size: int) -> bool:
+        """Count pipelined bytes; False (and the rest refused) past MAX_QUEUED_BYTES."""
+        self._queued_bytes += size
+        if self._queued_bytes > MAX_QUEUED_BYTES:
+            self._refuse_rest()
+            return False
+        return True
+
     def data_received(self, data: bytes) -> None:
         """Feed the parser, at most `max_head_bytes` of a head in all."""
-        while data and not self.transport.is_closing():
-            if self._reading() == "body":
+        if self._refusing:
+            return  # read (a client that leaves is still seen) but never parsed
+        while data and not self.transport.is_closing() and not self._refusing:
+            if self._reading() == "body" or self._behind():
                 piece, data = data, b""
             else:
                 room = self.max_head_bytes - self._head_bytes
@@ -196,6 +219,8 @@ class HeadDeadline:
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
         self._settle()
+        if self._refusing:
+            self.flow.resume_reading()  # uvicorn may have paused for a request that is never read
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -218,11 +243,24 @@ class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]
             return "head"  # a new connection, or a later request's first bytes
         return "done"
 
+    def _behind(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete and self.conn.their_state is h11.DONE
+
     def _feed(self, data: bytes) -> None:
         before = self.cycle
+        answering = before is not None and not before.response_complete
+        if self._behind() and not self._queued(len(data)):
+            return  # pipelined bytes past the bound
         H11Protocol.data_received(self, data)
         if self.cycle is not before:  # a head was read
             self._head_done()
+        elif answering and not self.cycle.response_complete:
+            self.flow.resume_reading()  # h11 paused for the pipelined bytes: a client leaving must be seen
+
+    def _refuse_rest(self) -> None:
+        self._refusing = True
+        self.cycle.keep_alive = False
+        self.flow.resume_reading()
 
 
 HTTPTOOLS: type[asyncio.Protocol] | None = None  # HeaderTimeoutProtocol where httptools is installed
@@ -235,13 +273,23 @@ else:
         """HttpToolsProtocol with the deadlines, the head bound and room kept (module level: workers pickle it)."""
 
         _parsing: Reading = "head"  # what the parser reads now, from its callbacks
-        _running: Any = None  # the cycle being answered while a pipelined request waits
+        _active: Any = None  # the cycle being answered (uvicorn's `cycle` is the last one parsed)
 
         def _reading(self) -> Reading:
             return self._parsing
 
         def _feed(self, data: bytes) -> None:
             HttpToolsProtocol.data_received(self, data)
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            self._active = cycle
+            if not self.pipeline:
+                self._queued_bytes = 0
+            super()._start_asgi_task(cycle, app)
+
+        def _waits(self) -> bool:
+            """The request being parsed is queued behind another."""
+            return bool(self.pipeline) and self.pipeline[0][0] is self.cycle
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -250,19 +298,34 @@ else:
         def on_headers_complete(self) -> None:
             self._parsing = "body"
             self._head_done()
-            running = self.cycle
             super().on_headers_complete()
-            if self.pipeline and running is not None and not running.response_complete:
-                self._running = running  # uvicorn forgets it: its client leaving must still reach it
-                if len(self.pipeline) <= MAX_PIPELINED:
+            if self._waits():
+                if len(self.pipeline) > MAX_PIPELINED:
+                    self._refuse_rest()
+                else:
                     self.flow.resume_reading()  # paused, a client that leaves would go unseen
 
+        def on_body(self, body: bytes) -> None:
+            super().on_body(body)
+            if self._waits() and self._queued(len(body)):
+                self.flow.resume_reading()  # past uvicorn's high-water mark it paused
+
+        def _refuse_rest(self) -> None:
+            """Drop the request being parsed; the last one owed an answer closes the connection."""
+            if self._waits():
+                self.pipeline.popleft()
+            last = self.pipeline[0][0] if self.pipeline else self._active
+            if last is not None:
+                last.keep_alive = False
+            self._refusing = True
+            self.flow.resume_reading()
+
         def connection_lost(self, exc: Exception | None) -> None:
-            running, self._running = self._running, None
+            active = self._active
             super().connection_lost(exc)
-            if running is not None and not running.response_complete:
-                running.disconnected = True
-                running.message_event.set()
+            if active is not None and not active.response_complete:
+                active.disconnected = True
+                active.message_event.set()
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
