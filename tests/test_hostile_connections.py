@@ -368,3 +368,41 @@ def test_pipelined_requests_past_the_bound_are_refused_and_the_connection_closes
     answers = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
     assert answers[0] == b"200" and 1 <= len(answers) <= 5, answers  # the first, and at most 4 queued
     assert latency < 0.5, latency
+
+
+def expecting(path: bytes, body: bytes, key: bytes = b"") -> bytes:
+    auth = b"authorization: Bearer %s\r\n" % key if key else b""
+    return (b"POST %s HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\nexpect: 100-continue\r\n"
+            b"%scontent-length: %d\r\n\r\n" % (path, auth, len(body)))
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("path", [b"/v1/files", b"/v1/chat/completions"])
+def test_expect_100_continue_is_answered_here_and_never_forwarded(fake, parser, path):
+    """`Expect: 100-continue` went on to the upstream with a body the proxy had already read."""
+    with serve(fake, parser) as server:
+        sock = connect(server.port)
+        sock.sendall(expecting(path, ASK_BODY))
+        sock.settimeout(5)
+        interim = sock.recv(65536)
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n"), interim
+        sock.sendall(ASK_BODY)
+        head = b""
+        while b"\r\n\r\n" not in head and (piece := sock.recv(65536)):
+            head += piece
+        sock.close()
+    assert re.match(rb"HTTP/1\.1 20[01] ", head), head
+    headers = fake[0].other_headers[-1] if path == b"/v1/files" else fake[0].chat_headers[-1]
+    assert "expect" not in headers, headers
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_expect_100_continue_refused_before_the_body_gets_the_final_answer_only(fake, parser):
+    with serve(fake, parser, api_keys=["right"]) as server:
+        sock = connect(server.port)
+        sock.sendall(expecting(b"/v1/chat/completions", ASK_BODY, key=b"wrong"))
+        sock.settimeout(5)
+        head = read_answer(sock)
+        sock.close()
+    assert head.startswith(b"HTTP/1.1 401 "), head  # no 100 Continue first: the body is never asked for
+    assert not fake[0].requests

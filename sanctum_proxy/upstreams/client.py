@@ -55,10 +55,11 @@ from sanctum_proxy.upstreams import affinity, ollama_answers, ollama_wire
 from sanctum_proxy.upstreams.ollama_native import NativeRequest
 from sanctum_proxy.upstreams.redaction import ByteStream, DeltaMask, KeyMask
 
-# Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1).
+# Headers that describe one hop's connection, never forwarded (RFC 9110 section 7.6.1); and `expect`: the proxy
+# forwards a body it has read whole, and uvicorn answered the client's 100-continue.
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "transfer-encoding", "upgrade", "host", "content-length",
+    "transfer-encoding", "upgrade", "host", "content-length", "expect",
 })
 MAX_SSE_LINE = 16 * 1024 * 1024
 MAX_ERROR_BODY = 1024 * 1024

@@ -11,7 +11,8 @@ share unless `redis_url` is set: then the share is held across every replica (`s
 and where Redis does not answer each process holds it alone again (fail open, logged).
 A request takes its slot only once its whole body has arrived: the body is read first, within
 `body_read_timeout` (else 408 `request_timeout`) and `max_body_bytes` (else 413), and handed to the app
-as it came, so clients that trickle a body at a byte a second hold no slot from those that do not.
+as it came, so clients that trickle a body at a byte a second hold no slot from those that do not. A key that
+is not a client's is refused before the body is asked for (no `100 Continue`, nothing buffered).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Protocol
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, TooManyRequests, retry_headers
-from sanctum_proxy.web.auth import KeyRing
+from sanctum_proxy.web.auth import KeyRing, key_refused
 from sanctum_proxy.web.client_protocols import ProtocolTable
 from sanctum_proxy.web.json_response import JsonResponse
 
@@ -65,6 +66,10 @@ class ConcurrencyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.table.limited(scope["path"]):
             await self.app(scope, receive, send)
+            return
+        refused = key_refused(self.keys, scope_key(scope)) if self.keys is not None else None
+        if refused is not None:
+            await self._answer(scope, receive, send, refused)
             return
         if self.body_timeout is not None:
             try:
