@@ -171,6 +171,39 @@ def test_more_patterns_than_a_request_may_hold_is_400(make_proxy, fake):
     assert r.status_code == 200, r.text
 
 
+def test_patterns_just_under_re2s_budget_cost_bounded_cpu_and_memory_per_request(make_proxy, fake):
+    """128 patterns of ~33,000 RE2 instructions each (an 8 KB request, under the per-pattern budget) cost over 1 s
+    of CPU a request, and the cache kept ~50 MB of programs; a request's patterns now have a budget in all, and the
+    cache one in instructions."""
+    from sanctum_proxy.repair import schemas
+
+    proxy = make_proxy()
+    cpu = []
+    with Watch(proxy) as watch:
+        for round_ in range(4):  # new patterns every time: nothing cached helps
+            properties = {f"p{i}": {"type": "string", "pattern": "(?i)[\u00c0-\u2c00]{900}" + f"x{round_}_{i}"}
+                          for i in range(128)}
+            began = time.process_time()
+            r = httpx.post(proxy + "/v1/chat/completions", timeout=30,
+                           json={**ASK, "tools": [tool({"type": "object", "properties": properties})]})
+            cpu.append(time.process_time() - began)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+            assert "RE2 instructions in all" in r.json()["error"]["message"]
+    watch.check()
+    assert max(cpu) < 0.5, cpu
+    assert watch.grown < 40, watch.grown  # MB
+    assert schemas.compiled.size <= schemas.MAX_CACHED_PROGRAM
+
+
+def test_many_ordinary_patterns_still_fit_the_budget(make_proxy, fake):
+    kinds = [r"^[a-z0-9_-]{1,64}$", r"^\d{4}-\d{2}-\d{2}$", r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+             r"^[^@\s]+@[^@\s]+\.[^@\s]+$"]
+    properties = {f"p{i}": {"type": "string", "pattern": kinds[i % 4] + f"|^x{i}$"} for i in range(128)}
+    r = httpx.post(make_proxy() + "/v1/chat/completions", timeout=30,
+                   json={**ASK, "tools": [tool({"type": "object", "properties": properties})]})
+    assert r.status_code == 200, r.text
+
+
 # --- 3. traces -----------------------------------------------------------------------------------------------
 
 class CountingDumps:
