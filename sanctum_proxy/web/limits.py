@@ -11,8 +11,8 @@ share unless `redis_url` is set: then the share is held across every replica (`s
 and where Redis does not answer each process holds it alone again (fail open, logged).
 A request takes its slot only once its whole body has arrived: the body is read first, within
 `body_read_timeout` (else 408 `request_timeout`) and `max_body_bytes` (else 413), and handed to the app
-as it came, so clients that trickle a body at a byte a second hold no slot from those that do not. A key that
-is not a client's is refused before the body is asked for (no `100 Continue`, nothing buffered).
+as it came, so clients that trickle a body at a byte a second hold no slot from those that do not. A request
+whose key is not a client's goes on unread and slot-free: its 401 comes before the body is asked for.
 """
 
 from __future__ import annotations
@@ -67,9 +67,8 @@ class ConcurrencyLimit:
         if scope["type"] != "http" or not self.table.limited(scope["path"]):
             await self.app(scope, receive, send)
             return
-        refused = key_refused(self.keys, scope_key(scope)) if self.keys is not None else None
-        if refused is not None:
-            await self._answer(scope, receive, send, refused)
+        if self.keys is not None and key_refused(self.keys, scope_key(scope)) is not None:
+            await self.app(scope, receive, send)  # its 401 comes before the body is read, slot-free
             return
         if self.body_timeout is not None:
             try:
