@@ -12,6 +12,7 @@ import os
 import random
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -231,6 +232,27 @@ def test_clipping_a_trace_writes_it_at_most_twice(monkeypatch, shape):
     assert counting.calls <= 2, counting.calls  # it was 11 (short strings) and 5 (long ones)
     assert len(orjson.dumps(out)) <= 256 * 1024
     assert out["clipped"].startswith("metadata only" if shape == "short strings" else "strings over")
+
+
+def on_disk(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def test_the_trace_store_on_disk_stays_near_traces_max_bytes_between_prunes(make_proxy, fake, tmp_path):
+    """Pruned once a second, a store of 1 MiB grew to many MiB on disk (file and write-ahead log) under a burst of
+    large requests; it is now pruned after every quarter of its budget written."""
+    path = tmp_path / "traces.sqlite3"
+    budget = 1024 * 1024
+    proxy = make_proxy(traces_path=str(path), traces_max_bytes=budget, traces_max_count=100_000)
+    body = {**ASK, "messages": [{"role": "user", "content": "x" * 150_000}]}
+    peak = 0
+    with httpx.Client(base_url=proxy, timeout=30) as client:
+        for _ in range(60):
+            assert client.post("/v1/chat/completions", json=body).status_code == 200
+            peak = max(peak, on_disk(path))
+        wait_until(lambda: client.get("/sanctum/traces?limit=1").json()["data"], 10, "the writer")
+    peak = max(peak, on_disk(path))
+    assert peak < 3 * budget, f"{peak / MB:.1f} MB on disk for a budget of 1 MiB"
 
 
 def test_queued_traces_hold_at_most_traces_queue_bytes():
