@@ -67,10 +67,15 @@ def assembler_for(body: JSONObject, lead: bool, names: frozenset[str] = frozense
 
 async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObject]], assembler: Assembler,
                      live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
-    """One round's chunks through the assembler, closing `opened` at the end."""
+    """One round's chunks through the assembler, closing `opened` at the end. Chunks already buffered are read
+    without a pause, so the loop is let go every TURN_SECONDS (a held call's deltas write nothing to the client)."""
     async with opened as chunks:
         yield ContentDelta("")
+        turned = time.perf_counter()
         async for piece in chunks:
+            if time.perf_counter() - turned > TURN_SECONDS:
+                await asyncio.sleep(0)
+                turned = time.perf_counter()
             told = bool(assembler.meta)
             text = assembler.feed(piece)
             if live and not told and assembler.meta:
