@@ -20,8 +20,8 @@ from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state.replicated import SharedState
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import CapabilityBook
-from sanctum_proxy.upstreams.client import Limits, Upstream
 from sanctum_proxy.upstreams.pools import UpstreamPools, model_names
+from sanctum_proxy.upstreams.upstream import Limits, Upstream
 from sanctum_proxy.web.access_log import AccessLog
 from sanctum_proxy.web.auth import KeyRing
 from sanctum_proxy.web.connection_limit import ConnectionLimit, default_max_connections

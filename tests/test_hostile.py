@@ -277,7 +277,7 @@ def test_upstream_key_echoed_in_a_2xx_answer_is_redacted_in_pass_through_and_cha
 def test_a_key_split_between_relayed_chunks_is_still_redacted(cut):
     import asyncio
 
-    from sanctum_proxy.upstreams.client import _redacted
+    from sanctum_proxy.upstreams.relay import redacted
 
     key = UPSTREAM_KEY.encode()
     text = b"a" * 7 + key + b"b" + key[:5] + b"xx" + key
@@ -288,7 +288,7 @@ def test_a_key_split_between_relayed_chunks_is_still_redacted(cut):
             yield piece
 
     async def joined() -> bytes:
-        return b"".join([piece async for piece in _redacted(chunks(), key)])
+        return b"".join([piece async for piece in redacted(chunks(), key)])
 
     assert asyncio.run(joined()) == b"a" * 7 + b"***b" + key[:5] + b"xx***"
 

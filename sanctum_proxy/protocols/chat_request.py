@@ -76,10 +76,6 @@ class ChatRequest:
         return replace(self, body=body)
 
 
-def parse_chat_request(raw: bytes, headers: Mapping[str, str], settings: Settings) -> ChatRequest:
-    return chat_request(json_object(raw), headers, settings)
-
-
 def json_object(raw: bytes) -> JSONObject:
     """A request body that must be one JSON object (400 otherwise)."""
     try:

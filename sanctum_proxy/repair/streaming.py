@@ -183,6 +183,8 @@ class Assembler:
         """Take one upstream chunk; return the content that may be shown now ("" for none)."""
         if not self.meta:
             self.meta = answer_meta(chunk)
+        elif not self.meta.get("system_fingerprint") and chunk.get("system_fingerprint"):
+            self.meta["system_fingerprint"] = cast("str", chunk["system_fingerprint"])  # named after the first chunk
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = cast("Usage", usage)  # as the upstream sent it: its readers check (repair/usage.py)

@@ -17,9 +17,13 @@ from sanctum_proxy.repair import surrender
 from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, Lesson, RoundRecord, Sender, note
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.routes import context
 from sanctum_proxy.services import Services, destination, services
+from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
-from sanctum_proxy.upstreams import context, mode_check
+from sanctum_proxy.upstreams import mode_check
+from sanctum_proxy.upstreams.upstream import Upstream
+from sanctum_proxy.web.auth import presented_key
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
 Recorded = Callable[[RoundRecord], None]
@@ -27,16 +31,8 @@ Recorded = Callable[[RoundRecord], None]
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
     """`run(plan, send)` with lessons kept, surrender handled, rounds and end traced."""
-    return _shown(services(request), plan, run(plan, fitted(request, plan, send)),
+    return _shown(services(request), plan, run(plan, context.first_round_checked(request, plan, send)),
                   lambda record: record_round(request, record), destination(request).upstream, request)
-
-
-def fitted(request: Request, plan: Plan, send: Sender) -> Sender:
-    """`send` with its first round checked against the model's context where the probe learnt it."""
-    state, dest = services(request), destination(request)
-    caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
-    return context.fitted(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
-                          state.settings.probe_timeout)
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
@@ -60,7 +56,7 @@ def recorder_of(request: Request) -> Callable[[RoundRecord, int], None]:
 
 
 async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], recorded: Recorded,
-                 upstream: mode_check.Chatter, traced: Request | None = None) -> AsyncIterator[Shown]:
+                 upstream: Upstream, traced: Request | None = None) -> AsyncIterator[Shown]:
     """The loop's events as the client sees them, in one generator layer since every chunk passes each layer.
 
     Keeps lessons, hands records on, and turns a parse error into the last call when `on_surrender` is "last_call".
@@ -92,12 +88,15 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                         trace.first_chunk_ms, first = (time.perf_counter() - trace.started) * 1000, False
                     yield event
                     shown = True
-        except ToolCallParseError as exc:
+        except ToolCallParseError as caught:
+            exc = surrendered.told(caught, plan)
             # the last answer is read again for its calls: off the event loop, as the loop judges a long answer
             final = (await offloaded(surrender.last_call, plan, records, exc, omens)
                      if plan.on_surrender == surrender.LAST_CALL else None)
             if final is None:
-                raise
+                if traced is not None:  # a client that retries errors sends it again: one round then
+                    surrendered.remember(plan, state.surrendered, presented_key(traced.scope))
+                raise exc from None
             if trace is not None:
                 trace.omens.append(final.omens[-1])
             yield final.omens[-1]
@@ -113,7 +112,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
         state.recorder.ended(trace, None, shown)
 
 
-async def keep(state: Services, plan: Plan, lesson: Lesson, upstream: mode_check.Chatter) -> None:
+async def keep(state: Services, plan: Plan, lesson: Lesson, upstream: Upstream) -> None:
     """Remember a lesson for (plan.upstream, plan.model); a flip to prompted only once the proxy's own request
     confirms it."""
     if lesson.what in ("tools_rejected", "upstream_parse_failure"):
@@ -128,5 +127,5 @@ async def keep(state: Services, plan: Plan, lesson: Lesson, upstream: mode_check
 def succeeded(state: Services, plan: Plan, final: Final) -> None:
     """The upstream's own native calls, whole: a flip of this model to prompted ends."""
     calls = final.accepted.get("tool_calls") if final.accepted is not None else None
-    if final.mode == "native" and plan.book is not None and calls and final.outcome == "clean":
+    if final.mode == "native" and plan.book is not None and calls and final.outcome is om.Outcome.CLEAN:
         state.modes.revoke(plan.upstream, plan.model)

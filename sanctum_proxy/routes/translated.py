@@ -28,7 +28,6 @@ from sanctum_proxy.routes.chat import (
     answer_headers,
     final_answer,
     off_loop_if_heavy,
-    read_body,
     split_message,
     start_rounds,
 )
@@ -41,6 +40,7 @@ from sanctum_proxy.upstreams import tokens
 from sanctum_proxy.web.auth import check_client_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
+from sanctum_proxy.web.limits import request_body
 
 router = APIRouter()
 
@@ -76,7 +76,7 @@ async def count_tokens(request: Request) -> Response:
         return await passthrough("messages/count_tokens", request)
     try:
         check_client_key(request)
-        chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
+        chat = await off_loop_if_heavy(request_body(request),
                                        lambda body: _counted(body, request.headers, settings))
         destination = services(request).pools.destination(chat.model)
         upstream = destination.upstream
@@ -103,7 +103,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     request.state.protocol = dialect.name
     try:
         check_client_key(request)
-        body, chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
+        body, chat = await off_loop_if_heavy(request_body(request),
                                              lambda body: _read(dialect, body, request.headers, settings))
         rounds = await start_rounds(request, chat, settings)
         opening = (*dialect.opening(body), *rounds.plan.opening_omens)
@@ -160,7 +160,7 @@ def _response(body: JSONObject, rounds: Rounds, final: Final, reply: Reply) -> J
 
 def _responses_writer(body: JSONObject, rounds: Rounds) -> ResponsesWriter:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
-    return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
+    return ResponsesWriter(base, rounds.trace_id, rounds.trace_id,
                            lambda final: reply_of(rounds, final), logprobs=responses_api.wants_logprobs(body),
                            split_reasoning=rounds.split_reasoning,
                            namespaced=responses_api.namespaced_names(body))
@@ -187,7 +187,7 @@ def _messages_writer(body: JSONObject, rounds: Rounds) -> MessagesWriter:
     start: JSONObject = {
         "id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _asked_model(body),
         "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
-    return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final),
+    return MessagesWriter(start, rounds.trace_id, lambda final: reply_of(rounds, final),
                           split_reasoning=rounds.split_reasoning)
 
 

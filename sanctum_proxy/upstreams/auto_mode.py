@@ -1,12 +1,8 @@
-"""Auto mode's memory: which (upstream, model) pairs go prompted, and for what reason. Which upstream errors
-mean "this server cannot do tools" or "it could not parse its own model's call" is read by
-repair/upstream_errors.py; the round loop yields what it learned and routes/rounds.py writes it here.
+"""Auto mode's memory: which (upstream, model) pairs go prompted, and why.
 
-Parse failures decay: only those within `parse_failure_window_seconds` count toward the threshold, and a model
-they flipped goes back to native after `parse_failure_flip_seconds` (any client can make its model fail to
-parse, so no client's failures may flip a model for everyone for good). A flip follows only the upstream's
-answer to the proxy's own request (upstreams/mode_check.py), lasts at most FLIP_SECONDS whatever its reason,
-and a native success of the same model revokes it.
+Parse failures decay: any client can make its model fail to parse, so none may flip a model for good. A flip
+follows only the upstream's answer to the proxy's own request (mode_check.py), lasts at most FLIP_SECONDS, and a
+native success of the same model revokes it.
 """
 
 from __future__ import annotations
@@ -47,9 +43,7 @@ class Decision:
 
 
 class ModeBook:
-    """Per-(upstream, model) decisions of auto mode, kept in a `Table`: this process' own by default, or
-    one shared through Redis by every replica (sanctum_proxy.state.replicated). Reads and writes are synchronous
-    either way; the shared table sends writes on in the background."""
+    """Per-(upstream, model) decisions in a `Table`, this process' own or shared by replicas through Redis."""
 
     def __init__(self, *, recheck_seconds: float | None = None, parse_failure_threshold: int = 3,
                  clock: Callable[[], float] = time.time, table: Table | None = None,

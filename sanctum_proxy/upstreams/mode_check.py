@@ -8,20 +8,17 @@ the proxy wrote whole, so no text a client controls decides it.
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
 
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError, UpstreamError
 from sanctum_proxy.repair.upstream_errors import Verdict, classify
 from sanctum_proxy.upstreams.auto_mode import PARSE_FAILURES, ModeBook
+from sanctum_proxy.upstreams.chat_rounds import chat
+from sanctum_proxy.upstreams.upstream import Upstream
 
 CHECK_TOOL: JSONObject = {"type": "function", "function": {
     "name": "sanctum_check", "description": "Confirms that tools work.",
     "parameters": {"type": "object", "properties": {}}}}
-
-
-class Chatter(Protocol):
-    async def chat(self, body: JSONObject) -> object: ...
 
 
 def check_body(model: str) -> JSONObject:
@@ -29,17 +26,17 @@ def check_body(model: str) -> JSONObject:
             "tools": [CHECK_TOOL], "max_tokens": 64, "stream": False}
 
 
-async def verdict(upstream: Chatter, model: str, timeout: float) -> Verdict | None:
+async def verdict(upstream: Upstream, model: str, timeout: float) -> Verdict | None:
     """What the upstream's answer to the proxy's own tools request says; None: tools work, or no answer."""
     body = check_body(model)
     try:
         async with asyncio.timeout(timeout):
-            reply = await upstream.chat(body)
+            reply = await chat(upstream, body)
     except UpstreamError as error:
         return classify(error, body)
     except (TimeoutError, ProxyError):
         return None
-    return "upstream_parse_failure" if _empty(getattr(reply, "body", None)) else None
+    return "upstream_parse_failure" if _empty(reply.body) else None
 
 
 def _empty(answer: object) -> bool:
@@ -53,7 +50,7 @@ def _empty(answer: object) -> bool:
     return not message.get("tool_calls") and not (isinstance(content, str) and content.strip())
 
 
-async def learned(modes: ModeBook, upstream: Chatter, key: str, model: str, what: str, timeout: float) -> None:
+async def learned(modes: ModeBook, upstream: Upstream, key: str, model: str, what: str, timeout: float) -> None:
     """A client's round taught `what` (tools_rejected or upstream_parse_failure): flip the model for everyone
     only where the proxy's own request confirms it; one check per (upstream, model) at a time."""
     if what == "upstream_parse_failure" and not modes.parse_failure(key, model):

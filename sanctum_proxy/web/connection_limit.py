@@ -1,19 +1,7 @@
-"""The connection limit `max_connections`: requests in flight per process, answered in the protocol's error shape.
+"""`max_connections`: requests in flight per process, refused in the protocol's shape (not uvicorn's plain text).
 
-uvicorn's own `limit_concurrency` answered past its limit with a plain-text `503 Service Unavailable`, not an
-error an OpenAI or Anthropic client can read. The limit is enforced here instead (web/header_timeout.py takes
-uvicorn's check off and keeps the number to make room among connections still sending their heads): at most
-`limit` requests in flight (a stream until its last byte, a body until it has arrived), the rest get a 503 in
-the endpoint's shape (Anthropic's on /v1/messages) with `Retry-After` and `Connection: close`, so a client
-that keeps a pool of connections lets one go. `/healthz` and `/metrics` count but are never refused: a
-saturated proxy still says it lives and shows why.
-
-Every open connection is then bounded: one still sending its head is closed to make room (header_timeout.py),
-one with a request in flight counts here, one idle between requests closes after uvicorn's keep-alive timeout.
-
-Bodies still arriving are counted per client (`owner`: the key it presents where the proxy has keys, else its
-address): one client's may hold at most a BODY_SHARE-th of the limit (at least 2), its next request is refused
-at once, so one client's slow bodies cannot fill the limit for everyone.
+Bodies still arriving count per client (`owner`: its key where keys are checked, else its address); one client's
+hold at most a BODY_SHARE-th of the limit (at least 2), so its slow bodies cannot fill the limit for everyone.
 """
 
 from __future__ import annotations
@@ -26,20 +14,18 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import Overloaded
+from sanctum_proxy.web.auth import presented_key
 from sanctum_proxy.web.client_protocols import ProtocolTable
 
 ALWAYS_ANSWERED = frozenset({"/healthz", "/metrics"})
 BODY_SHARE = 4  # of max_connections, the most one client's bodies still arriving may hold
 
 
-def owner(headers: Any, address: Any, keyed: bool) -> bytes:
+def owner(scope: Scope | None, address: Any, keyed: bool) -> bytes:
     """Whose share a request counts against: the key it presents (where keys are checked), else its address."""
-    if keyed:
-        found: dict[bytes, bytes] = dict(headers or ())
-        scheme, _, token = found.get(b"authorization", b"").partition(b" ")
-        key = token.strip() if scheme.lower() == b"bearer" else found.get(b"x-api-key", b"").strip()
-        if key:
-            return b"key:" + key
+    key = presented_key(scope) if keyed and scope is not None else b""
+    if key:
+        return b"key:" + key
     host = address[0] if isinstance(address, (tuple, list)) and address else ""
     return b"address:" + str(host).encode()
 
@@ -49,7 +35,7 @@ def body_share(limit: int) -> int:
 
 
 def default_max_connections() -> int:
-    """Half the process's open-file limit (the rest: upstream connections, the trace store, logs), 64 to 65536."""
+    """Half the open-file limit: the rest is for the upstreams, traces and logs."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 65536
@@ -57,7 +43,7 @@ def default_max_connections() -> int:
 
 
 class ConnectionLimit:
-    """ASGI middleware: at most `limit` HTTP requests in flight; past it a 503 at once (ALWAYS_ANSWERED excepted)."""
+    """ASGI middleware: a 503 past `limit`, but for health and metrics."""
 
     def __init__(self, app: ASGIApp, limit: int, table: ProtocolTable, retry_after: int = 1,
                  keyed: bool = False) -> None:
@@ -76,7 +62,7 @@ class ConnectionLimit:
                 await self._refuse(send, path, f"Too many connections in use (limit {self.limit} per proxy "
                                                "process, max_connections)")
                 return
-            who = owner(scope.get("headers"), scope.get("client"), self.keyed)
+            who = owner(scope, scope.get("client"), self.keyed)
             if self.arriving[who] >= self.share:
                 await self._refuse(send, path, f"Too many request bodies still arriving from this client (at most "
                                                f"{self.share}, a share of max_connections)")

@@ -1,33 +1,12 @@
-"""uvicorn's HTTP protocols (httptools and h11) with a deadline on every connection in every state, a bound on
-request heads, and room kept for new connections.
+"""uvicorn's HTTP protocols with a deadline in every connection state, a bound on request heads, and room kept for
+new connections (docs/security.md). One timer per connection, restarted when its state changes, never by data.
 
-States and their deadlines (one timer per connection, restarted only when the state changes, never by data):
-  head    from connecting, or from the first byte of a later request, to the end of its head:
-          `header_read_timeout`;
-  body    from the end of the head to the end of the body while the answer is made: `body_read_timeout` and a
-          second (the app answers 408 first where it reads the body);
-  drain   the answer is written but the body is still unread: uvicorn's keep-alive timeout;
-  idle    between requests: uvicorn's keep-alive timeout;
-  answer  the request is read and its answer is being made: no read deadline (the app's own timeouts hold),
-          but an answer the client takes nothing of for `answer_write_timeout` seconds is dropped.
-uvicorn's own keep-alive timer is cancelled by any byte received, so one unread body byte after an answer, or a
-blank line between requests, held a connection for ever; these deadlines are not.
-
-Head bound: at most `max_head_bytes` before a head ends, else a 431 and the connection is closed. httptools had
-no bound (a 64 MB header cost seconds of CPU); h11's own (16 KB, a plain-text 400) is set past this one.
-
-Pipelining: uvicorn stops reading while a pipelined request waits, so a client that left went unseen and its
-upstream call ran on. Reading goes on, and the request being answered hears of its client's leaving. What waits
-is bounded: MAX_PIPELINED requests and MAX_QUEUED_BYTES; past either, the rest is refused: nothing more is read
-into the parser, and the connection closes after the last answer owed.
-
-Room: uvicorn's `limit_concurrency` (the setting `max_connections`) bounds requests, but every slow connection
-still holds a file descriptor, and at the process's open-file limit nothing is accepted at all. So when a new
-connection would reach the limit, the connection longest in a state with a read deadline (a slow head or body,
-an unread body, an idle one) is closed to make room, taken from the client holding the most such connections
-(connection_limit.owner): connections that send nothing useful cannot crowd out those that do, nor one client's
-slow bodies another's. uvicorn's own check (a plain-text 503 past the limit) is taken off: the app refuses requests
-past it in the protocol's error shape (web/connection_limit.py).
+  Head, body: until its end, `header_read_timeout`, `body_read_timeout` and a second.
+  Drain (answered, body unread), idle: uvicorn's keep-alive timeout.
+  Answer: none; an answer the client takes nothing of is dropped after `answer_write_timeout`.
+Pipelining: reading goes on behind an answer, so a client leaving is seen; at most MAX_PIPELINED requests and
+MAX_QUEUED_BYTES wait, the rest is not read and the connection closes after the answers owed.
+Room: at the connection limit, the oldest read-deadline connection of the client holding the most is closed.
 """
 
 from __future__ import annotations
@@ -50,12 +29,12 @@ State = Literal["head", "body", "drain", "idle"] | None
 MAX_PIPELINED = 4  # requests queued behind the one being answered
 MAX_QUEUED_BYTES = 1024 * 1024  # of pipelined heads and bodies read while an answer is being made
 
-# Per server: its connections in a state with a read deadline, longest first (dict order).
+# Per server: connections with a read deadline, longest first.
 _WAITING: weakref.WeakKeyDictionary[ServerState, dict[HeadDeadline, None]] = weakref.WeakKeyDictionary()
 
 
 def too_large_answer(limit: int) -> bytes:
-    """The 431 for a head over `limit` bytes, in OpenAI's error shape (the endpoint is not known yet)."""
+    """In OpenAI's error shape: the endpoint is not known yet."""
     body = orjson.dumps({"error": {"message": f"request head over {limit} bytes (max_head_bytes)",
                                    "type": "invalid_request_error", "param": None, "code": "head_too_large"}})
     return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
@@ -63,10 +42,10 @@ def too_large_answer(limit: int) -> bytes:
 
 
 class HeadDeadline:
-    """What both protocols share: the deadlines, the head bound and making room. Mixed into a uvicorn protocol."""
+    """Mixed into a uvicorn protocol."""
 
-    # set from the settings before serving (cli.py), in each worker process too
-    seconds: float = 10.0  # head
+    # set from the settings before serving, in each worker process too
+    seconds: float = 10.0
     body_seconds: float = 31.0
     write_seconds: float = 60.0
     max_head_bytes: int = 64 * 1024
@@ -77,7 +56,7 @@ class HeadDeadline:
     connections: set[Any]
     limit_concurrency: int | None
     timeout_keep_alive: int
-    room_limit: int | None = None  # uvicorn's limit_concurrency, kept here for making room
+    room_limit: int | None = None
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
     cycle: Any
@@ -90,7 +69,7 @@ class HeadDeadline:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # uvicorn would answer past its limit itself, in plain text: the app does it (web/connection_limit.py)
+        # uvicorn would refuse in plain text; the app does it in the protocol's shape
         self.room_limit, self.limit_concurrency = self.limit_concurrency, None
 
     def _reading(self) -> Reading:
@@ -103,7 +82,7 @@ class HeadDeadline:
         return _WAITING.setdefault(self.server_state, {})
 
     def _make_room(self) -> None:
-        """At the connection limit: close the connections longest in a read-deadline state (not this one)."""
+        """Close the connections waiting longest on a read deadline."""
         limit = self.room_limit
         if limit is None:
             return
@@ -125,10 +104,10 @@ class HeadDeadline:
     def _owner(self) -> bytes:
         """The client this connection counts for: its key once a head presented one, else its address."""
         scope = getattr(self.cycle, "scope", None) if self._state in ("body", "drain") else None
-        return owner(scope.get("headers") if scope else None, self.client, self.keyed)
+        return owner(scope, self.client, self.keyed)
 
     def _settle(self) -> None:
-        """Arm the deadline of the state the connection is now in (kept as it runs when the state is unchanged)."""
+        """Arm the deadline of a new state."""
         reading = self._reading()
         answered = self.cycle is None or self.cycle.response_complete
         state: State = reading if reading == "head" else (
@@ -151,9 +130,9 @@ class HeadDeadline:
     def _too_slow(self) -> None:
         self._disarm()
         self._end_stall()
-        self.connections.discard(self)  # counted out now: its connection_lost may come after a new request's head
+        self.connections.discard(self)  # now: connection_lost may come after a new head
         if not self.transport.is_closing():
-            self.transport.abort()  # close() would wait for a client that takes nothing to take the rest
+            self.transport.abort()  # close() would wait for the client to read
 
     def _head_too_large(self) -> None:
         self._disarm()
@@ -178,7 +157,6 @@ class HeadDeadline:
         return True
 
     def data_received(self, data: bytes) -> None:
-        """Feed the parser, at most `max_head_bytes` of a head in all."""
         if self._refusing:
             return  # read (a client that leaves is still seen) but never parsed
         while data and not self.transport.is_closing() and not self._refusing:
@@ -228,8 +206,8 @@ class HeadDeadline:
         super().connection_lost(exc)  # type: ignore[misc]
 
 
-class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]  # (uvicorn: a Transport)
-    """H11Protocol (uvicorn without httptools) with the deadlines, the head bound and room kept."""
+class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]
+    """uvicorn's protocol without httptools."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -240,7 +218,7 @@ class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]
         if state is h11.SEND_BODY:
             return "body"
         if state is h11.IDLE and (self.cycle is None or self.conn.trailing_data[0]):
-            return "head"  # a new connection, or a later request's first bytes
+            return "head"
         return "done"
 
     def _behind(self) -> bool:
@@ -252,7 +230,7 @@ class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]
         if self._behind() and not self._queued(len(data)):
             return  # pipelined bytes past the bound
         H11Protocol.data_received(self, data)
-        if self.cycle is not before:  # a head was read
+        if self.cycle is not before:
             self._head_done()
         elif answering and not self.cycle.response_complete:
             self.flow.resume_reading()  # h11 paused for the pipelined bytes: a client leaving must be seen
@@ -263,16 +241,16 @@ class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]
         self.flow.resume_reading()
 
 
-HTTPTOOLS: type[asyncio.Protocol] | None = None  # HeaderTimeoutProtocol where httptools is installed
+HTTPTOOLS: type[asyncio.Protocol] | None = None
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-except ImportError:  # the h11 protocol only
+except ImportError:
     pass
 else:
-    class HeaderTimeoutProtocol(HeadDeadline, HttpToolsProtocol):  # type: ignore[misc]  # (as above)
-        """HttpToolsProtocol with the deadlines, the head bound and room kept (module level: workers pickle it)."""
+    class HeaderTimeoutProtocol(HeadDeadline, HttpToolsProtocol):  # type: ignore[misc]
+        """At module level: workers pickle it."""
 
-        _parsing: Reading = "head"  # what the parser reads now, from its callbacks
+        _parsing: Reading = "head"
         _active: Any = None  # the cycle being answered (uvicorn's `cycle` is the last one parsed)
 
         def _reading(self) -> Reading:
@@ -335,7 +313,7 @@ else:
 
 
 def protocol(parser: str = "auto") -> type[asyncio.Protocol]:
-    """The protocol class for `parser` (auto: httptools where installed, else h11)."""
+    """auto: httptools where installed, else h11."""
     fast = HTTPTOOLS if parser != "h11" else None
     if parser == "httptools" and fast is None:
         raise ImportError("httptools is not installed")

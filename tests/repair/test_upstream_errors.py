@@ -14,7 +14,7 @@ import pytest
 
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair.upstream_errors import classify, quoted_output
-from sanctum_proxy.upstreams.client import upstream_error
+from sanctum_proxy.upstreams.error_mapping import upstream_error
 from tests.fakes.upstream import (
     Step,
     completion,
