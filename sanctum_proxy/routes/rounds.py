@@ -113,8 +113,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
 
 
 async def keep(state: Services, plan: Plan, lesson: Lesson, upstream: Upstream) -> None:
-    """Remember a lesson for (plan.upstream, plan.model); a flip to prompted only once the proxy's own request
-    confirms it."""
+    """Remember a lesson for (plan.upstream, plan.model)."""
     if lesson.what in ("tools_rejected", "upstream_parse_failure"):
         await mode_check.learned(state.modes, upstream, plan.upstream, plan.model, lesson.what,
                                  state.settings.probe_timeout)
@@ -125,7 +124,7 @@ async def keep(state: Services, plan: Plan, lesson: Lesson, upstream: Upstream) 
 
 
 def succeeded(state: Services, plan: Plan, final: Final) -> None:
-    """The upstream's own native calls, whole: a flip of this model to prompted ends."""
+    """Native calls accepted clean revoke a flip."""
     calls = final.accepted.get("tool_calls") if final.accepted is not None else None
     if final.mode == "native" and plan.book is not None and calls and final.outcome is om.Outcome.CLEAN:
         state.modes.revoke(plan.upstream, plan.model)

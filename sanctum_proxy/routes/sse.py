@@ -67,8 +67,8 @@ def assembler_for(body: JSONObject, lead: bool, names: frozenset[str] = frozense
 
 async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObject]], assembler: Assembler,
                      live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
-    """One round's chunks through the assembler, closing `opened` at the end. Chunks already buffered are read
-    without a pause, so the loop is let go every TURN_SECONDS (a held call's deltas write nothing to the client)."""
+    """One round's chunks through the assembler, closing `opened` at the end; buffered chunks let the loop go
+    every TURN_SECONDS (a held call writes nothing)."""
     async with opened as chunks:
         yield ContentDelta("")
         told: object = None  # the fingerprint the writer was last told of (None: no meta told yet)

@@ -1,8 +1,7 @@
 """The SQLite store of trace documents.
 
 One connection, shared by the writer thread and the read routes and serialised by a lock, because `:memory:` lives in
-one connection. On disk it stays within a small factor of its byte budget: the writer prunes after every share of
-the budget written (`unpruned`), and the write-ahead log is cut back to `journal_limit` after each checkpoint.
+one connection. On disk it stays near its byte budget: the writer prunes after each share of it written.
 """
 
 from __future__ import annotations
@@ -83,7 +82,7 @@ class TraceStore:
             if path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
-                if journal_limit is not None:  # checkpointed (then cut back) each `journal_limit`, 4 MB at most
+                if journal_limit is not None:  # the log cut back after each checkpoint
                     self._db.execute(f"PRAGMA journal_size_limit={int(journal_limit)}")
                     self._db.execute(f"PRAGMA wal_autocheckpoint={min(1000, max(16, journal_limit // 4096))}")
             self._db.executescript(SCHEMA)
@@ -91,8 +90,7 @@ class TraceStore:
             self._bytes, self._seen = self._held()
 
     def add(self, docs: list[TraceDoc], max_doc_bytes: int | None = None, until: int | None = None) -> int:
-        """Store documents, one over `max_doc_bytes` clipped, until `unpruned` reaches `until` (at least one);
-        how many were stored."""
+        """Store documents (clipped to `max_doc_bytes`) until `unpruned` reaches `until`; how many."""
         rows = []
         written = self.unpruned
         for d in docs:

@@ -1,8 +1,7 @@
 """Auto mode's memory: which (upstream, model) pairs go prompted, and why.
 
-Parse failures decay: any client can make its model fail to parse, so none may flip a model for good. A flip
-follows only the upstream's answer to the proxy's own request (mode_check.py), lasts at most FLIP_SECONDS, and a
-native success of the same model revokes it.
+Parse failures decay; a flip follows the proxy's own request (mode_check.py), expires, and is revoked by a native
+success.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.state.replicated import LocalTable, Table, pair_key, pair_of
 
 PARSE_FAILURES = "upstream_parse_failures"
-FLIP_SECONDS = 86400.0  # a shared flip is learnt again daily: an upstream may have gained tools since
+FLIP_SECONDS = 86400.0  # an upstream may have gained tools since
 
 
 @dataclass
@@ -53,7 +52,7 @@ class ModeBook:
         self._threshold = parse_failure_threshold
         self._clock = clock
         self._window, self._flip = failure_window, failure_flip
-        self.checking: set[tuple[str, str]] = set()  # pairs whose confirmation request is under way
+        self.checking: set[tuple[str, str]] = set()  # pairs being checked
 
     def _read(self, upstream: str, model: str) -> Decision | None:
         row = self._table.get(pair_key(upstream, model))
@@ -81,7 +80,7 @@ class ModeBook:
         self._table.set(pair_key(upstream, model), Decision(mode, reason, self._clock(), failures).to_json())
 
     def parse_failure(self, upstream: str, model: str) -> bool:
-        """Count one upstream parse failure; True when they reach the threshold (a check may flip the model)."""
+        """Count one; True at the threshold."""
         now = self._clock()
         decision = self._read(upstream, model) or Decision("native", "default", now)
         recent = [t for t in decision.failed_at if now - t < self._window]
@@ -91,13 +90,13 @@ class ModeBook:
         return decision.parse_failures >= self._threshold and decision.mode != "prompted"
 
     def forgive(self, upstream: str, model: str) -> None:
-        """The check found no failure: the parse failures counted so far teach nothing."""
+        """The check found no failure: the count starts again."""
         decision = self._read(upstream, model)
         if decision is not None and decision.mode == "native":
             self._table.delete(pair_key(upstream, model))
 
     def revoke(self, upstream: str, model: str) -> bool:
-        """A native success: a flip of this model ends (True where there was one)."""
+        """End a flip (True where there was one)."""
         decision = self._read(upstream, model)
         if decision is None or decision.mode != "prompted":
             return False
@@ -105,7 +104,7 @@ class ModeBook:
         return True
 
     def clear(self, upstream: str | None = None, model: str | None = None) -> int:
-        """Forget the decisions of `upstream` and `model` (None: any); how many were forgotten."""
+        """Forget decisions (None: any); how many."""
         gone = [key for key, _ in self._table.items()
                 if (upstream is None or pair_of(key)[0] == upstream) and (model is None or pair_of(key)[1] == model)]
         for key in gone:

@@ -1,9 +1,4 @@
-"""The proxy's own tools request, sent before auto mode flips a model for every client.
-
-A client's request that failed only tells this request to go prompted: the client wrote its text, may have led
-the model to fail, and the upstream may quote it. The shared flip waits for the upstream's answer to a request
-the proxy wrote whole, so no text a client controls decides it.
-"""
+"""The proxy's own tools request, whose answer alone may flip a model for every client (no client text in it)."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ def check_body(model: str) -> JSONObject:
 
 
 async def verdict(upstream: Upstream, model: str, timeout: float) -> Verdict | None:
-    """What the upstream's answer to the proxy's own tools request says; None: tools work, or no answer."""
+    """None: tools work, or no answer."""
     body = check_body(model)
     try:
         async with asyncio.timeout(timeout):
@@ -40,7 +35,7 @@ async def verdict(upstream: Upstream, model: str, timeout: float) -> Verdict | N
 
 
 def _empty(answer: object) -> bool:
-    """An answer with neither a call nor text, not cut by max_tokens: Ollama's when its parser drops a call."""
+    """Ollama's answer when its parser drops a call."""
     choices = answer.get("choices") if isinstance(answer, dict) else None
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message")
@@ -51,8 +46,7 @@ def _empty(answer: object) -> bool:
 
 
 async def learned(modes: ModeBook, upstream: Upstream, key: str, model: str, what: str, timeout: float) -> None:
-    """A client's round taught `what` (tools_rejected or upstream_parse_failure): flip the model for everyone
-    only where the proxy's own request confirms it; one check per (upstream, model) at a time."""
+    """A client's round taught `what`: flip the model if the check confirms it (one check per pair at once)."""
     if what == "upstream_parse_failure" and not modes.parse_failure(key, model):
         return
     pair = (key, model)
@@ -68,4 +62,4 @@ async def learned(modes: ModeBook, upstream: Upstream, key: str, model: str, wha
     elif found == "upstream_parse_failure":
         modes.settle(key, model, "prompted", PARSE_FAILURES)
     elif what == "upstream_parse_failure":
-        modes.forgive(key, model)  # the count starts again: the next check waits for `threshold` more
+        modes.forgive(key, model)

@@ -1,7 +1,6 @@
 """`max_connections`: requests in flight per process, refused in the protocol's shape (not uvicorn's plain text).
 
-Bodies still arriving count per client (`owner`: its key where keys are checked, else its address); one client's
-hold at most a BODY_SHARE-th of the limit (at least 2), so its slow bodies cannot fill the limit for everyone.
+Bodies still arriving count per client (`owner`), at most a BODY_SHARE-th of the limit each.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ BODY_SHARE = 4  # of max_connections, the most one client's bodies still arrivin
 
 
 def owner(scope: Scope | None, address: Any, keyed: bool) -> bytes:
-    """Whose share a request counts against: the key it presents (where keys are checked), else its address."""
+    """The key where keys are checked, else the address."""
     key = presented_key(scope) if keyed and scope is not None else b""
     if key:
         return b"key:" + key

@@ -26,8 +26,8 @@ from sanctum_proxy.web.connection_limit import owner
 Reading = Literal["head", "body", "done"]
 State = Literal["head", "body", "drain", "idle"] | None
 
-MAX_PIPELINED = 4  # requests queued behind the one being answered
-MAX_QUEUED_BYTES = 1024 * 1024  # of pipelined heads and bodies read while an answer is being made
+MAX_PIPELINED = 4  # requests waiting behind an answer
+MAX_QUEUED_BYTES = 1024 * 1024
 
 # Per server: connections with a read deadline, longest first.
 _WAITING: weakref.WeakKeyDictionary[ServerState, dict[HeadDeadline, None]] = weakref.WeakKeyDictionary()
@@ -49,7 +49,7 @@ class HeadDeadline:
     body_seconds: float = 31.0
     write_seconds: float = 60.0
     max_head_bytes: int = 64 * 1024
-    keyed: bool = False  # client keys are checked: a presented key names the client (connection_limit.owner)
+    keyed: bool = False  # a presented key names the client
     server_state: ServerState
     flow: Any
     client: Any
@@ -65,7 +65,7 @@ class HeadDeadline:
     _stall: asyncio.TimerHandle | None = None
     _head_bytes: int = 0
     _queued_bytes: int = 0
-    _refusing: bool = False  # past the pipelining bound: what the client sends is no longer read
+    _refusing: bool = False  # past the pipelining bound
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -93,7 +93,7 @@ class HeadDeadline:
         owners = {other: other._owner() for other in waiting}
         held = Counter(owners.values())
         for _ in range(min(excess, len(waiting))):
-            most = max(held, key=lambda who: held[who])  # ties: the client seen first, longest waiting
+            most = max(held, key=lambda who: held[who])
             oldest = next(other for other in owners if owners[other] == most)
             del owners[oldest]
             held[most] -= 1
@@ -102,7 +102,6 @@ class HeadDeadline:
             oldest._too_slow()
 
     def _owner(self) -> bytes:
-        """The client this connection counts for: its key once a head presented one, else its address."""
         scope = getattr(self.cycle, "scope", None) if self._state in ("body", "drain") else None
         return owner(scope, self.client, self.keyed)
 
@@ -141,15 +140,15 @@ class HeadDeadline:
         self.transport.close()
 
     def _refuse_rest(self) -> None:
-        """Past the pipelining bound: read nothing more, answer what is owed, then close."""
+        """Read nothing more; close after the answers owed."""
         raise NotImplementedError
 
     def _behind(self) -> bool:
-        """Bytes now are pipelined behind an answer, bounded by MAX_QUEUED_BYTES (h11 parses them later)."""
+        """Bytes now wait behind an answer (h11 parses them later)."""
         return False
 
     def _queued(self, size: int) -> bool:
-        """Count pipelined bytes; False (and the rest refused) past MAX_QUEUED_BYTES."""
+        """False (the rest refused) past MAX_QUEUED_BYTES."""
         self._queued_bytes += size
         if self._queued_bytes > MAX_QUEUED_BYTES:
             self._refuse_rest()
@@ -158,7 +157,7 @@ class HeadDeadline:
 
     def data_received(self, data: bytes) -> None:
         if self._refusing:
-            return  # read (a client that leaves is still seen) but never parsed
+            return  # read (a client leaving is seen), never parsed
         while data and not self.transport.is_closing() and not self._refusing:
             if self._reading() == "body" or self._behind():
                 piece, data = data, b""
@@ -198,7 +197,7 @@ class HeadDeadline:
         super().on_response_complete()  # type: ignore[misc]
         self._settle()
         if self._refusing:
-            self.flow.resume_reading()  # uvicorn may have paused for a request that is never read
+            self.flow.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -233,7 +232,7 @@ class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]
         if self.cycle is not before:
             self._head_done()
         elif answering and not self.cycle.response_complete:
-            self.flow.resume_reading()  # h11 paused for the pipelined bytes: a client leaving must be seen
+            self.flow.resume_reading()  # h11 paused: a client leaving must be seen
 
     def _refuse_rest(self) -> None:
         self._refusing = True
@@ -251,7 +250,7 @@ else:
         """At module level: workers pickle it."""
 
         _parsing: Reading = "head"
-        _active: Any = None  # the cycle being answered (uvicorn's `cycle` is the last one parsed)
+        _active: Any = None  # the cycle being answered (`cycle` is the last parsed)
 
         def _reading(self) -> Reading:
             return self._parsing
@@ -266,7 +265,6 @@ else:
             super()._start_asgi_task(cycle, app)
 
         def _waits(self) -> bool:
-            """The request being parsed is queued behind another."""
             return bool(self.pipeline) and self.pipeline[0][0] is self.cycle
 
         def on_message_begin(self) -> None:
@@ -286,10 +284,10 @@ else:
         def on_body(self, body: bytes) -> None:
             super().on_body(body)
             if self._waits() and self._queued(len(body)):
-                self.flow.resume_reading()  # past uvicorn's high-water mark it paused
+                self.flow.resume_reading()
 
         def _refuse_rest(self) -> None:
-            """Drop the request being parsed; the last one owed an answer closes the connection."""
+            """Drop the request being parsed; the last answer owed closes."""
             if self._waits():
                 self.pipeline.popleft()
             last = self.pipeline[0][0] if self.pipeline else self._active
