@@ -20,6 +20,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     glm,
     harmony,
     hermes,
+    job_lines,
     json_blocks,
     json_tags,
     kimi,

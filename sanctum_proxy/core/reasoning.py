@@ -25,6 +25,8 @@ MARKERS: tuple[Marker, ...] = (
     Marker("[THINK]", "[/THINK]", True),
     Marker("<|channel>thought", "<channel|>", True),
 )
+# Markers no client folds (every peer takes them out): their blocks leave content even under "keep".
+UNRENDERED: tuple[Marker, ...] = MARKERS[1:]
 OPENERS: tuple[str, ...] = tuple(m.opener for m in MARKERS)
 ORPHAN_CLOSERS: tuple[str, ...] = tuple(m.closer for m in MARKERS if m.orphan_closer)
 CLOSER_OF: dict[str, str] = {m.opener: m.closer for m in MARKERS}
@@ -88,9 +90,12 @@ def partial_marker(text: str, markers: tuple[str, ...]) -> int:
 
 
 class Splitter:
-    """Reasoning blocks moved to `reasoning_content`, as llama.cpp's `--reasoning-format deepseek` does."""
+    """Reasoning blocks moved to `reasoning_content`, as llama.cpp's `--reasoning-format deepseek` does: all of
+    `markers` with `reasoning_format = "split"`, `UNRENDERED` ones always."""
 
-    def __init__(self) -> None:
+    def __init__(self, markers: tuple[Marker, ...] = MARKERS) -> None:
+        self._openers = tuple(m.opener for m in markers)
+        self._opener = re.compile("|".join(re.escape(o) for o in self._openers))
         self._closer = ""
         self._pending = ""
         self._started = False
@@ -116,8 +121,8 @@ class Splitter:
                 pos, self._closer, self._after = at + len(self._closer), "", True
                 self._space.take()
                 continue
-            match = OPENER.search(text, pos)
-            end = match.start() if match else pos + partial_marker(text[pos:], OPENERS)
+            match = self._opener.search(text, pos)
+            end = match.start() if match else pos + partial_marker(text[pos:], self._openers)
             self._content(text[pos:end], out)
             if match is None:
                 self._pending = text[end:]
@@ -154,8 +159,8 @@ class Splitter:
             out.append(("content", text))
 
 
-def split(text: str) -> tuple[str, str]:
+def split(text: str, markers: tuple[Marker, ...] = MARKERS) -> tuple[str, str]:
     """(content, reasoning), as `Splitter` gives them."""
-    splitter = Splitter()
+    splitter = Splitter(markers)
     pieces = splitter.feed(text) + splitter.flush()
     return ("".join(t for f, t in pieces if f == "content"), "".join(t for f, t in pieces if f != "content"))

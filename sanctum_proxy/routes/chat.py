@@ -176,10 +176,10 @@ def _index(choice: JSONObject) -> int:
 def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, *,
                split_reasoning: bool = False) -> oc.Completion:
     """The chat.completion: the answering round's own fields, with the message and finish_reason the loop settled."""
-    if split_reasoning:
-        final = dataclasses.replace(final, message=split_message(final.message))
-        if isinstance(final, choices.Finals):
-            final.each = [dataclasses.replace(f, message=split_message(f.message)) for f in final.each]
+    markers = reasoning.MARKERS if split_reasoning else reasoning.UNRENDERED
+    final = dataclasses.replace(final, message=split_message(final.message, markers))
+    if isinstance(final, choices.Finals):
+        final.each = [dataclasses.replace(f, message=split_message(f.message, markers)) for f in final.each]
     message, finish = oc.message(final.message), final.finish_reason
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
@@ -195,11 +195,11 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
     return oc.completion(meta, each, final.usage, final.extra, sanctum)
 
 
-def split_message(message: ClientMessage) -> ClientMessage:
+def split_message(message: ClientMessage, markers: tuple[reasoning.Marker, ...] = reasoning.MARKERS) -> ClientMessage:
     content = message.get("content")
     if not isinstance(content, str):
         return message
-    text, thought = reasoning.split(content)
+    text, thought = reasoning.split(content, markers)
     if text == content and not thought:
         return message
     out: ClientMessage = {**message, "content": text or (None if message.get("tool_calls") else "")}

@@ -15,6 +15,7 @@ from fastapi.responses import Response
 
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api, responses_api
@@ -140,7 +141,7 @@ def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) ->
 
 
 def reply_of(rounds: Rounds, final: Final) -> Reply:
-    message = split_message(final.message) if rounds.split_reasoning else final.message
+    message = split_message(final.message, reasoning.MARKERS if rounds.split_reasoning else reasoning.UNRENDERED)
     return Reply.of(message, final.finish_reason, final.usage, final.accepted,
                     logprobs=final.choice_extra.get("logprobs"), model=final.meta.get("model"))
 
