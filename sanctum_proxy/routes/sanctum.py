@@ -1,4 +1,5 @@
-"""/sanctum/*: the settings in force (status), the recorded traces as JSON, and the trace viewer page.
+"""/sanctum/*: the settings in force (status), auto mode's decisions forgotten, the recorded traces as JSON, and the
+trace viewer page.
 
 The JSON routes need the admin key; the viewer page and its files hold no data, so a browser opens them keyless.
 """
@@ -60,6 +61,14 @@ async def status(request: Request) -> JsonResponse:
     return JsonResponse({"settings": shown_settings(state.settings), "modes": state.modes.snapshot(),
                            "capabilities": state.capabilities.snapshot(),
                            "upstreams": state.pools.snapshot(), "shared_state": state.shared.snapshot()})
+
+
+@router.delete("/sanctum/modes", dependencies=guarded)
+async def forget_modes(request: Request) -> JsonResponse:
+    """Auto mode's decisions forgotten, on every replica: all, or those of `?upstream=` and `?model=`."""
+    query = request.query_params
+    cleared = services(request).modes.clear(query.get("upstream"), query.get("model"))
+    return JsonResponse({"cleared": cleared, "modes": services(request).modes.snapshot()})
 
 
 def shown_settings(settings: Settings) -> JSONObject:

@@ -66,11 +66,16 @@ def assembler_for(body: JSONObject, lead: bool, names: frozenset[str] = frozense
 
 async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObject]], assembler: Assembler,
                      live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
-    """One round's chunks through the assembler, closing `opened` at the end."""
+    """One round's chunks through the assembler, closing `opened` at the end; buffered chunks let the loop go
+    every TURN_SECONDS (a held call writes nothing)."""
     async with opened as chunks:
         yield ContentDelta("")
         told: object = None  # the fingerprint the writer was last told of (None: no meta told yet)
+        turned = time.perf_counter()
         async for piece in chunks:
+            if time.perf_counter() - turned > TURN_SECONDS:
+                await asyncio.sleep(0)
+                turned = time.perf_counter()
             text = assembler.feed(piece)
             if live and assembler.meta and assembler.meta.get("system_fingerprint", "") != told:
                 told = assembler.meta.get("system_fingerprint", "")

@@ -17,10 +17,10 @@ from sanctum_proxy.upstreams.inflation import inflated, inflated_whole
 from sanctum_proxy.upstreams.redaction import ByteStream, KeyMask
 from sanctum_proxy.upstreams.upstream import Upstream, done
 
-# RFC 9110 section 7.6.1
+# RFC 9110 section 7.6.1; and `expect`: the proxy forwards a body it has read whole (uvicorn answered the 100-continue)
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "transfer-encoding", "upgrade", "host", "content-length",
+    "transfer-encoding", "upgrade", "host", "content-length", "expect",
 })
 
 

@@ -86,10 +86,16 @@ def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
 
 
 def check_client_key(request: Request) -> None:
-    ring = services(request).keys
-    if ring.client_required() and not matches(presented_key(request.scope), ring.client_keys()):
-        raise Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>' "
-                           "(or 'x-api-key: <key>')")
+    refused = key_refused(services(request).keys, presented_key(request.scope))
+    if refused is not None:
+        raise refused
+
+
+def key_refused(ring: KeyRing, given: bytes) -> Unauthorized | None:
+    """The 401 for a client key `ring` does not hold, where keys are required; else None."""
+    if ring.client_required() and not matches(given, ring.client_keys()):
+        return Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')")
+    return None
 
 
 def check_admin_key(request: Request) -> None:

@@ -4,12 +4,16 @@ new connections (docs/security.md). One timer per connection, restarted when its
   Head, body: until its end, `header_read_timeout`, `body_read_timeout` and a second.
   Drain (answered, body unread), idle: uvicorn's keep-alive timeout.
   Answer: none; an answer the client takes nothing of is dropped after `answer_write_timeout`.
+Pipelining: reading goes on behind an answer, so a client leaving is seen; at most MAX_PIPELINED requests and
+MAX_QUEUED_BYTES wait, the rest is not read and the connection closes after the answers owed.
+Room: at the connection limit, the oldest read-deadline connection of the client holding the most is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
+from collections import Counter
 from typing import Any, Literal
 
 import h11
@@ -17,10 +21,13 @@ import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from sanctum_proxy.web.connection_limit import owner
+
 Reading = Literal["head", "body", "done"]
 State = Literal["head", "body", "drain", "idle"] | None
 
-MAX_PIPELINED = 4
+MAX_PIPELINED = 4  # requests waiting behind an answer
+MAX_QUEUED_BYTES = 1024 * 1024
 
 # Per server: connections with a read deadline, longest first.
 _WAITING: weakref.WeakKeyDictionary[ServerState, dict[HeadDeadline, None]] = weakref.WeakKeyDictionary()
@@ -42,7 +49,10 @@ class HeadDeadline:
     body_seconds: float = 31.0
     write_seconds: float = 60.0
     max_head_bytes: int = 64 * 1024
+    keyed: bool = False  # a presented key names the client
     server_state: ServerState
+    flow: Any
+    client: Any
     connections: set[Any]
     limit_concurrency: int | None
     timeout_keep_alive: int
@@ -54,6 +64,8 @@ class HeadDeadline:
     _state: State | Literal["new"] = "new"
     _stall: asyncio.TimerHandle | None = None
     _head_bytes: int = 0
+    _queued_bytes: int = 0
+    _refusing: bool = False  # past the pipelining bound
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -75,9 +87,23 @@ class HeadDeadline:
         if limit is None:
             return
         excess = len(self.connections) - limit + 1
-        for other in list(self._waiting())[:max(0, excess)]:
-            if other is not self:
-                other._too_slow()
+        waiting = [other for other in self._waiting() if other is not self]
+        if excess <= 0 or not waiting:
+            return
+        owners = {other: other._owner() for other in waiting}
+        held = Counter(owners.values())
+        for _ in range(min(excess, len(waiting))):
+            most = max(held, key=lambda who: held[who])
+            oldest = next(other for other in owners if owners[other] == most)
+            del owners[oldest]
+            held[most] -= 1
+            if not held[most]:
+                del held[most]
+            oldest._too_slow()
+
+    def _owner(self) -> bytes:
+        scope = getattr(self.cycle, "scope", None) if self._state in ("body", "drain") else None
+        return owner(scope, self.client, self.keyed)
 
     def _settle(self) -> None:
         """Arm the deadline of a new state."""
@@ -113,9 +139,27 @@ class HeadDeadline:
         self.transport.write(too_large_answer(self.max_head_bytes))
         self.transport.close()
 
+    def _refuse_rest(self) -> None:
+        """Read nothing more; close after the answers owed."""
+        raise NotImplementedError
+
+    def _behind(self) -> bool:
+        """Bytes now wait behind an answer (h11 parses them later)."""
+        return False
+
+    def _queued(self, size: int) -> bool:
+        """False (the rest refused) past MAX_QUEUED_BYTES."""
+        self._queued_bytes += size
+        if self._queued_bytes > MAX_QUEUED_BYTES:
+            self._refuse_rest()
+            return False
+        return True
+
     def data_received(self, data: bytes) -> None:
-        while data and not self.transport.is_closing():
-            if self._reading() == "body":
+        if self._refusing:
+            return  # read (a client leaving is seen), never parsed
+        while data and not self.transport.is_closing() and not self._refusing:
+            if self._reading() == "body" or self._behind():
                 piece, data = data, b""
             else:
                 room = self.max_head_bytes - self._head_bytes
@@ -152,6 +196,8 @@ class HeadDeadline:
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
         self._settle()
+        if self._refusing:
+            self.flow.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -174,11 +220,24 @@ class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]
             return "head"
         return "done"
 
+    def _behind(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete and self.conn.their_state is h11.DONE
+
     def _feed(self, data: bytes) -> None:
         before = self.cycle
+        answering = before is not None and not before.response_complete
+        if self._behind() and not self._queued(len(data)):
+            return  # pipelined bytes past the bound
         H11Protocol.data_received(self, data)
         if self.cycle is not before:
             self._head_done()
+        elif answering and not self.cycle.response_complete:
+            self.flow.resume_reading()  # h11 paused: a client leaving must be seen
+
+    def _refuse_rest(self) -> None:
+        self._refusing = True
+        self.cycle.keep_alive = False
+        self.flow.resume_reading()
 
 
 HTTPTOOLS: type[asyncio.Protocol] | None = None
@@ -191,13 +250,22 @@ else:
         """At module level: workers pickle it."""
 
         _parsing: Reading = "head"
-        _running: Any = None  # the cycle answered while a pipelined request waits
+        _active: Any = None  # the cycle being answered (`cycle` is the last parsed)
 
         def _reading(self) -> Reading:
             return self._parsing
 
         def _feed(self, data: bytes) -> None:
             HttpToolsProtocol.data_received(self, data)
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            self._active = cycle
+            if not self.pipeline:
+                self._queued_bytes = 0
+            super()._start_asgi_task(cycle, app)
+
+        def _waits(self) -> bool:
+            return bool(self.pipeline) and self.pipeline[0][0] is self.cycle
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -206,19 +274,34 @@ else:
         def on_headers_complete(self) -> None:
             self._parsing = "body"
             self._head_done()
-            running = self.cycle
             super().on_headers_complete()
-            if self.pipeline and running is not None and not running.response_complete:
-                self._running = running  # uvicorn forgets it, but its client's leaving must reach it
-                if len(self.pipeline) <= MAX_PIPELINED:
+            if self._waits():
+                if len(self.pipeline) > MAX_PIPELINED:
+                    self._refuse_rest()
+                else:
                     self.flow.resume_reading()  # paused, a client that leaves would go unseen
 
+        def on_body(self, body: bytes) -> None:
+            super().on_body(body)
+            if self._waits() and self._queued(len(body)):
+                self.flow.resume_reading()
+
+        def _refuse_rest(self) -> None:
+            """Drop the request being parsed; the last answer owed closes."""
+            if self._waits():
+                self.pipeline.popleft()
+            last = self.pipeline[0][0] if self.pipeline else self._active
+            if last is not None:
+                last.keep_alive = False
+            self._refusing = True
+            self.flow.resume_reading()
+
         def connection_lost(self, exc: Exception | None) -> None:
-            running, self._running = self._running, None
+            active = self._active
             super().connection_lost(exc)
-            if running is not None and not running.response_complete:
-                running.disconnected = True
-                running.message_event.set()
+            if active is not None and not active.response_complete:
+                active.disconnected = True
+                active.message_event.set()
 
         def on_message_complete(self) -> None:
             super().on_message_complete()

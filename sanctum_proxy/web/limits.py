@@ -1,6 +1,7 @@
 """Requests in flight per process, and each client key's share of them (429), held across replicas with Redis.
 
-A request takes its slot once its whole body has arrived, so clients that trickle a body hold no slot.
+A request takes its slot once its whole body has arrived, so clients that trickle a body hold no slot. One whose
+key is not a client's goes on unread and slot-free: its 401 comes before the body is asked for.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import BodyTimeout, BodyTooLarge, ProxyError, TooManyRequests, retry_headers
-from sanctum_proxy.web.auth import KeyRing, presented_key
+from sanctum_proxy.web.auth import KeyRing, key_refused, presented_key
 from sanctum_proxy.web.client_protocols import ProtocolTable
 from sanctum_proxy.web.json_response import JsonResponse
 
@@ -51,6 +52,9 @@ class ConcurrencyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.table.limited(scope["path"]):
             await self.app(scope, receive, send)
+            return
+        if self.keys is not None and key_refused(self.keys, presented_key(scope)) is not None:
+            await self.app(scope, receive, send)  # its 401 comes before the body is read, slot-free
             return
         try:
             replay = await self._body_first(scope, receive)
