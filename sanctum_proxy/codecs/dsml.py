@@ -23,8 +23,7 @@ STARTS: tuple[str, ...] = (f"<{TOKEN}", "<|DSML|", "<｜｜DSML", "<||DSML", "< 
 
 
 class _Tags:
-    """The DSML tags, written with the token (`<｜DSML｜invoke`) or, inside a `<function_calls>` block, without
-    it (the rare V3.2 output sgl-project/sglang PR 14332 shows, Claude's old XML shape too)."""
+    """The DSML tags, with the token or, inside a `<function_calls>` block, without it."""
 
     def __init__(self, token: str, block: str) -> None:
         self.block_open = re.compile(rf"<{token}{block}[ \t]*>?")
@@ -134,8 +133,7 @@ def _parameters(text: str, k: int, tags: _Tags) -> tuple[dict[str, JSONValue], i
 
 
 def _value(text: str, string: str | None) -> Any:
-    """A parameter's value: the text (string="true"), or the JSON it holds (string="false", or no attribute and
-    it parses); text that does not parse stays text."""
+    """A parameter's value: the text (string="true"), else the JSON it holds where it parses."""
     if string == "true":
         return text
     decoded = decode(text.strip()) if text.strip() else None

@@ -19,8 +19,7 @@ _WS = re.compile(r"\s*")
 
 
 def opens(text: str) -> bool:
-    """Whether the text opens with a Functionary part without its `>>>` (the registry asks, as no
-    delimiter in STARTS shows it)."""
+    """Whether the text opens with a Functionary part without its `>>>`."""
     return _FIRST.match(text) is not None
 
 

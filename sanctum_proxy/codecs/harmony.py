@@ -69,9 +69,7 @@ _RECIPIENT_ONLY = re.compile(r"[\s\u200b]*(?:assistant)?(?:commentary)?[ \t]*to=
 
 
 def _stripped(text: str, names: frozenset[str], taken: list[Found]) -> list[Found]:
-    """Calls left without their channel tokens, to a known tool, with a JSON body (outside what the token-full
-    reading took); or an answer that is only a recipient (a call without arguments, for tier 2 to ask for them).
-    The text before them stays content: without its tokens nothing marks where reasoning ended."""
+    """Calls left without their channel tokens to a known tool, or an answer that is only a recipient."""
     out: list[Found] = []
     alone = _RECIPIENT_ONLY.fullmatch(text) if not taken else None
     if alone is not None and json_blocks.known(name := _name(alone.group(1), None, names), names):

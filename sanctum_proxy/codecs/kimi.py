@@ -63,8 +63,7 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
 
 
 def _section_start(text: str, pos: int, begin: int) -> int:
-    """The call begins at a section marker before it, if there is one: what lies between (blanks, or noise the
-    model wrote there) is inside the section, not content."""
+    """The call begins at a section marker before it: what lies between is inside the section."""
     for marker in _SECTION:
         at = text.rfind(marker, pos, begin)
         if at >= 0 and "<|" not in text[at + len(marker) : begin]:
