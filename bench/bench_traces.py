@@ -20,8 +20,7 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Repair
 from sanctum_proxy.protocols.chat_request import ChatRequest, Controls
-from sanctum_proxy.repair.events import Final, RoundRecord
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Final, Plan, RoundRecord
 from sanctum_proxy.state.recorder import Recorder
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {

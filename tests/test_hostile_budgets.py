@@ -23,7 +23,7 @@ from sanctum_proxy.codecs.base import Scanner
 from sanctum_proxy.core import lenient_json
 from sanctum_proxy.repair import validate
 from sanctum_proxy.repair.grammar import gbnf
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.state import traces as traces_module
 from sanctum_proxy.state.recorder import Recorder, Retention

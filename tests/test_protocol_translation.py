@@ -22,7 +22,7 @@ from sanctum_proxy.protocols import messages_api, responses_api
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
-from sanctum_proxy.repair.events import ContentDelta, Final
+from sanctum_proxy.repair.loop_data import ContentDelta, Final
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}

@@ -22,9 +22,8 @@ from sanctum_proxy.config import load_settings
 from sanctum_proxy.core.calls import content_text
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.protocols.chat_events import SseWriter
-from sanctum_proxy.repair.events import Answer, ContentDelta, Final, RoundRecord
 from sanctum_proxy.repair.loop import run
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Answer, ContentDelta, Final, Plan, RoundRecord
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.routes import sse
 from sanctum_proxy.routes.sse import stream_sender

@@ -1,20 +1,4 @@
-"""What a call format is to the proxy, as one unit, and the registry that holds them by name.
-
-A `Codec` reads calls a model wrote into text: `find`, the delimiters that may open one (`starts`: `find` runs
-only when one occurs, and the streaming hold-back holds at them), the shapes of its generic openers that are
-held while streaming (`{"` opens a JSON call, a lone `{` in prose does not), and its place in the reading order.
-A `Format` is a way of writing calls the proxy can prompt a model in (`prompt_format`): how one call and one
-tool result are written, the how-to-call paragraph of the tools prompt, the chat-template markers that show a
-model was trained on it, the codec that reads it back, its grammar (the GBNF of one call, which constrained
-rounds hold a model to: repair/grammar.py) and its as-asked reading (the mends a call written in it needs by
-design, which are no mends when it was asked for: repair/mend.py). Nothing outside its module names it.
-
-Each codec module registers its Codec and its Formats when imported (`register` / `register_format`, like
-vLLM's `ToolParserManager.register_module`); `codecs/registry.py` imports them all and answers by name. Adding
-a call format = one module here, its import in codecs/registry.py, and its corpus file in tests/corpus/ (real
-outputs, and the chat-template line that `detect` reads: tests/corpus/README.md); tests/codecs/
-test_codec_conformance.py runs every registered codec and format.
-"""
+"""What a call format is to the proxy, as one unit, and the registry that holds them by name."""
 
 from __future__ import annotations
 
@@ -25,57 +9,43 @@ from dataclasses import dataclass
 from sanctum_proxy.core.calls import Found
 from sanctum_proxy.core.shapes import JSONValue
 
-# The most calls one answer may hold (a codec stops finding there; the registry and repair cut there).
-MAX_CANDIDATES = 128
-# The mend of arguments that were not valid JSON (repair/mend.py), named here for the formats that ask for it.
-MALFORMED = "__malformed_json__"
-# A call named only by a counter (`0`) among several tools: the judge names it by its argument keys.
-BARE_COUNTER = "bare_counter_id"
-# Arguments written by position (a JSON list): the judge names them in the order of the tool's properties.
-POSITIONAL = "positional_arguments"
-# One text value for a tool named without its parameter: the judge gives it to the one required string one.
-SOLE_VALUE = "sole_value"
+MAX_CANDIDATES = 128  # calls one answer may hold
+MALFORMED = "__malformed_json__"  # the mend of arguments that were not valid JSON
+BARE_COUNTER = "bare_counter_id"  # a call named by a counter: the judge names it by its keys
+POSITIONAL = "positional_arguments"  # a JSON list: named in the order of the tool's properties
+SOLE_VALUE = "sole_value"  # one text value: the tool's one required string
 
 Finder = Callable[[str, frozenset[str]], list[Found]]
-CallWriter = Callable[[str, JSONValue], str]  # (name, arguments: a mapping, or JSON text kept as written)
+CallWriter = Callable[[str, JSONValue], str]  # (name, arguments)
 ResultWriter = Callable[[str, str, str], str]  # (tool name, call id, result text)
-GrammarWriter = Callable[[str, str], str]  # (tool name, the GBNF rule of its arguments object) -> one call's GBNF
+GrammarWriter = Callable[[str, str], str]  # (tool name, arguments rule) -> one call's GBNF
 
 
 @dataclass(frozen=True)
 class Codec:
-    name: str  # also the `Candidate.source` of what it finds (`sources` lists any other it reports)
+    name: str  # also its candidates' `source`
     find: Finder
     starts: tuple[str, ...]  # literal delimiters that may open a call
-    rank: int  # the reading order, lowest first (codecs that claim reasoning blocks first, bare JSON last)
+    rank: int  # reading order, lowest first
     opens: Callable[[str], bool] | None = None  # the text opens with a call without any delimiter
-    generic: tuple[str, ...] = ()  # starts too common in prose to hold on: held only in the `shape` below
-    shape: str = ""  # regex: a generic opener in the shape a call takes (held while streaming)
-    partial_shape: str = ""  # regex: the end of streamed text that may still grow into `shape`
-    holds: tuple[str, ...] = ()  # more delimiters the stream holds at (fences of the languages calls come in)
-    sources: tuple[str, ...] = ()  # other `Candidate.source` values it reports (Phi's tags read by hermes)
-    # A codec whose format's generation prompt already holds the first call marker (Format.opens_bare): regexes
-    # for the start of a streamed answer that may still open a bare call, a bare opening of text (markup to
-    # pass over) and a bare call opening (held like a delimiter).
-    lead: tuple[str, str, str] | None = None
-    # Its calls' parameters come as the text written between tags, which hold no types (Qwen3-Coder's
-    # `<parameter=k>5</parameter>`, GLM's `<arg_value>`): a candidate whose arguments are such a mapping has
-    # its values typed by the schema without a repair ("5" for an integer is how the format writes 5).
-    text_values: bool = False
+    generic: tuple[str, ...] = ()  # starts too common in prose: held only in `shape`
+    shape: str = ""  # regex: a generic opener shaped like a call
+    partial_shape: str = ""  # regex: streamed text that may grow into `shape`
+    holds: tuple[str, ...] = ()  # more delimiters the stream holds at
+    sources: tuple[str, ...] = ()  # other candidate sources it reports
+    lead: tuple[str, str, str] | None = None  # bare-opening regexes (Format.opens_bare): docs/formats.md
+    text_values: bool = False  # values are tag text, typed by the schema without a repair
 
 
 class Scanner:
-    """`str.find` over one text for a reader whose position only moves forward: where each needle next occurs
-    is remembered, so a needle is looked for again only once the reader has passed where it was (or from
-    where it was not). Finding closers that never come, again from every opener, scanned the rest of the
-    text each time (quadratic: bench/results/design_costs.md); with it each needle scans the text about once."""
+    """`str.find` for a forward-only reader: each needle's next place is remembered, so it scans the text once."""
 
     def __init__(self, text: str) -> None:
         self.text = text
         self._seen: dict[str, tuple[int, int]] = {}  # needle -> (searched from, found at or -1)
 
     def find(self, needle: str, pos: int, end: int | None = None) -> int:
-        """text.find(needle, pos, end) (-1 when not there)."""
+        """text.find(needle, pos, end)."""
         start, at = self._seen.get(needle, (-1, -1))
         if start < 0 or pos < start or 0 <= at < pos:
             at = self.text.find(needle, pos)
@@ -84,7 +54,7 @@ class Scanner:
 
 
 def blank(text: str, spans: list[Found]) -> str:
-    """The text with these spans replaced by spaces (positions stay), so the next reader passes them over."""
+    """The text with these spans blanked, positions kept, for the next reader."""
     pieces: list[str] = []
     pos = 0
     for f in sorted(spans, key=lambda f: f.start):
@@ -109,32 +79,24 @@ def tool_response(name: str, call_id: str, text: str) -> str:
 @dataclass(frozen=True)
 class Format:
     name: str  # the value of `prompt_format`
-    codec: str  # the codec that reads it back (a call in the asked-for format is no mend)
+    codec: str  # the codec that reads it back
     render_call: CallWriter
     render_result: ResultWriter = tool_response
-    # The how-to-call paragraph, with %s for a tool name and %s for example arguments; "" writes "in
-    # exactly this format" and an example call.
-    instructions: str = ""
-    # What in a chat template (llama.cpp /props, Ollama /api/show) shows the model was trained on it.
-    detect: Callable[[str], bool] | None = None
-    detect_rank: int = 100  # templates are matched most specific first
-    families: tuple[str, ...] = ()  # Ollama's `details.family` names for models trained on it
-    opens_bare: bool = False  # the generation prompt holds the first call marker: answers open with `NAME\n{`
-    selectable: bool = True  # a value of `prompt_format` (the constrained rounds' JSON is not)
-    # The GBNF of one call (`json_between`), for constrained rounds; None where a grammar cannot hold the
-    # model to it (special tokens, whose text a grammar matches only on some builds; an opening the chat
-    # template writes for the model).
-    grammar: GrammarWriter | None = None
-    # The mends (Repair names) a call written in this format needs by design: none is a mend when the round
-    # asked for this format (the json format asks for a fence; values written as text are typed by the schema).
-    as_asked: frozenset[str] = frozenset()
+    instructions: str = ""  # how-to-call paragraph, %s: tool name, example arguments
+    detect: Callable[[str], bool] | None = None  # a chat template shows the model was trained on it
+    detect_rank: int = 100  # most specific first
+    families: tuple[str, ...] = ()  # Ollama's `details.family` names
+    opens_bare: bool = False  # answers open with `NAME\n{`
+    selectable: bool = True  # a value of `prompt_format`
+    grammar: GrammarWriter | None = None  # one call's GBNF, for constrained rounds
+    as_asked: frozenset[str] = frozenset()  # mends that are none when this format was asked for
 
 
-_ARGUMENTS = "\x00SANCTUM_ARGUMENTS\x00"  # not JSON: a CallWriter keeps it verbatim where the arguments go
+_ARGUMENTS = "\x00SANCTUM_ARGUMENTS\x00"  # not JSON: a CallWriter keeps it verbatim
 
 
 def json_between(render: CallWriter) -> GrammarWriter:
-    """The grammar of a format whose call is plain text around its arguments' JSON, as `render` writes it."""
+    """The grammar of a call written as plain text around its arguments' JSON."""
     def call(name: str, arguments: str) -> str:
         prefix, _, suffix = render(name, _ARGUMENTS).partition(_ARGUMENTS)
         return " ".join(p for p in (gbnf_literal(prefix), arguments, gbnf_literal(suffix)) if p != '""')

@@ -1,15 +1,4 @@
-"""Cohere Command-R7B / Command-A: a JSON list of calls between action tokens, reasoning and the
-answer in their own blocks:
-
-    <|START_THINKING|>I should look it up.<|END_THINKING|>
-    <|START_ACTION|>[
-        {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}
-    ]<|END_ACTION|>
-    <|START_RESPONSE|>It is sunny.<|END_RESPONSE|>
-
-The thinking block is reasoning: claimed whole (no codec reads calls in it), its text reasoning, not
-content. The response tokens are markup; the text between them is content.
-"""
+"""Cohere Command-R7B / Command-A."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""DeepSeek's tool-call tokens left in content, in both generations' shapes:
-
-    V3 / R1:  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
-              ```json
-              {...}
-              ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
-    V3.1+:    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
-
-What stands before `<｜tool▁sep｜>` tells them apart ("function" or nothing: V3/R1, a name: V3.1).
-Arguments (fenced or not) go on as written. Spellings models get wrong, which llama.cpp's parser accepts too:
-the section opener as `<｜tool_calls_begin｜>`, `<｜tool calls begin｜>`, `<｜tool\\_calls\\_begin｜>` or
-`<｜tool▁calls｜>`, and the call opener left out after it (`<｜tool▁calls▁begin｜>NAME<｜tool▁sep｜>{...}`).
-"""
+"""DeepSeek's tool-call tokens left in content, in both generations' shapes."""
 
 from __future__ import annotations
 

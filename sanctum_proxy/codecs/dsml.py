@@ -1,20 +1,4 @@
-"""DeepSeek V3.2 / V4 DSML calls left in content (DeepSeek-V3.2's encoding/encoding_dsv32.py writes them; vLLM's
-and sglang's `deepseekv32` parsers read them):
-
-    <｜DSML｜function_calls>
-    <｜DSML｜invoke name="get_weather">
-    <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
-    <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
-    </｜DSML｜invoke>
-    </｜DSML｜function_calls>
-
-`string="true"`: the value is the text as written; `string="false"`: it is JSON (a value that does not parse stays
-text, for repair to coerce or report). An invoke may hold a JSON object instead of parameters. Variants read
-(sgl-project/sglang#40236, anomalyco/opencode#24566): V4's `tool_calls` block name (and `tool_use`, `calls`), no
-block at all (a bare invoke), an unterminated block or invoke, the block opener missing its `>`, ASCII or doubled
-bars and spaces in the token (`<|DSML|`, `<｜｜DSML｜｜ invoke`), and no token at all inside a
-`<function_calls>` block.
-"""
+"""DeepSeek V3.2 / V4 DSML calls in content (DeepSeek's encoding_dsv32.py; vLLM's `deepseekv32` parser)."""
 
 from __future__ import annotations
 
@@ -39,8 +23,7 @@ STARTS: tuple[str, ...] = (f"<{TOKEN}", "<|DSML|", "<｜｜DSML", "<||DSML", "< 
 
 
 class _Tags:
-    """The DSML tags, written with the token (`<｜DSML｜invoke`) or, inside a `<function_calls>` block, without
-    it (the rare V3.2 output sgl-project/sglang PR 14332 shows, Claude's old XML shape too)."""
+    """The DSML tags, with the token or, inside a `<function_calls>` block, without it."""
 
     def __init__(self, token: str, block: str) -> None:
         self.block_open = re.compile(rf"<{token}{block}[ \t]*>?")
@@ -150,8 +133,7 @@ def _parameters(text: str, k: int, tags: _Tags) -> tuple[dict[str, JSONValue], i
 
 
 def _value(text: str, string: str | None) -> Any:
-    """A parameter's value: the text (string="true"), or the JSON it holds (string="false", or no attribute and
-    it parses); text that does not parse stays text."""
+    """A parameter's value: the text (string="true"), else the JSON it holds where it parses."""
     if string == "true":
         return text
     decoded = decode(text.strip()) if text.strip() else None

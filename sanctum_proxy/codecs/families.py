@@ -1,14 +1,4 @@
-"""Which call format a model family was trained on, told from its chat template, and the names
-`prompt_format` takes. The formats themselves (how a call and a tool result are written, the markers that
-show them in a template) live with their codecs (codecs/base.py, `Format`).
-
-    detect(template, family)   the format a chat template (llama.cpp /props, Ollama /api/show) is for
-    render_call(fmt, name, a)  one call as that format writes it (a: a mapping, or JSON text kept verbatim)
-    render_result(fmt, ...)    one tool result as that format reads it
-    as_asked(fmt)              the codec that reads the format, and the mends a call in it needs by design
-
-Pure: no I/O.
-"""
+"""Which call format a model family was trained on, told from its chat template, and the names `prompt_format` takes."""
 
 from __future__ import annotations
 
@@ -34,16 +24,13 @@ def codec_of(fmt: str) -> str:
 
 
 def as_asked(fmt: str) -> tuple[str, frozenset[str]]:
-    """The codec (`Candidate.source`) that reads calls written in prompt format `fmt`, and the mends a call in it
-    needs by design (`Format.as_asked`). `fmt` may name the codec instead: every codec a format reads with has a
-    format of its own name (tests/codecs/test_codec_conformance.py holds that)."""
+    """The codec reading prompt format `fmt` (or codec `fmt`), and the mends a call in it needs by design."""
     own = FORMATS.get(fmt)
     return (own.codec, own.as_asked) if own is not None else (fmt, frozenset())
 
 
 def detect(template: Any, family: Any = None) -> str | None:
-    """The format whose call markup the chat template writes; Ollama's `details.family` when the template
-    says nothing; None when neither is known (the caller falls back to Hermes)."""
+    """The format the chat template writes, else Ollama's `details.family`'s, else None."""
     text = template if isinstance(template, str) else ""
     for fmt in _BY_TEMPLATE:
         if fmt.detect is not None and fmt.detect(text):
@@ -52,8 +39,7 @@ def detect(template: Any, family: Any = None) -> str | None:
 
 
 def opens_bare(fmt: str) -> bool:
-    """Whether the format's generation prompt already holds the first call marker, so an answer opens with
-    a bare `NAME\n{...}` or `all\n` (Functionary v3.2's prompt ends with `>>>`)."""
+    """Whether answers open bare (`NAME\n{...}`): the generation prompt holds the first call marker."""
     return fmt in FORMATS and FORMATS[fmt].opens_bare
 
 

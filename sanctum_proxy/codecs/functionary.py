@@ -1,17 +1,4 @@
-"""Functionary v3.2 (MeetKai): each part of an answer opened by `>>>` and its recipient:
-
-    >>>all
-    Let me look that up.
-    >>>get_weather
-    {"city": "Paris"}
-
-`>>>all` opens text (content); `>>>NAME` opens a call whose JSON arguments follow on the next line
-(`python` may be followed by raw code, read as {"code": ...}). Arguments go on as written.
-
-The template's generation prompt ends with `>>>`, so the answer itself opens with `all\n` or `NAME\n{`
-(llama.cpp's Functionary parser reads this first part without the marker too): at the very start of the
-text, `all\n` is markup and `NAME\n{...}` a call when NAME is an offered tool.
-"""
+"""Functionary v3.2 (MeetKai): each part of an answer opened by `>>>` and its recipient."""
 
 from __future__ import annotations
 
@@ -32,8 +19,7 @@ _WS = re.compile(r"\s*")
 
 
 def opens(text: str) -> bool:
-    """Whether the text opens with a Functionary part without its `>>>` (the registry asks, as no
-    delimiter in STARTS shows it)."""
+    """Whether the text opens with a Functionary part without its `>>>`."""
     return _FIRST.match(text) is not None
 
 

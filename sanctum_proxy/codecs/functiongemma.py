@@ -1,10 +1,4 @@
-"""FunctionGemma calls (google/functiongemma-270m's chat template; vLLM's `functiongemma` parser):
-
-    <start_function_call>call:get_weather{location:<escape>London<escape>,unit:<escape>celsius<escape>}<end_function_call>
-
-Strings are set off by the `<escape>` token; a value is the text written (typed by the tool's schema: `42` for an
-integer), a comma between two values may be missing. Arguments that do not read go on as written (repair asks).
-"""
+"""FunctionGemma calls (google/functiongemma-270m's chat template; vLLM's `functiongemma` parser)."""
 
 from __future__ import annotations
 

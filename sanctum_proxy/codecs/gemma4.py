@@ -1,21 +1,4 @@
-"""Gemma 4 calls: `call:NAME{...}` between its special tokens, strings quoted with the `<|"|>` token:
-
-    <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>
-
-as its chat template writes them (llama.cpp `models/templates/gemma4.jinja`: keys bare, sorted; strings
-`<|"|>...<|"|>`, numbers and true/false bare, objects `{k:v}`, lists `[...]`); a tool result is
-`<|tool_response>response:NAME{value:...}<tool_response|>`. What servers pass on besides (oMLX, mlx-lm,
-vLLM without a Gemma 4 parser): strings in ASCII quotes (`{command:"ls"}`), and, when the server stripped
-the special tokens, `call:NAME{content:hello,path:a.txt}` with no marker and no quotes at all.
-
-Inside `<|tool_call>` any name counts, and arguments that do not read go on as written (repair asks again);
-without the marker a call is one only when it names an offered tool, its arguments read whole and it starts
-or ends its line, so prose that mentions `call:` stays prose. An unquoted value runs to the next `,key:` or
-the closing bracket; it is a number or true/false/null when it reads as one, else a string. `(...)` for
-`{...}` is read too. Gemma 4 also writes positional arguments (ollama/ollama#18275): `call:NAME:` then
-`BEGIN_ARG:\nvalue\nEND_ARG` blocks, empty thought channels strewn inside; the judge names them in the order of
-the tool's properties (POSITIONAL).
-"""
+"""Gemma 4 calls: `call:NAME{...}` between its special tokens, strings quoted with the `<|"|>` token."""
 
 from __future__ import annotations
 
@@ -48,7 +31,7 @@ MAX_MEMBERS = 4096  # members of one object or list (past it the arguments are u
 # The steps (values, and stops inside unquoted ones) one text's reading may take: a text of openers whose
 # values never close (`call:f{a:b,` a hundred thousand times) costs this much, not openers x text.
 MAX_STEPS = 100_000
-# After the marker: `call:NAME` (a bare `:NAME` too, vLLM #53431), then the arguments' bracket.
+# After the marker: `call:NAME` (or a bare `:NAME`), then the arguments' bracket.
 _HEAD = re.compile(r"\s*(?:call)?:\s*([A-Za-z_][\w.\-]{0,255})\s*([{(])")
 # Without it: `call:NAME{` at the start of a line or after a space (never inside a word: `recall:x{`).
 _BARE_HEAD = re.compile(r"(?<![\w.\-])call:([A-Za-z_][\w.\-]{0,255})\{")
@@ -77,8 +60,7 @@ class _Unread(Exception):
 
 
 class _Reader:
-    """A recursive-descent reader of Gemma 4 values over one text, from a position on (each character read
-    once: linear)."""
+    """A recursive-descent reader of Gemma 4 values, each character read once."""
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -92,8 +74,7 @@ class _Reader:
             raise _Unread
 
     def next_stop(self, j: int) -> int:
-        """Where the next `,}])<` at or after j is (len(text) when none): a search is reused while j has
-        not passed what it found, so unclosed values from many openers never rescan the rest of the text."""
+        """Where the next `,}])<` at or after j is; a search is reused until j passes it."""
         start, at = self._stop
         if not start <= j <= at:
             m = _STOP.search(self.text, j)
@@ -173,8 +154,7 @@ class _Reader:
             return m.group()[1:-1], m.end()
 
     def word(self, k: int, stops: str) -> tuple[Any, int]:
-        """An unquoted value: to the next `,key:` inside an object (a comma in a stripped string stays in
-        it), to the next comma in a list, or to the closing bracket."""
+        """An unquoted value: to the next `,key:` in an object, the next comma in a list, or the bracket."""
         text = self.text
         j = k
         while True:
@@ -250,8 +230,7 @@ def _starts_line(text: str, k: int) -> bool:
 
 
 def _marked(reader: _Reader, scan: Scanner, start: int) -> Found:
-    """`<|tool_call>` and the calls up to its `<tool_call|>` (or the next marker, or the end): each one read,
-    or the rest of the block kept as its arguments (repair reports it). An empty block is markup."""
+    """The calls in one `<|tool_call>` block; an unreadable rest is kept as arguments for repair."""
     text = reader.text
     body = start + len(OPEN)
     close, nxt = scan.find(CLOSE, body), scan.find(OPEN, body)

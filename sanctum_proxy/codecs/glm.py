@@ -1,15 +1,4 @@
-"""GLM-4.5 / 4.6 calls: the name right after `<tool_call>`, then key/value tag pairs:
-
-    <tool_call>get_weather
-    <arg_key>city</arg_key>
-    <arg_value>Paris</arg_value>
-    </tool_call>
-
-Hermes shares the `<tool_call>` tag; a GLM call is told apart by a bare name (not `{`) followed by
-`<arg_key>` or the closing tag. The registry runs this codec before Hermes. Values are kept as the
-strings written (an inline value whole, its own trailing newline too; the newlines of a value set on its own
-lines are layout); repair coerces them to the schema's types ("3" -> 3, "[1, 2]" -> [1, 2]).
-"""
+"""GLM-4.5 / 4.6 calls: the name right after `<tool_call>`, then key/value tag pairs."""
 
 from __future__ import annotations
 

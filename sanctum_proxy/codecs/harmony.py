@@ -1,22 +1,4 @@
-"""gpt-oss (OpenAI harmony) messages left in content, what llama.cpp and Ollama pass on when their own
-parser fails on them:
-
-    <|channel|>analysis<|message|>Need the weather.<|end|>
-    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Rome"}
-    <|call|>
-    <|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>
-
-A message with a recipient (`to=functions.NAME`, in the channel header or after the role) is a call; its body goes on
-as written, whatever its content type (`json`, `code`). `to=assistant` is text; a built-in tool the request did not
-offer (`browser.search`, `python`) is no call, its body reasoning. An `analysis` message is reasoning: its whole span
-is claimed (so no codec reads calls in it); its text is reasoning, not content. A `final` or recipient-less
-`commentary` message is content: only its header and end token are markup. Variants read: no `<|constrain|>` (`...
-to=functions.f json<|message|>`), `<|end|>` or `<|return|>` instead of `<|call|>`, the name glued to `json`
-(`to=functions.fjson`), a call on the analysis channel (`<|start|>assistant to=functions.f<|channel|>analysis`), the
-recipient alone before `<|channel|>` (the generation prompt held `<|start|>assistant`), spaces around the channel
-name; and a call whose tokens the server stripped (`assistantcommentary to=functions.NAME json{...}`, known names
-only: `_stripped`).
-"""
+"""gpt-oss (OpenAI harmony) messages left in content when llama.cpp's or Ollama's parser fails on them."""
 
 from __future__ import annotations
 
@@ -32,11 +14,8 @@ from sanctum_proxy.core.shapes import JSONValue
 NAME = "harmony"
 STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "assistantcommentary to=functions.", "commentary to=functions.",
                            "to=functions.")
-# The role part: `<|start|>assistant to=...`, or only ` to=functions.NAME` where the generation prompt
-# already held `<|start|>assistant` (llama.cpp's test of that case).
-# (The blanks before a bare `to=` are taken by `_header_start`: in the regex, `[ \t]*to=` was tried from every
-# blank of a long run, each time to its end: quadratic.)
-# A tool's result written back (`<|start|>functions.f to=assistant<|message|>`) may have no channel.
+# The role part, or only ` to=functions.NAME` after a prompt-held `<|start|>assistant`; a result may lack a channel.
+# Blanks before a bare `to=` are taken by `_header_start`: in the regex they were quadratic.
 _HEADER = re.compile(
     r"(?:<\|start\|>(?P<role>[^<]{0,256})|(?P<bare>to=[^\s<]{1,256}[ \t]*))?"
     r"(?:<\|channel\|>(?P<channel>[^<]{0,512})|(?<=to=assistant))(?:<\|constrain\|>(?P<ctype>[^<]{0,64}))?<\|message\|>"
@@ -77,25 +56,20 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return out + _stripped(text, tool_names, out)
 
 
-# A call whose special tokens the server dropped as it decoded them (`skip_special_tokens`; oobabooga/textgen#7374
-# shows `analysisUser says ...assistantfinalHello!`): `assistantcommentary to=functions.NAME json{...}`, or with
-# only some tokens gone (`commentary to=functions.NAME <|constrain|>json<|message|>{...}`).
+# A call whose special tokens the server dropped (`skip_special_tokens`): docs/formats.md.
 _STRIPPED = re.compile(
     r"(?:assistant)?commentary[ \t]+to=functions\.(?P<name>[^\s<{\[]{1,256})[ \t]*(?:<\|constrain\|>)?[ \t]*"
     r"(?P<ctype>json)?[ \t]*(?:<\|message\|>)?[ \t\r\n]*(?=[{\[])"
 )
 
 
-# The whole answer a recipient and nothing else (llama.cpp before its harmony parser, ggml-org/llama.cpp#15181:
-# ` to=functions.get_weather` and spaces): a call whose arguments never came.
+# The whole answer a recipient and nothing else: a call whose arguments never came.
 _RECIPIENT_ONLY = re.compile(r"[\s\u200b]*(?:assistant)?(?:commentary)?[ \t]*to=functions\.([^\s<{\[]{1,256})"
                              r"(?:[ \t]*(?:<\|constrain\|>)?json)?[\s\u200b]*")
 
 
 def _stripped(text: str, names: frozenset[str], taken: list[Found]) -> list[Found]:
-    """Calls left without their channel tokens, to a known tool, with a JSON body (outside what the token-full
-    reading took); or an answer that is only a recipient (a call without arguments, for tier 2 to ask for them).
-    The text before them stays content: without its tokens nothing marks where reasoning ended."""
+    """Calls left without their channel tokens to a known tool, or an answer that is only a recipient."""
     out: list[Found] = []
     alone = _RECIPIENT_ONLY.fullmatch(text) if not taken else None
     if alone is not None and json_blocks.known(name := _name(alone.group(1), None, names), names):
@@ -116,8 +90,7 @@ def _stripped(text: str, names: frozenset[str], taken: list[Found]) -> list[Foun
 
 
 def _recipient_kind(recipient: str, names: frozenset[str]) -> str:
-    """"call"; "content" for `to=assistant` (a tool result written back, read as text as SGLang does); or
-    "builtin" for a built-in tool (`browser.search`, `python`, `container.exec`) the request did not offer."""
+    """"call"; "content" for a result written back (`to=assistant`); "builtin" for a tool not offered."""
     if recipient == "assistant":
         return "content"
     if _BUILTIN.fullmatch(recipient) and not json_blocks.known(recipient, names):
@@ -135,8 +108,7 @@ def _header_start(text: str, m: re.Match[str], pos: int) -> int:
 
 
 def _body_end(text: str, body: int) -> tuple[int, int]:
-    """Where the message body ends and where its end token (if any) ends. A JSON body is read past its
-    closing brace first, so an end token written inside a string does not cut it."""
+    """Where the body ends, and its end token; a JSON body is read whole first."""
     k = body
     while k < len(text) and text[k] in " \t\r\n":
         k += 1

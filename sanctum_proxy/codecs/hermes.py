@@ -1,10 +1,4 @@
-"""Hermes / Qwen2.5 calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in content.
-
-The closing tag is found after the JSON value ends (so a literal `</tool_call>` inside a string argument
-does not cut the call short); a missing closing tag or outer brace is tolerated. Phi-4-mini's tags
-(same JSON inside) are read here too, with source "phi". Qwen3-Coder's XML body
-(`<tool_call><function=...>`) belongs to `qwen_xml`, which the registry runs first.
-"""
+"""Hermes / Qwen2.5 calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in content."""
 
 from __future__ import annotations
 

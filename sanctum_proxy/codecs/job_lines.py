@@ -1,11 +1,4 @@
-"""Calls written in no call format: a key-value line and a tag named after the tool's job.
-
-    read_file file="C:\\Users\\me\\notes.txt"
-    <terminal_command>ls -la</terminal_command>        (for `run_terminal_command`)
-
-Read only where the name stands for one offered tool (a tag: the tool's words less `run_`, `_command` and the
-like, alone or with one of them). The value goes to the line's key, or the tool's one required string (SOLE_VALUE).
-"""
+"""Calls written in no call format: a key-value line and a tag named after the tool's job."""
 
 from __future__ import annotations
 
@@ -97,8 +90,7 @@ _FIRST = re.compile(r"[ \t]*([A-Za-z_][\w.\-]{0,255}) ")
 
 
 def may_open(start: str, text: str, end: int) -> bool:
-    """Whether a stream start found in `text` (ending at `end`) opens a call: a line's `NAME ` only before
-    `key="`, so prose that opens a line with a tool's name streams on."""
+    """Whether a stream start opens a call: a line's `NAME ` only before `key="`."""
     return not (start.startswith("\n") and start.endswith(" ")) or _KEY_OPEN.match(text, end) is not None
 
 

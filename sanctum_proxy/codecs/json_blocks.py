@@ -1,14 +1,4 @@
-"""JSON calls: fenced ```json blocks, bare JSON objects/arrays in prose, and the call shapes inside them.
-
-Shapes understood (alone, in arrays, or nested in wrappers):
-    {"name": N, "arguments"|"parameters"|"params"|"args"|"input": A}   (also "tool_name")
-    {"type": "function", "function": {...}, "id": ...}                  OpenAI style
-    {"tool_call": {...}} / {"tool_calls": [...]} / {"function_call": {...}}   llama.cpp generic, legacy
-    {"method": N, "params": A}                                          JSON-RPC (known names only)
-    {N: A}                                                              name as key (known names only)
-Bare JSON is a call only when it names an offered tool (or one `resolve_name` maps). Inside explicit
-call markup (other codecs call `candidates` with explicit=True) any {"name": str, arguments...} counts.
-"""
+"""JSON calls: fenced ```json blocks, bare JSON objects/arrays in prose, and the call shapes inside them."""
 
 from __future__ import annotations
 
@@ -58,10 +48,7 @@ def candidates(
     payload: str, *, source: str, names: frozenset[str], explicit: bool, repairs: tuple[str, ...] = (),
     whole: bool = True,
 ) -> list[Candidate] | None:
-    """The calls in one JSON payload (decoded leniently): [] when it holds none, None when it is not JSON. A payload
-    whose strings hold bare quotes or raw newlines is read by `loose_json` where that reading is the only one
-    (before json_repair's guess, which may cut a string's end); `whole`: the payload is the value and nothing
-    after it (not the rest of a text)."""
+    """The calls in one JSON payload, read leniently: [] for none, None when it is not JSON."""
     decoded = decode(payload)
     if whole and (not isinstance(decoded, Decoded) or "json_repair" in decoded.repairs):
         opener = len(payload) - len(payload.lstrip())
@@ -146,9 +133,7 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     return sorted(found, key=lambda f: f.start)
 
 
-# Tags some fine-tunes and servers wrap a JSON call in: glaive's `<functioncall> {...}` (some with the JSON inside
-# the tag itself, `<functioncall {...}>`: maxi1134/ha-config#66) and LM Studio's `[TOOL_REQUEST]{...}[END_TOOL_REQUEST]`
-# (its prompt for models without a tool template: lmstudio-ai/lmstudio-bug-tracker#456, #2388).
+# Tags some fine-tunes and servers wrap a JSON call in (glaive's, LM Studio's): docs/formats.md.
 _WRAP_OPEN = re.compile(r"(?:<functioncall>?|\[TOOL_REQUEST\])\s*\Z")
 _WRAP_CLOSE = {"<functioncall>": re.compile(r"\s*</functioncall>"),
                "<functioncall": re.compile(r"\s*(?:</functioncall>|>)"),
@@ -222,8 +207,7 @@ _LIST_OPEN = re.compile(r"\[\s*\Z")
 
 
 def _in_unclosed_lists(text: str, out: list[Found]) -> list[Found]:
-    """A call right after a `[` that never closes (a list of calls cut short) starts at that `[`: it is the
-    call's markup, not content."""
+    """A call right after a `[` that never closes starts at that `[`: the call's markup."""
     for i, f in enumerate(out):
         bracket = _LIST_OPEN.search(text, max(0, f.start - 64), f.start)
         if bracket is not None and value_end(text, bracket.start()) is None:
@@ -258,9 +242,7 @@ _CALL_OPEN = re.compile(r'\{\s*"(?:name|tool_name)"\s*:\s*"([^"\\\n]{1,256})"\s*
 
 
 def _unescaped(text: str, start: int, names: frozenset[str], source: str, repairs: tuple[str, ...]) -> Found | None:
-    """A bare JSON call that opens with a known tool's name but is not JSON: its strings read whole where their
-    bare quotes and raw newlines allow one reading (loose_json); otherwise the call as written, for tier 2 to
-    correct (a malformed_json problem), to the last closing brace. None when it does not open like a call."""
+    """A known tool's call that is not JSON: read by loose_json where one reading exists, else kept for tier 2."""
     opening = _CALL_OPEN.match(text, start)
     if opening is None or not known(opening.group(1), names):
         return None
@@ -292,9 +274,7 @@ def tagged(
     source: str,
     names: frozenset[str],
 ) -> tuple[int, list[Candidate]]:
-    """The calls written as JSON right after a call tag (body = index after the tag), and where the markup
-    ends: after the JSON values and a closing tag when one follows; otherwise (broken JSON) the whole
-    text up to the first closer or stop is the payload. Unknown names count (the tag is explicit)."""
+    """The JSON calls after a call tag, and where the markup ends; broken JSON runs to the first closer."""
     spans: list[tuple[int, int]] = []
     k = _skip(_WS, text, body)
     while k < len(text) and text[k] in "{[" and len(spans) < MAX_CANDIDATES and not text.startswith(closers, k):
@@ -319,8 +299,7 @@ def _skip(pattern: re.Pattern[str], text: str, pos: int) -> int:
 
 
 def _closer_ahead(text: str, pos: int, closers: tuple[str, ...], stops: tuple[str, ...]) -> bool:
-    """Whether a closing tag comes later, before the next call tag: then what lies between is broken
-    JSON belonging to this call; otherwise it is prose after the call."""
+    """Whether a closing tag comes before the next call tag: then what lies between is this call's."""
     stop = min((i for s in stops if (i := text.find(s, pos)) >= 0), default=len(text))
     return any(0 <= text.find(c, pos, stop) for c in closers)
 
@@ -339,8 +318,7 @@ _NAME_GUESS = re.compile(r"""["']name["']\s*:\s*["']([^"'\n]{1,256})["']""")
 
 
 def _explicit(payload: str, source: str, names: frozenset[str], repairs: tuple[str, ...]) -> list[Candidate]:
-    """Calls in payload inside call markup; one that cannot be read becomes a candidate with its text as
-    arguments, so that repair reports it (malformed_json, or unknown_spell) rather than losing it."""
+    """Calls inside call markup; an unreadable one keeps its text as arguments, for repair to report."""
     calls = candidates(payload, source=source, names=names, explicit=True, repairs=repairs)
     if calls or (calls is not None and payload.strip("[]{} \n\t\r") == ""):
         return calls  # `functools[]`: markup with no call in it

@@ -1,15 +1,4 @@
-"""JSON calls inside a pair of tags a family's template writes around them; the tags are call markup too:
-
-    <tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls>      Hunyuan-A13B, Jamba, Apriel
-    <|action_start|><|plugin|>{"name": ..., "parameters": ...}<|action_end|>   InternLM2
-    <function_call> {"name": ..., "arguments": ...}                   Granite-20B-FC (no closer)
-    <longcat_tool_call>{...}</longcat_tool_call>                      LongCat
-    <TOOLCALL>[{...}]</TOOLCALL>                                      Nemotron-Nano-v2
-    <|tools_prefix|>[{"NAME": {...}}]<|tools_suffix|>                 Apertus (the name as the key)
-    <|message_sep|>function call<|role_sep|>{...}</s>, <|function_call|>{...}   GigaChat 3 / 3.1
-
-The JSON inside reads as `json_blocks.tagged` reads any tagged JSON (unknown names count: the tag is explicit).
-"""
+"""JSON calls inside a pair of tags a family's template writes around them; the tags are call markup too."""
 
 from __future__ import annotations
 

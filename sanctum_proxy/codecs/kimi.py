@@ -1,12 +1,4 @@
-"""Kimi K2 calls, special tokens around `functions.NAME:INDEX` and JSON arguments:
-
-    <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>
-    {"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
-
-The section markers may be missing, or written in the singular (`<|tool_call_section_begin|>`); the
-`functions.` prefix and the index are dropped from the name. Arguments go on as written. A bare counter id
-(`0`) names the one offered tool; among several, the call carries BARE_COUNTER and the judge picks by its keys.
-"""
+"""Kimi K2 calls, special tokens around `functions.NAME:INDEX` and JSON arguments."""
 
 from __future__ import annotations
 
@@ -71,8 +63,7 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
 
 
 def _section_start(text: str, pos: int, begin: int) -> int:
-    """The call begins at a section marker before it, if there is one: what lies between (blanks, or noise the
-    model wrote there) is inside the section, not content."""
+    """The call begins at a section marker before it: what lies between is inside the section."""
     for marker in _SECTION:
         at = text.rfind(marker, pos, begin)
         if at >= 0 and "<|" not in text[at + len(marker) : begin]:

@@ -1,7 +1,4 @@
-"""Llama 3.x / 4 calls: JSON after `<|python_tag|>` (ended by `<|eom_id|>`, `<|eot_id|>` or the text's end)
-or between `<|python_start|>` and `<|python_end|>`; Meta's template writes `{"name": ..., "parameters": ...}`,
-several calls separated by `;`.
-"""
+"""Llama 3.x / 4 calls."""
 
 from __future__ import annotations
 

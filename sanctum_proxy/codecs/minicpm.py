@@ -1,11 +1,4 @@
-"""MiniCPM 5 calls (openbmb's chat template; vLLM's `minicpm5` parser), an XML element per call:
-
-    <function name="get_weather"><param name="city">上海</param><param name="date">2024-06-27</param></function>
-
-Values are the text written (kept whole: they sit inline), a `<![CDATA[...]]>` section read as its text, and typed
-by the tool's schema. Read too: the tags as a byte-level tokenizer leaves them (`<functionname=`, `\u0120` for the
-space), and the arguments as one object in a lone `arguments` or `properties` parameter.
-"""
+"""MiniCPM 5 calls (openbmb's chat template; vLLM's `minicpm5` parser), an XML element per call."""
 
 from __future__ import annotations
 

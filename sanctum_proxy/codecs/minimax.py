@@ -1,20 +1,4 @@
-"""MiniMax-M2 / M2.1 / M2.5 calls (MiniMaxAI's chat_template.jinja writes them, its docs/tool_calling_guide.md reads
-them; vLLM's and llama.cpp's `minimax_m2` parsers):
-
-    <minimax:tool_call>
-    <invoke name="get_weather">
-    <parameter name="city">Paris</parameter>
-    <parameter name="days">3</parameter>
-    </invoke>
-    </minimax:tool_call>
-
-A value is written as text (strings as they are, the rest as JSON: the template's `v | tojson if v is not string`)
-and kept as the string written, one newline trimmed each side; repair types it by the tool's schema ("3" -> 3), as
-MiniMax's own parser does. Several invokes share one block. Read too: indented tags, a block or an invoke left
-open (cut by max_tokens), a value without `</parameter>` (to the next tag or the end), a name in single quotes or
-none. The reasoning before a call (`<think>` is in the generation prompt, so the answer holds only `</think>`) is
-core/reasoning.py's. Tool results go back as the template writes them, `<response>...</response>`.
-"""
+"""MiniMax-M2 / M2.1 / M2.5 calls (MiniMaxAI's chat template; vLLM's and llama.cpp's `minimax_m2`)."""
 
 from __future__ import annotations
 

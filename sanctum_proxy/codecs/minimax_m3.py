@@ -1,15 +1,4 @@
-"""MiniMax-M3 calls (vLLM's `minimax_m3` parser): every tag behind the namespace token `]<]minimax[>[`, and the
-arguments as nested XML elements named after the parameters:
-
-    ]<]minimax[>[<tool_call>
-    ]<]minimax[>[<invoke name="create_order">]<]minimax[>[<user_id>42]<]minimax[>[</user_id>
-    ]<]minimax[>[<items>]<]minimax[>[<item>]<]minimax[>[<sku>b-1]<]minimax[>[</sku>]<]minimax[>[</item>]<]minimax[>[</items>
-    ]<]minimax[>[</invoke>
-    ]<]minimax[>[</tool_call>
-
-An element holding elements is an object (a name written twice is a list of its values); one holding only
-`<item>` elements is a list; a leaf is its text, typed by the tool's schema. Several invokes share one block.
-"""
+"""MiniMax-M3 calls (vLLM's `minimax_m3` parser)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Calls written as a name then JSON arguments after a special token.
-
-Mistral after `[TOOL_CALLS]`: Nemo's JSON array (`[{"name": ..., "arguments": ..., "id": ...}]`) and
-Small 3.2 / Devstral's `name[ARGS]{...}` (Small 3.2 / Magistral: `name[CALL_ID]id[ARGS]{...}`, the id kept),
-possibly several `[TOOL_CALLS]` in a row, and a closing `[/TOOL_CALLS]`. (DeepSeek's tokens are read by
-`deepseek`.)
-
-Text after the call (v0.3 often adds prose) stays content.
-"""
+"""Calls written as a name then JSON arguments after a special token."""
 
 from __future__ import annotations
 

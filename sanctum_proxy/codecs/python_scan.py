@@ -1,12 +1,4 @@
-"""A tolerant reading of pythonic call lists, for text `ast` refuses: `[f(a=1), g(b='x')]` or calls one to a line.
-
-The text is cut into its top-level calls (`NAME(...)` at bracket depth 0) by a scanner that knows strings; each
-call is then read on its own, so one bad call costs only itself. The scanner reads strings the way models write
-them rather than as Python does: a raw newline inside a string is part of it, and a quote is a string's end only
-when what follows could follow a value (`,`, `)`, `]`, `}`, `:` or the end), so `'it's'` is one string. Each
-string is then swapped for a placeholder name before `ast` reads the call, and integers lose their leading zeros.
-Nothing is evaluated.
-"""
+"""A tolerant reading of pythonic call lists, for text `ast` refuses: `[f(a=1), g(b='x')]` or calls one to a line."""
 
 from __future__ import annotations
 
@@ -35,9 +27,7 @@ class Piece:
 
 
 def calls(text: str, limit: int) -> list[Piece] | None:
-    """The top-level calls of a list (`[...]`, brackets optional) or of lines; None when anything else lies
-    between them (prose: the text is not a call list). A call whose strings can end at more than one quote is
-    read at the first ending after which it parses and the list goes on."""
+    """The top-level calls of a list or of lines; None when anything else lies between them."""
     body, offset = _inside_brackets(text)
     out: list[Piece] = []
     k = 0
@@ -58,8 +48,7 @@ def calls(text: str, limit: int) -> list[Piece] | None:
 
 
 def bracketed(text: str, start: int, limit: int) -> int | None:
-    """Where the call list opening with the `[` at `start` ends (after its `]`), read call by call as `calls`
-    reads them; None when it is not a list of calls or is never closed."""
+    """Where the call list opening at `start` ends, read as `calls` reads it; None when it is no call list."""
     k = start + 1
     steps = [MAX_STEPS]
     for _ in range(limit):
@@ -104,8 +93,7 @@ def _skip(text: str, k: int, chars: str) -> int:
 
 
 def _readings(text: str, start: int, offset: int, steps: list[int]) -> Iterator[Piece]:
-    """The readings of the call opening at `start`, to its matching `)`: one per choice of where each string
-    ends, first endings first, at most MAX_READINGS of them and `steps` characters walked in all."""
+    """The readings of the call at `start`, one per choice of string ends, within MAX_READINGS and `steps`."""
     budget = [MAX_READINGS]
 
     def walk(k: int, depth: int, out: list[str], strings: list[str]) -> Iterator[Piece]:
@@ -136,8 +124,7 @@ def _readings(text: str, start: int, offset: int, steps: list[int]) -> Iterator[
 
 
 def _string_ends(text: str, k: int, steps: list[int]) -> Iterator[tuple[int, str]]:
-    """Where the string literal opening at `k` may end (after each closing quote that a value may end at,
-    first ones first; a triple-quoted string at its first closer) and its value up to there."""
+    """Where the string literal at `k` may end, first ones first, and its value up to there."""
     quote = text[k] * 3 if text.startswith(text[k] * 3, k) else text[k]
     i = k + len(quote)
     value: list[str] = []

@@ -1,11 +1,4 @@
-"""Pythonic calls (Llama 3.2 / LFM2 style): `[get_weather(city="Paris"), get_time(tz='EST')]`, bare in
-content or inside `<|tool_call_start|>...<|tool_call_end|>`; Granite's `get_weather(city="Paris")` lines with
-no list around them (known names, the answer's last lines: `_lines`).
-
-The text is parsed with `ast` (never evaluated); only keyword arguments with literal values count
-(Python or JSON spellings of true/false/null). Bare lists are calls only when every element is a call
-to a known tool; inside the tags any name counts.
-"""
+"""Pythonic calls (Llama 3.2 / LFM2 style)."""
 
 from __future__ import annotations
 
@@ -84,15 +77,12 @@ def _unclosed(text: str, start: int, names: frozenset[str]) -> Found | None:
     return Found(start, start + len(source), tuple(calls)) if calls else None
 
 
-# A line that opens with a name and a parenthesis (Granite 3.3 / 4.0 H-Small write `get_weather(location="...")`
-# with no list around it: vllm-project/vllm#43116).
+# A line that opens with a name and a parenthesis: Granite's calls with no list around them.
 _LINE_CALL = re.compile(r"^[ \t]*([A-Za-z_][\w.]*)[ \t]*\(", re.M)
 
 
 def _lines(text: str, names: frozenset[str], taken: list[Found]) -> list[Found]:
-    """Calls written bare, one to a line, with no brackets: read only when every line from the first such
-    call to the end of the answer is a call of a known tool (or blank), outside code fences and other markup.
-    Prose before them may stay; a call line with prose after it (an example, an explanation) is text."""
+    """Bare calls one to a line, read only when every line from the first to the end is a known tool's call."""
     out: list[Found] = []
     for m in _LINE_CALL.finditer(text):
         if len(out) >= json_blocks.MAX_ATTEMPTS or not json_blocks.known(m.group(1), names):

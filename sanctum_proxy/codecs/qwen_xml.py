@@ -1,18 +1,4 @@
-"""Qwen3-Coder / Nemotron XML calls and Functionary v3.1's `<function=name>{json}</function>`:
-
-    <tool_call>
-    <function=read_file>
-    <parameter=path>
-    /tmp/a.txt
-    </parameter>
-    </function>
-    </tool_call>
-
-Parameter values are kept as the strings written (one newline trimmed each side); repair coerces them
-to the types the schema asks for ("14" -> 14, "['a']" -> ["a"]). Stray duplicate closing tags, a missing
-`</function>` and the optional `<tool_call>` wrapper are tolerated; a value without `</parameter>` ends at the
-next tag or the end of the text (its layout blanks trimmed).
-"""
+"""Qwen3-Coder / Nemotron XML calls and Functionary v3.1's `<function=name>{json}</function>`."""
 
 from __future__ import annotations
 
@@ -82,10 +68,7 @@ def _call(scan: Scanner, m: re.Match[str]) -> tuple[int, Candidate]:
 
 
 def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[str]]:
-    """`<parameter=name>value</parameter>` pairs from k on (found with the Scanner: a lazy regex, or str.find
-    from each opener, would rescan the rest of the text for every missing closer). A value whose
-    `</parameter>` is left out ends where the next tag begins, or at the end of the text (then the answer
-    holds nothing else: a cut answer's value is refused by repair, `unclosed_at_end`)."""
+    """`<parameter=name>value</parameter>` pairs from k on; an unclosed value ends at the next tag."""
     text = scan.text
     args: dict[str, JSONValue] = {}
     repairs: list[str] = []
@@ -110,10 +93,7 @@ def _parameters(scan: Scanner, k: int) -> tuple[dict[str, JSONValue], int, list[
 
 
 def laid_out(value: str) -> str:
-    """A closed value less its layout: the newline after the opener and the one before the closer (the
-    template's `<parameter=k>\nv\n</parameter>`), and where the closer is indented (the tags set in a block),
-    that indent on every line of the value. A value written inline (Seed-OSS's `<parameter=k>v</parameter>`)
-    stays whole, its own trailing newline too."""
+    """A closed value less the template's newlines around it and its block indent; an inline value stays whole."""
     if not value.startswith("\n"):
         return value
     value = value[1:]
@@ -129,8 +109,7 @@ def laid_out(value: str) -> str:
 
 
 def _unclosed_value(value: str) -> str:
-    """A value without its closer: the blanks after `<parameter=...>` (a space, or the template's newline)
-    and before the next tag (the newlines the closer would have followed) are layout, not the value."""
+    """A value without its closer, less the layout blanks around it."""
     lead = _LEAD.match(value)
     return value[lead.end() if lead else 0 :].rstrip()
 
@@ -139,8 +118,7 @@ _CUTS = ("</function>", "<parameter=", "</tool_call>", "<function=", "<tool_call
 
 
 def _next_tag(scan: Scanner, pos: int, close: int) -> int:
-    """Where the next tag that ends an unclosed value begins (`</function>`, the next `<parameter=`, the
-    call's wrapper or the next call), if before `close` (or close is -1)."""
+    """Where the next tag ending an unclosed value begins, if before `close`."""
     limit = close if close >= 0 else len(scan.text)
     hits = [i for t in _CUTS if (i := scan.find(t, pos)) >= 0 and i < limit]
     return min(hits) if hits else -1

@@ -1,15 +1,4 @@
-"""ByteDance Seed-OSS: Qwen3-Coder's XML call body inside `<seed:tool_call>`, reasoning in `<seed:think>`:
-
-    <seed:think>The user wants the weather.</seed:think>
-    <seed:tool_call>
-    <function=get_weather>
-    <parameter=location>Barcelona, Spain</parameter>
-    </function>
-    </seed:tool_call>
-
-The think block is reasoning: claimed whole (no codec reads calls in it, though Seed often writes an
-example call there); its text is reasoning, not content. The call body is read by `qwen_xml`.
-"""
+"""ByteDance Seed-OSS: Qwen3-Coder's XML call body inside `<seed:tool_call>`, reasoning in `<seed:think>`."""
 
 from __future__ import annotations
 
@@ -48,9 +37,7 @@ def _inner(block: str, opener: str, closer: str) -> str:
 
 def _blocks(text: str, opener: str, closer: str, stops: tuple[str, ...], *, closer_wins: bool = False
             ) -> list[Found]:
-    """Spans from each opener to its closer (or, left open, to the next stop or the end). A call block
-    ends at the next stop even when a closer comes later; a think block ends at its closer if it has one
-    (reasoning may quote a whole call)."""
+    """Spans from each opener to its closer, or to the next stop; a think block may quote a whole call."""
     out: list[Found] = []
     pos = 0
     while (start := text.find(opener, pos)) >= 0 and len(out) < json_blocks.MAX_ATTEMPTS:

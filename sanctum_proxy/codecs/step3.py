@@ -1,12 +1,4 @@
-"""Step3 calls (stepfun-ai/step3's chat template; vLLM's `step3` parser), XML invokes between special tokens:
-
-    <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>get_weather
-    <steptml:invoke name="get_weather"><steptml:parameter name="city">Tokyo</steptml:parameter></steptml:invoke>
-    <｜tool_call_end｜><｜tool_sep｜><｜tool_call_begin｜>...<｜tool_call_end｜><｜tool_calls_end｜>
-
-Values are the text written, kept whole (the value sits inline, so its whitespace is data) and typed by the
-tool's schema. The tokens around the invokes are call markup; any of them may be missing.
-"""
+"""Step3 calls (stepfun-ai/step3's chat template; vLLM's `step3` parser), XML invokes between special tokens."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""How the formats write a call's pieces as text: the arguments as JSON, a `{"name", "arguments"}` object, the
-key/value pairs of the XML-ish formats. Arguments given as JSON text that does not parse (broken JSON from an
-earlier turn) are kept as written, never dropped or "fixed".
-"""
+"""How the formats write a call's pieces as text."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from sanctum_proxy.core.shapes import JSONValue
 
 
 def as_object(arguments: JSONValue) -> JSONValue:
-    """The arguments as a value: JSON text parsed (kept as the string when it does not parse), None as {}."""
+    """The arguments as a value; unparsable text stays a string."""
     if isinstance(arguments, str):
         try:
             return orjson.loads(arguments)
@@ -26,12 +23,12 @@ def as_object(arguments: JSONValue) -> JSONValue:
 def to_json(value: JSONValue) -> str:
     try:
         return orjson.dumps(value).decode()
-    except TypeError:  # an integer past 64 bits (from json-parsed text): json can write it
+    except TypeError:  # an integer past 64 bits
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def arguments_text(arguments: JSONValue) -> str:
-    """The arguments as JSON text; a string that is not valid JSON is kept as the model wrote it."""
+    """The arguments as JSON text; invalid JSON kept as written."""
     args = as_object(arguments)
     return args if isinstance(args, str) else to_json(args)
 
@@ -45,8 +42,7 @@ def json_call(name: str, arguments: JSONValue, key: str = "arguments") -> str:
 
 
 def pairs(arguments: JSONValue) -> list[tuple[str, str]] | None:
-    """Key/value texts for the XML-ish formats (strings as written, the rest as JSON); None when the
-    arguments are not an object (broken JSON from an earlier turn)."""
+    """Key/value texts for the XML-ish formats; None when the arguments are no object."""
     args = as_object(arguments)
     if not isinstance(args, Mapping):
         return None

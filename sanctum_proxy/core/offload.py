@@ -1,13 +1,21 @@
-"""CPU-heavy work on a small thread pool, so other requests keep being served; each keeps its own budget."""
+"""Inline or on a small thread pool: which steps leave the event loop, and at what sizes."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+import orjson
+
+from sanctum_proxy.core.shapes import JSONObject
+
+if TYPE_CHECKING:  # read for sizes only
+    from sanctum_proxy.repair.loop_data import Answer, Plan
 
 OFFLOAD_WORKERS = 4
 P = ParamSpec("P")
@@ -30,5 +38,69 @@ async def offloaded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
 
 
 async def off_loop_if(heavy: bool, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """On the CPU pool when `heavy` (repair/offloading.py decides), else inline."""
+    """On the CPU pool when `heavy`, else inline."""
     return await offloaded(fn, *args, **kwargs) if heavy else fn(*args, **kwargs)
+
+
+# Below these a step costs less than the hop to the pool and back.
+INLINE_PARSE_BYTES = 256 * 1024
+INLINE_TOOLS_BYTES = 4096  # a body with new tools
+TOOL_LISTS_KEPT = 256  # checked tool lists, least recently used dropped
+TOOL_LIST_KEY_BYTES = 256 * 1024
+_READ_TOOLS: OrderedDict[bytes, None] = OrderedDict()
+INLINE_ANSWER_CHARS = 4096
+INLINE_SCHEMA_BYTES = 64 * 1024  # building a round
+INLINE_CHECKED_SCHEMA_BYTES = 4096  # judging an answer
+
+
+def heavy_body(raw: bytes) -> bool:
+    """Whether decoding may take milliseconds."""
+    return len(raw) > INLINE_PARSE_BYTES
+
+
+def new_tools(raw: bytes, body: JSONObject) -> bytes | None:
+    """The key of tools not checked before, whose checks may take milliseconds; else None."""
+    tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
+    if not tools and b'"pattern' not in raw:
+        return None
+    try:
+        key = orjson.dumps([body.get("tools"), body.get("functions"), body.get("response_format")])
+    except orjson.JSONEncodeError:  # too deep: checked off the loop
+        return b""
+    if key in _READ_TOOLS:
+        _READ_TOOLS.move_to_end(key)
+        return None
+    return key
+
+
+def read_tools(key: bytes | None) -> None:
+    """Remember tools whose checks passed."""
+    if not key or len(key) > TOOL_LIST_KEY_BYTES:
+        return
+    _READ_TOOLS[key] = None
+    if len(_READ_TOOLS) > TOOL_LISTS_KEPT:
+        _READ_TOOLS.popitem(last=False)
+
+
+def heavy_round(plan: Plan) -> bool:
+    """Whether building the round may take milliseconds."""
+    return plan.book is not None and plan.book.schema_bytes > INLINE_SCHEMA_BYTES
+
+
+def heavy_answer(plan: Plan, answer: Answer) -> bool:
+    """Whether judging may take milliseconds."""
+    if plan.book is None:
+        return False
+    message = answer.message if isinstance(answer.message, dict) else {}
+    size = len(message.get("content") or "") if isinstance(message.get("content"), str) else 0
+    for call in message.get("tool_calls") or []:
+        arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+        size += len(arguments) if isinstance(arguments, str) else INLINE_ANSWER_CHARS
+    if size > INLINE_ANSWER_CHARS or not isinstance(message.get("content"), str | None):
+        return True
+    long_schemas = plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES or plan.book.branching
+    if not long_schemas:
+        return False
+    # a first check compiles a long schema; a branching one may stay slow
+    names = [(c.get("function") or {}).get("name") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    return not names or any(not plan.book.quick(n) for n in names)

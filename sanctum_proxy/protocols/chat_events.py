@@ -17,7 +17,7 @@ from sanctum_proxy.core.shapes import META, JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols.reply import LiveText
 from sanctum_proxy.protocols.stream_writer import KEEPALIVE, StreamWriter
-from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final, StreamItem
+from sanctum_proxy.repair.loop_data import ContentDelta, FieldDelta, Final, StreamItem
 from sanctum_proxy.repair.streaming import PASSED
 
 DONE = b"data: [DONE]\n\n"

@@ -19,7 +19,7 @@ from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
 from sanctum_proxy.protocols.stream_writer import StreamWriter
-from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final
+from sanctum_proxy.repair.loop_data import ContentDelta, FieldDelta, Final
 
 
 def event(kind: str, **fields: JSONValue) -> bytes:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ProxyError
-from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final, StreamItem
+from sanctum_proxy.repair.loop_data import ContentDelta, FieldDelta, Final, StreamItem
 
 KEEPALIVE = b": keep-alive\n\n"
 

@@ -1,25 +1,4 @@
-"""GBNF grammars for prompted answers: a call in the round's own prompt format, or (where text may win) text.
-
-llama.cpp's server takes a top-level `grammar` (GBNF) on /v1/chat/completions. A correction round of prompted
-mode can then be constrained to a valid call WITHOUT changing its prompt: the format section the first round
-was sent stays, byte for byte, and the grammar holds the model to what that section asked for, so the upstream's
-prompt cache serves everything before the new turns (docs/contract.md section 5).
-
-    gbnf(book, prompt_format, text=..., parallel=...)   the grammar, or None where the format has none
-    arguments_gbnf(parameters)                          a grammar of one arguments object alone
-
-A format has a grammar when its `Format.grammar` says how one call is written around its arguments' rule
-(codecs/base.py; `json_between`: `PREFIX arguments-JSON SUFFIX` as the round's prompt renders it); formats with
-special tokens (whose text a grammar can match only on some builds) or an opening that the chat template writes
-for the model (Functionary v3.2 begins inside `>>>`) declare none. The arguments follow
-each tool's JSON Schema, read as validation reads it (reading.py), so that every answer the grammar allows
-passes validation but for the keywords in NOT_HELD: objects with their declared properties (required ones
-always, in order; the arguments object closed unless `additionalProperties` opens it, so a tool without
-properties takes `{}`), enums and consts (of the schema's own type), anyOf, oneOf (as anyOf), allOf (merged),
-local $refs, arrays (minItems, maxItems), the JSON scalar types. What a grammar cannot hold is left to
-validation, whose correction then names it. tests/repair/test_grammar_agrees.py samples grammars and validates
-what they write. Pure: no I/O.
-"""
+"""GBNF grammars for prompted answers: a call in the round's own prompt format, or (where text may win) text."""
 
 from __future__ import annotations
 
@@ -31,15 +10,14 @@ import orjson
 from sanctum_proxy.codecs.base import gbnf_literal as _literal
 from sanctum_proxy.codecs.registry import FORMATS
 from sanctum_proxy.core.shapes import JSONObject
-from sanctum_proxy.repair.reading import object_keys, typed_values
 from sanctum_proxy.repair.toolbox import Toolbox
+from sanctum_proxy.repair.validate import object_keys, typed_values
 
-# The formats that declare a grammar (Format.grammar; see the module docstring for why not the others).
+# Which formats declare none: docs/decisions-repair.md.
 GRAMMAR_FORMATS = frozenset(name for name, fmt in FORMATS.items() if fmt.grammar is not None)
-MAX_PARALLEL_CALLS = 8  # several calls at once: a bound, so a small model cannot loop on calls to max_tokens
+MAX_PARALLEL_CALLS = 8  # so a small model cannot loop on calls to max_tokens
 
-# Keywords a grammar does not hold (left to validation); oneOf is held as anyOf, several allOf sub-schemas
-# as their merged keywords, anyOf beside the arguments' own properties as each branch merged into them.
+# Left to validation; oneOf is held as anyOf, allOf as its merged keywords.
 NOT_HELD = frozenset({"pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                       "multipleOf", "minLength", "maxLength", "uniqueItems", "minProperties", "maxProperties",
                       "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "not", "if",
@@ -60,10 +38,7 @@ array ::= "[" ws (value ws ("," ws value ws)*)? "]"
 
 
 def gbnf(book: Toolbox, prompt_format: str, *, text: bool, parallel: bool, limit: int | None = None) -> str | None:
-    """A GBNF grammar for one answer of a prompted round in `prompt_format`: one call to a tool of `book`
-    (several, one block each and at most MAX_PARALLEL_CALLS, when `parallel`), or, when `text`, plain text
-    that does not begin like a call. None when the format has no grammar or the book no tools. GrammarTooLarge
-    once its rules grow past `limit` characters (checked as each rule is added: it is never built whole)."""
+    """One answer's grammar: a call (or several), or text not opening like one; GrammarTooLarge past `limit`."""
     fmt = FORMATS.get(prompt_format)
     if fmt is None or fmt.grammar is None or not book.tools:
         return None
@@ -75,7 +50,7 @@ def _gbnf(fmt: Any, book: Toolbox, *, text: bool, parallel: bool, rules: _Rules)
     openings: set[str] = set()
     written = {name: _Schema(rules, tool.parameters).arguments(tool.parameters) for name, tool in book.tools.items()}
     callable_ = {n: a for n, a in written.items() if a != NEVER} or {n: "object" for n in written}
-    for name, arguments in callable_.items():  # a tool no arguments can satisfy is left out (all: validation says)
+    for name, arguments in callable_.items():  # a tool no arguments satisfy is left out
         calls.append(rules.add(fmt.grammar(name, arguments)))
         openings.add(fmt.render_call(name, {})[:1])
     call = rules.add(" | ".join(calls))
@@ -87,25 +62,23 @@ def _gbnf(fmt: Any, book: Toolbox, *, text: bool, parallel: bool, rules: _Rules)
 
 
 def arguments_gbnf(parameters: Any) -> str:
-    """A GBNF grammar for one arguments object of a tool whose schema is `parameters` (what gbnf writes between
-    a call's prefix and suffix)."""
+    """A grammar of one arguments object alone."""
     rules = _Rules()
     arguments = _Schema(rules, parameters).arguments(parameters)
     return f"root ::= {'object' if arguments == NEVER else arguments}\n" + rules.text() + _JSON_RULES
 
 
 def writable(parameters: Any) -> bool:
-    """Whether some arguments object satisfies `parameters` as the grammar reads it (False: a required argument
-    whose enum contradicts its type, say; gbnf leaves such a tool out)."""
+    """Whether some arguments object satisfies `parameters` as the grammar reads it."""
     return _Schema(_Rules(), parameters).arguments(parameters) != NEVER
 
 
 class GrammarTooLarge(Exception):
-    """The rules grew past their budget (`_Rules(limit)`)."""
+    """The rules grew past their budget."""
 
 
 class _Rules:
-    """Named rules of one grammar, one per distinct body; at most `limit` characters of them in all."""
+    """Named rules of one grammar, one per distinct body, within a character budget."""
 
     def __init__(self, limit: int | None = None) -> None:
         self._by_body: dict[str, str] = {}
@@ -125,7 +98,7 @@ class _Rules:
         return name
 
     def reserve(self, stem: str) -> str:
-        """A new name, defined later with add(body, name) (a $ref may use itself before its body is known)."""
+        """A name defined later: a $ref may use itself before its body is known."""
         name = f"{stem}{len(self._defined)}"
         self._defined[name] = ""
         return name
@@ -135,8 +108,7 @@ class _Rules:
 
 
 class _Schema:
-    """One tool's arguments schema as grammar rules (a $ref becomes a rule of its own, so recursion holds).
-    Objects, enums and consts are read as validation reads them (reading.py)."""
+    """One tool's arguments schema as grammar rules, read as validation reads it."""
 
     def __init__(self, rules: _Rules, root: Any) -> None:
         self.rules = rules
@@ -144,11 +116,11 @@ class _Schema:
         self.refs: dict[str, str] = {}
 
     def arguments(self, schema: Any) -> str:
-        """The rule of a tool's arguments object (closed unless the schema opens it: reading.object_keys)."""
+        """The rule of a tool's arguments object."""
         return self.rule_for(schema if isinstance(schema, dict) and schema else {"type": "object"}, top=True)
 
     def rule_for(self, schema: Any, top: bool = False) -> str:
-        """An expression (a rule name or a group) for a value of `schema`; NEVER where no value is valid."""
+        """A rule name or group for a value of `schema`; NEVER where none is valid."""
         if not isinstance(schema, dict) or not schema:
             return "value"
         if isinstance(schema.get("$ref"), str):
@@ -158,11 +130,11 @@ class _Schema:
         if isinstance(schema.get("enum"), list) and schema["enum"]:
             return _group(_literal(_json(v)) for v in typed_values(schema["enum"], schema))
         if isinstance(schema.get("allOf"), list) and all(isinstance(s, dict) for s in schema["allOf"]):
-            merged = {k: v for k, v in schema.items() if k != "allOf"}  # one sub-schema (pydantic's $ref
-            for sub in schema["allOf"]:  # wrapper) exactly; several: their keywords merged, the rest to validation
+            merged = {k: v for k, v in schema.items() if k != "allOf"}
+            for sub in schema["allOf"]:  # pydantic's $ref wrapper exactly; several: keywords merged
                 merged.update(sub)
             return self.rule_for(merged, top)
-        for key in ("anyOf", "oneOf"):  # oneOf is written as anyOf: a value two branches take is validation's
+        for key in ("anyOf", "oneOf"):  # a value two oneOf branches take is left to validation
             if isinstance(schema.get(key), list) and schema[key]:
                 rest = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
                 return _group(self.rule_for({**rest, **s} if isinstance(s, dict) else s, top) for s in schema[key])
@@ -189,12 +161,11 @@ class _Schema:
         name = self.rules.reserve("ref")
         self.refs[ref] = name
         body = self.rule_for(target) if isinstance(target, dict) else "value"
-        self.rules.add("value" if body == NEVER else body, name)  # (a recursive use may have named it already)
+        self.rules.add("value" if body == NEVER else body, name)  # a recursive use may have named it
         return name
 
     def _object(self, schema: JSONObject, top: bool) -> str:
-        """Required keys first (in the schema's order), then each optional one or not, in order: one rule per
-        optional property (`_optional`), so the grammar grows linearly with them."""
+        """Required keys in order, then each optional one or not: linear in the properties."""
         keys = object_keys(schema, top=top)
         if not keys.properties and not keys.required:
             if keys.others is True:
@@ -223,9 +194,7 @@ class _Schema:
         return self.rules.add(f'"{{" ws {body} "}}"')
 
     def _optional(self, pairs: list[str], *, first: bool) -> str:
-        """The optional properties, in order, each there or not: after a key (`first` False) each with its comma,
-        `after_i ::= ("," ws pair_i)? after_i+1`; at the start of the object, the first one there goes without,
-        `start_i ::= pair_i after_i+1 | start_i+1` (`start_1` may match nothing only when made optional)."""
+        """Optional pairs in order, each there or not, one rule each."""
         after = [""] * (len(pairs) + 1)
         for i in range(len(pairs) - 1, -1, -1):
             after[i] = self.rules.add(f'("," ws {pairs[i]})?' + (f" {after[i + 1]}" if after[i + 1] else ""))
@@ -256,7 +225,7 @@ _OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternPr
 _ARRAY_KEYWORDS = ("items", "minItems", "maxItems", "prefixItems")
 
 
-NEVER = "\x00never"  # not GBNF: what rule_for says of a schema no value satisfies (an enum against its type)
+NEVER = "\x00never"  # not GBNF: a schema no value satisfies
 
 
 def _group(alternatives: Any) -> str:
@@ -267,7 +236,7 @@ def _group(alternatives: Any) -> str:
 def _json(value: Any) -> str:
     try:
         return orjson.dumps(value).decode()
-    except TypeError:  # an integer past 64 bits: Python's json writes it (and what else orjson refuses)
+    except TypeError:  # an integer past 64 bits
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 

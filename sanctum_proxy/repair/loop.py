@@ -24,36 +24,38 @@ from typing import Literal
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Assessment, Problem, ToolCall
-from sanctum_proxy.core.offload import off_loop_if, offloaded
+from sanctum_proxy.core.offload import heavy_answer, heavy_round, off_loop_if, offloaded
 from sanctum_proxy.core.shapes import ChatMessage, Usage
 from sanctum_proxy.errors import ProxyError, ToolCallParseError, UpstreamError
-from sanctum_proxy.repair import answer_checks as checks
-from sanctum_proxy.repair import constraint as ct
-from sanctum_proxy.repair import correct, follow_up
-from sanctum_proxy.repair.client_message import accepted_omens, client_message, finish, outcome, passed, unechoed
-from sanctum_proxy.repair.events import Answer, Event, Final, Lesson, RoundRecord, Sender
+from sanctum_proxy.repair import answers, round_body
+from sanctum_proxy.repair import constrain as cn
+from sanctum_proxy.repair.answers import accepted_omens, client_message, finish, outcome, passed, read_quote, unechoed
 from sanctum_proxy.repair.grounding import made_up
-from sanctum_proxy.repair.offloading import heavy_answer, heavy_round
-from sanctum_proxy.repair.plan import Plan
-from sanctum_proxy.repair.quoted_calls import read_quote
-from sanctum_proxy.repair.upstream_body import upstream_body
-from sanctum_proxy.repair.upstream_errors import classify, context_exceeded
-from sanctum_proxy.repair.usage import added
-from sanctum_proxy.repair.verdicts import (
+from sanctum_proxy.repair.loop_data import (
     Accept,
+    Answer,
     AskForMore,
     AskForText,
     Correct,
+    Event,
     Fail,
     FallBack,
+    Final,
     Kind,
+    Lesson,
     Phase,
+    Plan,
     Round,
+    RoundRecord,
+    Sender,
     State,
     Surrender,
     Unconstrain,
     Verdict,
+    added,
 )
+from sanctum_proxy.repair.round_body import upstream_body
+from sanctum_proxy.repair.upstream_errors import classify, context_exceeded
 
 
 async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
@@ -124,24 +126,24 @@ def next_round(plan: Plan, state: State, sent: int) -> tuple[Round, State]:
         return Round(body, None, False), state
     if state.kind is Kind.MORE:
         assert plan.book is not None
-        more = ct.Constraint(plan.book, text=False, parallel=False, prompt=(plan.book, True, plan.parallel))
+        more = cn.Constraint(plan.book, text=False, parallel=False, prompt=(plan.book, True, plan.parallel))
         return Round(upstream_body(plan, state.mode, list(state.turns), more), more, False), state
     constraint = _constraint(plan, state)
     if constraint is not None and state.phase is Phase.WAITING:
         state = replace(state, phase=Phase.CONSTRAINING, grammar_from=len(state.turns))
     constrained_from = state.grammar_from if state.phase is Phase.CONSTRAINING else None
-    body = upstream_body(plan, state.mode, ct.transcript(state.turns, constraint, constrained_from), constraint)
+    body = upstream_body(plan, state.mode, cn.transcript(state.turns, constraint, constrained_from), constraint)
     free = constraint is not None and constraint.text and not state.turns
     return Round(body, constraint, free), state
 
 
-def _constraint(plan: Plan, state: State) -> ct.Constraint | None:
-    stage = ct.Stage(state.mode, bool(state.turns), state.pin, state.fresh, state.phase is Phase.REFUSED)
-    return ct.chosen(plan, stage)
+def _constraint(plan: Plan, state: State) -> cn.Constraint | None:
+    stage = cn.Stage(state.mode, bool(state.turns), state.pin, state.fresh, state.phase is Phase.REFUSED)
+    return cn.chosen(plan, stage)
 
 
 def _judged(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> tuple[Answer, Verdict]:
-    answer = ct.decoded(answer, step.constraint, plan)
+    answer = cn.decoded(answer, step.constraint, plan)
     return answer, judge(plan, state, step, answer, number)
 
 
@@ -151,9 +153,9 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Accept(state.held.message, state.held.finish_reason, state.held.answer)
     if not isinstance(error, UpstreamError):
         return Fail(error)
-    if step.constraint is not None and step.constraint.how == "tool_choice" and ct.tool_choice_refused(error):
+    if step.constraint is not None and step.constraint.how == "tool_choice" and cn.tool_choice_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("tool_choice_refused"))
-    if step.constraint is not None and ct.schema_refused(error):
+    if step.constraint is not None and cn.schema_refused(error):
         return Unconstrain(replace(state, phase=Phase.REFUSED))
     if state.kind is Kind.ASK and state.turns and context_exceeded(error, step.body):
         return _too_long(plan, state, number)
@@ -181,52 +183,52 @@ def _too_long(plan: Plan, state: State, number: int) -> Correct | Accept | Surre
 
 def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> Verdict:
     """Accept the answer, correct it, ask for text or more, fall back, or surrender."""
-    if step.constraint is None and checks.empty_tools_answer(plan, state.mode, answer):
+    if step.constraint is None and answers.empty_tools_answer(plan, state.mode, answer):
         fallback = _fall_back(plan, state, "upstream_parse_failure", None,
                               "upstream returned an empty answer to a tools request", number)
         if fallback is not None:
             return fallback
     if state.kind is Kind.MORE:
         return _judge_more(plan, state, answer, number)
-    forbidden = checks.forbidden_calls(plan, answer)
+    forbidden = answers.forbidden_calls(plan, answer)
     if forbidden is not None:
         return _calls_not_allowed(plan, state, answer, forbidden, number)
-    if plan.book is None or state.kind is Kind.TEXT or checks.refusal(answer.message):
+    if plan.book is None or state.kind is Kind.TEXT or answers.refusal(answer.message):
         # passed through as it came, less echoed tool-result tags
         return Accept(unechoed(passed(answer.message), state.mode), answer.finish_reason or "stop", answer)
-    assessment, broken, problems = checks.read_calls(plan, state.mode, step.constraint, answer, state.kept)
+    assessment, broken, problems = answers.read_calls(plan, state.mode, step.constraint, answer, state.kept)
     # A free-choice call left broken or made up: the model meant text.
     unmeant = None
     if step.free_choice:
         unmeant = broken or (None if problems else made_up(plan.book, plan.body.get("messages"), assessment.calls))
     if unmeant is not None:
-        sent = correct.sent_answer_text(answer.message)  # for a surrender's `rejected`
+        sent = round_body.sent_answer_text(answer.message)  # for a surrender's `rejected`
         text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent))
-        return AskForText(text_round, (om.rejected(number, unmeant, correct.ANSWERED_IN_TEXT),))
-    repeat = checks.repeat(plan, assessment, answer) if not problems and not state.kept else None
+        return AskForText(text_round, (om.rejected(number, unmeant, round_body.ANSWERED_IN_TEXT),))
+    repeat = answers.repeat(plan, assessment, answer) if not problems and not state.kept else None
     if repeat is not None:  # the result is already there: ask for text
-        text = correct.correction([repeat], plan.book)
-        closing: tuple[ChatMessage, ...] = ({"role": "user", "content": text},)  # without the repeat: repeats.py
+        text = round_body.correction([repeat], plan.book)
+        closing: tuple[ChatMessage, ...] = ({"role": "user", "content": text},)  # without the repeat
         text_round = replace(state, kind=Kind.TEXT, closing=closing, rejected=(*state.rejected, repeat.raw))
         return AskForText(text_round, (om.rejected(number, repeat, text),))
     if not problems:
         if state.kept:
-            assessment = replace(assessment, calls=checks.joined(state.kept, assessment.calls))
+            assessment = replace(assessment, calls=answers.joined(state.kept, assessment.calls))
         accept = Accept(unechoed(client_message(assessment, answer.message), state.mode),
                         finish(assessment, answer), answer, accepted_omens(number, assessment))
-        if follow_up.follows_up(plan, step.constraint, step.free_choice, len(assessment.calls), number):
+        if round_body.follows_up(plan, step.constraint, step.free_choice, len(assessment.calls), number):
             return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
         return accept
     # Partly bad: valid calls kept, bad ones corrected, or dropped when the kept calls suffice.
-    kept = checks.joined(state.kept, assessment.calls)
-    if kept and not plan.parallel and checks.allows(plan, kept):
+    kept = answers.joined(state.kept, assessment.calls)
+    if kept and not plan.parallel and answers.allows(plan, kept):
         return _accept_kept(plan, state, assessment, answer, kept, problems, number)
-    raw = correct.rejected_answer_text(answer.message, plan.prompt_format)
-    sent = correct.sent_answer_text(answer.message)
+    raw = round_body.rejected_answer_text(answer.message, plan.prompt_format)
+    sent = round_body.sent_answer_text(answer.message)
     repeated = bool(state.rejected) and sent == state.rejected[-1]
     rejected = (*state.rejected, sent)
     if repeated or state.repair_rounds >= plan.max_rounds:
-        if kept and checks.allows(plan, kept):
+        if kept and answers.allows(plan, kept):
             return _accept_kept(plan, state, assessment, answer, kept, problems, number)
         return _surrender(plan, state, answer, number, repeated, rejected)
     repaired = tuple(om.repaired(number, r) for r in assessment.repairs)
@@ -237,13 +239,13 @@ def _calls_not_allowed(plan: Plan, state: State, answer: Answer, assessment: Ass
                        number: int) -> AskForText | Accept:
     """Calls answering tool_choice "none": a native round is asked once more without tools; calls left after
     that (or in a prompted round, which had no tools) are taken out of the text, which is the answer."""
-    sent = correct.sent_answer_text(answer.message)
+    sent = round_body.sent_answer_text(answer.message)
     if state.kind is not Kind.TEXT and state.mode == "native" and plan.max_rounds > 0:
         names = {c.name for c in assessment.calls} | {p.tool for p in assessment.problems if p.tool}
         problem = Problem("calls_not_allowed", next(iter(names)) if len(names) == 1 else None,
                           ('tool_choice is "none": no call may be made',), sent)
         text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent))
-        return AskForText(text_round, (om.rejected(number, problem, correct.ANSWERED_IN_TEXT),))
+        return AskForText(text_round, (om.rejected(number, problem, round_body.ANSWERED_IN_TEXT),))
     omens = [om.dropped(number, c.name, c.id, c.arguments, "tool_choice_none") for c in assessment.calls]
     omens += [om.dropped(number, p.tool, "", p.raw, "tool_choice_none") for p in assessment.problems]
     message = client_message(replace(assessment, calls=()), answer.message)
@@ -263,16 +265,16 @@ def _accept_kept(plan: Plan, state: State, assessment: Assessment, answer: Answe
 
 
 def _asked_for_more(state: State, held: Accept, call: ToolCall) -> State:
-    return replace(state, kind=Kind.MORE, turns=(*state.turns, *follow_up.next_call_turns(call)), held=held)
+    return replace(state, kind=Kind.MORE, turns=(*state.turns, *round_body.next_call_turns(call)), held=held)
 
 
 def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept | AskForMore:
     """A novel valid call joins the held answer and asks for one more; else the held answer."""
     held = state.held
     assert held is not None
-    new, omens = follow_up.next_call(plan, answer, number)
+    new, omens = round_body.next_call(plan, answer, number)
     calls = held.message.get("tool_calls") or []
-    if new is None or not follow_up.novel(plan, new, calls):
+    if new is None or not round_body.novel(plan, new, calls):
         return Accept(held.message, held.finish_reason, held.answer)
     grown = replace(held, message={**held.message, "tool_calls": [*calls, new.to_openai()]})
     if number <= plan.max_rounds:  # as with corrections
@@ -283,14 +285,14 @@ def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept
 def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, rejected: tuple[str, ...],
              number: int, first: tuple[om.Omen, ...] = ()) -> Correct:
     assert plan.book is not None
-    text = correct.correction(problems, plan.book, [c.name for c in state.kept])
+    text = round_body.correction(problems, plan.book, [c.name for c in state.kept])
     turns: tuple[ChatMessage, ...] = (*state.turns, {"role": "assistant", "content": raw},
                                       {"role": "user", "content": text})
-    after = replace(state, turns=turns, pin=correct.pinned(problems, plan.book), rejected=rejected)
+    after = replace(state, turns=turns, pin=round_body.pinned(problems, plan.book), rejected=rejected)
     # A JSON-prompt round drops earlier turns: never claim a correction the model did not read.
     following = _constraint(plan, after)
     dropped = after.phase is Phase.WAITING and following is not None and following.json_prompt
-    return Correct(after, first + tuple(om.rejected(number, p, correct.CONSTRAINED_INSTEAD if dropped else text)
+    return Correct(after, first + tuple(om.rejected(number, p, round_body.CONSTRAINED_INSTEAD if dropped else text)
                                         for p in problems))
 
 

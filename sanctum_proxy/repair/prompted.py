@@ -1,12 +1,4 @@
-"""Prompted tool calling: the request rewritten for an upstream that never sees tools.
-
-Tool schemas go into the system prompt with a delimited call format; earlier assistant `tool_calls` and
-`role: "tool"` results in the history become text in that format. The answer comes back as text and is
-read by the same extraction and repair tiers as any other answer (`repair.mend.assess`).
-
-The format is a family of `families` (Hermes, fenced JSON, or the one the model was trained on: harmony,
-GLM, Kimi, ...): its calls and tool results are written in that family's own shapes.
-"""
+"""Prompted tool calling: tools, history calls and results written as text in one call format's shapes."""
 
 from __future__ import annotations
 
@@ -43,9 +35,7 @@ _SCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "co
 
 
 def compact_schema(schema: JSONValue) -> JSONValue:
-    """A tool's schema as the prompt shows it: without metadata (`$schema`, `title`, ...), without what JSON Schema
-    assumes anyway (`additionalProperties: true`, `default: null`) and without `additionalProperties: false`,
-    which a model cannot act on; descriptions, types, required, enums, formats and references kept."""
+    """A tool's schema as the prompt shows it: without metadata, defaults, or what a model cannot act on."""
     if isinstance(schema, list):  # `items` as a list (draft 4 tuples)
         return [compact_schema(each) for each in schema]
     if not isinstance(schema, dict):
@@ -64,8 +54,7 @@ def compact_schema(schema: JSONValue) -> JSONValue:
 
 
 def _schema_text(parameters: JSONValue) -> str:
-    """The arguments' schema as compact JSON; "{}" for a tool without arguments. An object schema's `type` goes:
-    arguments are always an object."""
+    """The arguments' schema as compact JSON, without the `type` every arguments object has."""
     shown = compact_schema(parameters or {})
     if isinstance(shown, dict) and shown.get("type") == "object":
         shown = {k: v for k, v in shown.items() if k != "type"}
@@ -76,9 +65,7 @@ def _schema_text(parameters: JSONValue) -> str:
 
 def system_section(book: Toolbox, fmt: str, *, parallel: bool = True, required: str | None = None,
                    call_format: str | None = None) -> str:
-    """The text that offers the tools. `required` is "any" or a tool name when a call is mandatory (the example
-    call then shows type hints, else placeholder values: core/calls.example_text).
-    `call_format` replaces the whole how-to-call paragraph (constrained rounds describe their JSON answer)."""
+    """The text that offers the tools; `call_format` replaces the how-to-call paragraph."""
     lines = ["# Tools", "", "You can call these tools. Each is given with a JSON Schema of its arguments:", ""]
     for tool in book.tools.values():
         lines.append(f"- {tool.name}: {(tool.description or '').strip() or '(no description)'}\n"
@@ -159,7 +146,7 @@ def _merge_adjacent_results(messages: list[tuple[ChatMessage, bool]]) -> list[Ch
     previous = False
     for message, result in messages:
         if result and previous:
-            joined = cast(str, out[-1]["content"]) + "\n" + cast(str, message["content"])  # _result_as_text's
+            joined = cast(str, out[-1]["content"]) + "\n" + cast(str, message["content"])
             out[-1] = {"role": "user", "content": joined}
         else:
             out.append(message)
@@ -168,9 +155,7 @@ def _merge_adjacent_results(messages: list[tuple[ChatMessage, bool]]) -> list[Ch
 
 
 def without_result_tags(text: str | None) -> str | None:
-    """An answer's text without the tags a prompted history wraps tool results in (codecs/base.tool_response),
-    which a small model echoes around the result it answers with: the tags go, the text in them stays. Text
-    without them comes back as it is."""
+    """An answer's text without the tool-result tags a small model echoes; the text inside stays."""
     if not text or "tool_response" not in text:
         return text
     out, tags = RESULT_TAGS.subn("", text)

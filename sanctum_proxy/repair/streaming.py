@@ -190,7 +190,7 @@ class Assembler:
             self.meta["system_fingerprint"] = cast("str", chunk["system_fingerprint"])  # named after the first chunk
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self.usage = cast("Usage", usage)  # as the upstream sent it: its readers check (repair/usage.py)
+            self.usage = cast("Usage", usage)  # as the upstream sent it: its readers check (repair/loop_data.py)
         for key, value in chunk.items():
             if key not in _CHUNK_OWN:  # llama.cpp's `timings`, `service_tier`, vendor fields: the latest value
                 self.extra[key] = value

@@ -1,14 +1,4 @@
-"""What a client gets after the last repair round, with `on_surrender = "last_call"`: the model's last call as
-it made it, instead of the 422 / stream error. Pure: no I/O.
-
-An agent that validates its tools' input itself (Claude Code, the OpenAI Agents SDK, Codex) answers such a call
-with its own error tool_result and the model gets another turn: the session goes on ("spell execution failures
-stay conversational too"), where an error would end it. Only a call naming a tool the request offers, with
-arguments that read as a JSON object (mended like tier 1 where they are broken JSON), goes back; a last answer
-without one stays the error. The Final carries a SpellCallSurrendered omen (outcome `surrendered` in the
-trace and metrics). The round loop (loop.py) is not involved: it raises its SpellCallParseError as always, and
-routes/rounds.py turns it into this Final on its way to the client.
-"""
+"""Tier 3 with `on_surrender = "last_call"`: the model's last call to a known tool instead of the error."""
 
 from __future__ import annotations
 
@@ -20,19 +10,16 @@ from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
 from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode
 from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, ToolCallWire, Usage
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.events import Final, RoundRecord
+from sanctum_proxy.repair.loop_data import Final, Plan, RoundRecord, summed_usage
 from sanctum_proxy.repair.mend import calls_outside_reasoning, native_candidates
-from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
-from sanctum_proxy.repair.usage import summed_usage
 
 LAST_CALL = "last_call"
 
 
 def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
               omens: list[om.Omen]) -> Final | None:
-    """The Final that answers with the last round's calls to known tools, or None (the error stands); `records`:
-    the loop's round records (events.note)."""
+    """The Final answering with the last round's calls to known tools, or None: the error stands."""
     record = records[-1] if records else None
     if plan.book is None or record is None or not isinstance(record.answer, dict):
         return None
@@ -53,8 +40,7 @@ def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
 
 
 def known_calls(message: ChatMessage, book: Toolbox, max_chars: int = MAX_REPAIR_CHARS) -> list[ToolCallWire]:
-    """The answer's calls (native, then written in its text) that name an offered tool, with object arguments.
-    Call markup longer than `max_chars` (max_repair_bytes) is left out: the rounds did not read it either."""
+    """The answer's calls to offered tools with object arguments; markup past `max_chars` was not read."""
     text = content_text(message.get("content"))
     found = calls_outside_reasoning(text, book.name_set) if text else []
     written = [c for f in found if f.end - f.start <= max_chars for c in f.candidates]
@@ -69,8 +55,7 @@ def known_calls(message: ChatMessage, book: Toolbox, max_chars: int = MAX_REPAIR
 
 
 def _arguments(candidate: Candidate) -> str | None:
-    """The arguments as JSON object text: the model's own text when it is one, mended when it is broken JSON,
-    None when it is no object at all."""
+    """The arguments as JSON object text, mended if broken; None when no object."""
     given = candidate.arguments
     if given is None or given == "":
         return "{}"

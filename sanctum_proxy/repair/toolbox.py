@@ -1,8 +1,4 @@
-"""The tools a request offers: their names, how a written name maps to one, and their schemas.
-
-Odd input is tolerated (the request parser judges it). Toolboxes are cached by the tools' JSON: agents resend
-the same tools each request.
-"""
+"""The tools a request offers: their names, how a written name maps to one, and their schemas."""
 
 from __future__ import annotations
 
@@ -19,9 +15,8 @@ from jsonschema.protocols import Validator
 from sanctum_proxy.core.calls import Problem, Tool
 from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.core.tool_names import resolve_name
-from sanctum_proxy.repair.reading import Keys, object_keys
 from sanctum_proxy.repair.schemas import branches, check_schema, refusal, validator_for
-from sanctum_proxy.repair.validate import problems_for
+from sanctum_proxy.repair.validate import Keys, object_keys, problems_for
 
 _NO_CONSTRAINTS: JSONObject = {"type": "object", "additionalProperties": True}
 BOOKS_KEPT = 64  # least recently used dropped first
@@ -131,8 +126,7 @@ class Toolbox:
         return resolve_name(written, self.names)
 
     def by_keys(self, arguments: object) -> str | None:
-        """The one tool whose properties hold every key of `arguments` (JSON text or an object); None when none
-        or several do, or the arguments are not an object."""
+        """The one tool whose properties hold every key of `arguments`, else None."""
         if isinstance(arguments, str):
             try:
                 arguments = orjson.loads(arguments)
@@ -145,8 +139,7 @@ class Toolbox:
         return fits[0] if len(fits) == 1 else None
 
     def by_position(self, name: str, arguments: object) -> dict[str, JSONValue] | None:
-        """Positional values (a JSON list) named in the order of the tool's properties; None when they do not
-        read or outnumber the properties."""
+        """Positional values named in the order of the tool's properties, else None."""
         try:
             values = orjson.loads(arguments) if isinstance(arguments, str) else None
         except orjson.JSONDecodeError:
@@ -157,8 +150,7 @@ class Toolbox:
         return dict(zip(props, values, strict=False))
 
     def sole_value(self, name: str, arguments: object) -> dict[str, JSONValue] | None:
-        """One value written without its parameter (JSON text: a string, or `{key: string}` under a key the
-        tool may not have), given to the tool's one required string parameter; None when it has no such one."""
+        """One value written without its parameter, given to the tool's one required string, else None."""
         try:
             value = orjson.loads(arguments) if isinstance(arguments, str) else None
         except orjson.JSONDecodeError:

@@ -1,17 +1,13 @@
-"""Checking arguments against a tool's schema, and the lossless coercions tier 1 may make first.
-
-`problems_for` sorts what is wrong into the three tier-2 reasons (missing, unexpected, invalid), one
-Problem per reason, each detail naming the argument and why. `coerce` changes only values whose JSON
-Schema type is violated and whose intended value is unambiguous ("3" for an integer is 3); it never
-touches a value that is already valid.
-"""
+"""A tool's arguments schema read one way: the keys and values it allows, the checks against it, tier 1's coercions."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
@@ -20,20 +16,77 @@ from referencing.exceptions import Unresolvable
 from sanctum_proxy.core.calls import Problem, Reason, Tool
 from sanctum_proxy.core.lenient_json import Decoded, decode
 from sanctum_proxy.core.shapes import JSONObject, JSONValue
-from sanctum_proxy.repair.reading import Keys, is_type
 from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 
+COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas", "unevaluatedProperties", "not")
+
+
+@dataclass(frozen=True)
+class Keys:
+
+    properties: Mapping[str, object]
+    required: tuple[str, ...]  # listed ones in order, then unlisted ones
+    others: bool | Mapping[str, object]  # unlisted keys: False none, True any, or their values' schema
+    patterns: tuple[str, ...]  # patternProperties keys
+
+    @property
+    def optional(self) -> list[str]:
+        return [k for k in self.properties if k not in self.required]
+
+
+def object_keys(schema: Mapping[str, object], *, top: bool) -> Keys:
+    """The keys `schema` allows; the arguments object (`top`) is closed unless opened."""
+    props = schema.get("properties")
+    properties: Mapping[str, object] = props if isinstance(props, Mapping) else {}
+    req = schema.get("required")
+    named = [k for k in req if isinstance(k, str)] if isinstance(req, list) else []
+    required = tuple(dict.fromkeys([k for k in properties if k in named] + [k for k in named if k not in properties]))
+    pp = schema.get("patternProperties")
+    patterns = tuple(p for p in pp if isinstance(p, str)) if isinstance(pp, Mapping) else ()
+    addl = schema.get("additionalProperties")
+    others: bool | Mapping[str, object]
+    if addl is False or addl is True:
+        others = addl
+    elif isinstance(addl, Mapping):
+        others = addl if addl else True
+    elif top:
+        others = not properties and any(k in schema for k in COMPOSED)
+    else:
+        others = True
+    return Keys(properties, required, others, patterns)
+
+
+def typed_values(values: Sequence[Any], schema: Mapping[str, object]) -> list[Any]:
+    """The enum or const values the schema's `type` allows; none where they contradict it."""
+    kind = schema.get("type")
+    kinds = [kind] if isinstance(kind, str) else [k for k in kind if isinstance(k, str)] if isinstance(kind, list) \
+        else None
+    if kinds is None:
+        return list(values)
+    return [v for v in values if any(is_type(v, k) for k in kinds)]
+
+
+def is_type(value: JSONValue, kind: str) -> bool:
+    """JSON Schema's `type` test: an integral float is an integer, a boolean no number."""
+    if kind == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer())
+    if kind == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    kinds: dict[str, type | tuple[type, ...]] = {"string": str, "boolean": bool, "array": list, "object": dict,
+                                                "null": type(None)}
+    expected = kinds.get(kind)
+    return expected is not None and isinstance(value, expected)
+
+
 MAX_ERRORS = 20
-# Keywords one call's arguments may cost the validator (docs/contract.md, Budgets). The schema's own
-# expansion is bounded when the request is read (schemas.MAX_SCHEMA_EXPANSION); this bounds what nested
-# arguments multiply under anyOf / oneOf / allOf, and what jsonschema keeps of each branch's errors.
+# What nested arguments multiply under anyOf / oneOf / allOf (docs/contract.md, Budgets).
 MAX_STEPS = 30_000
 MAX_MESSAGE_CHARS = 200
 
 
 def problems_for(tool: Tool, validator: Validator, keys: Keys, args: JSONValue) -> list[Problem]:
-    """`keys`: the keys the tool's arguments object may hold (`object_keys(tool.parameters, top=True)`, read
-    once per tool by its Toolbox)."""
+    """One Problem per tier-2 reason (missing, unexpected, invalid), each detail naming the argument."""
     schema = tool.parameters
     if isinstance(args, dict) and _plainly_valid(schema, args, 0) and not _unexpected(keys, args):
         return []  # jsonschema would agree, at several times the cost
@@ -74,11 +127,9 @@ _PLAIN_KEYS = frozenset(
 
 
 def _plainly_valid(schema: JSONValue, value: JSONValue, depth: int) -> bool:
-    """True only when `value` is valid under a schema that uses nothing but the plain keywords
-    (type, properties, required, additionalProperties, items, string enums, annotations); False means
-    "not sure", and the full validator decides."""
+    """True only when `value` is valid under a schema of plain keywords; False: the validator decides."""
     if not isinstance(schema, dict) or depth > 16 or not _PLAIN_KEYS.issuperset(schema):
-        return False  # (a schema from a request is a dict; any other Mapping is left to the validator)
+        return False
     kind = schema.get("type")
     if isinstance(kind, str):
         if not _is(value, kind):
@@ -129,7 +180,7 @@ def _required(schema: Mapping[str, object]) -> list[str]:
 
 
 def _unexpected(keys: Keys, args: JSONObject) -> list[str]:
-    """The keys the arguments object may not hold, read as the grammar reads them (reading.object_keys)."""
+    """The keys the arguments object may not hold, read as the grammar reads them."""
     if keys.others is not False:
         return []  # any key, or keys whose values jsonschema judges
     return [k for k in args if k not in keys.properties and not any(search(p, k) for p in keys.patterns)]
@@ -194,9 +245,7 @@ TYPED_FROM_TEXT = frozenset({"coerced_integer", "coerced_number", "coerced_boole
 
 def coerce(args: JSONObject, schema: Mapping[str, object], *, as_text: bool = False
            ) -> tuple[JSONObject, tuple[str, ...]]:
-    """`args` with the lossless coercions its schema asks for, and their names (empty when none). `as_text`:
-    the parameters' values are the text a text-only format wrote (its tags hold no types), so typing them is
-    reading the format, no repair (TYPED_FROM_TEXT); what such a value holds (a JSON array's items) is not."""
+    """`args` with the lossless coercions its schema asks for, and their names; `as_text`: values are tag text."""
     repairs: dict[str, None] = {}
     value = _coerce_object(args, schema, repairs, 0, as_text)
     return value, tuple(repairs)
@@ -239,8 +288,7 @@ _ALIASES = {"float": "number", "double": "number", "int": "integer", "bool": "bo
 
 
 def _typed_text(value: str, types: set[str], repairs: dict[str, None]) -> JSONValue:
-    """A value a text-only format wrote, typed as llama.cpp types it: by the schema's types other than string
-    first ("null" is null for ["string", "null"]), read without the blanks around it; else the text as written."""
+    """A tag-text value typed as llama.cpp types it: non-string types first, else the text as written."""
     others = types - {"string"}
     if not others:
         return value
@@ -313,8 +361,7 @@ _BARE_QUOTE = re.compile(r'(?<!\\)"')
 
 
 def _json_readings(value: str) -> tuple[str, ...]:
-    """The text as JSON, and where every quote in it is escaped (`[{\\"id\\": 1}]`: JSON written inside a
-    string once more), the text with those escapes undone."""
+    """The text as JSON, and with its escaped quotes undone where every quote is escaped."""
     if '\\"' in value and not _BARE_QUOTE.search(value):
         return value, value.replace('\\"', '"')
     return (value,)

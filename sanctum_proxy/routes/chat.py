@@ -15,13 +15,11 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
-from sanctum_proxy.core.offload import off_loop_if, offloaded
+from sanctum_proxy.core.offload import heavy_body, new_tools, off_loop_if, offloaded, read_tools
 from sanctum_proxy.core.shapes import META, OLLAMA_FIELDS, ClientMessage, JSONObject, Usage, answer_meta
 from sanctum_proxy.protocols.chat_events import chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, json_object
-from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
-from sanctum_proxy.repair.offloading import heavy_body, new_tools, read_tools
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Answer, ContentDelta, Final, Plan, Sender
 from sanctum_proxy.routes import choices, context
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.planning import Planner

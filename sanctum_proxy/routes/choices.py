@@ -14,9 +14,16 @@ from dataclasses import dataclass, field
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.shapes import JSONObject, Usage
-from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Final, RoundRecord, Sender
-from sanctum_proxy.repair.plan import Plan
-from sanctum_proxy.repair.usage import summed_usage
+from sanctum_proxy.repair.loop_data import (
+    Answer,
+    ContentDelta,
+    FieldDelta,
+    Final,
+    Plan,
+    RoundRecord,
+    Sender,
+    summed_usage,
+)
 from sanctum_proxy.routes.rounds import Recorded, Shown
 
 

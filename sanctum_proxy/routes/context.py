@@ -16,8 +16,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ContextTooLong, UpstreamError
 from sanctum_proxy.protocols.chat_request import ChatRequest
-from sanctum_proxy.repair.events import Sender
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Plan, Sender
 from sanctum_proxy.repair.upstream_errors import context_exceeded
 from sanctum_proxy.services import destination, services
 from sanctum_proxy.upstreams import capabilities, tokens

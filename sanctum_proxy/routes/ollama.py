@@ -17,7 +17,7 @@ from sanctum_proxy.errors import NotFound, ProxyError, Unauthorized
 from sanctum_proxy.protocols import ollama_api
 from sanctum_proxy.protocols.ollama_events import NdjsonWriter
 from sanctum_proxy.protocols.reply import Reply
-from sanctum_proxy.repair.events import Final
+from sanctum_proxy.repair.loop_data import Final
 from sanctum_proxy.routes.chat import Rounds
 from sanctum_proxy.routes.passthrough import METHODS, passthrough
 from sanctum_proxy.routes.translated import Dialect, reply_of, serve

@@ -9,7 +9,7 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair import history
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.services import Services
 from sanctum_proxy.upstreams import capabilities

@@ -14,9 +14,18 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair import surrender
-from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, Lesson, RoundRecord, Sender, note
 from sanctum_proxy.repair.loop import run
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import (
+    ContentDelta,
+    Event,
+    FieldDelta,
+    Final,
+    Lesson,
+    Plan,
+    RoundRecord,
+    Sender,
+    note,
+)
 from sanctum_proxy.routes import context
 from sanctum_proxy.services import Services, destination, services
 from sanctum_proxy.state import surrendered

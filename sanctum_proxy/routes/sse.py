@@ -24,8 +24,7 @@ from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, no_answer
 from sanctum_proxy.protocols.chat_events import ChoiceEvent, ChoicesWriter, SseWriter, chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair import constrain
-from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Sender
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Answer, ContentDelta, FieldDelta, Plan, Sender
 from sanctum_proxy.repair.streaming import Assembler, with_tools
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import DisconnectWatch, gone_response

@@ -23,7 +23,7 @@ from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, chec
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
-from sanctum_proxy.repair.events import Final
+from sanctum_proxy.repair.loop_data import Final
 from sanctum_proxy.routes.chat import (
     Rounds,
     answer_headers,

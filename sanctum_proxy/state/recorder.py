@@ -20,8 +20,7 @@ from fastapi import Request
 from sanctum_proxy.core.omens import Omen, of_choice
 from sanctum_proxy.errors import ProxyError, internal
 from sanctum_proxy.protocols.chat_request import ChatRequest
-from sanctum_proxy.repair.events import Final
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Final, Plan
 from sanctum_proxy.state.metrics import Metrics
 from sanctum_proxy.state.telemetry import Telemetry
 from sanctum_proxy.state.trace_store import TraceStore, default_path

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import orjson
 
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Plan
 
 TTL_SECONDS = 120.0  # goose's retries wait about 1, 2 and 4 s
 SIZE = 256

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from sanctum_proxy.core.omens import Omen, Outcome
-from sanctum_proxy.repair.events import RoundRecord
+from sanctum_proxy.repair.loop_data import RoundRecord
 
 if TYPE_CHECKING:
     from sanctum_proxy.state.traces import Trace

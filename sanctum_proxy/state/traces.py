@@ -19,8 +19,7 @@ import orjson
 from sanctum_proxy.core.omens import Omen, Outcome
 from sanctum_proxy.core.shapes import JSONObject, Usage
 from sanctum_proxy.errors import CLIENT_GONE, ProxyError, ToolCallParseError
-from sanctum_proxy.repair.events import Final, RoundRecord, note
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Final, Plan, RoundRecord, note
 
 if TYPE_CHECKING:  # telemetry imports this module
     from sanctum_proxy.state.telemetry import RequestSpans

@@ -11,8 +11,8 @@ import pytest
 from sanctum_proxy.codecs import families
 from sanctum_proxy.codecs.registry import FORMATS
 from sanctum_proxy.config import load_settings
-from sanctum_proxy.repair.correct import rejected_answer_text
 from sanctum_proxy.repair.prompted import to_prompted
+from sanctum_proxy.repair.round_body import rejected_answer_text
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.upstreams.capabilities import from_props, from_show
 from tests.codecs.test_corpus import TEMPLATES

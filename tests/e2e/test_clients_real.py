@@ -3,7 +3,7 @@
 its result and ends with text, streamed and not (temperature 0 and a seed, set the frameworks' own way).
 The same frameworks against the scripted fake: tests/clients/.
 
-SmolLM2 calls the tool again after every result; the proxy bounces that repeat (repair/repeats.py) and asks
+SmolLM2 calls the tool again after every result; the proxy bounces that repeat (repair/answers.py) and asks
 for text, so the loop ends instead of running to the framework's turn cap. At temperature 0 its text often
 echoes the prompted history's `<tool_response ...>` wrapper around the result: the proxy takes the tags out
 (repair/prompted.without_result_tags), streamed or not."""

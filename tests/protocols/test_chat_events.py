@@ -9,7 +9,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Problem
 from sanctum_proxy.errors import UpstreamUnreachable
 from sanctum_proxy.protocols.chat_events import ChoicesWriter, SseWriter
-from sanctum_proxy.repair.events import ContentDelta, Final
+from sanctum_proxy.repair.loop_data import ContentDelta, Final
 from sanctum_proxy.routes.choices import Finals
 
 HEAD = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'

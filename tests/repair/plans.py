@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 
 

@@ -165,7 +165,7 @@ def test_fresh_context_constrains_the_correction_pinned_to_the_tool_without_the_
     assert "response_format" not in fake[0].requests[0] and fake[0].requests[0]["tools"] == TOOLS
     correction = fake[0].requests[1]
     assert "tools" not in correction and correction["messages"][-1]["role"] == "user"
-    # The grammar is the correction: the rejected turn is left out of a constrained round (constraint.transcript).
+    # The grammar is the correction: the rejected turn is left out of a constrained round (constrain.transcript).
     assert correction["messages"][0]["role"] == "system" and correction["messages"][1:] == ASK["messages"]
     (schema,) = schemas_sent(fake)
     assert not valid(schema, {"content": "x"}) and not valid(schema, {"name": "get_time", "arguments": {}})

@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 
-from sanctum_proxy.repair.correct import CONSTRAINED_INSTEAD
+from sanctum_proxy.repair.round_body import CONSTRAINED_INSTEAD
 from tests.fakes.upstream import Step, completion, content_chunks, llama_tool_chunks, native_call
 from tests.stream_rules import read_stream
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from bench.bfcl_ast import to_tool
 from sanctum_proxy.repair.grammar import GRAMMAR_FORMATS, NOT_HELD, arguments_gbnf, gbnf, writable
 from sanctum_proxy.repair.mend import assess
-from sanctum_proxy.repair.reading import typed_values
 from sanctum_proxy.repair.toolbox import Toolbox
+from sanctum_proxy.repair.validate import typed_values
 from tests.gbnf_sampler import Grammar
 
 ROOT = Path(__file__).resolve().parents[2]

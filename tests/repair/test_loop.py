@@ -15,11 +15,9 @@ import pytest
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError, UpstreamError, UpstreamUnreachable
 from sanctum_proxy.repair import constrain as cn
-from sanctum_proxy.repair.correct import ANSWERED_IN_TEXT, CONSTRAINED_INSTEAD
-from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Lesson, RoundRecord
-from sanctum_proxy.repair.follow_up import NEXT_CALL
 from sanctum_proxy.repair.loop import run
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Answer, ContentDelta, Final, Lesson, Plan, RoundRecord
+from sanctum_proxy.repair.round_body import ANSWERED_IN_TEXT, CONSTRAINED_INSTEAD, NEXT_CALL
 from tests.repair.plans import make_plan
 from tests.tools import WEATHER_DESCRIBED as WEATHER
 

@@ -11,9 +11,8 @@ import pytest
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError, UpstreamError, UpstreamUnreachable
-from sanctum_proxy.repair.constraint import decoded
-from sanctum_proxy.repair.correct import CONSTRAINED_INSTEAD
-from sanctum_proxy.repair.events import Answer, Lesson
+from sanctum_proxy.repair.answers import READ_FROM_ERROR
+from sanctum_proxy.repair.constrain import decoded
 from sanctum_proxy.repair.loop import (
     Accept,
     AskForText,
@@ -30,8 +29,8 @@ from sanctum_proxy.repair.loop import (
     judge_error,
     next_round,
 )
-from sanctum_proxy.repair.plan import Plan
-from sanctum_proxy.repair.quoted_calls import READ_FROM_ERROR
+from sanctum_proxy.repair.loop_data import Answer, Lesson, Plan
+from sanctum_proxy.repair.round_body import CONSTRAINED_INSTEAD
 from tests.repair.plans import make_plan
 
 WEATHER = {"type": "function", "function": {
@@ -440,7 +439,7 @@ def test_a_native_call_holding_hint_like_text_is_a_value():
 
 def test_a_hint_nested_in_an_argument_names_that_argument():
     from sanctum_proxy.core.calls import Assessment, ToolCall
-    from sanctum_proxy.repair.answer_checks import without_copied_hints
+    from sanctum_proxy.repair.answers import without_copied_hints
     call = ToolCall("call_1", "book", '{"city": "Oslo", "guest": {"name": "<string>"}}')
     after = without_copied_hints(Assessment(calls=(call,), content=None))
     assert after.calls == () and after.problems[0].reason == "invalid_arguments"

@@ -9,8 +9,7 @@ import pytest
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import ToolCallParseError
-from sanctum_proxy.repair.events import RoundRecord
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Plan, RoundRecord
 from sanctum_proxy.repair.surrender import known_calls, last_call
 from sanctum_proxy.repair.toolbox import Toolbox
 

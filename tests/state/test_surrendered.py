@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.loop_data import Plan
 from sanctum_proxy.state.surrendered import SurrenderMemo, request_key
 
 

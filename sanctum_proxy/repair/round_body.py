@@ -1,4 +1,4 @@
-"""Tier 2: the hidden user turn telling the model what to fix, and a rejected answer's text (never a native call)."""
+"""What a round sends upstream: the request in its mode and constraint, then hidden turns (corrections, follow-ups)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,76 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from sanctum_proxy.codecs import families
-from sanctum_proxy.core.calls import Problem, Tool, content_text
-from sanctum_proxy.core.shapes import ChatMessage
-from sanctum_proxy.repair.mend import native_call_text
+from sanctum_proxy.core import omens as om
+from sanctum_proxy.core.calls import Problem, Tool, ToolCall, content_text
+from sanctum_proxy.core.shapes import ChatMessage, JSONObject, ToolCallWire
+from sanctum_proxy.repair import constrain as cn
+from sanctum_proxy.repair import prompted
+from sanctum_proxy.repair.constrain import Constraint
+from sanctum_proxy.repair.grounding import Evidence, key, leaves, loads, traced, users
+from sanctum_proxy.repair.loop_data import Answer, Mode, Plan
+from sanctum_proxy.repair.mend import assess, native_call_text
 from sanctum_proxy.repair.toolbox import Toolbox
+
+
+def upstream_body(plan: Plan, mode: Mode, extra: list[ChatMessage],
+                  constraint: Constraint | None = None, *, tools: bool = True) -> JSONObject:
+    body = plan.body
+    if not tools:  # the conversation alone, for a text answer
+        body = prompted.to_prompted(body, None, plan.prompt_format)
+    elif constraint is not None and constraint.json_prompt:
+        listed, text, parallel = constraint.prompt or (constraint.book, constraint.text, constraint.parallel)
+        section = cn.format_section(listed, text=text, parallel=parallel, hints=plan.required is not None)
+        body = prompted.to_prompted(body, listed, "constrained", call_format=section)
+        body["response_format"] = cn.response_format(constraint.schema())
+    elif constraint is not None and constraint.how == "tool_choice":
+        body = native_body(body)
+        body["tool_choice"] = "required"  # a named choice is narrowed to its one tool already
+    elif plan.book is not None and (mode == "prompted" or constraint is not None and constraint.prompted):
+        body = prompted.to_prompted(body, plan.book, plan.prompt_format, parallel=plan.parallel,
+                                    required=plan.required)
+        if constraint is not None and constraint.grammar is not None:
+            body["grammar"] = constraint.grammar
+        elif constraint is not None:
+            body["response_format"] = cn.response_format(constraint.schema())
+    elif plan.book is None and mode == "prompted":
+        body = prompted.to_prompted(body, None, plan.prompt_format)
+    else:
+        body = native_body(body)
+    if extra:
+        messages = body.get("messages")  # protocols/chat_request.py checked it is a list
+        body = {**body, "messages": [*(messages if isinstance(messages, list) else ()), *extra]}
+    return body
+
+
+def native_body(body: JSONObject) -> JSONObject:
+    """llama.cpp's quirks: a named tool_choice as that tool alone and "required"; history calls completed."""
+    out = dict(body)
+    choice, tools, messages = body.get("tool_choice"), body.get("tools"), body.get("messages")
+    if isinstance(choice, dict) and isinstance(tools, list):
+        name = (choice.get("function") or {}).get("name")
+        out["tools"] = [t for t in tools if (t.get("function") or {}).get("name") == name]
+        out["tool_choice"] = "required"
+    out["messages"] = [_normalised(m) for m in messages] if isinstance(messages, list) else []
+    return out
+
+
+def _normalised(message: JSONObject) -> JSONObject:
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not isinstance(calls, list):
+        return message
+    fixed = []
+    for call in calls:
+        function = dict(call.get("function") or {})
+        arguments = function.get("arguments")
+        function["arguments"] = arguments if isinstance(arguments, str) and arguments else (
+            "{}" if arguments in (None, "") else orjson.dumps(arguments).decode())
+        fixed.append({**call, "type": call.get("type") or "function", "function": function})
+    return {**message, "tool_calls": fixed}
+
 
 _CLOSING = "Answer again with only the corrected tool call, and nothing else."
 
@@ -167,3 +232,40 @@ def _arguments(fn: Mapping[str, object]) -> Any:
         return json.dumps(args, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
         return repr(args)
+
+
+NEXT_CALL = "Now make the next call the request asks for: other arguments, or another tool."
+
+
+def follows_up(plan: Plan, constraint: Constraint | None, free_choice: bool, calls: int, number: int) -> bool:
+    """Whether to ask for another call after this round."""
+    return (plan.follow_up_calls and free_choice and constraint is not None and constraint.answer_object
+            and plan.parallel and calls == 1 and number <= plan.max_rounds)
+
+
+def next_call_turns(call: ToolCall) -> tuple[ChatMessage, ChatMessage]:
+    """The call as an answer object, then the request for the next one."""
+    written = orjson.dumps({"name": call.name, "arguments": loads(call.arguments)}).decode()
+    return {"role": "assistant", "content": written}, {"role": "user", "content": NEXT_CALL}
+
+
+def next_call(plan: Plan, answer: Answer, number: int) -> tuple[ToolCall | None, tuple[om.Omen, ...]]:
+    """A MORE round's one valid call, or None, with its repair omens."""
+    assert plan.book is not None
+    assessment = assess(answer.message, plan.book, finish_reason=answer.finish_reason, parallel_tool_calls=False,
+                        max_repair_chars=plan.max_repair_bytes, asked_format=None, client_json=False,
+                        **plan.new_ids)
+    broken = cn.broken_call(answer.message, answer.finish_reason)
+    if not assessment.calls or assessment.problems or broken:
+        return None, ()
+    return assessment.calls[0], tuple(om.repaired(number, r) for r in assessment.repairs)
+
+
+def novel(plan: Plan, call: ToolCall, held: Sequence[ToolCallWire]) -> bool:
+    """Whether the call adds a value from the user's turns that no held call has."""
+    arguments = loads(call.arguments)
+    if not isinstance(arguments, dict):
+        return False
+    evidence = Evidence.of(users(plan.body.get("messages")))
+    used = {key(v) for c in held for v in leaves(loads((c.get("function") or {}).get("arguments") or "null"))}
+    return any(key(v) not in used and traced(v, evidence) for v in leaves(arguments))

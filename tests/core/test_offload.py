@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from sanctum_proxy.repair.offloading import new_tools, read_tools
+from sanctum_proxy.core.offload import new_tools, read_tools
 from sanctum_proxy.repair.toolbox import Toolbox
 
 TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 400, "parameters": {

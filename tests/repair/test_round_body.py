@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import get_args
 
 from sanctum_proxy.core.calls import Problem, Reason
-from sanctum_proxy.repair.correct import correction, rejected_answer_text, sent_answer_text
 from sanctum_proxy.repair.mend import assess
+from sanctum_proxy.repair.round_body import correction, rejected_answer_text, sent_answer_text
 from sanctum_proxy.repair.toolbox import Toolbox
 
 BOOK = Toolbox.from_tools(

@@ -1,12 +1,12 @@
 """Agent loops that finish: a call the conversation already answered is bounced, and the model is asked for
-text with the result quoted (repair/repeats.py; issue 21)."""
+text with the result quoted (repair/answers.py)."""
 
 from __future__ import annotations
 
 import orjson
 
 from sanctum_proxy.core.calls import ToolCall
-from sanctum_proxy.repair.repeats import answered_calls, repeated_call
+from sanctum_proxy.repair.answers import answered_calls, repeated_call
 from tests.fakes.upstream import Step, completion, content_chunks, llama_tool_chunks, native_call
 from tests.stream_rules import read_stream
 from tests.tools import WEATHER

@@ -1,4 +1,4 @@
-"""repair/usage.py: usage over rounds and choices: every count added, nested details too, other fields kept as
+"""repair/loop_data.py: usage over rounds and choices: every count added, nested details too, other fields kept as
 first seen; the first round's usage copied, not shared."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from sanctum_proxy.core.shapes import Usage
-from sanctum_proxy.repair.usage import added, summed_usage
+from sanctum_proxy.repair.loop_data import added, summed_usage
 
 
 def test_counts_and_nested_details_are_summed_other_fields_kept() -> None:
