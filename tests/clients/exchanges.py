@@ -22,6 +22,7 @@ class Exchange:
     status: int = 0
     response: bytes = b""
     done: bool = False  # the response body was closed (more_body false)
+    left: bool = False  # the client went away first (a side request it stopped waiting for)
 
     def body(self) -> Any:
         return json.loads(self.request) if self.request else None
@@ -47,6 +48,8 @@ class Recorder:
             message = await receive()
             if message["type"] == "http.request":
                 exchange.request += message.get("body", b"")
+            elif message["type"] == "http.disconnect" and not exchange.done:
+                exchange.left = True
             return dict(message)
 
         async def recording(message: Message) -> None:
@@ -66,7 +69,10 @@ class Recorder:
 
 
 def verdict(exchange: Exchange) -> str:
-    """`answer` (text), `call` (a tool call), the clear error's code, or `listing` (GET); AssertionError otherwise."""
+    """`answer` (text), `call` (a tool call), the clear error's code, `listing` (GET), or `left` (the client
+    hung up before the end); AssertionError otherwise."""
+    if exchange.left and not exchange.done:
+        return "left"
     assert exchange.done, f"{exchange.path}: the response never ended"
     if exchange.status >= 400:
         error = exchange.error()
