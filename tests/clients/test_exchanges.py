@@ -17,6 +17,8 @@ from sanctum_proxy.config import load_settings
 from tests.clients.exchanges import Exchange, Recorder, verdict
 from tests.clients.scenarios import ASK, Model
 from tests.conftest import ServerThread
+from tests.fakes.upstream import Step, content_chunks
+from tests.polling import wait_until
 from tests.tools import WEATHER_DESCRIBED
 
 MESSAGES_TOOL = {"name": "get_weather", "description": "Weather for a city",
@@ -87,3 +89,15 @@ def test_a_server_error_is_refused(recorded):
     answered = recorded("surrender", "/v1/chat/completions", False, on_surrender="error")
     with pytest.raises(AssertionError):
         verdict(replace(answered, status=500))
+
+
+def test_a_client_that_hangs_up_mid_stream_has_left(fake):
+    fake[0].responder = lambda body: Step(chunks=content_chunks("Hello file " * 50, size=3), chunk_delay=0.05)
+    recorder = Recorder(create_app(load_settings({"upstream": fake[1] + "/v1", "traces_path": ":memory:"})))
+    with ServerThread(recorder) as proxy, httpx.stream(
+            "POST", proxy.url + "/v1/chat/completions", timeout=30,
+            json={**BODIES["/v1/chat/completions"], "stream": True}) as streaming:
+        next(streaming.iter_bytes())
+        streaming.close()
+        wait_until(lambda: recorder.exchanges[0].left, 10, "the proxy to see the client go")
+    assert verdict(recorder.exchanges[0]) == "left"
