@@ -7,8 +7,9 @@ FROM ${BASE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sanctum_proxy ./sanctum_proxy
-# The [redis] extra: replicas share auto-mode decisions when SANCTUM_REDIS_URL is set.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[redis]"
+# The [redis] extra: replicas share auto-mode decisions and limits when SANCTUM_REDIS_URL is set. The [otel] extra:
+# spans go to OTEL_EXPORTER_OTLP_ENDPOINT when it is set, and nothing is traced without it.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[redis,otel]"
 
 FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

@@ -3,6 +3,7 @@ a LiteLLM proxy (default settings), in interleaved rounds.
 
     python bench/bench_overhead.py [--quick] [--rounds R] [--no-litellm] [--litellm PATH] [--workers N]
     flock /tmp/sanctum-llama.lock python bench/bench_overhead.py --llama     # plus the real llama-server row
+    python bench/bench_overhead.py --otel-off --rows '' --no-litellm  # OpenTelemetry off against no telemetry code
 
 Upstream: bench/canned_upstream.py (raw asyncio, canned answers). Cases: non-streaming with a valid tool call
 (the proxy validates it against the offered tool), streaming with content and a call. One client for latency
@@ -22,6 +23,7 @@ import asyncio
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import agent_rows
+import otel_off
 import servers
 from canned_upstream import CITY_ARGS, MODEL, TOOLS
 from loadgen import Connection, many_clients, one_client, percentile
@@ -58,6 +61,8 @@ class Samples:
     call_ms: list[list[float]] = field(default_factory=list)
     ttft_ms: list[list[float]] = field(default_factory=list)
     stream_ms: list[list[float]] = field(default_factory=list)
+    own_call_ms: list[float] = field(default_factory=list)  # the proxy's x-sanctum-overhead-ms headers
+    own_stream_ms: list[float] = field(default_factory=list)
     rps: dict[str, list[float]] = field(default_factory=dict)  # "call@16" -> one figure per round
     failed: int = 0
 
@@ -103,10 +108,12 @@ async def measure_round(urls: dict[str, str], samples: dict[str, Samples], args:
     for name in order:
         replies = await one_client(urls[name], PATH, CALL, args.requests)
         samples[name].call_ms.append([r.total_ms for r in replies])
+        samples[name].own_call_ms += [r.own_ms for r in replies if r.own_ms is not None]
     for name in order:
         replies = await one_client(urls[name], PATH, STREAM, args.requests, stream=True)
         samples[name].ttft_ms.append([r.first_token_ms or r.total_ms for r in replies])
         samples[name].stream_ms.append([r.total_ms for r in replies])
+        samples[name].own_stream_ms += [r.own_ms for r in replies if r.own_ms is not None]
     for clients in args.clients:
         for kind, body in (("call", CALL), ("stream", STREAM), ("think", CALL_THINKING)):
             for name in order:
@@ -185,9 +192,17 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
             floor = servers.relay(upstream.url).start()
             started.append(floor)
             urls["relay"] = floor.url
-            proxy = servers.sanctum(upstream.url, *args.sanctum_flag).start()
+            proxy = servers.sanctum(upstream.url, *args.sanctum_flag,
+                                    env=otel_off.OFF_ENV if args.otel_off else None).start()
             started.append(proxy)
             urls["sanctum"] = proxy.url
+            if args.otel_off:
+                tree = otel_off.stripped_tree(Path(tmp))
+                bare = servers.sanctum(upstream.url, *args.sanctum_flag, env=otel_off.OFF_ENV, tree=tree).start()
+                started.append(bare)
+                check(otel_off.STRIPPED, bare.url)
+                urls[otel_off.STRIPPED] = bare.url
+                pids_off = {"sanctum": proxy.pid, otel_off.STRIPPED: bare.pid}
             if args.workers > 1:
                 several = servers.sanctum(upstream.url, "--workers", str(args.workers), *args.sanctum_flag).start()
                 started.append(several)
@@ -224,6 +239,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
                 asyncio.run(measure_round(urls, samples, args, number))
                 print(f"round {number + 1}/{args.rounds}: {time.perf_counter() - began:.1f}s", flush=True)
             notes["sanctum_rss_mb"] = f"{servers.rss_mb(proxy.pid):.0f}"
+            if args.otel_off:
+                cases = {"tool call": (PATH, CALL, False), "stream": (PATH, STREAM, True)}
+                notes["otel_cpu"] = "\n".join([*otel_off.cpu_lines(urls, pids_off, cases, args.requests * 4,
+                                                                   args.rounds), *otel_off.hook_lines()])
         finally:
             for child in started:
                 child.stop()
@@ -244,7 +263,7 @@ def body_rows(args: argparse.Namespace, urls: dict[str, str], pids: dict[str, in
             print(f"{kind} round {number + 1}/{args.rounds}: {time.perf_counter() - began:.1f}s", flush=True)
         tables.append("\n".join(agent_rows.table(rows, ROW_TITLES[kind])))
         growth[kind] = agent_rows.medians(rows)
-    if not args.quick:
+    if not args.quick and growth:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "overhead_rows.json").write_text(json.dumps(growth, indent=1) + "\n", encoding="utf-8")
         if "sizes" in growth or "turns" in growth:
@@ -276,6 +295,11 @@ def ratios(samples: dict[str, Samples], name: str, key: str) -> tuple[float, flo
     return statistics.median(r), min(r), max(r)
 
 
+def header_p50(values: list[float]) -> str:
+    """The p50 of a target's overhead headers, or a dash where it sends none."""
+    return f"{percentile(values, 0.5):.2f}" if values else "—"
+
+
 def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Namespace) -> str:
     others = [n for n in samples if n != "direct"]
     spread = "median over rounds [min..max]"
@@ -284,7 +308,7 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
     lines = [
         "# Proxy overhead against a direct upstream",
         "",
-        f"`python bench/bench_overhead.py{' --quick' if args.quick else ''}` — "
+        f"`{shlex.join(['python', 'bench/bench_overhead.py', *args.argv])}` — "
         f"{args.rounds} interleaved rounds; "
         f"per round and target {args.requests} sequential requests per case and {args.seconds:g} s per "
         f"throughput cell. Python {platform.python_version()}, {os.cpu_count()} CPUs "
@@ -293,30 +317,31 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
         "",
         "## One client: latency added to a non-streaming answer with a valid tool call",
         "",
-        f"| target | p50 ms | p99 ms | added p50 ms ({spread}) | added p99 ms |",
-        "|---|---:|---:|---:|---:|",
+        f"| target | p50 ms | p99 ms | added p50 ms ({spread}) | added p99 ms | own p50 ms (header) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name in samples:
         all_ms = pooled(samples[name].call_ms)
         row = f"| {name} | {percentile(all_ms, 0.5):.2f} | {percentile(all_ms, 0.99):.2f} |"
         if name == "direct":
-            lines.append(row + " (baseline) | |")
+            lines.append(row + " (baseline) | | |")
         else:
             mid, low, high = added(samples, name, "call_ms", 0.5)
             lines.append(row + f" {mid:+.2f} [{low:+.2f}..{high:+.2f}] | "
-                         f"{added(samples, name, 'call_ms', 0.99)[0]:+.2f} |")
+                         f"{added(samples, name, 'call_ms', 0.99)[0]:+.2f} | {header_p50(samples[name].own_call_ms)} |")
     lines += ["", "## One client: streaming with content and a call", "",
               f"| target | time to first token p50 ms | TTFT added p50 ms ({spread}) | whole stream p50 ms | "
-              "whole stream added p50 ms |", "|---|---:|---:|---:|---:|"]
+              "whole stream added p50 ms | own p50 ms (header) |", "|---|---:|---:|---:|---:|---:|"]
     for name in samples:
         ttft, total = pooled(samples[name].ttft_ms), pooled(samples[name].stream_ms)
         row = f"| {name} | {percentile(ttft, 0.5):.2f} |"
         if name == "direct":
-            lines.append(row + f" (baseline) | {percentile(total, 0.5):.2f} | |")
+            lines.append(row + f" (baseline) | {percentile(total, 0.5):.2f} | | |")
         else:
             mid, low, high = added(samples, name, "ttft_ms", 0.5)
+            whole = added(samples, name, "stream_ms", 0.5)[0]
             lines.append(row + f" {mid:+.2f} [{low:+.2f}..{high:+.2f}] | {percentile(total, 0.5):.2f} | "
-                         f"{added(samples, name, 'stream_ms', 0.5)[0]:+.2f} |")
+                         f"{whole:+.2f} | {header_p50(samples[name].own_stream_ms)} |")
     lines += ["", "## Throughput: requests per second, as a ratio to direct in the same round", "",
               "| case | clients | direct rps | "
               + " | ".join(f"{n} (× direct, {spread})" for n in others) + " |",
@@ -334,7 +359,11 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
     own_ttft = added(samples, "sanctum", "ttft_ms", 0.5)[0] - added(samples, "relay", "ttft_ms", 0.5)[0]
     lines += ["", "`relay` is bench/relay.py, a bare FastAPI + aiohttp relay on the same uvicorn defaults: the "
               "floor of any proxy built on these parts. Of sanctum-proxy's added p50, "
-              f"{own:+.2f} ms (tool call) and {own_ttft:+.2f} ms (TTFT) are above that floor."]
+              f"{own:+.2f} ms (tool call) and {own_ttft:+.2f} ms (TTFT) are above that floor.",
+              "", "`own p50 ms (header)` is the p50 of sanctum-proxy's `x-sanctum-overhead-ms`: its own time from "
+              "its trace's start (body read, parsed, planned) to the answer's headers, less its upstream rounds. "
+              "The rest of the added p50 is the extra hop (a second connection, HTTP in uvicorn both ways, "
+              "writing the body) and the work before the trace starts."]
     lines += ["", f"`upstream thinks {THINK_MS} ms`: the canned upstream waits that long before each answer (a "
               "fast local model's shortest reply), so the proxies are measured against a realistic upstream as "
               "well as against one that costs nothing.",
@@ -342,12 +371,26 @@ def report(samples: dict[str, Samples], notes: dict[str, str], args: argparse.Na
               "≤ 1 ms to time to first token.", ""]
     if failed:
         lines.append(f"Failed requests during throughput runs: {failed}.")
+    if otel_off.STRIPPED in samples:
+        lines += [*off_ratios(samples), notes.get("otel_cpu", ""), ""]
     if notes.get("rows"):
         lines += [notes["rows"], ""]
     for key, value in notes.items():
-        if key != "rows":
+        if key not in ("rows", "otel_cpu"):
             lines.append(f"- {key}: {value}")
     return "\n".join(lines) + "\n"
+
+
+def off_ratios(samples: dict[str, Samples]) -> list[str]:
+    """bench/otel_off.py's section from the same rounds' figures."""
+    on, bare = samples["sanctum"], samples[otel_off.STRIPPED]
+
+    def per_round(attr: str) -> list[float]:
+        return [percentile(a, 0.5) / percentile(b, 0.5)
+                for a, b in zip(getattr(on, attr), getattr(bare, attr), strict=True)]
+
+    rps = {key: [a / b for a, b in zip(on.rps[key], bare.rps[key], strict=True)] for key in on.rps}
+    return otel_off.ratio_lines(per_round("call_ms"), per_round("ttft_ms"), rps)
 
 
 def rows_report(notes: dict[str, str], args: argparse.Namespace) -> str:
@@ -410,10 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # a smoke run never overwrites the recorded results
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "overhead" if args.workers == 1 else f"overhead_workers{args.workers}"  # the main record stays
+    if args.otel_off:
+        name = "overhead_otel_off"
     if args.rows_only:
         name = "overhead_" + "_".join(args.rows)
     (RESULTS / f"{name}.md").write_text(text, encoding="utf-8")
-    if not args.rows_only:
+    if not args.rows_only and not args.otel_off:
         plot(samples, RESULTS / f"{name}.png")
     return 0
 
@@ -435,6 +480,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="also measure sanctum-proxy --workers N as its own column (default: not)")
     p.add_argument("--sanctum-flag", action="append", default=[],
                    help="extra flag for sanctum-proxy (repeatable, e.g. --sanctum-flag=--log-level=warning)")
+    p.add_argument("--otel-off", action="store_true",
+                   help="also a copy of the proxy without its telemetry hooks, and the ratio of the proxy with "
+                        "OpenTelemetry off to it (bench/otel_off.py; results to overhead_otel_off.md)")
     p.add_argument("--rows", type=lambda s: [r for r in s.split(",") if r], default=None,
                    help="tables of bench/agent_rows.py to measure: agents,sizes,turns (default agents; '' none)")
     p.add_argument("--rows-only", action="store_true",

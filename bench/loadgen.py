@@ -4,6 +4,7 @@ what the benchmark measures. Keep-alive connections; content-length or chunked r
     one_client(url, body, n)            per-request latency (ms), sequential, one connection
     many_clients(url, body, c, seconds) completed requests per second with c connections busy
     first_token / stream bodies         time to the first SSE event with non-empty delta.content
+    own_ms                              the proxy's own time, as its `x-sanctum-overhead-ms` header says
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class Reply:
     body: bytes
     first_token_ms: float | None  # streaming only: when the first content arrived
     total_ms: float
+    own_ms: float | None = None  # sanctum-proxy's own time in the request (x-sanctum-overhead-ms); None: not sent
 
 
 class Connection:
@@ -72,7 +74,18 @@ class Connection:
         if b"connection: close" in headers:
             self.close()
         total = (time.perf_counter() - start) * 1000
-        return Reply(status, data, watcher.at_ms if watcher else None, total)
+        return Reply(status, data, watcher.at_ms if watcher else None, total, own_ms(headers))
+
+
+OVERHEAD = b"\r\nx-sanctum-overhead-ms:"
+
+
+def own_ms(head: bytes) -> float | None:
+    """The `x-sanctum-overhead-ms` value of a lower-cased response head, or None."""
+    at = head.find(OVERHEAD)
+    if at < 0:
+        return None
+    return float(head[at + len(OVERHEAD):head.index(b"\r\n", at + 2)])
 
 
 class _FirstContent:

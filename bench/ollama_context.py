@@ -3,7 +3,7 @@ Ollama's own /api/chat costs per request against its /v1, in front of the script
 
     PYTHONPATH=. python bench/ollama_context.py [--requests N]
 
-The request: 12 tools and a long system prompt (tests/upstreams/test_context_fit.py `claude_code_sized`), sent
+The request: 12 tools and a long system prompt (tests/routes/test_context.py `claude_code_sized`), sent
 to /v1/messages with `max_tokens` 32000 as Claude Code sends it. Prints the body's size and estimated tokens,
 the microseconds of the translation, and per setting (`ollama_native` on / off) the median wall time of a
 request through the proxy and the options Ollama received.
@@ -25,7 +25,7 @@ from sanctum_proxy.upstreams import tokens
 from sanctum_proxy.upstreams.ollama_native import native_request
 from tests.conftest import ServerThread
 from tests.fakes.ollama import FakeOllama, call
-from tests.upstreams.test_context_fit import claude_code_sized
+from tests.routes.test_context import claude_code_sized
 
 
 def per_call_us(work: Any, body: dict[str, Any], times: int = 2000) -> float:

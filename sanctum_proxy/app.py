@@ -20,8 +20,8 @@ from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state.replicated import SharedState
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import CapabilityBook
-from sanctum_proxy.upstreams.client import Limits, Upstream
 from sanctum_proxy.upstreams.pools import UpstreamPools, model_names
+from sanctum_proxy.upstreams.upstream import Limits, Upstream
 from sanctum_proxy.web.access_log import AccessLog
 from sanctum_proxy.web.auth import KeyRing
 from sanctum_proxy.web.connection_limit import ConnectionLimit, default_max_connections
@@ -71,7 +71,8 @@ def create_app(settings: Settings) -> FastAPI:
                        max_body_bytes=settings.max_body_bytes, body_timeout=settings.body_read_timeout,
                        keys=parts.keys, per_key=settings.max_concurrent_per_key,
                        shared=parts.shared if settings.redis_url else None)
-    app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections(), table=PROTOCOLS)
+    app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections(), table=PROTOCOLS,
+                       keyed=bool(settings.api_keys or settings.api_keys_file))
     app.add_middleware(HostCheck, bound_to=settings.host, allowed_hosts=settings.allowed_hosts,
                        cors_origins=settings.cors_origins)  # inside CORS: a listed origin's preflight is answered
     app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too

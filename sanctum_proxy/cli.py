@@ -205,6 +205,7 @@ def http_protocol(settings: Settings) -> HttpOptions:
     HeadDeadline.seconds = settings.header_read_timeout
     HeadDeadline.body_seconds = settings.body_read_timeout + 1  # the app's 408 goes first
     HeadDeadline.write_seconds, HeadDeadline.max_head_bytes = settings.answer_write_timeout, settings.max_head_bytes
+    HeadDeadline.keyed = bool(settings.api_keys or settings.api_keys_file)
     return {"http": header_protocol(), "limit_concurrency": settings.max_connections or default_max_connections()}
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
+
+from sanctum_proxy.state.surrendered import SurrenderMemo
 
 if TYPE_CHECKING:  # web/auth.py reads its KeyRing from here
     from sanctum_proxy.config import Settings
@@ -26,6 +28,7 @@ class Services:
     capabilities: CapabilityBook
     recorder: Recorder
     started_pools: UpstreamPools | None = None  # made at start-up: its connections need the loop
+    surrendered: SurrenderMemo = field(default_factory=SurrenderMemo)  # per process, not shared by replicas
 
     @property
     def pools(self) -> UpstreamPools:

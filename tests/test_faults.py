@@ -239,7 +239,7 @@ def test_stall_mid_stream_ends_the_stream_with_504_event(start_proxy, raw):
 
 
 def test_plain_answer_whose_body_stalls_after_the_headers_is_504(start_proxy, raw):
-    """A non-streamed round has one deadline for headers and body (upstreams/client.py `chat`)."""
+    """A non-streamed round has one deadline for headers and body (upstreams/chat_rounds.py `chat`)."""
     proxy = start_proxy(upstream=raw.url, read_timeout=0.5)
     head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n"
     raw.push([("send", head + b'{"choices": [{"message": {"content": "hel'), ("sleep", 60)])

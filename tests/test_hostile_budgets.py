@@ -12,6 +12,7 @@ import os
 import random
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -171,6 +172,39 @@ def test_more_patterns_than_a_request_may_hold_is_400(make_proxy, fake):
     assert r.status_code == 200, r.text
 
 
+def test_patterns_just_under_re2s_budget_cost_bounded_cpu_and_memory_per_request(make_proxy, fake):
+    """128 patterns of ~33,000 RE2 instructions each (an 8 KB request, under the per-pattern budget) cost over 1 s
+    of CPU a request, and the cache kept ~50 MB of programs; a request's patterns now have a budget in all, and the
+    cache one in instructions."""
+    from sanctum_proxy.repair import schemas
+
+    proxy = make_proxy()
+    cpu = []
+    with Watch(proxy) as watch:
+        for round_ in range(4):  # new patterns every time: nothing cached helps
+            properties = {f"p{i}": {"type": "string", "pattern": "(?i)[\u00c0-\u2c00]{900}" + f"x{round_}_{i}"}
+                          for i in range(128)}
+            began = time.process_time()
+            r = httpx.post(proxy + "/v1/chat/completions", timeout=30,
+                           json={**ASK, "tools": [tool({"type": "object", "properties": properties})]})
+            cpu.append(time.process_time() - began)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+            assert "RE2 instructions in all" in r.json()["error"]["message"]
+    watch.check()
+    assert max(cpu) < 0.5, cpu
+    assert watch.grown < 40, watch.grown  # MB
+    assert schemas.compiled.size <= schemas.MAX_CACHED_PROGRAM
+
+
+def test_many_ordinary_patterns_still_fit_the_budget(make_proxy, fake):
+    kinds = [r"^[a-z0-9_-]{1,64}$", r"^\d{4}-\d{2}-\d{2}$", r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+             r"^[^@\s]+@[^@\s]+\.[^@\s]+$"]
+    properties = {f"p{i}": {"type": "string", "pattern": kinds[i % 4] + f"|^x{i}$"} for i in range(128)}
+    r = httpx.post(make_proxy() + "/v1/chat/completions", timeout=30,
+                   json={**ASK, "tools": [tool({"type": "object", "properties": properties})]})
+    assert r.status_code == 200, r.text
+
+
 # --- 3. traces -----------------------------------------------------------------------------------------------
 
 class CountingDumps:
@@ -198,6 +232,27 @@ def test_clipping_a_trace_writes_it_at_most_twice(monkeypatch, shape):
     assert counting.calls <= 2, counting.calls  # it was 11 (short strings) and 5 (long ones)
     assert len(orjson.dumps(out)) <= 256 * 1024
     assert out["clipped"].startswith("metadata only" if shape == "short strings" else "strings over")
+
+
+def on_disk(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def test_the_trace_store_on_disk_stays_near_traces_max_bytes_between_prunes(make_proxy, fake, tmp_path):
+    """Pruned once a second, a store of 1 MiB grew to many MiB on disk (file and write-ahead log) under a burst of
+    large requests; it is now pruned after every quarter of its budget written."""
+    path = tmp_path / "traces.sqlite3"
+    budget = 1024 * 1024
+    proxy = make_proxy(traces_path=str(path), traces_max_bytes=budget, traces_max_count=100_000)
+    body = {**ASK, "messages": [{"role": "user", "content": "x" * 150_000}]}
+    peak = 0
+    with httpx.Client(base_url=proxy, timeout=30) as client:
+        for _ in range(60):
+            assert client.post("/v1/chat/completions", json=body).status_code == 200
+            peak = max(peak, on_disk(path))
+        wait_until(lambda: client.get("/sanctum/traces?limit=1").json()["data"], 10, "the writer")
+    peak = max(peak, on_disk(path))
+    assert peak < 3 * budget, f"{peak / MB:.1f} MB on disk for a budget of 1 MiB"
 
 
 def test_queued_traces_hold_at_most_traces_queue_bytes():

@@ -3,6 +3,7 @@ its request head a size bound, with either HTTP parser. Each test fails without 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import time
@@ -207,8 +208,9 @@ def test_slow_bodies_past_max_connections_leave_room_for_other_clients(fake, par
         try:
             fake[0].push(Step(body=completion("hello")))
             latency = healthz_latency(server.port)
-            r = httpx.post(server.url + "/v1/chat/completions", timeout=10,
-                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as other:  # another client
+                r = other.post(server.url + "/v1/chat/completions", timeout=10,
+                               json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
         finally:
             for sock in slow:
                 sock.close()
@@ -246,3 +248,161 @@ def test_pipelined_requests_are_still_answered_in_order(quick):
         data += piece
     sock.close()
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", data) == [b"200", b"404", b"200"], data
+
+
+SLOW_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+             b"content-length: %d\r\n%s\r\n")
+ASK_BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+def slow_body(port: int, source: str = "127.0.0.1", key: bytes = b"") -> socket.socket:
+    """A connection from `source` whose request body has begun and stops after its first byte."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    auth = b"authorization: Bearer %s\r\n" % key if key else b""
+    sock.sendall(SLOW_HEAD % (len(ASK_BODY), auth) + ASK_BODY[:1])
+    return sock
+
+
+def statuses(socks: list[socket.socket]) -> list[int]:
+    """The status each connection was answered with (0: none within a second, or closed without one)."""
+    found = []
+    for sock in socks:
+        sock.settimeout(1)
+        try:
+            head = sock.recv(65536)
+        except (TimeoutError, OSError):
+            head = b""
+        match = re.match(rb"HTTP/1\.1 (\d{3})", head)
+        found.append(int(match.group(1)) if match else 0)
+    return found
+
+
+@pytest.mark.parametrize(("parser", "by"), [("h11", "key"), ("httptools", "key"), ("httptools", "address")])
+def test_one_clients_slow_bodies_take_only_its_share_and_never_another_clients_upload(fake, parser, by):
+    """Another client's slow upload, begun first, was the connection closed to make room for the flood."""
+    from tests.fakes.upstream import Step, completion
+
+    flags = {"api_keys": ["greedy", "polite"]} if by == "key" else {}
+    polite: dict[str, Any] = {"key": b"polite"} if by == "key" else {"source": "127.0.0.2"}
+    greedy: dict[str, Any] = {"key": b"greedy"} if by == "key" else {"source": "127.0.0.3"}
+    with serve(fake, parser, max_connections=8, body_read_timeout=60, **flags) as server:
+        server.server.config.limit_concurrency = 8
+        upload = slow_body(server.port, **polite)
+        time.sleep(0.2)
+        flood = []
+        for _ in range(30):
+            flood.append(slow_body(server.port, **greedy))
+            time.sleep(0.01)
+        try:
+            latency = healthz_latency(server.port)
+            fake[0].push(Step(body=completion("hello")), Step(body=completion("again")))
+            upload.sendall(ASK_BODY[1:])
+            upload.settimeout(10)
+            answered = read_answer(upload)
+            refused = statuses(flood)
+            other = httpx.post(server.url + "/v1/chat/completions", content=ASK_BODY, timeout=10, headers={
+                "content-type": "application/json", **({"authorization": "Bearer polite"} if by == "key" else {})})
+        finally:
+            upload.close()
+            for sock in flood:
+                sock.close()
+    assert answered.startswith(b"HTTP/1.1 200"), answered  # the upload begun first was closed before
+    assert other.status_code == 200, other.text
+    assert refused.count(503) >= 20, refused  # past its share (2 of 8) at once, in the protocol's shape
+    assert latency < 0.5, latency
+
+
+def endless_answer() -> Any:
+    from tests.fakes.upstream import Step
+
+    return Step(chunks=[b'{"choices": [{"message": {"content": "'], endless=b"a", chunk_delay=0.05)
+
+
+def asked(body: bytes) -> bytes:
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(body), body))
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("queued", [8, 64])
+def test_a_client_that_pipelined_many_requests_in_pieces_and_left_still_cancels_the_upstream_call(
+        fake, parser, queued):
+    """Past 4 queued requests reading paused again (and with h11 after the first piece): the leaving went unseen."""
+    from tests.polling import wait_until
+
+    fake[0].push(endless_answer())
+    with serve(fake, parser) as server:
+        sock = connect(server.port)
+        sock.sendall(asked(ASK_BODY))
+        wait_until(lambda: fake[0].requests, 5, "the upstream call")
+        for _ in range(queued):  # one at a time, each after the answer is being made
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            time.sleep(0.01)
+        time.sleep(0.2)
+        sock.close()
+        wait_until(lambda: fake[0].disconnected, 5, "the upstream call to be cancelled")
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_pipelined_requests_past_the_bound_are_refused_and_the_connection_closes(fake, parser):
+    """What waits behind an answer is bounded: a flood of pipelined requests or bytes is not read."""
+    from tests.fakes.upstream import Step, completion
+
+    fake[0].push(Step(body=completion("slow"), delay=0.5))
+    with serve(fake, parser) as server:
+        sock = connect(server.port)
+        sock.sendall(asked(ASK_BODY))
+        time.sleep(0.2)
+        flood = b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n" * 50 + asked(b"x" * (4 * 1024 * 1024))
+        try:
+            sock.sendall(flood)
+        except OSError:
+            pass  # closed once the answers owed were written
+        data = b""
+        sock.settimeout(10)
+        with contextlib.suppress(OSError):
+            while piece := sock.recv(65536):
+                data += piece
+        sock.close()
+        latency = healthz_latency(server.port)
+    answers = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
+    assert answers[0] == b"200" and 1 <= len(answers) <= 5, answers  # the first, and at most 4 queued
+    assert latency < 0.5, latency
+
+
+def expecting(path: bytes, body: bytes, key: bytes = b"") -> bytes:
+    auth = b"authorization: Bearer %s\r\n" % key if key else b""
+    return (b"POST %s HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\nexpect: 100-continue\r\n"
+            b"%scontent-length: %d\r\n\r\n" % (path, auth, len(body)))
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("path", [b"/v1/files", b"/v1/chat/completions"])
+def test_expect_100_continue_is_answered_here_and_never_forwarded(fake, parser, path):
+    """`Expect: 100-continue` went on to the upstream with a body the proxy had already read."""
+    with serve(fake, parser) as server:
+        sock = connect(server.port)
+        sock.sendall(expecting(path, ASK_BODY))
+        sock.settimeout(5)
+        interim = sock.recv(65536)
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n"), interim
+        sock.sendall(ASK_BODY)
+        head = b""
+        while b"\r\n\r\n" not in head and (piece := sock.recv(65536)):
+            head += piece
+        sock.close()
+    assert re.match(rb"HTTP/1\.1 20[01] ", head), head
+    headers = fake[0].other_headers[-1] if path == b"/v1/files" else fake[0].chat_headers[-1]
+    assert "expect" not in headers, headers
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_expect_100_continue_refused_before_the_body_gets_the_final_answer_only(fake, parser):
+    with serve(fake, parser, api_keys=["right"]) as server:
+        sock = connect(server.port)
+        sock.sendall(expecting(b"/v1/chat/completions", ASK_BODY, key=b"wrong"))
+        sock.settimeout(5)
+        head = read_answer(sock)
+        sock.close()
+    assert head.startswith(b"HTTP/1.1 401 "), head  # no 100 Continue first: the body is never asked for
+    assert not fake[0].requests

@@ -1,16 +1,22 @@
 """Hostile input, round 3: tenants apart in auto mode. Any client can make its model fail to parse; those
-failures flipped the model to prompted for every client for good (the count never decayed). Each test fails
-without its fix (upstreams/auto_mode.py)."""
+failures flipped the model to prompted for every client for good (the count never decayed). A client's text
+quoted by the upstream, or an answer the client led its model to give, flipped it too: a flip now follows only
+the upstream's answer to the proxy's own request, expires, and is revoked by a native success or the admin.
+Each test fails without its fix (upstreams/auto_mode.py, upstreams/mode_check.py)."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import httpx
 
-from sanctum_proxy.upstreams.auto_mode import ModeBook
-from tests.fakes.upstream import Step, completion, llama_error
+from sanctum_proxy.upstreams.auto_mode import FLIP_SECONDS, PARSE_FAILURES, ModeBook
+from sanctum_proxy.upstreams.mode_check import check_body
+from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, llama_error, native_call
+from tests.polling import wait_until
+from tests.state.test_replicated import needs_redis, redis_url, replicas  # noqa: F401 (fixtures)
 
 ASK: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -32,7 +38,9 @@ def test_a_flip_by_parse_failures_ends_after_parse_failure_flip_seconds():
     now = [1000.0]
     book = ModeBook(parse_failure_threshold=2, clock=lambda: now[0], failure_flip=3600)
     book.parse_failure("u", "m")
-    assert book.parse_failure("u", "m") is True and book.get("u", "m").mode == "prompted"
+    assert book.parse_failure("u", "m") is True
+    book.settle("u", "m", "prompted", PARSE_FAILURES)  # as upstreams/mode_check.py does once confirmed
+    assert book.get("u", "m").mode == "prompted"
     now[0] += 3601
     assert book.get("u", "m") is None  # native again: the flip was not for good
     book.settle("u", "t", "prompted", "tools_rejected")
@@ -42,8 +50,9 @@ def test_a_flip_by_parse_failures_ends_after_parse_failure_flip_seconds():
 def test_one_clients_induced_parse_failures_flip_nobody_for_good(make_proxy, fake):
     proxy = make_proxy(parse_failure_threshold=2, parse_failure_flip_seconds=1, probe_capabilities=False)
     with httpx.Client(base_url=proxy, timeout=10) as c:
-        for _ in range(2):
-            fake[0].push(Step(status=PARSE_FAILURE[0], body=PARSE_FAILURE[1]), Step(body=completion("ok")))
+        failed = Step(status=PARSE_FAILURE[0], body=PARSE_FAILURE[1])
+        for checked in ((), (failed,)):  # at the threshold the proxy's own request fails too
+            fake[0].push(failed, *checked, Step(body=completion("ok")))
             assert c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]}).status_code == 200
         fake[0].push(Step(body=completion("ok")))
         assert c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]}).headers[
@@ -76,3 +85,102 @@ def test_a_client_phrase_the_upstream_quotes_only_in_part_flips_nobody(make_prox
     other = httpx.post(proxy + "/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20)
     assert other.headers["x-sanctum-spell-calling"] == "native" and "tools" in fake[0].requests[-1]
     assert httpx.get(proxy + "/sanctum/status", timeout=10).json()["modes"] == []
+
+
+# --- a flip only from the upstream's answer to the proxy's own request --------------------------------------
+
+def echoing_escaped(body: dict[str, Any]) -> Step:
+    """An upstream whose validation error quotes the messages as Python's json.dumps writes them (non-ASCII as
+    \\uXXXX): a client string holding an é is quoted in a form the request never held, so it is not cut out."""
+    return Step(status=400, body={"error": {"message": f"invalid request: {json.dumps(body['messages'])}",
+                                            "type": "invalid_request_error"}})
+
+
+def test_client_text_the_upstream_quotes_in_another_form_flips_nobody(make_proxy, fake):
+    """Two strings, each with an é, quoted \\u00e9-escaped: 'tools ...' and 'are not supported' joined into the
+    upstream's message, a phrase no single string of the request held."""
+    proxy = make_proxy(probe_capabilities=False)
+    fake[0].responder = echoing_escaped
+    words = ["tools \u00e9", "are not supported \u00e9"]
+    for _ in range(3):
+        r = httpx.post(proxy + "/v1/chat/completions", timeout=20, json={
+            **ASK, "tools": [WEATHER], "messages": [{"role": "user", "content": w} for w in words]})
+        assert r.status_code in (200, 400), r.text
+    fake[0].responder = None
+    fake[0].requests.clear()
+    other = httpx.post(proxy + "/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20)
+    assert other.headers["x-sanctum-spell-calling"] == "native" and "tools" in fake[0].requests[-1]
+    assert httpx.get(proxy + "/sanctum/status", timeout=10).json()["modes"] == []
+
+
+def test_answers_a_client_made_empty_flip_nobody_while_the_proxys_own_request_gets_a_call(make_proxy, fake):
+    """A client can lead its model to answer nothing (read as Ollama's dropped call): the proxy's own request,
+    answered with a proper call, shows the model's tools work."""
+    proxy = make_proxy(parse_failure_threshold=2, probe_capabilities=False)
+    call = Step(body=completion(None, [native_call("sanctum_check", "{}")]))
+    with httpx.Client(base_url=proxy, timeout=10) as c:
+        for checked in ((), (call,)):
+            fake[0].push(Step(body=completion("")), *checked, Step(body=completion("nothing to do")))
+            r = c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]})
+            assert r.status_code == 200 and r.headers["x-sanctum-spell-calling"] == "prompted", r.text
+        fake[0].push(Step(body=completion("ok")))
+        again = c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]})
+        assert again.headers["x-sanctum-spell-calling"] == "native" and "tools" in fake[0].requests[-1]
+        assert c.get("/sanctum/status").json()["modes"] == []
+    assert fake[0].requests[3]["tools"][0]["function"]["name"] == "sanctum_check"
+    assert fake[0].requests[3]["messages"] == check_body("m")["messages"]  # no client text in it
+
+
+def test_a_refusal_the_proxys_own_request_also_gets_flips_the_model(make_proxy, fake):
+    proxy = make_proxy(probe_capabilities=False)
+    refused = Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1])
+    fake[0].push(refused, refused, Step(body=completion("ok")))
+    r = httpx.post(proxy + "/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20)
+    assert r.headers["x-sanctum-spell-calling"] == "prompted"
+    assert [row["reason"] for row in httpx.get(proxy + "/sanctum/status").json()["modes"]] == ["tools_rejected"]
+
+
+def test_every_flip_expires():
+    now = [1000.0]
+    book = ModeBook(clock=lambda: now[0])
+    book.settle("u", "m", "prompted", "tools_rejected")
+    now[0] += FLIP_SECONDS - 1
+    assert book.get("u", "m").mode == "prompted"
+    now[0] += 2
+    assert book.get("u", "m") is None
+
+
+@needs_redis
+def test_a_shared_flip_is_revoked_by_a_native_success_and_by_the_admin(fake, redis_url, replicas):  # noqa: F811
+    upstream, url = fake
+    first, second = replicas(redis_url=redis_url), replicas(redis_url=redis_url)
+    refused = Step(*LLAMA_NO_JINJA)
+    upstream.push(refused, refused, Step(body=completion("ok")))
+    assert httpx.post(f"{first}/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20).json()[
+        "sanctum"]["mode"] == "prompted"
+    wait_until(lambda: shared_modes(second) == ["prompted"], 5, "the second replica to see the flip")
+
+    # A client that asks natively on the second replica and gets the upstream's own call: the flip ends everywhere.
+    upstream.push(Step(body=completion(None, [native_call("get_weather", '{"city": "Oslo"}')])))
+    r = httpx.post(f"{second}/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20,
+                   headers={"x-sanctum-spell-calling": "native"})
+    assert r.json()["choices"][0]["message"]["tool_calls"], r.text
+    wait_until(lambda: shared_modes(first) == [], 5, "the first replica to see the flip revoked")
+
+    upstream.push(refused, refused, Step(body=completion("ok")))
+    httpx.post(f"{first}/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20)
+    wait_until(lambda: shared_modes(second) == ["prompted"], 5, "the flip again")
+    cleared = httpx.delete(f"{second}/sanctum/modes", params={"model": "m"}, timeout=10)
+    assert cleared.status_code == 200 and cleared.json()["cleared"] == 1
+    wait_until(lambda: shared_modes(first) == [], 5, "the first replica to see the flip cleared")
+
+
+def shared_modes(proxy: str) -> list[str]:
+    return [row["mode"] for row in httpx.get(f"{proxy}/sanctum/status", timeout=5).json()["modes"]]
+
+
+def test_clearing_modes_takes_the_admin_key(make_proxy):
+    proxy = make_proxy(admin_key="root")
+    assert httpx.delete(proxy + "/sanctum/modes", timeout=10).status_code == 401
+    assert httpx.delete(proxy + "/sanctum/modes", headers={"authorization": "Bearer root"},
+                        timeout=10).json() == {"cleared": 0, "modes": []}

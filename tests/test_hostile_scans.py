@@ -5,7 +5,12 @@ the size the issue measured and watches /healthz (tests/test_hostile_budgets.Wat
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import socket
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -13,6 +18,7 @@ import orjson
 import pytest
 
 from tests.fakes.upstream import Step, completion, native_call
+from tests.polling import wait_until
 from tests.test_hostile_budgets import Watch, thread_cpu
 
 ASK: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -137,3 +143,62 @@ def test_a_grammar_over_its_budget_stops_being_built_at_the_budget():
     small = gbnf(Toolbox.from_tools([tool(WEATHER, "get_weather")]), "hermes", text=False, parallel=False,
                  limit=64 * 1024)
     assert small is not None and "get_weather" in small
+
+
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU a process has used (Linux: /proc/<pid>/stat utime + stime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture
+def proxy_process(fake: Any) -> Iterator[tuple[str, int]]:
+    """The CLI in a process of its own (native spell calling): its event loop is not this process's threads'."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "SANCTUM_TRACES_PATH": ":memory:", "SANCTUM_LOG_LEVEL": "error",
+           "SANCTUM_SPELL_CALLING": "native"}
+    process = subprocess.Popen([sys.executable, "-m", "sanctum_proxy", "--upstream", fake[1] + "/v1", "--port",
+                                str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(url + "/healthz", timeout=1).status_code, 20, "the proxy to listen",
+                   every=0.1, ignoring=(httpx.HTTPError,))
+        yield url, process.pid
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "responses", "messages"])
+def test_a_long_legal_stream_of_one_held_call_costs_linear_cpu_and_never_blocks(fake, proxy_process, endpoint):
+    """A native call's 500 KB of arguments in 100,000 deltas: held until whole, its deltas wrote nothing, so the
+    chunks already buffered were read in one go. The bound on a long legitimate stream is the proxy's own work per
+    delta (linear, a few microseconds), with the loop let go every few milliseconds."""
+    from tests.fakes.upstream import llama_tool_chunks
+
+    url, pid = proxy_process
+    deltas = 100_000
+    events = [b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in llama_tool_chunks(
+        "get_weather", '{"city": "' + "a" * (5 * deltas) + '"}', size=5)]
+    # sent 2,000 events a write: the proxy finds many buffered at once, and this process stays quiet for /healthz
+    fake[0].push(Step(chunks=[b"".join(events[i:i + 2000]) for i in range(0, len(events), 2000)]))
+    if endpoint == "chat":
+        path, body = "/v1/chat/completions", {**ASK, "stream": True, "tools": [tool(WEATHER, "get_weather")]}
+    elif endpoint == "responses":
+        path, body = "/v1/responses", {"model": "m", "input": "hi", "stream": True, "tools": [
+            {"type": "function", "name": "get_weather", "parameters": WEATHER}]}
+    else:
+        path, body = "/v1/messages", {"model": "m", "max_tokens": 64, "stream": True, "tools": [
+            {"name": "get_weather", "input_schema": WEATHER}], "messages": [{"role": "user", "content": "hi"}]}
+    before = process_cpu(pid)
+    with Watch(url) as watch, httpx.Client(timeout=120) as client:
+        with client.stream("POST", url + path, json=body) as r:
+            received = b"".join(r.iter_bytes())
+    used = process_cpu(pid) - before
+    watch.check()
+    assert watch.worst < 0.12, f"/healthz waited {watch.worst:.2f} s (0.13-0.27 s while buffered chunks held the loop)"
+    assert r.status_code == 200 and b"get_weather" in received and len(received) > 5 * deltas, received[-300:]
+    assert used < deltas * 50e-6, f"the proxy used {used:.1f} s of CPU ({used / deltas * 1e6:.0f} us a delta)"

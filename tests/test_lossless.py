@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.upstream import Step, completion, content_chunks, native_call
-from tests.stream_rules import read_stream
+from tests.fakes.upstream import Step, completion, content_chunks, llama_tool_chunks, native_call, several_chunks
+from tests.stream_rules import read_choices, read_stream
 from tests.tools import WEATHER
 
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]}
@@ -131,6 +131,44 @@ def test_a_stream_carries_the_upstreams_id_created_model_and_fingerprint(proxy, 
     assert got.content == "Hello there." and got.chunks
     assert {(c["id"], c["created"], c["model"], c.get("system_fingerprint")) for c in got.chunks} == {
         ("chatcmpl-upstream-7", 1712345678, "qwen3-8b-q4", "b6000-abc")}
+
+
+FINGERPRINT = "b6000-abc"  # llama-server names its build on every chunk (tools/server/server-task.cpp)
+BROKEN = '<tool_call>{"name": "get_forecast", "arguments": {}}</tool_call>'
+
+
+def fingerprinted(chunks: list[dict[str, Any]], first: int = 0) -> list[dict[str, Any]]:
+    for c in chunks[first:]:
+        c["system_fingerprint"] = FINGERPRINT
+    return chunks
+
+
+ANSWERS = {
+    "text": lambda: [fingerprinted(content_chunks("Hello there."))],
+    "a call in text": lambda: [fingerprinted(content_chunks("Sure. " + HERMES))],
+    "a native call": lambda: [fingerprinted(llama_tool_chunks("get_weather", '{"city": "Paris"}'))],
+    "a corrected call": lambda: [fingerprinted(content_chunks(BROKEN)), fingerprinted(content_chunks(HERMES))],
+    "named after the role chunk": lambda: [fingerprinted(content_chunks("Hello there."), first=1)],
+}
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_every_chunk_carries_the_upstreams_fingerprint(proxy, fake, answer):
+    fake[0].push(*(Step(chunks=[*c, {**c[-1], "choices": [], "usage": USAGE}]) for c in ANSWERS[answer]()))
+    body = {**ASK, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", proxy + "/v1/chat/completions", json=body, timeout=20) as r:
+        got = read_stream(r.read())
+    assert got.finish_reason and got.usage and len(got.chunks) > 3
+    assert [c.get("system_fingerprint") for c in got.chunks] == [FINGERPRINT] * len(got.chunks)
+
+
+def test_every_chunk_of_several_choices_carries_the_upstreams_fingerprint(proxy, fake):
+    fake[0].push(Step(chunks=fingerprinted(several_chunks("Hi there.", "Hello you."))))
+    body = {**ASK, "n": 2, "stream": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", proxy + "/v1/chat/completions", json=body, timeout=20) as r:
+        got, chunks = read_choices(r.read())
+    assert got[1].content == "Hello you." and len(chunks) > 6
+    assert [c.get("system_fingerprint") for c in chunks] == [FINGERPRINT] * len(chunks)
 
 
 def test_streamed_and_unstreamed_report_the_same_model(client, proxy, fake):

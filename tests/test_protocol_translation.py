@@ -23,7 +23,6 @@ from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
 from sanctum_proxy.repair.events import ContentDelta, Final
-from sanctum_proxy.repair.plan import Plan
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
@@ -233,8 +232,7 @@ def events_of(chunks: list[bytes]) -> list[dict[str, Any]]:
 
 
 def test_responses_writer_streams_live_text_then_the_rest_then_calls_in_order():
-    plan = Plan(body={}, book=None, mode="native", auto=False, max_rounds=2)
-    writer = ResponsesWriter(responses_api.skeleton({}, "x", 1, "m"), "x", "t", plan,
+    writer = ResponsesWriter(responses_api.skeleton({}, "x", 1, "m"), "x", "t",
                              lambda f: reply(f.message, f.finish_reason))
     held = writer.render(om.Omen("SpellCallRepaired", 1, {"spell": "get_weather"}))  # sent with the next event
     chunks = [writer.opening(), *held, *writer.render(ContentDelta("Check")),
@@ -255,8 +253,7 @@ def test_responses_writer_streams_live_text_then_the_rest_then_calls_in_order():
 
 
 def test_responses_writer_ends_a_failed_stream_with_error_and_response_failed():
-    plan = Plan(body={}, book=None, mode="native", auto=False, max_rounds=2)
-    writer = ResponsesWriter(responses_api.skeleton({}, "x", 1, "m"), "x", "t", plan,
+    writer = ResponsesWriter(responses_api.skeleton({}, "x", 1, "m"), "x", "t",
                              lambda f: reply(f.message, f.finish_reason))
     events = events_of([writer.opening(), *writer.render(ToolCallParseError("gave up", rounds=3, rejected=[]))])
     for event in events:
@@ -265,10 +262,9 @@ def test_responses_writer_ends_a_failed_stream_with_error_and_response_failed():
 
 
 def test_messages_writer_streams_live_text_then_thinking_then_tool_use():
-    plan = Plan(body={}, book=None, mode="native", auto=False, max_rounds=2)
     start = {"id": "msg_x", "type": "message", "role": "assistant", "model": "m", "content": [],
              "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
-    writer = MessagesWriter(start, "t", plan, lambda f: Reply.of(f.message, f.finish_reason, f.usage,
+    writer = MessagesWriter(start, "t", lambda f: Reply.of(f.message, f.finish_reason, f.usage,
                                                                   {"reasoning_content": "think"}))
     chunks = [writer.opening(), *writer.render(ContentDelta("Check")),
               *writer.render(final({"role": "assistant", "content": "Checking.", "tool_calls": [CALL]}, "tool_calls"))]

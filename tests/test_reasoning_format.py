@@ -131,3 +131,38 @@ def test_gemma_4s_thought_channel_is_reasoning_and_its_call_after_it_the_call(ma
     got = streamed(proxy, ASK)
     assert got.parsed_calls() == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
     assert got.reasoning == {"reasoning_content": plain["reasoning_content"]}
+
+
+# Magistral writes `[THINK]...[/THINK]` (mistralai/Magistral-Small-2509 chat template, vLLM's mistral reasoning
+# parser tests); no client folds it as it folds `<think>`, so even under "keep" it leaves content.
+MAGISTRAL = ('[THINK]The user wants the weather. A call looks like [TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}, '
+             'but Paris is asked.[/THINK][TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}')
+
+
+@pytest.mark.parametrize("size", [1, 3, 50])
+def test_keep_still_takes_magistral_reasoning_out_and_never_reads_the_call_it_quotes(client, proxy, fake, size):
+    fake[0].push(Step(body=completion(MAGISTRAL)), Step(chunks=content_chunks(MAGISTRAL, size=size)))
+    plain = client.post("/v1/chat/completions", json=ASK).json()["choices"][0]["message"]
+    got = streamed(proxy, ASK)
+    thought = MAGISTRAL[len("[THINK]") : MAGISTRAL.index("[/THINK]")]
+    assert plain["content"] is None and plain["reasoning_content"] == thought
+    assert [json.loads(c["function"]["arguments"]) for c in plain["tool_calls"]] == [{"city": "Paris"}]
+    assert got.content == "" and got.reasoning == {"reasoning_content": thought}
+    assert got.parsed_calls() == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+
+
+# Reasoning the template opened (DeepSeek-R1, QwQ): the answer holds only its closer. Under "keep" it stays in
+# content as clients fold it (their `</think>` handling); a call it quotes is never read.
+ORPHAN = ('I could write <tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>, but Paris '
+          'is asked.\n</think>\n\n' + HERMES)
+
+
+@pytest.mark.parametrize("size", [1, 3, 50])
+def test_a_call_quoted_in_reasoning_the_template_opened_is_never_read(client, proxy, fake, size):
+    fake[0].push(Step(body=completion(ORPHAN)), Step(chunks=content_chunks(ORPHAN, size=size)))
+    plain = client.post("/v1/chat/completions", json=ASK).json()["choices"][0]["message"]
+    got = streamed(proxy, ASK)
+    kept = ORPHAN[: ORPHAN.index("</think>") + len("</think>")]
+    assert plain["content"] == got.content == kept
+    assert [json.loads(c["function"]["arguments"]) for c in plain["tool_calls"]] == [{"city": "Paris"}]
+    assert got.parsed_calls() == [{"name": "get_weather", "arguments": {"city": "Paris"}}]

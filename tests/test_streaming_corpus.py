@@ -26,6 +26,7 @@ from sanctum_proxy.repair.events import Answer, ContentDelta, Final, RoundRecord
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
+from sanctum_proxy.routes import sse
 from sanctum_proxy.routes.sse import stream_sender
 from tests.codecs.test_corpus import CASES
 from tests.conftest import ServerThread
@@ -92,6 +93,14 @@ class ScriptedUpstream:
     async def plain(self, body: dict[str, Any], live: bool) -> AsyncIterator[ContentDelta | Answer]:
         message, finish = self.next()
         yield Answer(message, finish, USAGE, {"id": "chatcmpl-up", "model": "m", "created": 1})
+
+
+@pytest.fixture(autouse=True)
+def scripted_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """routes/sse.py opens a stream with `chat_rounds.chat_stream(upstream, ...)`: the scripted upstream answers."""
+    real = sse.chat_stream
+    monkeypatch.setattr(sse, "chat_stream", lambda upstream, body, auth=None: upstream.chat_stream(body, auth)
+                        if isinstance(upstream, ScriptedUpstream) else real(upstream, body, auth))
 
 
 def plan_for(tools: list[dict[str, Any]]) -> Plan:

@@ -99,17 +99,17 @@ def test_on_surrender_content_returns_the_last_raw_answer(make_proxy, fake):
 
 
 def test_auto_mode_flips_on_llama_cpp_rejection_and_remembers(client, fake):
-    fake[0].push(Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1]),
-                 Step(body=completion(GOOD_CALL)))
+    refused = Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1])
+    fake[0].push(refused, refused, Step(body=completion(GOOD_CALL)))  # the second: the proxy's own check
     r = post(client)
     assert r.status_code == 200
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert r.json()["sanctum"]["omens"][0]["type"] == "SpellCallingFallback"
     assert r.headers["x-sanctum-spell-calling"] == "prompted"
-    assert "tools" not in fake[0].requests[1] and "<tool_call>" in fake[0].requests[1]["messages"][0]["content"]
+    assert "tools" not in fake[0].requests[2] and "<tool_call>" in fake[0].requests[2]["messages"][0]["content"]
     fake[0].push(Step(body=completion("Sunny.")))
     post(client)
-    assert len(fake[0].requests) == 3 and "tools" not in fake[0].requests[2]
+    assert len(fake[0].requests) == 4 and "tools" not in fake[0].requests[3]
     assert client.get("/sanctum/status").json()["modes"][0]["mode"] == "prompted"
 
 

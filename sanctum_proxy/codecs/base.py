@@ -29,6 +29,12 @@ from sanctum_proxy.core.shapes import JSONValue
 MAX_CANDIDATES = 128
 # The mend of arguments that were not valid JSON (repair/mend.py), named here for the formats that ask for it.
 MALFORMED = "__malformed_json__"
+# A call named only by a counter (`0`) among several tools: the judge names it by its argument keys.
+BARE_COUNTER = "bare_counter_id"
+# Arguments written by position (a JSON list): the judge names them in the order of the tool's properties.
+POSITIONAL = "positional_arguments"
+# One text value for a tool named without its parameter: the judge gives it to the one required string one.
+SOLE_VALUE = "sole_value"
 
 Finder = Callable[[str, frozenset[str]], list[Found]]
 CallWriter = Callable[[str, JSONValue], str]  # (name, arguments: a mapping, or JSON text kept as written)

@@ -12,7 +12,9 @@ Inside `<|tool_call>` any name counts, and arguments that do not read go on as w
 without the marker a call is one only when it names an offered tool, its arguments read whole and it starts
 or ends its line, so prose that mentions `call:` stays prose. An unquoted value runs to the next `,key:` or
 the closing bracket; it is a number or true/false/null when it reads as one, else a string. `(...)` for
-`{...}` is read too.
+`{...}` is read too. Gemma 4 also writes positional arguments (ollama/ollama#18275): `call:NAME:` then
+`BEGIN_ARG:\nvalue\nEND_ARG` blocks, empty thought channels strewn inside; the judge names them in the order of
+the tool's properties (POSITIONAL).
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ import re
 from typing import Any
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, Scanner, register, register_format, template_has
+from sanctum_proxy.codecs.base import (
+    MAX_CANDIDATES,
+    POSITIONAL,
+    Codec,
+    Format,
+    Scanner,
+    register,
+    register_format,
+    template_has,
+)
 from sanctum_proxy.codecs.writing import as_object
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.shapes import JSONValue
@@ -53,6 +64,12 @@ _LITERALS: dict[str, JSONValue] = {"true": True, "false": False, "null": None, "
                              "None": None}
 _CLOSER = {"{": "}", "(": ")"}
 _TRAIL = re.compile(r"\s*" + re.escape(CLOSE))
+# Positional arguments: `call:NAME:` then `BEGIN_ARG:` blocks; empty thought channels between are noise.
+_POSITIONAL_HEAD = re.compile(r"\s*(?:call)?:\s*([A-Za-z_][\w.\-]{0,255}):?\s*(?=BEGIN_ARG\b)")
+_EMPTY_THOUGHT = re.compile(r"<\|channel>(?:thought)?\s*<channel\|>")
+_ARG = re.compile(r"\s*BEGIN_ARG:?[ \t]*\n?(.*?)\n?[ \t]*END_ARG\b", re.S)
+_UNCLOSED_ARG = re.compile(r"\s*BEGIN_ARG:?[ \t]*\n?")
+_ARG_NOISE = re.compile(r"(?:\s*<\|channel>(?:thought)?\s*<channel\|>)*")
 
 
 class _Unread(Exception):
@@ -244,6 +261,10 @@ def _marked(reader: _Reader, scan: Scanner, start: int) -> Found:
     while len(calls) < MAX_CANDIDATES:
         head = _HEAD.match(text, k, limit)
         if head is None:
+            positional = _positional(text, k, limit, start)
+            if positional is not None:
+                calls.append(positional[0])
+                k = positional[1]
             break
         name, opener = head.group(1), head.group(2)
         try:
@@ -267,6 +288,28 @@ def _marked(reader: _Reader, scan: Scanner, start: int) -> Found:
     if close == limit and not text[k:close].strip():
         return Found(start, close + len(CLOSE), tuple(calls))
     return Found(start, max(k, body), tuple(calls))
+
+
+def _positional(text: str, k: int, limit: int, start: int) -> tuple[Candidate, int] | None:
+    """`call:NAME:` and its `BEGIN_ARG` blocks from k: the values as a JSON list, and where they end."""
+    head = _POSITIONAL_HEAD.match(text, k, limit)
+    if head is None:
+        return None
+    values: list[JSONValue] = []
+    end = head.end()
+    while (arg := _ARG.match(text, end, limit)) is not None and len(values) < MAX_MEMBERS:
+        values.append(_EMPTY_THOUGHT.sub("", arg.group(1)))
+        noise = _ARG_NOISE.match(text, arg.end(), limit)
+        end = noise.end() if noise else arg.end()
+    repairs: tuple[str, ...] = (POSITIONAL,)
+    unclosed = _UNCLOSED_ARG.match(text, end, limit)
+    if unclosed is not None:  # its END_ARG never came: the value runs to the end (cut: repair asks again)
+        values.append(_EMPTY_THOUGHT.sub("", text[unclosed.end() : limit]).rstrip())
+        repairs, end = (POSITIONAL, "unclosed_tag"), limit
+    if not values:
+        payload = text[head.end() : limit].strip()
+        return Candidate(head.group(1), payload, NAME, text[start:limit], None, ("unreadable_arguments",)), limit
+    return Candidate(head.group(1), json.dumps(values), NAME, text[start:end], None, repairs), end
 
 
 def format_value(value: JSONValue) -> str:

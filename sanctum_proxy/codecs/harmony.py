@@ -6,14 +6,16 @@ parser fails on them:
     <|call|>
     <|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>
 
-A message with a recipient (`to=functions.NAME`, in the channel header or after the role) is a call; its
-body goes on as written. An `analysis` message is reasoning: its whole span is claimed (so no codec reads
-calls in it); its text is reasoning, not content. A `final` or recipient-less `commentary` message is content: only its
-header and end token are markup. Variants read: no `<|constrain|>` (`... to=functions.f json<|message|>`),
-`<|end|>` or `<|return|>` instead of `<|call|>`, the name glued to `json` (`to=functions.fjson`), a call on
-the analysis channel (`<|start|>assistant to=functions.f<|channel|>analysis`), the recipient alone before
-`<|channel|>` (the generation prompt held `<|start|>assistant`), spaces around the channel name; and a call whose
-tokens the server stripped (`assistantcommentary to=functions.NAME json{...}`, known names only: `_stripped`).
+A message with a recipient (`to=functions.NAME`, in the channel header or after the role) is a call; its body goes on
+as written, whatever its content type (`json`, `code`). `to=assistant` is text; a built-in tool the request did not
+offer (`browser.search`, `python`) is no call, its body reasoning. An `analysis` message is reasoning: its whole span
+is claimed (so no codec reads calls in it); its text is reasoning, not content. A `final` or recipient-less
+`commentary` message is content: only its header and end token are markup. Variants read: no `<|constrain|>` (`...
+to=functions.f json<|message|>`), `<|end|>` or `<|return|>` instead of `<|call|>`, the name glued to `json`
+(`to=functions.fjson`), a call on the analysis channel (`<|start|>assistant to=functions.f<|channel|>analysis`), the
+recipient alone before `<|channel|>` (the generation prompt held `<|start|>assistant`), spaces around the channel
+name; and a call whose tokens the server stripped (`assistantcommentary to=functions.NAME json{...}`, known names
+only: `_stripped`).
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ STARTS: tuple[str, ...] = ("<|channel|>", "<|start|>", "assistantcommentary to=f
 # already held `<|start|>assistant` (llama.cpp's test of that case).
 # (The blanks before a bare `to=` are taken by `_header_start`: in the regex, `[ \t]*to=` was tried from every
 # blank of a long run, each time to its end: quadratic.)
+# A tool's result written back (`<|start|>functions.f to=assistant<|message|>`) may have no channel.
 _HEADER = re.compile(
     r"(?:<\|start\|>(?P<role>[^<]{0,256})|(?P<bare>to=[^\s<]{1,256}[ \t]*))?"
-    r"<\|channel\|>(?P<channel>[^<]{0,512})(?:<\|constrain\|>(?P<ctype>[^<]{0,64}))?<\|message\|>"
+    r"(?:<\|channel\|>(?P<channel>[^<]{0,512})|(?<=to=assistant))(?:<\|constrain\|>(?P<ctype>[^<]{0,64}))?<\|message\|>"
 )
 _RECIPIENT = re.compile(r"\bto=([^\s<]{1,256})")
+_BUILTIN = re.compile(r"(?:browser|container)\.\w{1,64}|python")
 _STOP = re.compile(r"<\|(?:call|end|return)\|>|<\|start\|>|<\|channel\|>")  # an end token, or the next message
 
 
@@ -51,12 +55,16 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
             break
         start = _header_start(text, m, pos)
         body_end, end = _body_end(text, m.end())
-        header = (m.group("role") or m.group("bare") or "") + " " + m.group("channel")
+        header = (m.group("role") or m.group("bare") or "") + " " + (m.group("channel") or "")
         recipient = _RECIPIENT.search(header)
-        channel = (m.group("channel").split() or [""])[0]
-        if recipient:
+        channel = ((m.group("channel") or "").split() or [""])[0]
+        written = recipient.group(1) if recipient else ""
+        to = _recipient_kind(written, tool_names) if recipient else "content"
+        if to == "builtin":  # a built-in tool not offered: no call, its text is thinking (vLLM, llama.cpp)
+            out.append(Found(start, end, (), text[m.end() : body_end].strip()))
+        elif to == "call":
             body = text[m.end() : body_end].strip()
-            name = _name(recipient.group(1), m.group("ctype"), tool_names)
+            name = _name(written, m.group("ctype"), tool_names)
             raw = text[start:end]
             out.append(Found(start, end, (Candidate(name, body or None, NAME, raw),)))
         elif channel == "analysis":
@@ -105,6 +113,16 @@ def _stripped(text: str, names: frozenset[str], taken: list[Found]) -> list[Foun
         closed = stop.end() if stop and stop.group() not in ("<|start|>", "<|channel|>") else end
         out.append(Found(m.start(), closed, (Candidate(name, text[m.end() : end], NAME, text[m.start() : closed]),)))
     return out
+
+
+def _recipient_kind(recipient: str, names: frozenset[str]) -> str:
+    """"call"; "content" for `to=assistant` (a tool result written back, read as text as SGLang does); or
+    "builtin" for a built-in tool (`browser.search`, `python`, `container.exec`) the request did not offer."""
+    if recipient == "assistant":
+        return "content"
+    if _BUILTIN.fullmatch(recipient) and not json_blocks.known(recipient, names):
+        return "builtin"
+    return "call"
 
 
 def _header_start(text: str, m: re.Match[str], pos: int) -> int:

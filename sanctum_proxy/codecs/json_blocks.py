@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, json_between, register, register_format
@@ -213,7 +214,21 @@ def bare(
             shaped.append(Found(start, end, tuple(candidates(text[start:end], source=source, names=names,
                                                              explicit=True, repairs=repairs) or ())))
         pos = start + 1 if calls is None else end
+    out = _in_unclosed_lists(text, out)
     return _beside(text, out, shaped) if out and shaped else out
+
+
+_LIST_OPEN = re.compile(r"\[\s*\Z")
+
+
+def _in_unclosed_lists(text: str, out: list[Found]) -> list[Found]:
+    """A call right after a `[` that never closes (a list of calls cut short) starts at that `[`: it is the
+    call's markup, not content."""
+    for i, f in enumerate(out):
+        bracket = _LIST_OPEN.search(text, max(0, f.start - 64), f.start)
+        if bracket is not None and value_end(text, bracket.start()) is None:
+            out[i] = replace(f, start=bracket.start())
+    return out
 
 
 # `{"name": ..., "arguments"|"parameters": ...}` naming no offered tool: prose, unless it stands in one run of

@@ -4,7 +4,8 @@
     {"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
 
 The section markers may be missing, or written in the singular (`<|tool_call_section_begin|>`); the
-`functions.` prefix and the index are dropped from the name. Arguments go on as written.
+`functions.` prefix and the index are dropped from the name. Arguments go on as written. A bare counter id
+(`0`) names the one offered tool; among several, the call carries BARE_COUNTER and the judge picks by its keys.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 
 from sanctum_proxy.codecs import json_blocks
-from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
+from sanctum_proxy.codecs.base import BARE_COUNTER, Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Candidate, Found
 from sanctum_proxy.core.shapes import JSONValue
@@ -53,10 +54,13 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         if trail and text.find(_BEGIN, end, trail.end()) < 0:
             end = trail.end()
         name = ident.group(1) if ident else text[begin + len(_BEGIN) : head_end].strip()
+        marks: tuple[str, ...] = ()
         if name.isdigit() and len(tool_names) == 1:  # a bare counter id (`0`): the one offered tool's call
             (name,) = tool_names
+        elif name.isdigit():
+            marks = (BARE_COUNTER,)
         args = text[body:stop].strip()
-        out.append(Found(start, end, (Candidate(name, args or None, NAME, text[start:end]),)))
+        out.append(Found(start, end, (Candidate(name, args or None, NAME, text[start:end], repairs=marks),)))
         pos = end
     if "section_end" in text:
         out += _empty_sections(text, out)

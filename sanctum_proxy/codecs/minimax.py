@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from sanctum_proxy.codecs import json_blocks
+from sanctum_proxy.codecs import json_blocks, qwen_xml
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import pairs, to_json
 from sanctum_proxy.core.calls import Candidate, Found
@@ -89,21 +89,15 @@ def _parameters(text: str, k: int) -> tuple[dict[str, JSONValue], int, list[str]
         if close is None:
             repairs.append("unclosed_tag")
             stop = nxt.start() if nxt is not None else len(text)
-            value, k = text[p.end() : stop].rstrip(), stop
+            value, k = text[p.end() : stop].strip("\n").rstrip(), stop
         else:
-            value, k = text[p.end() : close.start()], close.end()
-        args.setdefault(_name(p).strip(), _trimmed(value))
+            value, k = qwen_xml.laid_out(text[p.end() : close.start()]), close.end()
+        args.setdefault(_name(p).strip(), value)
     return args, k, repairs
 
 
 def _name(m: re.Match[str]) -> str:
     return next(g for g in m.groups() if g is not None)
-
-
-def _trimmed(value: str) -> str:
-    """One newline each side is layout (`<parameter name="k">\\nv\\n</parameter>`), not the value."""
-    value = value[1:] if value.startswith("\n") else value
-    return value[:-1] if value.endswith("\n") else value
 
 
 def _skip_ws(text: str, k: int) -> int:

@@ -31,6 +31,7 @@ TAGS = ((OPEN, CLOSE), ("<function_calls>", "</function_calls>"), ("<|python_sta
 STARTS: tuple[str, ...] = (*(opener for opener, _ in TAGS), "```tool_code", "[")
 MAX_SOURCE_CHARS = 64_000
 MAX_TOLERANT = 8
+MAX_CUT_SHORT = 2
 _BARE = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
 _PLACEHOLDER = re.compile(python_scan.PLACEHOLDER.replace("%d", r"(\d+)"))
 _NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
@@ -48,6 +49,7 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
     taken = [(f.start, f.end) for f in out]
     pos = 0
     tolerant = MAX_TOLERANT  # the call-by-call readings of unclosed lists, each over at most MAX_SOURCE_CHARS
+    cut_short = MAX_CUT_SHORT  # readings of a list whose `]` never came (each to the end of the text)
     for _ in range(json_blocks.MAX_ATTEMPTS):
         m = _BARE.search(text, pos)
         if m is None or json_blocks.full(out):
@@ -56,6 +58,12 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         if end is None and tolerant > 0:  # quotes that do not pair up as Python's do: read call by call
             tolerant -= 1
             end = python_scan.bracketed(text[: m.start() + MAX_SOURCE_CHARS], m.start(), MAX_CANDIDATES)
+        if end is None and cut_short > 0:
+            cut_short -= 1
+            unclosed = _unclosed(text, m.start(), tool_names)
+            if unclosed is not None and not any(s < unclosed.end and m.start() < e for s, e in taken):
+                out.append(unclosed)
+                break
         if end is None:
             pos = m.end()
             continue
@@ -65,6 +73,15 @@ def find(text: str, tool_names: frozenset[str]) -> list[Found]:
         pos = end if calls else m.end()
     out += _lines(text, tool_names, out)
     return sorted(out, key=lambda f: f.start)
+
+
+def _unclosed(text: str, start: int, names: frozenset[str]) -> Found | None:
+    """A list of calls whose `]` never came: the rest of the answer after its `[` holds only whole calls."""
+    source = text[start:].rstrip().rstrip(",")
+    if len(source) > MAX_SOURCE_CHARS or not source.endswith(")"):
+        return None
+    calls = parse(source + "]", explicit=False, names=names)
+    return Found(start, start + len(source), tuple(calls)) if calls else None
 
 
 # A line that opens with a name and a parenthesis (Granite 3.3 / 4.0 H-Small write `get_weather(location="...")`

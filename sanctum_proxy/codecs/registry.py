@@ -20,6 +20,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
     glm,
     harmony,
     hermes,
+    job_lines,
     json_blocks,
     json_tags,
     kimi,
@@ -93,9 +94,8 @@ def find_calls(text: str, tool_names: frozenset[str]) -> list[Found]:
 
 
 def _find(text: str, tool_names: frozenset[str], readers: tuple[Codec, ...], *, settle: bool) -> list[Found]:
-    """The codecs' reading. With `settle`, a claim without calls is checked against the calls the later
-    codecs read; without, only calls are read (no claim is blanked, none checked: one such reading per
-    claiming codec, whatever the text holds)."""
+    """The codecs' reading. An unsure claim is checked against the calls the later codecs read; without
+    `settle`, only calls are read (a claim without calls is neither blanked nor checked)."""
     accepted: list[Found] = []
     for i, codec in enumerate(readers):
         if not any(s in text for s in codec.starts) and not (codec.opens and codec.opens(text)):
@@ -106,7 +106,7 @@ def _find(text: str, tool_names: frozenset[str], readers: tuple[Codec, ...], *, 
                 new.append(found)
         if not settle:
             new = [f for f in new if f.candidates]
-        elif any(_unsure(f) for f in new):
+        if any(_unsure(f) for f in new):  # unsettled too: a nameless opener inside a later call is its text
             new = _calls_win(new, _find(text, tool_names, readers[i + 1 :], settle=False))
         if new:
             accepted.extend(new)

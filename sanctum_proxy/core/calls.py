@@ -23,6 +23,7 @@ Reason = Literal[
     "missing_call",
     "ungrounded_arguments",
     "repeated_call",
+    "calls_not_allowed",
 ]
 
 

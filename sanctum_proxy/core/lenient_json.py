@@ -328,7 +328,7 @@ def _by_json_repair(s: str, repairs: dict[str, None]) -> Decoded | Undecodable:
         left[0] -= len(s)
     try:
         value, log = json_repair.repair_json(s, return_objects=True, logging=True)
-    except (ValueError, RecursionError, IndexError, TypeError):
+    except (ValueError, RecursionError, IndexError, TypeError, AssertionError):  # json_repair asserts on some
         return Undecodable("the JSON could not be repaired")
     if any("closing quote" in str(entry.get("text", "")) for entry in log):
         return Undecodable("a string value is cut off")

@@ -22,10 +22,11 @@ class OmenType(StrEnum):
     SURRENDERED = "SpellCallSurrendered"
     WITHHELD = "SpellsWithheld"
     WIDENED = "SpellContextWidened"
+    HISTORY = "SpellHistoryMended"
 
 
 class Outcome(StrEnum):
-    """A request's outcome (its most telling round's, or surrendered/error) or a round's."""
+    """A request's outcome (clean to error: its most telling round's) or a round's (rejected to too_long)."""
 
     CLEAN = "clean"
     REPAIRED = "repaired"
@@ -35,6 +36,11 @@ class Outcome(StrEnum):
     ERROR = "error"
     PENDING = "pending"
     ACCEPTED = "accepted"
+    TOO_LONG = "too_long"  # a correction over the upstream's context, asked again without the transcript
+
+
+REQUEST_OUTCOMES = (Outcome.CLEAN, Outcome.REPAIRED, Outcome.REJECTED, Outcome.FALLBACK, Outcome.SURRENDERED,
+                    Outcome.ERROR)
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,13 @@ def widened(num_ctx: int, runs_with: int, prompt_tokens: int, room: int) -> Omen
     """The request would have run with `runs_with` tokens of context: it is sent with `num_ctx`."""
     return Omen(OmenType.WIDENED, 0, {"num_ctx": num_ctx, "from": runs_with, "estimated_prompt_tokens": prompt_tokens,
                                       "answer_room": room})
+
+
+def history_mended(message: int, tool: str, call_id: str, repairs: list[str], raw: str, *, as_text: bool) -> Omen:
+    """A call the client replayed (`messages[message]`) whose arguments no upstream reads: mended, or sent as
+    text."""
+    return Omen(OmenType.HISTORY, 0, {"message": message, "spell": tool, "call_id": call_id, "repairs": repairs,
+                                      "as_text": as_text, "raw": raw})
 
 
 def header_summary(omens: Sequence[Omen]) -> str:

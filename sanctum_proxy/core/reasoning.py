@@ -1,20 +1,6 @@
-"""Where a model's reasoning is in its text: the one place reasoning markup is defined. Pure: no I/O.
+"""Where a model's reasoning is in its text: generic reasoning markup, defined once. Pure.
 
-Reasoning is never read for calls (a model thinking "a call would look like {...}" made no call), and it
-is kept whole. The markup of the reasoning models people run locally:
-
-    <think> ... </think>                                  Qwen3, QwQ, DeepSeek-R1 and its distills
-    <|channel|>analysis<|message|> ... <|end|>            gpt-oss (harmony), the analysis channel
-    [THINK] ... [/THINK]                                  Magistral
-    <seed:think> ... </seed:think>                        Seed-OSS
-    <|START_THINKING|> ... <|END_THINKING|>               Command-R / Command-A
-    <|channel>thought ... <channel|>                      Gemma 4 (its chat template's thought channel)
-
-A span runs from its opener to the end of its closer. An opener without a closer (the answer was cut, or
-is still arriving) runs to the end of the text. A closer with no opener before it, first in the text, closes
-reasoning that began at the start: templates that open `<think>` in the prompt (DeepSeek-R1, QwQ) leave
-the model's output with only the closer. (Harmony's `<|end|>` ends any message, so it never closes a
-reasoning that has no opener.)
+Reasoning is never read for calls: thinking "a call would look like {...}" makes no call.
 """
 
 from __future__ import annotations
@@ -30,32 +16,27 @@ from sanctum_proxy.core.accumulated import Accumulated
 class Marker:
     opener: str
     closer: str
-    orphan_closer: bool  # a closer alone closes reasoning that began at the start of the text
+    orphan_closer: bool  # closes reasoning the prompt opened
 
 
-# The reasoning blocks of a whole call format (harmony's analysis channel, Command-R's <|START_THINKING|>,
-# Seed-OSS's <seed:think>) belong to that format's codec, which reads them as reasoning, never as calls, and
-# moves them into reasoning_content with the calls (codecs/harmony.py, command_r.py, seed.py).
+# Harmony, Command-R and Seed-OSS blocks belong to their codecs.
 MARKERS: tuple[Marker, ...] = (
     Marker("<think>", "</think>", True),
     Marker("[THINK]", "[/THINK]", True),
-    # Gemma 4: `<|channel>thought\n...<channel|>` (google/gemma-4 chat_template.jinja; llama.cpp's reasoning
-    # budget watches the same two strings). A prompt that opens the channel leaves the output the closer alone.
     Marker("<|channel>thought", "<channel|>", True),
 )
+# Markers no client folds (every peer takes them out): their blocks leave content even under "keep".
+UNRENDERED: tuple[Marker, ...] = MARKERS[1:]
 OPENERS: tuple[str, ...] = tuple(m.opener for m in MARKERS)
 ORPHAN_CLOSERS: tuple[str, ...] = tuple(m.closer for m in MARKERS if m.orphan_closer)
 CLOSER_OF: dict[str, str] = {m.opener: m.closer for m in MARKERS}
-# The message fields reasoning comes in, apart from content: llama.cpp and vLLM's `reasoning_content`, Ollama's
-# (and newer vLLM's) `reasoning`. Never read for calls; forwarded as they came.
 FIELDS: tuple[str, ...] = ("reasoning_content", "reasoning")
 LONGEST: int = max(len(s) for m in MARKERS for s in (m.opener, m.closer))
 OPENER = re.compile("|".join(re.escape(o) for o in OPENERS))
 
 
 def spans(text: str, skip: Callable[[int], bool] | None = None) -> list[tuple[int, int]]:
-    """The reasoning spans of `text` as (start, end) pairs, in order, markers included. `skip`: openers at
-    these positions are not markup (a marker written inside a call's arguments is the call's text)."""
+    """(start, end) of each span; `skip`: openers that are call text."""
     out: list[tuple[int, int]] = []
     pos = 0
     orphan = first_orphan_closer(text)
@@ -77,7 +58,7 @@ def spans(text: str, skip: Callable[[int], bool] | None = None) -> list[tuple[in
 
 
 def first_orphan_closer(text: str) -> int | None:
-    """The end of a closer that comes before any opener (reasoning begun in the prompt), else None."""
+    """A closer before any opener: reasoning the prompt opened."""
     first_opener = OPENER.search(text)
     limit = first_opener.start() if first_opener else len(text)
     ends = [at + len(c) for c in ORPHAN_CLOSERS if 0 <= (at := text.find(c, 0, limit))]
@@ -85,7 +66,7 @@ def first_orphan_closer(text: str) -> int | None:
 
 
 def outside(text: str, skip: Callable[[int], bool] | None = None) -> list[tuple[int, int]]:
-    """The (start, end) pieces of `text` that are not reasoning, in order (empty pieces left out)."""
+    """The non-empty (start, end) pieces that are not reasoning."""
     out: list[tuple[int, int]] = []
     pos = 0
     for start, end in spans(text, skip):
@@ -98,7 +79,7 @@ def outside(text: str, skip: Callable[[int], bool] | None = None) -> list[tuple[
 
 
 def partial_marker(text: str, markers: tuple[str, ...]) -> int:
-    """Where a suffix of `text` could still grow into one of `markers` (len(text) when none could)."""
+    """Where a suffix could grow into a marker."""
     for at in range(max(0, len(text) - LONGEST), len(text)):
         if text[at] not in "<[":
             continue
@@ -109,24 +90,22 @@ def partial_marker(text: str, markers: tuple[str, ...]) -> int:
 
 
 class Splitter:
-    """Reasoning markup in content moved out of it, the way llama.cpp's `--reasoning-format deepseek` does
-    (setting `reasoning_format = "split"`): the text of each `<think>` / `[THINK]` block goes to
-    `reasoning_content` (markers dropped, whitespace around it trimmed), the rest stays content (the whitespace
-    after a block dropped). Fed content piece by piece (a stream) or whole, it gives the same text: a partial
-    marker at the end of a piece waits for the next. Reasoning begun in the prompt (a lone closer, no opener)
-    cannot be told apart while it streams: it stays content, markers and all, streamed or not."""
+    """Reasoning blocks moved to `reasoning_content`, as llama.cpp's `--reasoning-format deepseek` does: all of
+    `markers` with `reasoning_format = "split"`, `UNRENDERED` ones always."""
 
-    def __init__(self) -> None:
-        self._closer = ""  # inside a block: the closer that ends it
-        self._pending = ""  # a possible partial marker, not yet given out
-        self._started = False  # inside a block: text other than whitespace seen
-        self._space = Accumulated()  # inside a block: whitespace waiting for more reasoning (trimmed before the closer)
-        self._after = False  # a block just closed: the content's leading whitespace is dropped
-        self._given = False  # reasoning was given out: the next block's is set off by a blank line
-        self._fresh = False  # a block opened and none of its reasoning given out yet
+    def __init__(self, markers: tuple[Marker, ...] = MARKERS) -> None:
+        self._openers = tuple(m.opener for m in markers)
+        self._opener = re.compile("|".join(re.escape(o) for o in self._openers))
+        self._closer = ""
+        self._pending = ""
+        self._started = False
+        self._space = Accumulated()  # trimmed before the closer
+        self._after = False
+        self._given = False  # set the next block off by a blank line
+        self._fresh = False
 
     def feed(self, text: str) -> list[tuple[str, str]]:
-        """(field, text) pieces, field "content" or "reasoning_content", in order."""
+        """(field, text) pieces in order."""
         out: list[tuple[str, str]] = []
         text, self._pending = self._pending + text, ""
         pos = 0
@@ -142,8 +121,8 @@ class Splitter:
                 pos, self._closer, self._after = at + len(self._closer), "", True
                 self._space.take()
                 continue
-            match = OPENER.search(text, pos)
-            end = match.start() if match else pos + partial_marker(text[pos:], OPENERS)
+            match = self._opener.search(text, pos)
+            end = match.start() if match else pos + partial_marker(text[pos:], self._openers)
             self._content(text[pos:end], out)
             if match is None:
                 self._pending = text[end:]
@@ -152,7 +131,7 @@ class Splitter:
         return out
 
     def flush(self) -> list[tuple[str, str]]:
-        """The end of the content: a partial marker held back is text after all."""
+        """A partial marker held back is text after all."""
         out: list[tuple[str, str]] = []
         pending, self._pending = self._pending, ""
         if self._closer:
@@ -180,8 +159,8 @@ class Splitter:
             out.append(("content", text))
 
 
-def split(text: str) -> tuple[str, str]:
-    """(content, reasoning) of a whole text, as `Splitter` gives them."""
-    splitter = Splitter()
+def split(text: str, markers: tuple[Marker, ...] = MARKERS) -> tuple[str, str]:
+    """(content, reasoning), as `Splitter` gives them."""
+    splitter = Splitter(markers)
     pieces = splitter.feed(text) + splitter.flush()
     return ("".join(t for f, t in pieces if f == "content"), "".join(t for f, t in pieces if f != "content"))

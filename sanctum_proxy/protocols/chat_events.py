@@ -1,18 +1,6 @@
-"""The streamed answer of POST /v1/chat/completions: the round loop's events as `chat.completion.chunk`s
-(built by core/openai_chat), beside protocols/responses_events.py and protocols/messages_events.py; the response
-(EventStream) is routes/sse.py's.
+"""The streamed answer of POST /v1/chat/completions: the round loop's events as `chat.completion.chunk`s.
 
-    opening     the role chunk, held until the first data so it carries the upstream's id and model
-    live text   content chunks (whitespace at the end waits for the text after it: `reply.held_back`); with
-                reasoning_format "split", reasoning markup goes out as reasoning_content deltas
-                (reasoning.Splitter); the upstream's logprobs on the chunk of their tokens
-    reasoning   reasoning_content / reasoning (and refusal) deltas as they arrive
-    the Final   the omens not sent yet, the reasoning and content the client has not seen, the calls as tool-call
-                deltas (function_call ones for the legacy `functions`), the finish chunk, the usage chunk if
-                asked, the answering round's own fields and `sanctum` on the last chunk, `[DONE]`
-    an error    `data: {"error": {...}}`
-n > 1 (routes/choices.py): each choice's SseWriter writes under its own index (ChoicesWriter), with one usage
-chunk and `sanctum` at the end.
+The role chunk waits for the first data, so it carries the upstream's id and model.
 """
 
 from __future__ import annotations
@@ -33,18 +21,17 @@ from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final, StreamI
 from sanctum_proxy.repair.streaming import PASSED
 
 DONE = b"data: [DONE]\n\n"
-Several = tuple[int, StreamItem] | Final  # the events of n > 1 choices: (index, event), then their Finals
+ChoiceEvent = tuple[int, StreamItem] | Final  # n > 1: (index, event), then their Finals
 
 
 def chat_meta(trace_id: str, model: str, now: int, upstream: Mapping[str, object] | None = None) -> oc.Meta:
-    """The id, created, model (and system_fingerprint) of a chat answer, streamed or not: the upstream's where
-    it sent them, else the proxy's own (`now`: the time, in seconds, for `created`)."""
+    """A chat answer's id, created, model and system_fingerprint: the upstream's where sent, else the proxy's."""
     return adopted({"id": f"chatcmpl-{trace_id}", "created": now, "model": model}, upstream or {})
 
 
 def adopted(meta: oc.Meta, upstream: Mapping[str, object]) -> oc.Meta:
-    """`meta` with the upstream's own META fields over it (in place), those it sent, as it sent them."""
-    fields = cast("JSONObject", meta)  # the upstream's values are passed on untouched, whatever their type
+    """`meta` with the upstream's META fields over it, in place, as sent."""
+    fields = cast("JSONObject", meta)  # passed on untouched, whatever their type
     for key in META:
         if upstream.get(key):
             fields[key] = upstream[key]
@@ -52,9 +39,7 @@ def adopted(meta: oc.Meta, upstream: Mapping[str, object]) -> oc.Meta:
 
 
 class ChoicesWriter:
-    """The events of n > 1 choices ((index, event) pairs, routes/choices.py) as one stream: each choice's
-    chunks under its own index (an SseWriter per choice), then the usage chunk if asked, the `sanctum` of them
-    all on the last chunk, `[DONE]`."""
+    """n > 1 choices as one stream: an SseWriter per choice, then one usage chunk and `sanctum`."""
 
     keepalive = KEEPALIVE
     media_type = "text/event-stream"
@@ -65,8 +50,7 @@ class ChoicesWriter:
         self.split_reasoning = split_reasoning
         self.omen_style, self.include_usage, self.legacy = omen_style, include_usage, legacy
         self.writers: dict[int, SseWriter] = {}
-        self.pending: tuple[oc.Chunk, SseWriter] | None = None  # the last finish chunk (and its writer), held
-        # for the request's own fields
+        self.pending: tuple[oc.Chunk, SseWriter] | None = None  # held for the request's own fields
         self.ended = False
 
     def writer(self, index: int) -> SseWriter:
@@ -79,8 +63,8 @@ class ChoicesWriter:
     def opening(self) -> bytes:
         return b""
 
-    def render(self, event: Several | ProxyError) -> list[bytes]:
-        if isinstance(event, Final):  # the Finals of them all (routes/choices.Finals)
+    def render(self, event: ChoiceEvent | ProxyError) -> list[bytes]:
+        if isinstance(event, Final):  # the Finals of them all
             self.ended = True
             return self.finish(event)
         if not isinstance(event, tuple):  # an error: the stream ends with it
@@ -102,7 +86,7 @@ class ChoicesWriter:
         return [writer.data(finish)]
 
     def finish(self, finals: Final) -> list[bytes]:
-        """The last finish chunk (by the writer of its choice), then the usage chunk (by choice 0's)."""
+        """The last finish chunk, then the usage chunk."""
         lead = self.writer(0)
         assert self.pending is not None
         (finish, writer), self.pending = self.pending, None
@@ -112,9 +96,7 @@ class ChoicesWriter:
 
 def closing(finish: oc.Chunk, meta: oc.Meta, final: Final, trace_id: str,
             include_usage: bool) -> list[oc.Chunk]:
-    """The last chunks of a chat stream (SseWriter's and ChoicesWriter's): the finish chunk, the usage chunk when
-    asked for and the upstream sent usage (no usage chunk of null), the answering round's own fields and the
-    `sanctum` block on the last of them."""
+    """The finish chunk, the usage chunk where asked and sent, and `sanctum` on the last."""
     sanctum = om.sanctum_object(final.mode, final.rounds, final.omens, trace_id)
     return oc.closing(finish, meta, final.usage if include_usage else None, final.extra, sanctum)
 
@@ -126,14 +108,12 @@ def joined_logprobs(first: JSONObject | None, then: JSONObject | None) -> JSONOb
 
 
 def _entries(logprobs: JSONObject) -> list[object]:
-    """The token entries of a logprobs object (the assembler's: `content` is a list, or none)."""
     content = logprobs.get("content")
     return content if isinstance(content, list) else []
 
 
 class SseWriter(StreamWriter):
-    """The loop's events as SSE bytes (chat.completion.chunks built by core/openai_chat). Pure but for the running
-    record of what the client has seen."""
+    """The loop's events as SSE bytes, keeping a record of what the client has seen."""
 
     def __init__(self, meta: oc.Meta, trace_id: str, *, omen_style: str = "comments",
                  include_usage: bool = False, legacy: bool = False, index: int = 0,
@@ -141,25 +121,27 @@ class SseWriter(StreamWriter):
         omen = om.sse_event if omen_style == "events" else om.sse_comment
         super().__init__(omen if not index else lambda o: omen(om.of_choice(o, index)))
         self.meta, self.trace_id = meta, trace_id
-        # whitespace held back; reasoning_format = "split": reasoning markup out as reasoning_content deltas
         self.live = LiveText(split_reasoning)
-        self.index = index  # the choice this writer's chunks are of (n > 1: routes/choices.py)
+        self.index = index
         self.include_usage, self.legacy = include_usage, legacy
         self.held_logprobs: JSONObject | None = None
         self.shown_reasoning: dict[str, Accumulated] = {}
-        self.opened = False  # the role chunk goes out with the first data, under the upstream's id and model
+        self.opened = False
         self._heads()
 
     def _heads(self) -> None:
-        # Content chunks are the hot path: everything around the text is serialised once.
+        # the hot path: everything around the text is serialised once
         head = orjson.dumps(self.chunk({"content": ""})).split(b'"content":""', 1)
         self._content_head, self._content_tail = b'data: ' + head[0] + b'"content":', head[1] + b"\n\n"
 
     def adopt(self, upstream: Mapping[str, object]) -> None:
-        """The live round's own id, created, model and system_fingerprint, for every chunk (before any is sent)."""
-        if self.opened:
+        """The live round's own meta for every chunk; a fingerprint first named later, from then on."""
+        if not self.opened:
+            adopted(self.meta, upstream)
+        elif upstream.get("system_fingerprint") and not self.meta.get("system_fingerprint"):
+            self.meta["system_fingerprint"] = cast("str", upstream["system_fingerprint"])
+        else:
             return
-        adopted(self.meta, upstream)
         self._heads()
 
     def chunk(self, delta: oc.Delta, finish_reason: str | None = None) -> oc.Chunk:
@@ -170,18 +152,17 @@ class SseWriter(StreamWriter):
         return out if self.opened else self.opening(now=True) + out
 
     def opening(self, *, now: bool = False) -> bytes:
-        """The role chunk: held (b"") until the first data, so it can carry the upstream's id and model."""
+        """Held (b"") until the first data."""
         if self.opened or not now:
             return b""
         self.opened = True
         return self.data(self.chunk(oc.role_delta()))
 
     def content(self, text: str) -> bytes:
-        """Content (markup in) as chunks of their fields."""
         return b"".join(self.split(self.live.split(text)))
 
     def content_with(self, text: str, logprobs: JSONObject) -> bytes:
-        """A content chunk carrying the upstream's logprobs of its tokens."""
+        """With the upstream's logprobs of its tokens."""
         pieces = self.live.split(text)
         if not pieces:
             return b""
@@ -191,7 +172,6 @@ class SseWriter(StreamWriter):
         return self.data(payload) + b"".join(self.split(rest))
 
     def split(self, pieces: list[tuple[str, str]]) -> list[bytes]:
-        """Content pieces (`LiveText.split`), each a chunk of its field."""
         out = [self.opening(now=True)] if pieces and not self.opened else []
         for name, text in pieces:
             if name == "content":
@@ -210,7 +190,7 @@ class SseWriter(StreamWriter):
         if event.meta:
             self.adopt(event.meta)
         logprobs = joined_logprobs(self.held_logprobs, event.logprobs)
-        text = self.live.take(event.text)  # trailing whitespace waits for the text after it
+        text = self.live.take(event.text)  # trailing whitespace waits
         self.held_logprobs = None if text else logprobs
         if text and logprobs:
             return self.omens.due() + [self.content_with(text, logprobs)]
@@ -225,10 +205,10 @@ class SseWriter(StreamWriter):
         return [*out, *(self.data(c) for c in last), DONE]
 
     def choice_end(self, final: Final) -> tuple[list[bytes], str]:
-        """The end of this writer's choice but its finish chunk: omens, unseen reasoning and content, calls;
-        and the finish_reason that chunk is to carry."""
+        """This choice's end but its finish chunk, and the finish_reason that chunk carries."""
+        self.adopt(final.meta)  # no live round showed its ids: the accepted round's, as unstreamed
         out = self.omens.due(final.omens)
-        for name in PASSED:  # the accepted round's reasoning and refusal, unless a round's was shown live
+        for name in PASSED:  # unless a round's was shown live
             thought, seen = final.message.get(name), str(self.shown_reasoning.get(name, ""))
             if isinstance(thought, str) and thought.startswith(seen) and len(thought) > len(seen):
                 out.append(self.reasoning(name, thought[len(seen):]))

@@ -76,10 +76,6 @@ class ChatRequest:
         return replace(self, body=body)
 
 
-def parse_chat_request(raw: bytes, headers: Mapping[str, str], settings: Settings) -> ChatRequest:
-    return chat_request(json_object(raw), headers, settings)
-
-
 def json_object(raw: bytes) -> JSONObject:
     """A request body that must be one JSON object (400 otherwise)."""
     try:
@@ -194,7 +190,7 @@ def check_tools(body: JSONObject) -> None:
     if functions is not None and not isinstance(functions, list):
         raise InvalidRequest("'functions' must be an array", param="functions")
     seen: set[str] = set()
-    patterns = [0]  # every tool's so far, up to schemas.MAX_PATTERNS
+    patterns = [0, 0]  # every tool's so far: patterns (up to MAX_PATTERNS), RE2 instructions
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict) or tool.get("type", "function") != "function":
             raise InvalidRequest(f"tools[{i}] must be an object with type 'function'", param="tools")
@@ -225,6 +221,12 @@ def check_function(function: JSONValue, where: str, param: str, seen: set[str],
         if patterns[0] > schemas.MAX_PATTERNS:
             raise InvalidRequest(f"the tools hold more than {schemas.MAX_PATTERNS} patterns in all (pattern and "
                                  "patternProperties): each is compiled when the request is read", param=param)
+        left = schemas.MAX_REQUEST_PROGRAM - patterns[1]
+        patterns[1] += schemas.program_size(orjson.loads(serialized), left)
+        if patterns[1] > schemas.MAX_REQUEST_PROGRAM:
+            raise InvalidRequest(f"the tools' patterns compile to more than {schemas.MAX_REQUEST_PROGRAM} RE2 "
+                                 "instructions in all (the proxy's budget per request): use fewer or simpler "
+                                 "patterns", param=param)
     problem = schema_problem(serialized) if len(serialized) <= CACHED_SCHEMA_BYTES else \
         _schema_problem(serialized)
     if problem is not None:

@@ -20,7 +20,6 @@ from sanctum_proxy.protocols import messages_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
 from sanctum_proxy.protocols.stream_writer import StreamWriter
 from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final
-from sanctum_proxy.repair.plan import Plan
 
 
 def event(kind: str, **fields: JSONValue) -> bytes:
@@ -33,11 +32,10 @@ PING = event("ping")
 class MessagesWriter(StreamWriter):
     keepalive = PING
 
-    def __init__(self, message: Mapping[str, JSONValue], trace_id: str, plan: Plan,
+    def __init__(self, message: Mapping[str, JSONValue], trace_id: str,
                  reply_of: Callable[[Final], Reply], *, split_reasoning: bool = False) -> None:
         self.message, self.trace_id = message, trace_id
         super().__init__()
-        self.plan = plan
         self.reply_of = reply_of
         self.blocks = 0
         self.text_open = False

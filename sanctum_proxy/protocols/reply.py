@@ -85,7 +85,7 @@ class LiveText:
     """A stream's live text: trailing whitespace held back and, when splitting, reasoning markup taken out."""
 
     def __init__(self, split_reasoning: bool = False) -> None:
-        self.splitter = reasoning.Splitter() if split_reasoning else None
+        self.splitter = reasoning.Splitter(reasoning.MARKERS if split_reasoning else reasoning.UNRENDERED)
         self.shown = Accumulated()
         self.raw = Accumulated()  # markup in
         self.held = Accumulated()

@@ -21,16 +21,14 @@ from sanctum_proxy.protocols import responses_api as api
 from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
 from sanctum_proxy.protocols.stream_writer import StreamWriter
 from sanctum_proxy.repair.events import ContentDelta, FieldDelta, Final
-from sanctum_proxy.repair.plan import Plan
 
 
 class ResponsesWriter(StreamWriter):
-    def __init__(self, response: JSONObject, ids: str, trace_id: str, plan: Plan,
+    def __init__(self, response: JSONObject, ids: str, trace_id: str,
                  reply_of: Callable[[Final], Reply], *, logprobs: bool = False,
                  split_reasoning: bool = False, namespaced: dict[str, tuple[str, str]] | None = None) -> None:
         self.response, self.ids, self.trace_id = response, ids, trace_id
         super().__init__()
-        self.plan = plan
         self.reply_of = reply_of
         self.sequence = 0
         self.output: list[api.OutputItem] = []

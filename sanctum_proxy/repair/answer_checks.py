@@ -56,6 +56,16 @@ def read_calls(plan: Plan, mode: Mode, constraint: Constraint | None, answer: An
     return assessment, broken, problems
 
 
+def forbidden_calls(plan: Plan, answer: Answer) -> Assessment | None:
+    """The calls of an answer to tool_choice "none" (native, or read from its text), or None if it made none."""
+    if plan.forbidden is None or refusal(answer.message):
+        return None
+    assessment = assess(answer.message, plan.forbidden, finish_reason=answer.finish_reason,
+                        parallel_tool_calls=True, max_repair_chars=plan.max_repair_bytes,
+                        asked_format=None, client_json=cn.asks_json(plan.body), **plan.new_ids)
+    return assessment if assessment.calls or assessment.problems else None
+
+
 def without_copied_hints(assessment: Assessment) -> Assessment:
     """Calls holding the example's type hints (`<string>`) as problems, so the model writes values."""
     copied = {c.id: hints for c in assessment.calls if (hints := _copied_hints(loads(c.arguments)))}

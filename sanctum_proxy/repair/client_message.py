@@ -54,9 +54,9 @@ def finish(assessment: Assessment, answer: Answer) -> str:
     return "stop" if reason == "tool_calls" else reason
 
 
-def outcome(omens: list[om.Omen], surrendered: bool) -> str:
+def outcome(omens: list[om.Omen], surrendered: bool) -> om.Outcome:
     """The most telling outcome of the request's omens."""
     kinds = {o.type for o in omens}
-    return ("surrendered" if surrendered else "fallback" if "SpellCallingFallback" in kinds
-            else "rejected" if "SpellCallRejected" in kinds else "repaired" if "SpellCallRepaired" in kinds
-            else "clean")
+    return (om.Outcome.SURRENDERED if surrendered else om.Outcome.FALLBACK if "SpellCallingFallback" in kinds
+            else om.Outcome.REJECTED if "SpellCallRejected" in kinds
+            else om.Outcome.REPAIRED if "SpellCallRepaired" in kinds else om.Outcome.CLEAN)

@@ -21,6 +21,7 @@ ESCAPE_HINT = 'Inside a JSON string, write a quote as \\" and a line break as \\
 
 CONSTRAINED_INSTEAD = ("(not sent to the model: the next round was constrained to a valid call by a grammar, "
                        "without the rejected answer and this correction: correction_context = \"fresh\")")
+ASKS_TEXT = frozenset({"repeated_call", "calls_not_allowed"})  # reasons answered by text, not by a call
 ANSWERED_IN_TEXT = "(not sent to the model: the request was asked again without tools, for a text answer)"
 
 
@@ -41,7 +42,7 @@ def correction(problems: Sequence[Problem], book: Toolbox, kept: Sequence[str] =
         lines.append(f"Your valid calls ({calls}) are kept; do not repeat them. Correct only the call(s) below.")
     for problem in problems:
         lines.extend(_lines(problem, book))
-    if any(p.reason != "repeated_call" for p in problems):  # a repeat is asked for text
+    if any(p.reason not in ASKS_TEXT for p in problems):
         lines.append(_CLOSING)
     return "\n".join(dict.fromkeys(lines))
 
@@ -66,6 +67,8 @@ def _lines(problem: Problem, book: Toolbox) -> list[str]:
         ]
     if problem.reason == "repeated_call":
         return list(problem.details)
+    if problem.reason == "calls_not_allowed":
+        return [*problem.details, "Answer in text, without calling a tool."]
     if problem.reason == "ungrounded_arguments":
         return [
             "Your tool call uses values that appear nowhere in the conversation:",

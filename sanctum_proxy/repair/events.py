@@ -61,8 +61,9 @@ class RoundRecord:
     answer: ChatMessage | None = None
     finish_reason: str | None = None
     usage: Usage | None = None
+    meta: AnswerMeta | None = None  # the answer's id and model, as the upstream wrote them
     error: JSONObject | None = None  # the OpenAI error object
-    outcome: str = "pending"  # accepted | rejected | fallback | error
+    outcome: om.Outcome = om.Outcome.PENDING  # then accepted, rejected, fallback, error or too_long
     constrained: bool = False
     free_choice: bool = False
 
@@ -77,7 +78,7 @@ class Final:
     rounds: int
     omens: list[om.Omen]
     meta: AnswerMeta
-    outcome: str  # clean | repaired | rejected | fallback | surrendered
+    outcome: om.Outcome  # clean, repaired, rejected, fallback or surrendered
     extra: JSONObject = field(default_factory=dict)
     choice_extra: JSONObject = field(default_factory=dict)
     accepted: Mapping[str, object] | None = None  # the last answer as it came; None after an error

@@ -4,7 +4,8 @@
 
     Accept       no tools, a text round, a refusal, or calls passing tier 1   -> Final.
     Correct      problems, under the round limit                              -> ASK + [rejected, correction].
-    AskForText   a free-choice call broken or made up, or a repeat            -> TEXT: no tools, taken as it is.
+    AskForText   a free-choice call broken or made up, a repeat, or calls      -> TEXT: no tools, taken as it is
+                 answering tool_choice "none"                                    (less any call markup).
     AskForMore   follow_up_calls: a constrained round's novel call            -> MORE: one more call.
     FallBack     auto mode: native tools refused, unparsed or empty           -> ASK prompted.
     Unconstrain  the schema, grammar or tool_choice was refused               -> the same round unconstrained.
@@ -92,7 +93,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
             assert answer is not None, "a sender ends every round with an Answer"
             judged, verdict = await off_loop_if(heavy_answer(plan, answer), _judged, plan, state, step, answer, number)
             record = replace(record, latency_ms=latency_ms, outcome=verdict.outcome, answer=judged.message,
-                             finish_reason=judged.finish_reason, usage=judged.usage)
+                             finish_reason=judged.finish_reason, usage=judged.usage, meta=answer.meta)
             usage = added(usage, judged.usage)
         yield record
         for item in verdict.omens:
@@ -171,7 +172,7 @@ def _too_long(plan: Plan, state: State, number: int) -> Correct | Accept | Surre
     if not state.fresh and plan.correction_context != "fresh":
         fresh = replace(state, fresh=True, phase=Phase.CONSTRAINING, grammar_from=len(state.turns))
         if _constraint(plan, fresh) is not None:
-            return Correct(fresh, (), outcome="too_long")
+            return Correct(fresh, (), outcome=om.Outcome.TOO_LONG)
     last = state.rejected[-1] if state.rejected else ""
     answer = Answer({"role": "assistant", "content": last or None}, "stop", None, {})
     return _surrender(plan, state, answer, number, False, state.rejected, "the correction round exceeded the "
@@ -187,6 +188,9 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
             return fallback
     if state.kind is Kind.MORE:
         return _judge_more(plan, state, answer, number)
+    forbidden = checks.forbidden_calls(plan, answer)
+    if forbidden is not None:
+        return _calls_not_allowed(plan, state, answer, forbidden, number)
     if plan.book is None or state.kind is Kind.TEXT or checks.refusal(answer.message):
         # passed through as it came, less echoed tool-result tags
         return Accept(unechoed(passed(answer.message), state.mode), answer.finish_reason or "stop", answer)
@@ -227,6 +231,24 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         return _surrender(plan, state, answer, number, repeated, rejected)
     repaired = tuple(om.repaired(number, r) for r in assessment.repairs)
     return _correct(plan, replace(state, kept=kept), problems, raw, rejected, number, repaired)
+
+
+def _calls_not_allowed(plan: Plan, state: State, answer: Answer, assessment: Assessment,
+                       number: int) -> AskForText | Accept:
+    """Calls answering tool_choice "none": a native round is asked once more without tools; calls left after
+    that (or in a prompted round, which had no tools) are taken out of the text, which is the answer."""
+    sent = correct.sent_answer_text(answer.message)
+    if state.kind is not Kind.TEXT and state.mode == "native" and plan.max_rounds > 0:
+        names = {c.name for c in assessment.calls} | {p.tool for p in assessment.problems if p.tool}
+        problem = Problem("calls_not_allowed", next(iter(names)) if len(names) == 1 else None,
+                          ('tool_choice is "none": no call may be made',), sent)
+        text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent))
+        return AskForText(text_round, (om.rejected(number, problem, correct.ANSWERED_IN_TEXT),))
+    omens = [om.dropped(number, c.name, c.id, c.arguments, "tool_choice_none") for c in assessment.calls]
+    omens += [om.dropped(number, p.tool, "", p.raw, "tool_choice_none") for p in assessment.problems]
+    message = client_message(replace(assessment, calls=()), answer.message)
+    reason = answer.finish_reason if answer.finish_reason not in (None, "tool_calls") else "stop"
+    return Accept(unechoed(message, state.mode), str(reason), answer, tuple(omens))
 
 
 def _accept_kept(plan: Plan, state: State, assessment: Assessment, answer: Answer, kept: tuple[ToolCall, ...],
@@ -281,7 +303,7 @@ def _surrender(plan: Plan, state: State, answer: Answer, number: int, repeated: 
         return Surrender(message, rejected)
     omen = om.surrendered(number, message, list(rejected))
     return Accept({"role": "assistant", "content": rejected[-1] or None}, "stop", answer, (omen,),
-                  surrendered=True, outcome="rejected")
+                  surrendered=True, outcome=om.Outcome.REJECTED)
 
 
 def _fall_back(plan: Plan, state: State, verdict: str | None, status: int | None, message: str,

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from sanctum_proxy.codecs import families, json_blocks
-from sanctum_proxy.codecs.base import MALFORMED, MAX_CANDIDATES
+from sanctum_proxy.codecs.base import BARE_COUNTER, MALFORMED, MAX_CANDIDATES, POSITIONAL, SOLE_VALUE
 from sanctum_proxy.codecs.registry import TEXT_VALUED, find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
@@ -59,15 +59,16 @@ def _assess(message: ChatMessage, book: Toolbox, cut: bool, parallel_tool_calls:
     calls: list[ToolCall] = []
     repairs: list[Repair] = []
     problems: list[Problem] = []
-    seen: dict[tuple[str, str], ToolCall] = {}
+    seen: dict[tuple[str, str], tuple[ToolCall, set[str]]] = {}
     duplicates: list[ToolCall] = []
     for cand in candidates:
         verdict = judge(cand)
         problems.extend(verdict.problems)
         if verdict.call is None:
             continue
-        if _duplicate(verdict.call, cand, seen):
-            duplicates.append(replace(verdict.call, id=seen[(verdict.call.name, verdict.call.arguments)].id))
+        kept = _repeated(verdict.call, cand, seen)
+        if kept is not None:
+            duplicates.append(replace(verdict.call, id=kept.id))
             continue
         calls.append(verdict.call)
         if verdict.repair is not None:
@@ -96,13 +97,23 @@ def calls_outside_reasoning(text: str, tool_names: frozenset[str]) -> list[Found
     return found
 
 
-def _duplicate(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], ToolCall]) -> bool:
-    """A content call repeating an earlier one (servers echo native calls) is dropped."""
-    key = (call.name, call.arguments)
-    if cand.source != "native" and key in seen:
-        return True
-    seen.setdefault(key, call)
-    return False
+def _repeated(call: ToolCall, cand: Candidate, seen: dict[tuple[str, str], tuple[ToolCall, set[str]]]
+              ) -> ToolCall | None:
+    """The earlier call a content call repeats written another way (a native call a server echoes, a tagged call
+    written again bare): it is dropped. The same call twice in one format is two calls (a model may mean both)."""
+    first = seen.setdefault((call.name, _canonical(call.arguments)), (call, set()))
+    if cand.source != "native" and first[1] and cand.source not in first[1]:
+        return first[0]
+    first[1].add(cand.source)
+    return None
+
+
+def _canonical(arguments: str) -> str:
+    """Arguments as compared for repeats: a native call's spacing is not what the echo of it has."""
+    try:
+        return orjson.dumps(orjson.loads(arguments), option=orjson.OPT_SORT_KEYS).decode()
+    except (orjson.JSONDecodeError, TypeError):
+        return arguments
 
 
 def strip_calls(text: str, found: list[Found]) -> str | None:
@@ -194,6 +205,8 @@ class _Judge:
 
     def __call__(self, cand: Candidate) -> _Verdict:
         name, name_repairs = self.book.resolve(cand.name)
+        if name is None and BARE_COUNTER in cand.repairs:
+            name = self.book.by_keys(cand.arguments)
         if name is None:
             split = _arguments_in_name(cand, self.book)
             if split is not None:
@@ -205,6 +218,14 @@ class _Judge:
         if name is None:
             detail = f"there is no tool named {cand.name!r}"
             return _Verdict(problems=(Problem("unknown_spell", cand.name, (detail,), cand.raw),))
+        if POSITIONAL in cand.repairs:
+            cand = replace(cand, arguments=self.book.by_position(name, cand.arguments) or cand.arguments)
+        if SOLE_VALUE in cand.repairs:
+            sole = self.book.sole_value(name, cand.arguments)
+            if sole is None:
+                detail = f"{name} takes more than one text value: write its arguments as JSON"
+                return _Verdict(problems=(Problem("invalid_arguments", name, (detail,), cand.raw),))
+            cand = replace(cand, arguments=sole)
         args = self._arguments(cand)
         if isinstance(args, Problem):
             return _Verdict(problems=(replace(args, tool=name),))

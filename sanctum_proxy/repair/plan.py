@@ -34,6 +34,15 @@ class Plan:
     max_repair_bytes: int = 64 * 1024  # longer call text goes to tier 2
     max_grammar_bytes: int = 1024 * 1024
     follow_up_calls: bool = False
+    forbidden: Toolbox | None = None  # tools offered with tool_choice "none": their calls are only taken out
+    surrendered_ago: float | None = None  # seconds since this same request last surrendered (then: one round)
+    memo_key: bytes | None = None  # its digest in the surrender memo (state/surrendered.py), once taken
+
+    @property
+    def read_names(self) -> frozenset[str]:
+        """The tool names whose calls a stream holds back: offered, or forbidden."""
+        book = self.book or self.forbidden
+        return book.name_set if book is not None else frozenset()
 
     @property
     def model(self) -> str:

@@ -1,6 +1,8 @@
 """Tool schemas as untrusted input: what a client's `parameters` may ask, validated at bounded cost.
 
-References never leave the schema and patterns run on RE2; budgets (docs/contract.md) bound the rest.
+References never leave the schema and patterns run on RE2; budgets (docs/contract.md) bound the rest. A pattern's
+cost is its RE2 program (compile time and memory grow with its instructions): one request's patterns may hold
+MAX_REQUEST_PROGRAM instructions in all, and the compiled programs kept between requests MAX_CACHED_PROGRAM.
 """
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -28,6 +32,9 @@ MAX_SCHEMA_DEPTH = 64
 MAX_SCHEMA_EXPANSION = 100_000  # subschemas, every $ref followed
 MAX_PATTERNS = 128  # in one request's tools
 RE2_MAX_MEM = 1 << 20  # bytes per pattern program
+MAX_REQUEST_PROGRAM = 200_000  # RE2 instructions of one request's patterns (about 55 ms to compile, 2.5 MB)
+MAX_CACHED_PROGRAM = 1_000_000  # RE2 instructions of the programs kept between requests (about 12 MB)
+MAX_CACHED_PATTERNS = 256
 
 
 def refusal(schema: JSONValue) -> str | None:
@@ -126,6 +133,22 @@ def pattern_count(schema: JSONValue) -> int:
     return count
 
 
+def program_size(schema: JSONValue, budget: int) -> int:
+    """The RE2 instructions of `schema`'s patterns, compiled in turn until they pass `budget` (a pattern RE2
+    refuses counts nothing here: `refusal` names it)."""
+    total = 0
+    for key, value in _keywords(schema):
+        found = [value] if key == "pattern" else list(value) if key == "patternProperties" and isinstance(
+            value, Mapping) else []
+        for pattern in found:
+            if isinstance(pattern, str) and len(pattern) <= MAX_PATTERN_CHARS:
+                with contextlib.suppress(re2.error):
+                    total += compiled(pattern).programsize
+            if total > budget:
+                return total
+    return total
+
+
 def _unresolvable(schema: Mapping[str, object]) -> str | None:
     """A local `$ref` that points at nothing; nested `$id`s are left to the validator."""
     refs = [v for k, v in _keywords(schema) if k in REF_KEYWORDS and isinstance(v, str)]
@@ -182,10 +205,36 @@ def _pattern_problem(pattern: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=256)
-def compiled(pattern: str) -> Any:
-    """Raises re2.error when RE2 cannot compile `pattern`."""
-    return re2.compile(pattern, _QUIET)
+class Programs:
+    """Compiled patterns, least recently used dropped first past MAX_CACHED_PROGRAM instructions in all."""
+
+    def __init__(self, budget: int = MAX_CACHED_PROGRAM, most: int = MAX_CACHED_PATTERNS) -> None:
+        self._kept: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()  # judged on the offload threads too
+        self.budget, self.most, self.size = budget, most, 0
+
+    def __call__(self, pattern: str) -> Any:
+        """Raises re2.error when RE2 cannot compile `pattern`."""
+        with self._lock:
+            program = self._kept.get(pattern)
+            if program is not None:
+                self._kept.move_to_end(pattern)
+                return program
+        program = re2.compile(pattern, _QUIET)
+        with self._lock:
+            if pattern not in self._kept:
+                self._kept[pattern] = program
+                self.size += program.programsize
+            while self._kept and (self.size > self.budget or len(self._kept) > self.most):
+                _, dropped = self._kept.popitem(last=False)
+                self.size -= dropped.programsize
+        return program
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+compiled = Programs()
 
 
 _QUIET = re2.Options()

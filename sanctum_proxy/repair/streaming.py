@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import cast
 
+from sanctum_proxy.codecs import job_lines
 from sanctum_proxy.codecs.registry import stream_lead, stream_shapes, stream_starts
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core import reasoning
@@ -31,6 +32,8 @@ _OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
 # How far back the end of the text may still grow into a call-shaped generic opener: Gemma 4's `call:NAME{`
 # with a name of up to 256 characters (a shorter reach let a long name stream out as prose).
 _SHAPE_REACH = len("call:") + 256
+# How far back a key-value line's start may be while its `key="` still comes (a name, a blank, a key).
+_LINE_REACH = 256 + 72
 # A family whose generation prompt already holds the first call marker (Functionary v3.2 ends it with `>>>`)
 # answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
 # is held until it shows which (a bare word waits for the next chunk).
@@ -92,7 +95,7 @@ class _LeadScan:
 def with_tools(names: frozenset[str] | set[str]) -> tuple[str, ...]:
     """The starts a round with these tools holds at: the codecs' and each tool's `NAME(` (a bare pythonic call
     line, codecs/pythonic.py). An answer opening with `NAME\n` is held by `Assembler.names` (`_lead`)."""
-    return STARTS + tuple(f"{name}(" for name in sorted(names))
+    return STARTS + tuple(f"{name}(" for name in sorted(names)) + job_lines.stream_starts(frozenset(names))
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,8 @@ class Assembler:
         """Take one upstream chunk; return the content that may be shown now ("" for none)."""
         if not self.meta:
             self.meta = answer_meta(chunk)
+        elif not self.meta.get("system_fingerprint") and chunk.get("system_fingerprint"):
+            self.meta["system_fingerprint"] = cast("str", chunk["system_fingerprint"])  # named after the first chunk
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = cast("Usage", usage)  # as the upstream sent it: its readers check (repair/usage.py)
@@ -284,7 +289,7 @@ class Assembler:
             if orphan is not None:  # reasoning begun in the prompt ends here
                 pos, self._reasoned = pos + orphan, True
                 continue
-            call = self._call_start(rest)
+            call = self._call_start(rest, at_start=self.released + pos == 0)
             if opener and (call is None or opener.start() <= call):
                 pos, self._closer, self._reasoned = pos + opener.end(), reasoning.CLOSER_OF[opener.group()], True
                 continue
@@ -292,7 +297,8 @@ class Assembler:
                 pos, self.holding = pos + call, True
                 break
             markers = reasoning.OPENERS if self._reasoned else reasoning.OPENERS + reasoning.ORPHAN_CLOSERS
-            pos += min(self._partial_start(rest), reasoning.partial_marker(rest, markers))
+            held = self._partial_start(rest, at_start=self.released + pos == 0)
+            pos += min(held, reasoning.partial_marker(rest, markers))
             break
         out, self.released = text[:pos], self.released + pos
         self._pending = "" if self.holding else text[pos:]
@@ -305,10 +311,15 @@ class Assembler:
         self._unhold, self.holding, self._pending = False, False, self.content[self.released:]
         return True
 
-    def _call_start(self, text: str) -> int | None:
-        """Where the first call delimiter (or a call-shaped generic opener) in `text` begins."""
+    def _call_start(self, text: str, *, at_start: bool = False) -> int | None:
+        """Where the first call delimiter (or a call-shaped generic opener) in `text` begins; the answer's
+        start is a line's start (a delimiter may begin with a line break)."""
         delimiters = self._delimiters or self._read_starts()
+        if at_start and self.names and job_lines.opens_answer(text, self.names):
+            return 0
         first = delimiters.pattern.search(text)
+        while first is not None and not job_lines.may_open(first.group(), text, first.end()):
+            first = delimiters.pattern.search(text, first.end())
         cut = first.start() if first else len(text)
         match = _OPENER.search(text)
         if match and match.start() < cut:
@@ -349,16 +360,25 @@ class Assembler:
             return first in {n.lower() for n in self.names}
         return any(n.lower().startswith(first) for n in self.names)
 
-    def _partial_start(self, text: str) -> int:
-        """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one)."""
+    def _partial_start(self, text: str, *, at_start: bool = False) -> int:
+        """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one), or a last
+        line `NAME k` into a key-value call."""
         delimiters = self._delimiters or self._read_starts()
-        for at in range(max(0, len(text) - delimiters.longest), len(text)):
+        cut = self._undecided_line(text, at_start)
+        for at in range(max(0, len(text) - delimiters.longest), cut):
             if text[at] not in delimiters.firsts:
                 continue
             tail = text[at:]
             if tail in delimiters.prefixes or _PARTIAL_OPENER.fullmatch(tail):
                 return at
-        return len(text)
+        return cut
+
+    def _undecided_line(self, text: str, at_start: bool) -> int:
+        """Where a last line `NAME k` that may still become a key-value call begins (len(text) when none)."""
+        if not self.names:
+            return len(text)
+        tail = max(0, len(text) - _LINE_REACH)
+        return tail + job_lines.undecided(text[tail:], self.names, at_start=at_start and not tail)
 
     def _read_starts(self) -> _Delimiters:
         self._delimiters = _delimiters_of(self.starts)

@@ -49,7 +49,7 @@ def last_call(plan: Plan, records: list[RoundRecord], error: ToolCallParseError,
             usage = summed_usage(usage, each.usage) if usage is not None else each.usage.copy()
     message: ClientMessage = {"role": "assistant", "content": None, "tool_calls": calls}
     return Final(message, "tool_calls", usage, record.mode, len(records), [*omens, surrendered], {},
-                 "surrendered", accepted=record.answer)
+                 om.Outcome.SURRENDERED, accepted=record.answer)
 
 
 def known_calls(message: ChatMessage, book: Toolbox, max_chars: int = MAX_REPAIR_CHARS) -> list[ToolCallWire]:

@@ -130,6 +130,52 @@ class Toolbox:
     def resolve(self, written: str) -> tuple[str | None, tuple[str, ...]]:
         return resolve_name(written, self.names)
 
+    def by_keys(self, arguments: object) -> str | None:
+        """The one tool whose properties hold every key of `arguments` (JSON text or an object); None when none
+        or several do, or the arguments are not an object."""
+        if isinstance(arguments, str):
+            try:
+                arguments = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                return None
+        if not isinstance(arguments, dict) or not arguments:
+            return None
+        fits = [name for name, tool in self.tools.items()
+                if isinstance(props := tool.parameters.get("properties"), dict) and set(arguments) <= set(props)]
+        return fits[0] if len(fits) == 1 else None
+
+    def by_position(self, name: str, arguments: object) -> dict[str, JSONValue] | None:
+        """Positional values (a JSON list) named in the order of the tool's properties; None when they do not
+        read or outnumber the properties."""
+        try:
+            values = orjson.loads(arguments) if isinstance(arguments, str) else None
+        except orjson.JSONDecodeError:
+            return None
+        props = self.tools[name].parameters.get("properties")
+        if not isinstance(values, list) or not isinstance(props, dict) or len(values) > len(props):
+            return None
+        return dict(zip(props, values, strict=False))
+
+    def sole_value(self, name: str, arguments: object) -> dict[str, JSONValue] | None:
+        """One value written without its parameter (JSON text: a string, or `{key: string}` under a key the
+        tool may not have), given to the tool's one required string parameter; None when it has no such one."""
+        try:
+            value = orjson.loads(arguments) if isinstance(arguments, str) else None
+        except orjson.JSONDecodeError:
+            return None
+        parameters = self.tools[name].parameters
+        required, props = parameters.get("required"), parameters.get("properties")
+        props = props if isinstance(props, dict) else {}
+        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in props:
+            return value
+        if isinstance(value, dict) and len(value) == 1:
+            value = next(iter(value.values()))
+        if not isinstance(value, str) or not isinstance(required, list) or len(required) != 1:
+            return None
+        spec = props.get(required[0])
+        kind = spec.get("type", "string") if isinstance(spec, dict) else None
+        return {required[0]: value} if isinstance(required[0], str) and kind in ("string", ["string"]) else None
+
     def validator(self, name: str) -> Validator:
         return self._check_of(name)[0]
 

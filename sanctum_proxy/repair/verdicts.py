@@ -70,7 +70,7 @@ class Accept:
     answer: Answer
     omens: tuple[om.Omen, ...] = ()
     surrendered: bool = False  # on_surrender "content"
-    outcome: str = "accepted"
+    outcome: om.Outcome = om.Outcome.ACCEPTED
     lesson: Lesson | None = None  # a quote's calls still count one failure
 
 
@@ -80,7 +80,7 @@ class Correct:
 
     state: State
     omens: tuple[om.Omen, ...]
-    outcome: str = "rejected"
+    outcome: om.Outcome = om.Outcome.REJECTED
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class AskForText:
 
     state: State
     omens: tuple[om.Omen, ...]
-    outcome: str = "rejected"
+    outcome: om.Outcome = om.Outcome.REJECTED
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class FallBack:
     state: State
     omens: tuple[om.Omen, ...]
     lesson: Lesson | None
-    outcome: str = "fallback"
+    outcome: om.Outcome = om.Outcome.FALLBACK
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class Unconstrain:
     state: State
     lesson: Lesson | None = Lesson("schema_refused")
     omens: tuple[om.Omen, ...] = ()
-    outcome: str = "fallback"
+    outcome: om.Outcome = om.Outcome.FALLBACK
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class Surrender:
     message: str
     rejected: tuple[str, ...]
     omens: tuple[om.Omen, ...] = ()
-    outcome: str = "rejected"
+    outcome: om.Outcome = om.Outcome.REJECTED
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class Fail:
 
     error: ProxyError
     omens: tuple[om.Omen, ...] = ()
-    outcome: str = "error"
+    outcome: om.Outcome = om.Outcome.ERROR
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class AskForMore:
 
     state: State
     omens: tuple[om.Omen, ...] = ()
-    outcome: str = "accepted"
+    outcome: om.Outcome = om.Outcome.ACCEPTED
 
 
 Verdict = Accept | Correct | AskForText | AskForMore | FallBack | Unconstrain | Surrender | Fail

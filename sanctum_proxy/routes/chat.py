@@ -17,7 +17,6 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.offload import off_loop_if, offloaded
 from sanctum_proxy.core.shapes import META, OLLAMA_FIELDS, ClientMessage, JSONObject, Usage, answer_meta
-from sanctum_proxy.errors import BodyTooLarge
 from sanctum_proxy.protocols.chat_events import chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, json_object
 from sanctum_proxy.repair.events import Answer, ContentDelta, Final, Sender
@@ -29,33 +28,15 @@ from sanctum_proxy.routes.planning import Planner
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import destination, services
-from sanctum_proxy.state import trace_store
-from sanctum_proxy.upstreams import affinity
-from sanctum_proxy.web.auth import check_client_key, forwarded_key
+from sanctum_proxy.state import surrendered, trace_store
+from sanctum_proxy.upstreams import affinity, chat_rounds
+from sanctum_proxy.web.auth import check_client_key, forwarded_key, presented_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse
-from sanctum_proxy.web.limits import BODY
+from sanctum_proxy.web.limits import request_body
 
 E = TypeVar("E")
 T = TypeVar("T")
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 once it passes `limit`, never buffered first."""
-    read = request.scope.get(BODY)
-    if isinstance(read, bytes) and len(read) <= limit:
-        request.state.body_bytes = len(read)
-        return read
-    declared = request.headers.get("content-length")
-    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
-    request.state.body_bytes = len(body)
-    return bytes(body)
 
 
 async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject], T]) -> T:
@@ -73,7 +54,7 @@ async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject], T]) -> T:
 async def chat_completions(request: Request) -> Response:
     settings = services(request).settings
     check_client_key(request)
-    raw = await read_body(request, settings.max_body_bytes)
+    raw = request_body(request)
     chat = await off_loop_if_heavy(raw, lambda body: chat_request(body, request.headers, settings))
     chat.body.pop(OLLAMA_FIELDS, None)  # only the Ollama door sets Ollama's own options
     is_legacy = legacy.uses_functions(chat.body)
@@ -110,9 +91,11 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     parts = services(request)
     dest = request.state.destination = parts.pools.destination(chat.model)
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
-    chat, widened = await context.fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
+    chat, widened = await context.ollama_fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
     affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
     plan = await Planner(settings, parts, dest).plan(chat)
+    if parts.surrendered:  # nothing is hashed while no request surrendered recently
+        plan = surrendered.again(plan, parts.surrendered, presented_key(request.scope))
     if widened is not None:
         plan = dataclasses.replace(plan, opening_omens=(*plan.opening_omens, widened))
     trace_id = trace_store.new_id()
@@ -141,7 +124,7 @@ def plain_first_of_several(request: Request, auth: str | None, many: choices.Cho
     upstream = destination(request).upstream
 
     async def first(body: JSONObject, live: bool) -> AsyncIterator[Answer]:
-        reply = await upstream.chat({**body, "stream": False}, auth)
+        reply = await chat_rounds.chat(upstream, {**body, "stream": False}, auth)
         answers = answers_of(reply.body)
         for index, answer in enumerate(answers[1:], 1):
             many.spawn(index, choices.one_answer(answer))
@@ -161,7 +144,7 @@ def plain_sender(request: Request, auth: str | None) -> Sender:
     upstream = destination(request).upstream
 
     async def send_plain(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | Answer]:
-        reply = await upstream.chat({**body, "stream": False}, auth)
+        reply = await chat_rounds.chat(upstream, {**body, "stream": False}, auth)
         yield answers_of(reply.body)[0]
 
     return send_plain
@@ -193,10 +176,10 @@ def _index(choice: JSONObject) -> int:
 def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, *,
                split_reasoning: bool = False) -> oc.Completion:
     """The chat.completion: the answering round's own fields, with the message and finish_reason the loop settled."""
-    if split_reasoning:
-        final = dataclasses.replace(final, message=split_message(final.message))
-        if isinstance(final, choices.Finals):
-            final.each = [dataclasses.replace(f, message=split_message(f.message)) for f in final.each]
+    markers = reasoning.MARKERS if split_reasoning else reasoning.UNRENDERED
+    final = dataclasses.replace(final, message=split_message(final.message, markers))
+    if isinstance(final, choices.Finals):
+        final.each = [dataclasses.replace(f, message=split_message(f.message, markers)) for f in final.each]
     message, finish = oc.message(final.message), final.finish_reason
     if is_legacy:
         message, finish = legacy.to_function_call(message, finish)
@@ -212,11 +195,11 @@ def completion(final: Final, chat: ChatRequest, trace_id: str, is_legacy: bool, 
     return oc.completion(meta, each, final.usage, final.extra, sanctum)
 
 
-def split_message(message: ClientMessage) -> ClientMessage:
+def split_message(message: ClientMessage, markers: tuple[reasoning.Marker, ...] = reasoning.MARKERS) -> ClientMessage:
     content = message.get("content")
     if not isinstance(content, str):
         return message
-    text, thought = reasoning.split(content)
+    text, thought = reasoning.split(content, markers)
     if text == content and not thought:
         return message
     out: ClientMessage = {**message, "content": text or (None if message.get("tool_calls") else "")}

@@ -49,7 +49,7 @@ class Finals(Final):
                 usage = summed_usage(usage, final.usage) if usage is not None else copy.deepcopy(final.usage)
         rounds = sum(f.rounds for f in finals) - (len(finals) - 1)  # the first round was one request
         omens = [om.of_choice(o, i) for i, f in enumerate(finals) for o in f.omens]
-        outcome = next((f.outcome for f in finals if f.outcome != "clean"), head.outcome)
+        outcome = next((f.outcome for f in finals if f.outcome != om.Outcome.CLEAN), head.outcome)
         return cls(head.message, head.finish_reason, usage, head.mode, rounds, omens, head.meta, outcome,
                    head.extra, head.choice_extra, head.accepted, each=finals)
 

@@ -1,31 +1,85 @@
-"""A request toward Ollama with a `num_ctx` that holds it, or refused naming the sizes.
+"""A request held against the model's context window, refused with `ContextTooLong` naming both sizes.
 
-Only for rounds to Ollama's /api/chat. The current context is the client's, else the Modelfile's, else
-`ollama_default_num_ctx`.
+Ollama silently drops a prompt's start past its context, so its `num_ctx` is raised to hold the request.
 """
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
-from sanctum_proxy.errors import ContextTooLong
+from sanctum_proxy.core.shapes import JSONObject
+from sanctum_proxy.errors import ContextTooLong, UpstreamError
 from sanctum_proxy.protocols.chat_request import ChatRequest
+from sanctum_proxy.repair.events import Sender
+from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.repair.upstream_errors import context_exceeded
 from sanctum_proxy.services import destination, services
-from sanctum_proxy.upstreams import capabilities, context_fit
+from sanctum_proxy.upstreams import capabilities, tokens
 from sanctum_proxy.upstreams.ollama_native import native_options, with_option
 from sanctum_proxy.upstreams.ollama_wire import is_ollama
 from sanctum_proxy.web.auth import forwarded_key
 
+DEFAULT_ROOM = 1024  # answer tokens where the request names no limit
+MAX_ROOM = 4096  # Claude Code asks for 32000 and more
+SMALLEST = 2048  # fits every context Ollama runs a model with
 
-async def fitted(request: Request, chat: ChatRequest, settings: Settings) -> tuple[ChatRequest, om.Omen | None]:
-    """The request with the num_ctx it needs; ContextTooLong where none holds it."""
+
+@dataclass(frozen=True)
+class Need:
+
+    prompt: int
+    room: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.room
+
+
+@dataclass(frozen=True)
+class Fit:
+    """num_ctx None: the current context fits."""
+
+    need: Need
+    runs_with: int
+    num_ctx: int | None = None
+    refused: str | None = None
+
+
+def need_of(body: JSONObject, limit: object) -> Need:
+    """`limit`: the answer token limit the request names."""
+    room = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else DEFAULT_ROOM
+    return Need(tokens.estimate(body), min(room, MAX_ROOM))
+
+
+def num_ctx_fit(need: Need, runs_with: int, trained: int | None, cap: int, model: str) -> Fit:
+    """The next power of two that holds `need`, within the model's limit and `cap`, never lowered."""
+    if need.total <= runs_with:
+        return Fit(need, runs_with)
+    most = min(trained, cap) if trained else cap
+    if need.prompt > most:
+        why = f"its trained context is {trained} tokens" if trained and trained <= cap else \
+            f"ollama_max_num_ctx is {cap}"
+        return Fit(need, runs_with, refused=(
+            f"the request is about {need.prompt} tokens, more than model {model!r} can take ({why}; it would run "
+            f"with {runs_with}): shorten the conversation or the tools"))
+    size = min(1 << (need.total - 1).bit_length(), most)
+    return Fit(need, runs_with, num_ctx=size) if size > runs_with else Fit(need, runs_with)
+
+
+async def ollama_fitted(request: Request, chat: ChatRequest,
+                        settings: Settings) -> tuple[ChatRequest, om.Omen | None]:
+    """The request with the num_ctx it needs toward Ollama's /api/chat."""
     options = native_options(chat.body)
     own = options.get("num_ctx")
     own = own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else None
-    need = context_fit.need_of(chat.body, options.get("num_predict"))
-    if not settings.ollama_native or need.total <= max(own or 0, context_fit.SMALLEST):
+    need = need_of(chat.body, options.get("num_predict"))
+    if not settings.ollama_native or need.total <= max(own or 0, SMALLEST):
         return chat, None
     dest = destination(request)
     upstream = dest.upstream
@@ -39,7 +93,7 @@ async def fitted(request: Request, chat: ChatRequest, settings: Settings) -> tup
         caps = await book.get(dest.key, chat.model, lambda: capabilities.probe(
             upstream, upstream.root_url, chat.model, settings.probe_timeout))
     runs_with = own or caps.num_ctx or settings.ollama_default_num_ctx
-    fit = context_fit.fitted(need, runs_with, caps.context_length, settings.ollama_max_num_ctx, chat.model)
+    fit = num_ctx_fit(need, runs_with, caps.context_length, settings.ollama_max_num_ctx, chat.model)
     if fit.refused is not None:
         most = min(caps.context_length or settings.ollama_max_num_ctx, settings.ollama_max_num_ctx)
         raise ContextTooLong(need.prompt, most, False, message=fit.refused)
@@ -47,3 +101,50 @@ async def fitted(request: Request, chat: ChatRequest, settings: Settings) -> tup
         return chat, None
     omen = om.widened(fit.num_ctx, runs_with, need.prompt, need.room)
     return chat.with_body(with_option(chat.body, "num_ctx", fit.num_ctx)), omen
+
+
+def first_round_checked(request: Request, plan: Plan, send: Sender) -> Sender:
+    """`send` with its first round checked against the probed context."""
+    state, dest = services(request), destination(request)
+    caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
+    return checked(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
+                   state.settings.probe_timeout)
+
+
+def checked(send: Sender, upstream: tokens.JsonProber, root_url: str, context: int | None,
+            timeout: float) -> Sender:
+    """`context` None: only the upstream's refusal is read."""
+    first = True
+
+    async def send_checked(body: JSONObject, live: bool) -> AsyncIterator[Any]:
+        nonlocal first
+        checking, first = first, False
+        if checking and context is not None and tokens.estimate(body) > context:
+            counted, exact = await tokens.count(upstream, root_url, body, timeout)
+            if exact and counted > context:
+                raise ContextTooLong(counted, context, True)
+        try:
+            async for event in send(body, live):
+                yield event
+        except UpstreamError as error:
+            refused = from_refusal(error, context, body) if checking else None
+            if refused is None:
+                raise
+            raise refused from error
+
+    return send_checked
+
+
+def from_refusal(error: UpstreamError, context: int | None, sent: JSONObject) -> ContextTooLong | None:
+    """The upstream's refusal with its own sizes where it gives them."""
+    if not context_exceeded(error, sent):
+        return None
+    fields = error.extra()
+    prompt, size = _count(fields.get("n_prompt_tokens")), _count(fields.get("n_ctx")) or context
+    if size is None:
+        return None
+    return ContextTooLong(prompt or tokens.estimate(sent), size, prompt is not None)
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

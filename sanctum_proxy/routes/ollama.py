@@ -18,15 +18,16 @@ from sanctum_proxy.protocols import ollama_api
 from sanctum_proxy.protocols.ollama_events import NdjsonWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.repair.events import Final
-from sanctum_proxy.routes.chat import Rounds, read_body
+from sanctum_proxy.routes.chat import Rounds
 from sanctum_proxy.routes.passthrough import METHODS, passthrough
 from sanctum_proxy.routes.translated import Dialect, reply_of, serve
 from sanctum_proxy.services import services
-from sanctum_proxy.upstreams.client import Upstream
 from sanctum_proxy.upstreams.pools import listed_models
+from sanctum_proxy.upstreams.upstream import Upstream
 from sanctum_proxy.web.auth import check_client_key, matches, presented_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response
+from sanctum_proxy.web.limits import request_body
 
 router = APIRouter()
 VERSION = "0.12.6"  # told where the upstream is not Ollama
@@ -108,7 +109,7 @@ async def show(request: Request) -> Response:
     """The upstream's answer with `tools` among the capabilities; a minimal one for a non-Ollama upstream."""
     try:
         check_client_key(request)
-        raw = await read_body(request, services(request).settings.max_body_bytes)
+        raw = request_body(request)
         asked = orjson.loads(raw) if raw else {}
         model = asked.get("model") or asked.get("name") if isinstance(asked, dict) else None
         if not isinstance(model, str) or not model:
@@ -155,7 +156,7 @@ def check_manager(request: Request) -> None:
                              "the admin key, and none is set: set admin_key, or ask Ollama itself")
         error.status = 403
         raise error
-    if not matches(presented_key(request), (ring.admin,)):
+    if not matches(presented_key(request.scope), (ring.admin,)):
         raise Unauthorized("model management takes the admin key: send 'Authorization: Bearer <admin key>'")
 
 

@@ -13,12 +13,14 @@ from starlette.background import BackgroundTask
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import InvalidRequest, NotFound, ProxyError, UpstreamError
 from sanctum_proxy.protocols import messages_api
-from sanctum_proxy.routes.chat import read_body
 from sanctum_proxy.services import services
-from sanctum_proxy.upstreams.client import HOP_BY_HOP, Upstream, upstream_error
+from sanctum_proxy.upstreams.error_mapping import upstream_error
 from sanctum_proxy.upstreams.pools import UpstreamPools, listed_models
+from sanctum_proxy.upstreams.relay import HOP_BY_HOP, send
+from sanctum_proxy.upstreams.upstream import Upstream
 from sanctum_proxy.web.auth import check_client_key, forwarded_key
 from sanctum_proxy.web.json_response import JsonResponse, error_response
+from sanctum_proxy.web.limits import request_body
 
 router = APIRouter()
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -49,7 +51,7 @@ async def upstream_models(request: Request, upstream: Upstream) -> list[JSONObje
     auth = forwarded_key(request) if settings.forward_client_key else None
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
-    response = await upstream.send("GET", "/models", params=None, headers=headers, content=None)
+    response = await send(upstream, "GET", "/models", params=None, headers=headers, content=None)
     raw = bytearray()
     try:
         async for piece in response.chunks:
@@ -100,7 +102,7 @@ async def passthrough(path: str, request: Request, *, root: bool = False) -> Str
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
     query = list(request.query_params.multi_items())
-    response = await upstream.send(request.method, f"/{path}", params=query, headers=headers, content=content,
+    response = await send(upstream, request.method, f"/{path}", params=query, headers=headers, content=content,
                                    root=root)
     back = {k: v for k, v in response.headers if k not in HOP_BY_HOP}
     back.update(CONFINED)
@@ -145,7 +147,7 @@ async def target(path: str, request: Request) -> tuple[Upstream, Any]:
     has_body = request.method not in ("GET", "HEAD")
     if path.startswith("models/") and pools.several:
         return pools.destination(path.removeprefix("models/")).upstream, None
-    raw = await read_body(request, services(request).settings.max_body_bytes) if has_body else None
+    raw = request_body(request) if has_body else None
     if not pools.several or not raw:
         return pools.default, raw
     try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.protocols.chat_request import ChatRequest
+from sanctum_proxy.repair import history
 from sanctum_proxy.repair.plan import Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.services import Services
@@ -24,8 +25,9 @@ class Planner:
     async def plan(self, chat: ChatRequest) -> Plan:
         settings, key = self.settings, self.dest.key
         book = Toolbox.of(chat.tools) if chat.tools else None
+        forbidden = None
         if book is not None and chat.body.get("tool_choice") == "none":
-            book = None
+            book, forbidden = None, book
         choice = chat.controls.spell_calling
         mode = "prompted" if choice == "prompted" else "native"
         opening: list[om.Omen] = []
@@ -37,6 +39,8 @@ class Planner:
             if decision is not None:
                 mode = decision.mode
         prompt_format = await self.call_format(chat.model, mode, book)  # may probe: caps after it
+        body, mended = history.mended(chat.body, prompt_format)
+        opening += mended
         caps = self.services.capabilities.cached(key, chat.model)
         constrain = chat.controls.constrain or settings.constrain
         if caps is None and mode == "native" and book is not None and constrain != "off" \
@@ -44,7 +48,7 @@ class Planner:
             caps = await self.probed(chat.model)
         if caps is not None and caps.json_schema is False:
             constrain = "off"
-        return Plan(body=chat.body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
+        return Plan(body=body, book=book, mode=mode, auto=choice == "auto",  # type: ignore[arg-type]
                     max_rounds=chat.controls.max_repair_rounds, on_surrender=chat.controls.on_surrender,
                     prompt_format=prompt_format, upstream=key,
                     opening_omens=tuple(opening), constrain=constrain,  # type: ignore[arg-type]
@@ -53,7 +57,7 @@ class Planner:
                     tool_choice=caps is None or caps.tool_choice is not False,
                     native_calls=caps.tools if caps is not None else None,
                     max_repair_bytes=settings.max_repair_bytes, follow_up_calls=settings.follow_up_calls,
-                    max_grammar_bytes=settings.max_grammar_bytes)
+                    max_grammar_bytes=settings.max_grammar_bytes, forbidden=forbidden)
 
     async def call_format(self, model: str, mode: str, book: Toolbox | None) -> str:
         """The configured call format; for "auto" the family of the model's chat template, else Hermes."""

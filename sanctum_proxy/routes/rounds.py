@@ -17,9 +17,13 @@ from sanctum_proxy.repair import surrender
 from sanctum_proxy.repair.events import ContentDelta, Event, FieldDelta, Final, Lesson, RoundRecord, Sender, note
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.plan import Plan
+from sanctum_proxy.routes import context
 from sanctum_proxy.services import Services, destination, services
+from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
-from sanctum_proxy.upstreams import context
+from sanctum_proxy.upstreams import mode_check
+from sanctum_proxy.upstreams.upstream import Upstream
+from sanctum_proxy.web.auth import presented_key
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
 Recorded = Callable[[RoundRecord], None]
@@ -27,21 +31,14 @@ Recorded = Callable[[RoundRecord], None]
 
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
     """`run(plan, send)` with lessons kept, surrender handled, rounds and end traced."""
-    return _shown(services(request), plan, run(plan, fitted(request, plan, send)),
-                  lambda record: record_round(request, record), request)
-
-
-def fitted(request: Request, plan: Plan, send: Sender) -> Sender:
-    """`send` with its first round checked against the model's context where the probe learnt it."""
-    state, dest = services(request), destination(request)
-    caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
-    return context.fitted(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
-                          state.settings.probe_timeout)
+    return _shown(services(request), plan, run(plan, context.first_round_checked(request, plan, send)),
+                  lambda record: record_round(request, record), destination(request).upstream, request)
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
     """Like `run_traced` without recording the end: the n > 1 loops, recorded together by the caller."""
-    return lambda plan, send, recorded: _shown(services(request), plan, run(plan, send), recorded)
+    upstream = destination(request).upstream
+    return lambda plan, send, recorded: _shown(services(request), plan, run(plan, send), recorded, upstream)
 
 
 def record_round(request: Request, record: RoundRecord, choice: int = 0) -> None:
@@ -59,7 +56,7 @@ def recorder_of(request: Request) -> Callable[[RoundRecord, int], None]:
 
 
 async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], recorded: Recorded,
-                 traced: Request | None = None) -> AsyncIterator[Shown]:
+                 upstream: Upstream, traced: Request | None = None) -> AsyncIterator[Shown]:
     """The loop's events as the client sees them, in one generator layer since every chunk passes each layer.
 
     Keeps lessons, hands records on, and turns a parse error into the last call when `on_surrender` is "last_call".
@@ -81,20 +78,25 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                     note(records, event)
                     recorded(event)
                 elif isinstance(event, Lesson):
-                    keep(state, plan, event)
+                    await keep(state, plan, event, upstream)
                 else:
+                    if isinstance(event, Final):
+                        succeeded(state, plan, event)
                     if trace is not None and isinstance(event, Final):
                         trace.final = event
                     elif first and trace is not None and not isinstance(event, Final) and event.text:
                         trace.first_chunk_ms, first = (time.perf_counter() - trace.started) * 1000, False
                     yield event
                     shown = True
-        except ToolCallParseError as exc:
+        except ToolCallParseError as caught:
+            exc = surrendered.told(caught, plan)
             # the last answer is read again for its calls: off the event loop, as the loop judges a long answer
             final = (await offloaded(surrender.last_call, plan, records, exc, omens)
                      if plan.on_surrender == surrender.LAST_CALL else None)
             if final is None:
-                raise
+                if traced is not None:  # a client that retries errors sends it again: one round then
+                    surrendered.remember(plan, state.surrendered, presented_key(traced.scope))
+                raise exc from None
             if trace is not None:
                 trace.omens.append(final.omens[-1])
             yield final.omens[-1]
@@ -110,13 +112,19 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
         state.recorder.ended(trace, None, shown)
 
 
-def keep(state: Services, plan: Plan, lesson: Lesson) -> None:
+async def keep(state: Services, plan: Plan, lesson: Lesson, upstream: Upstream) -> None:
     """Remember a lesson for (plan.upstream, plan.model)."""
-    if lesson.what == "tools_rejected":
-        state.modes.settle(plan.upstream, plan.model, "prompted", "tools_rejected")
-    elif lesson.what == "upstream_parse_failure":
-        state.modes.parse_failure(plan.upstream, plan.model)
+    if lesson.what in ("tools_rejected", "upstream_parse_failure"):
+        await mode_check.learned(state.modes, upstream, plan.upstream, plan.model, lesson.what,
+                                 state.settings.probe_timeout)
     elif lesson.what == "tool_choice_refused":
         state.capabilities.refuse_tool_choice(plan.upstream, plan.model)
     else:
         state.capabilities.refuse_schema(plan.upstream, plan.model)
+
+
+def succeeded(state: Services, plan: Plan, final: Final) -> None:
+    """Native calls accepted clean revoke a flip."""
+    calls = final.accepted.get("tool_calls") if final.accepted is not None else None
+    if final.mode == "native" and plan.book is not None and calls and final.outcome is om.Outcome.CLEAN:
+        state.modes.revoke(plan.upstream, plan.model)

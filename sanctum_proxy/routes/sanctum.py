@@ -1,4 +1,5 @@
-"""/sanctum/*: the settings in force (status), the recorded traces as JSON, and the trace viewer page.
+"""/sanctum/*: the settings in force (status), auto mode's decisions forgotten, the recorded traces as JSON, and the
+trace viewer page.
 
 The JSON routes need the admin key; the viewer page and its files hold no data, so a browser opens them keyless.
 """
@@ -14,13 +15,13 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from sanctum_proxy.config import Settings, redacted_url
+from sanctum_proxy.core.omens import REQUEST_OUTCOMES
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import InvalidRequest, NotFound
 from sanctum_proxy.services import services
 from sanctum_proxy.state.recorder import Recorder
 from sanctum_proxy.state.replicated import without_password
 from sanctum_proxy.state.trace_store import Query, UnknownCursor
-from sanctum_proxy.state.traces import OUTCOMES
 from sanctum_proxy.web.auth import check_admin_key
 from sanctum_proxy.web.json_response import JsonResponse
 
@@ -60,6 +61,14 @@ async def status(request: Request) -> JsonResponse:
     return JsonResponse({"settings": shown_settings(state.settings), "modes": state.modes.snapshot(),
                            "capabilities": state.capabilities.snapshot(),
                            "upstreams": state.pools.snapshot(), "shared_state": state.shared.snapshot()})
+
+
+@router.delete("/sanctum/modes", dependencies=guarded)
+async def forget_modes(request: Request) -> JsonResponse:
+    """Auto mode's decisions forgotten, on every replica: all, or those of `?upstream=` and `?model=`."""
+    query = request.query_params
+    cleared = services(request).modes.clear(query.get("upstream"), query.get("model"))
+    return JsonResponse({"cleared": cleared, "modes": services(request).modes.snapshot()})
 
 
 def shown_settings(settings: Settings) -> JSONObject:
@@ -129,8 +138,8 @@ def _got(recorder: Recorder, trace_id: str) -> JSONObject | None:
 
 def parse_query(params: Any) -> Query:
     outcome = params.get("outcome") or None
-    if outcome is not None and outcome not in OUTCOMES:
-        raise InvalidRequest(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}",
+    if outcome is not None and outcome not in REQUEST_OUTCOMES:
+        raise InvalidRequest(f"outcome must be one of {', '.join(REQUEST_OUTCOMES)}, got {outcome!r}",
                              param="outcome")
     limit = params.get("limit") or "50"
     if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= MAX_LIMIT:  # int() takes '²' too

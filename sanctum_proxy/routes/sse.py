@@ -21,7 +21,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, no_answer
-from sanctum_proxy.protocols.chat_events import ChoicesWriter, SseWriter, chat_meta
+from sanctum_proxy.protocols.chat_events import ChoiceEvent, ChoicesWriter, SseWriter, chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair import constrain
 from sanctum_proxy.repair.events import Answer, ContentDelta, FieldDelta, Sender
@@ -31,13 +31,13 @@ from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import DisconnectWatch, gone_response
 from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.services import destination, services
-from sanctum_proxy.upstreams.client import Upstream
+from sanctum_proxy.upstreams.chat_rounds import chat_stream
+from sanctum_proxy.upstreams.upstream import Upstream
 from sanctum_proxy.web.json_response import error_response, unexpected
 
 log = logging.getLogger(__name__)
 TURN_SECONDS = 0.005  # a stream yields to others at least this often
-E = TypeVar("E")  # Shown, or Several for n > 1
-Several = tuple[int, Shown] | choices.Finals
+E = TypeVar("E")  # Shown, or ChoiceEvent for n > 1
 
 
 def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False,
@@ -46,7 +46,7 @@ def stream_sender(upstream: Upstream, auth: str | None, *, lead: bool = False,
 
     def send_stream(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
         body = streamed(body)
-        return read_round(upstream.chat_stream(body, auth), assembler_for(body, lead, names), live)
+        return read_round(chat_stream(upstream, body, auth), assembler_for(body, lead, names), live)
 
     return send_stream
 
@@ -67,13 +67,19 @@ def assembler_for(body: JSONObject, lead: bool, names: frozenset[str] = frozense
 
 async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObject]], assembler: Assembler,
                      live: bool) -> AsyncIterator[ContentDelta | FieldDelta | Answer]:
-    """One round's chunks through the assembler, closing `opened` at the end."""
+    """One round's chunks through the assembler, closing `opened` at the end; buffered chunks let the loop go
+    every TURN_SECONDS (a held call writes nothing)."""
     async with opened as chunks:
         yield ContentDelta("")
+        told: object = None  # the fingerprint the writer was last told of (None: no meta told yet)
+        turned = time.perf_counter()
         async for piece in chunks:
-            told = bool(assembler.meta)
+            if time.perf_counter() - turned > TURN_SECONDS:
+                await asyncio.sleep(0)
+                turned = time.perf_counter()
             text = assembler.feed(piece)
-            if live and not told and assembler.meta:
+            if live and assembler.meta and assembler.meta.get("system_fingerprint", "") != told:
+                told = assembler.meta.get("system_fingerprint", "")
                 yield ContentDelta("", assembler.meta.copy())
             for name, thought in assembler.take_passed().items():
                 if live:
@@ -92,7 +98,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
     """The streamed answer; other protocols pass their own `writer` and `refuse`."""
     settings = services(request).settings
     upstream, lead = destination(request).upstream, families.opens_bare(plan.prompt_format)
-    names = plan.book.name_set if plan.book is not None else frozenset()
+    names = plan.read_names
     send = stream_sender(upstream, auth, lead=lead, names=names)
     if writer is not None:
         given = writer
@@ -106,7 +112,7 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
 
     if choices.count(chat.body) > 1:
         many = choices.Choices(plan, send, kept_run(request), recorder_of(request))
-        several: AsyncIterator[Several] = services(request).recorder.watch(
+        several: AsyncIterator[ChoiceEvent] = services(request).recorder.watch(
             request, many.events(many.lead_sender(streamed_first_of_several(upstream, auth, many, lead, names))))
         return await _respond(request, plan, trace_id, several, lambda: ChoicesWriter(
             meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
@@ -171,7 +177,7 @@ def streamed_first_of_several(upstream: Upstream, auth: str | None, many: choice
             for queue in queues.values():
                 queue.put_nowait(choices.Ended())
 
-        async with upstream.chat_stream(body, auth) as chunks:
+        async with chat_stream(upstream, body, auth) as chunks:
             async for event in read_round(nullcontext(split(chunks)), assembler_for(body, lead, names), live):
                 yield event
 

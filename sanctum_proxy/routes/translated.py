@@ -15,6 +15,7 @@ from fastapi.responses import Response
 
 from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
+from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.protocols import messages_api, responses_api
@@ -28,7 +29,6 @@ from sanctum_proxy.routes.chat import (
     answer_headers,
     final_answer,
     off_loop_if_heavy,
-    read_body,
     split_message,
     start_rounds,
 )
@@ -41,6 +41,7 @@ from sanctum_proxy.upstreams import tokens
 from sanctum_proxy.web.auth import check_client_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
+from sanctum_proxy.web.limits import request_body
 
 router = APIRouter()
 
@@ -76,7 +77,7 @@ async def count_tokens(request: Request) -> Response:
         return await passthrough("messages/count_tokens", request)
     try:
         check_client_key(request)
-        chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
+        chat = await off_loop_if_heavy(request_body(request),
                                        lambda body: _counted(body, request.headers, settings))
         destination = services(request).pools.destination(chat.model)
         upstream = destination.upstream
@@ -103,7 +104,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     request.state.protocol = dialect.name
     try:
         check_client_key(request)
-        body, chat = await off_loop_if_heavy(await read_body(request, settings.max_body_bytes),
+        body, chat = await off_loop_if_heavy(request_body(request),
                                              lambda body: _read(dialect, body, request.headers, settings))
         rounds = await start_rounds(request, chat, settings)
         opening = (*dialect.opening(body), *rounds.plan.opening_omens)
@@ -140,7 +141,7 @@ def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) ->
 
 
 def reply_of(rounds: Rounds, final: Final) -> Reply:
-    message = split_message(final.message) if rounds.split_reasoning else final.message
+    message = split_message(final.message, reasoning.MARKERS if rounds.split_reasoning else reasoning.UNRENDERED)
     return Reply.of(message, final.finish_reason, final.usage, final.accepted,
                     logprobs=final.choice_extra.get("logprobs"), model=final.meta.get("model"))
 
@@ -160,7 +161,7 @@ def _response(body: JSONObject, rounds: Rounds, final: Final, reply: Reply) -> J
 
 def _responses_writer(body: JSONObject, rounds: Rounds) -> ResponsesWriter:
     base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
-    return ResponsesWriter(base, rounds.trace_id, rounds.trace_id, rounds.plan,
+    return ResponsesWriter(base, rounds.trace_id, rounds.trace_id,
                            lambda final: reply_of(rounds, final), logprobs=responses_api.wants_logprobs(body),
                            split_reasoning=rounds.split_reasoning,
                            namespaced=responses_api.namespaced_names(body))
@@ -187,7 +188,7 @@ def _messages_writer(body: JSONObject, rounds: Rounds) -> MessagesWriter:
     start: JSONObject = {
         "id": f"msg_{rounds.trace_id}", "type": "message", "role": "assistant", "model": _asked_model(body),
         "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}
-    return MessagesWriter(start, rounds.trace_id, rounds.plan, lambda final: reply_of(rounds, final),
+    return MessagesWriter(start, rounds.trace_id, lambda final: reply_of(rounds, final),
                           split_reasoning=rounds.split_reasoning)
 
 

@@ -32,6 +32,7 @@ QUEUE_LIMIT = 10_000
 BATCH = 256
 GATHER_SECONDS = 0.02
 PRUNE_SECONDS = 1.0
+PRUNE_SHARE = 4  # the store is pruned after every quarter of traces_max_bytes written
 log = logging.getLogger(__name__)
 E = TypeVar("E")
 
@@ -69,7 +70,7 @@ class Recorder:
         """Open the store (unless max_count is 0) and start the writer thread."""
         if self.retention.max_count > 0:
             try:
-                self.store = TraceStore(self.path)
+                self.store = TraceStore(self.path, journal_limit=self.retention.max_bytes // PRUNE_SHARE)
             except Exception as exc:
                 raise RuntimeError(f"traces_path: cannot open {self.path}: {exc}") from exc
             self._prune()
@@ -244,8 +245,12 @@ class Recorder:
                 access_log.emit(access_log.line(doc))
         if self.store is None or not docs:
             return
+        every = max(1, self.retention.max_bytes // PRUNE_SHARE)
         try:
-            self.store.add(docs, self.retention.max_doc_bytes)
+            while docs:  # in pieces, each pruned after: the file never holds much more than the budget
+                docs = docs[self.store.add(docs, self.retention.max_doc_bytes, until=every):]
+                if self.store.unpruned >= every:
+                    self._prune()
         except Exception:
             log.exception("%d trace(s) could not be stored in %s", len(docs), self.path)
 

@@ -8,14 +8,18 @@ spans only with `traces_bodies`.
 from __future__ import annotations
 
 import logging
+import socket
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 
-from sanctum_proxy.core.omens import Omen
+from sanctum_proxy.core.omens import Omen, Outcome
 from sanctum_proxy.repair.events import RoundRecord
 
 if TYPE_CHECKING:
@@ -25,6 +29,8 @@ log = logging.getLogger("sanctum_proxy.telemetry")
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 # Trace context headers the round in flight sends upstream; None: none.
 OUTGOING: ContextVar[dict[str, str] | None] = ContextVar("sanctum_outgoing_trace", default=None)
+# The round span in flight, told its backend by `sent_to`; None: none.
+ROUND: ContextVar[RoundInFlight | None] = ContextVar("sanctum_round_span", default=None)
 PROVIDER = "openai"
 OPERATION = "chat"
 SESSION_HEADERS = ("x-claude-code-session-id", "x-session-id")
@@ -46,11 +52,22 @@ def from_environ(environ: Mapping[str, str], bodies: bool) -> Telemetry | None:
         log.warning("an OTLP endpoint is set but the [otel] extra is not installed "
                     "(pip install 'sanctum-proxy[otel]'): no traces are exported")
         return None
-    named = {} if environ.get("OTEL_SERVICE_NAME") else {"service.name": "sanctum-proxy"}
-    provider = TracerProvider(resource=Resource.create(named))
+    provider = TracerProvider(resource=_resource(Resource))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     log.info("OpenTelemetry traces are exported over OTLP/HTTP")
     return Telemetry(provider, bodies)
+
+
+def _resource(resource: Any) -> Any:
+    """The SDK's resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), with this process's name, instance and host
+    where those leave them out: replicas exporting to one collector stay apart."""
+    detected = resource.create()
+    ours = {"service.name": "sanctum-proxy", "service.instance.id": str(uuid.uuid4()),
+            "host.name": socket.gethostname()}
+    given = dict(detected.attributes)
+    if str(given.get("service.name", "")).startswith("unknown_service"):  # the SDK's stand-in for none
+        del given["service.name"]
+    return detected.merge(resource({k: v for k, v in ours.items() if k not in given}))
 
 
 class Telemetry:
@@ -84,7 +101,7 @@ class Telemetry:
             attributes["gen_ai.input.messages"] = _json(body.get("messages"))
         span = self.tracer.start_span(f"{OPERATION} {model}".strip(), context=parent, kind=SpanKind.SERVER,
                                       attributes=attributes, start_time=int(trace.created * 1e9))
-        trace.spans = RequestSpans(self, span)
+        trace.spans = RequestSpans(self, span, trace.upstream)
 
     def close(self) -> None:
         """Export what is queued, then stop the batch thread."""
@@ -94,9 +111,10 @@ class Telemetry:
 class RequestSpans:
     """One request's span and its rounds' spans, keyed by choice and round number."""
 
-    def __init__(self, telemetry: Telemetry, span: Any) -> None:
+    def __init__(self, telemetry: Telemetry, span: Any, upstream: str) -> None:
         self.telemetry = telemetry
         self.span = span
+        self.upstream = upstream  # the pool's configured name, as the metrics' `upstream` label
         self.rounds: dict[tuple[int, int], tuple[Any, list[int]]] = {}
 
     def round(self, record: RoundRecord, choice: int = 0) -> None:
@@ -108,7 +126,7 @@ class RequestSpans:
 
     def _round(self, record: RoundRecord, choice: int) -> None:
         key = (choice, record.number)
-        if record.outcome == "pending":
+        if record.outcome == Outcome.PENDING:
             self._sent(key, record)
             return
         found = self.rounds.get(key)
@@ -127,7 +145,7 @@ class RequestSpans:
         attributes: Attributes = {
             "gen_ai.operation.name": OPERATION, "gen_ai.provider.name": PROVIDER, "gen_ai.system": PROVIDER,
             "gen_ai.request.model": model, "gen_ai.request.stream": record.sent.get("stream") is True,
-            "sanctum.round": record.number, "sanctum.round.mode": record.mode,
+            "sanctum.round": record.number, "sanctum.round.mode": record.mode, "sanctum.upstream": self.upstream,
             "sanctum.round.constrained": record.constrained, **_request_parameters(record.sent)}
         if key[0]:
             attributes["sanctum.choice"] = key[0]
@@ -140,6 +158,7 @@ class RequestSpans:
         carrier: dict[str, str] = {}
         self.telemetry.propagator.inject(carrier, context=set_span_in_context(span))
         OUTGOING.set(carrier or None)
+        ROUND.set(RoundInFlight(span))
 
     def end(self, trace: Trace) -> None:
         """Add the omens as events, then end every span."""
@@ -187,6 +206,35 @@ class RequestSpans:
         span.add_event(f"sanctum.{omen.type}", _omen_attributes(omen, self.telemetry.bodies), timestamp=when)
 
 
+@dataclass
+class RoundInFlight:
+    """The span of the round being sent, and the backend (base URL) it was last sent to."""
+
+    span: Any
+    backend: str | None = None
+
+
+def sent_to(base_url: str) -> None:
+    """Name the backend the round in flight goes to; a backend named before it did not take the connection."""
+    found = ROUND.get()
+    if found is None:
+        return
+    try:
+        server = _server(base_url)
+        if found.backend is not None and found.backend != base_url:
+            found.span.add_event("sanctum.failover", _server(found.backend))
+        found.backend = base_url
+        found.span.set_attributes(server)
+    except Exception:  # a span must never fail the request it describes
+        log.exception("the backend of a round could not be recorded")
+
+
+def _server(base_url: str) -> Attributes:
+    """A backend URL's host and port (the scheme's where none is written), as OpenTelemetry's HTTP attributes."""
+    url = urlsplit(base_url)
+    return {"server.address": url.hostname or "", "server.port": url.port or (443 if url.scheme == "https" else 80)}
+
+
 def _request_parameters(body: Mapping[str, Any]) -> Attributes:
     out: Attributes = {}
     for name, attribute in (("max_tokens", "gen_ai.request.max_tokens"),
@@ -206,7 +254,7 @@ def _judged(record: RoundRecord, bodies: bool) -> Attributes:
     out: Attributes = {"sanctum.round.outcome": record.outcome, "sanctum.round.latency_ms": round(record.latency_ms, 2)}
     if record.finish_reason:
         out["gen_ai.response.finish_reasons"] = [record.finish_reason]
-    out.update(_usage(record.usage))
+    out.update(_answered(record.meta or {}, record.usage))
     if bodies and record.answer is not None:
         out["gen_ai.output.messages"] = _json([record.answer])
     return out

@@ -1,7 +1,7 @@
 """The SQLite store of trace documents.
 
 One connection, shared by the writer thread and the read routes and serialised by a lock, because `:memory:` lives in
-one connection.
+one connection. On disk it stays near its byte budget: the writer prunes after each share of it written.
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ class UnknownCursor(KeyError):
 
 
 class TraceStore:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, journal_limit: int | None = None) -> None:
         self.path = path
+        self.unpruned = 0  # document bytes written since the last prune
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -81,19 +82,26 @@ class TraceStore:
             if path != ":memory:":
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
+                if journal_limit is not None:  # the log cut back after each checkpoint
+                    self._db.execute(f"PRAGMA journal_size_limit={int(journal_limit)}")
+                    self._db.execute(f"PRAGMA wal_autocheckpoint={min(1000, max(16, journal_limit // 4096))}")
             self._db.executescript(SCHEMA)
             # Bytes held up to `seq` `self._seen`, a lower bound; newer rows are summed at the next prune.
             self._bytes, self._seen = self._held()
 
-    def add(self, docs: list[TraceDoc], max_doc_bytes: int | None = None) -> None:
-        """Store documents; one over `max_doc_bytes` is stored clipped."""
+    def add(self, docs: list[TraceDoc], max_doc_bytes: int | None = None, until: int | None = None) -> int:
+        """Store documents (clipped to `max_doc_bytes`) until `unpruned` reaches `until`; how many."""
         rows = []
+        written = self.unpruned
         for d in docs:
             data = orjson.dumps(d)
             if max_doc_bytes is not None and len(data) > max_doc_bytes:
                 d = clipped(d, max_doc_bytes, len(data))
                 data = orjson.dumps(d)
             rows.append((d["id"], d["created"], d["model"], d["outcome"], orjson.dumps(summary(d)), data))
+            written += len(data)
+            if until is not None and written >= until:
+                break
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -102,6 +110,8 @@ class TraceStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self.unpruned = written
+        return len(rows)
 
     def prune(self, max_count: int, oldest: float, max_bytes: int | None = None) -> int:
         """Keep the newest `max_count` traces, none older than `oldest`, within `max_bytes`; returns how many went.
@@ -127,7 +137,7 @@ class TraceStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
-            self._bytes, self._seen = held, seen
+            self._bytes, self._seen, self.unpruned = held, seen, 0
         return gone
 
     def _held(self) -> tuple[int, int]:

@@ -25,7 +25,6 @@ from sanctum_proxy.repair.plan import Plan
 if TYPE_CHECKING:  # telemetry imports this module
     from sanctum_proxy.state.telemetry import RequestSpans
 
-OUTCOMES = ("clean", "repaired", "rejected", "fallback", "surrendered", "error")
 # Omen fields that quote nothing of the conversation (kept by metadata_only).
 _OMEN_METADATA = ("type", "round", "spell", "call_id", "repairs", "reason", "from", "to", "upstream_status")
 
@@ -45,7 +44,7 @@ class Trace:
     omens: list[Omen] = field(default_factory=list)
     error: JSONObject | None = None  # OpenAI error object
     status: int = 0  # 200 for an error inside a stream
-    outcome: str = Outcome.ERROR
+    outcome: Outcome = Outcome.ERROR
     latency_ms: float = 0.0
     done: bool = field(default=False, repr=False)
     body_bytes: int = 0
@@ -58,7 +57,7 @@ class Trace:
     def record(self, record: RoundRecord, choice: int = 0) -> None:
         """A round's record as the loop yielded it: when sent, then when judged."""
         note(self.rounds.setdefault(choice, []), record)
-        if record.outcome == "pending":
+        if record.outcome == Outcome.PENDING:
             self.open_since = time.perf_counter()
         else:
             self.upstream_ms += record.latency_ms

@@ -1,3 +1,1 @@
-"""Everything that reaches an upstream model server: HTTP pools, routing, affinity, probes and the embedded llama-
-server.
-"""
+"""Everything that reaches an upstream model server."""

@@ -1,7 +1,6 @@
-"""One backend per conversation in a pool of several, so the upstream's prompt cache serves later rounds.
+"""One backend per conversation in a pool, so its prompt cache serves later rounds.
 
-The key is a session header or field, else a hash of the conversation's opening. Rendezvous hashing orders backends
-without a table, alike on every replica.
+Rendezvous hashing of a session key, or of the conversation's opening, orders backends alike on every replica.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-# The key of the request being answered, read by Upstream.candidates every round.
 SESSION: ContextVar[bytes | None] = ContextVar("sanctum_session", default=None)
 HEADERS = ("x-claude-code-session-id",)
 LATE_HEADERS = ("x-session-id",)
@@ -30,7 +28,6 @@ B = TypeVar("B", bound=HasUrl)
 
 
 def session_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> bytes:
-    """The request's conversation key as bytes."""
     for source, names in ((headers, HEADERS), (body, BODY_KEYS), (body, LATE_BODY_KEYS), (headers, LATE_HEADERS)):
         for name in names:
             value = source.get(name)
@@ -40,7 +37,7 @@ def session_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> bytes:
 
 
 def opening(messages: object) -> bytes:
-    """The system text and first user message, which every later turn repeats."""
+    """The system text and first user message: every later turn repeats them."""
     system: list[object] = []
     first: object = None
     for message in messages if isinstance(messages, list) else ():
@@ -59,7 +56,6 @@ def opening(messages: object) -> bytes:
 
 
 def ranked(key: bytes, backends: Sequence[B]) -> list[B]:
-    """`backends` by their weight for `key`, heaviest first."""
     return sorted(backends, key=lambda b: _weight(key, b.base_url), reverse=True)
 
 
@@ -68,6 +64,5 @@ def _weight(key: bytes, url: str) -> bytes:
 
 
 def pin(backends: Sequence[HasUrl], headers: Mapping[str, str], body: Mapping[str, Any]) -> None:
-    """Keep this request's rounds on one backend of the pool."""
     if len(backends) > 1:
         SESSION.set(session_key(headers, body))

@@ -1,10 +1,7 @@
-"""Auto mode's memory: which (upstream, model) pairs go prompted, and for what reason. Which upstream errors
-mean "this server cannot do tools" or "it could not parse its own model's call" is read by
-repair/upstream_errors.py; the round loop yields what it learned and routes/rounds.py writes it here.
+"""Auto mode's memory: which (upstream, model) pairs go prompted, and why.
 
-Parse failures decay: only those within `parse_failure_window_seconds` count toward the threshold, and a model
-they flipped goes back to native after `parse_failure_flip_seconds` (any client can make its model fail to
-parse, so no client's failures may flip a model for everyone for good).
+Parse failures decay; a flip follows the proxy's own request (mode_check.py), expires, and is revoked by a native
+success.
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.state.replicated import LocalTable, Table, pair_key, pair_of
 
 PARSE_FAILURES = "upstream_parse_failures"
+FLIP_SECONDS = 86400.0  # an upstream may have gained tools since
 
 
 @dataclass
@@ -44,9 +42,7 @@ class Decision:
 
 
 class ModeBook:
-    """Per-(upstream, model) decisions of auto mode, kept in a `Table`: this process' own by default, or
-    one shared through Redis by every replica (sanctum_proxy.state.replicated). Reads and writes are synchronous
-    either way; the shared table sends writes on in the background."""
+    """Per-(upstream, model) decisions in a `Table`, this process' own or shared by replicas through Redis."""
 
     def __init__(self, *, recheck_seconds: float | None = None, parse_failure_threshold: int = 3,
                  clock: Callable[[], float] = time.time, table: Table | None = None,
@@ -56,6 +52,7 @@ class ModeBook:
         self._threshold = parse_failure_threshold
         self._clock = clock
         self._window, self._flip = failure_window, failure_flip
+        self.checking: set[tuple[str, str]] = set()  # pairs being checked
 
     def _read(self, upstream: str, model: str) -> Decision | None:
         row = self._table.get(pair_key(upstream, model))
@@ -73,7 +70,7 @@ class ModeBook:
 
     def _expired(self, decision: Decision) -> bool:
         age = self._clock() - decision.since
-        if decision.reason == PARSE_FAILURES and age > self._flip:
+        if decision.reason == PARSE_FAILURES and age > self._flip or age > FLIP_SECONDS:
             return True
         return bool(self._recheck) and age > (self._recheck or 0)
 
@@ -83,17 +80,36 @@ class ModeBook:
         self._table.set(pair_key(upstream, model), Decision(mode, reason, self._clock(), failures).to_json())
 
     def parse_failure(self, upstream: str, model: str) -> bool:
-        """Count one upstream parse failure; True when the model has now gone prompted for good."""
+        """Count one; True at the threshold."""
         now = self._clock()
         decision = self._read(upstream, model) or Decision("native", "default", now)
         recent = [t for t in decision.failed_at if now - t < self._window]
         decision.failed_at = [*recent, now][-self._threshold:]
         decision.parse_failures = len(decision.failed_at)
-        flipped = decision.parse_failures >= self._threshold and decision.mode != "prompted"
-        if flipped:
-            decision.mode, decision.reason, decision.since = "prompted", PARSE_FAILURES, now
         self._table.set(pair_key(upstream, model), decision.to_json())
-        return flipped
+        return decision.parse_failures >= self._threshold and decision.mode != "prompted"
+
+    def forgive(self, upstream: str, model: str) -> None:
+        """The check found no failure: the count starts again."""
+        decision = self._read(upstream, model)
+        if decision is not None and decision.mode == "native":
+            self._table.delete(pair_key(upstream, model))
+
+    def revoke(self, upstream: str, model: str) -> bool:
+        """End a flip (True where there was one)."""
+        decision = self._read(upstream, model)
+        if decision is None or decision.mode != "prompted":
+            return False
+        self._table.delete(pair_key(upstream, model))
+        return True
+
+    def clear(self, upstream: str | None = None, model: str | None = None) -> int:
+        """Forget decisions (None: any); how many."""
+        gone = [key for key, _ in self._table.items()
+                if (upstream is None or pair_of(key)[0] == upstream) and (model is None or pair_of(key)[1] == model)]
+        for key in gone:
+            self._table.delete(key)
+        return len(gone)
 
     def snapshot(self) -> list[JSONObject]:
         out = []

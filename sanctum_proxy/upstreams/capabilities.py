@@ -1,20 +1,6 @@
-"""What an upstream can do for one model, learned by asking it before the first tools request.
+"""What an upstream can do for one model, asked once: llama.cpp's GET /props or Ollama's POST /api/show.
 
-    llama.cpp  GET  /props      chat_template_caps.supports_tool_calls / supports_tools (the template's caps),
-                                default_generation_settings.n_ctx (a slot's context)
-    Ollama     POST /api/show   "capabilities" contains "tools"; model_info `<arch>.context_length` and the
-                                parameters' `num_ctx` say its context (routes/context.py)
-Both answers also carry the chat template (`chat_template`; Ollama `template` and `details.family`), from
-which `families.detect` names the call format the model was trained on (prompted mode writes it).
-    others     neither answers: unknown, and auto mode finds out by trying (a rejection flips it)
-
-`from_props` and `from_show` read those answers (pure). `CapabilityBook` caches one answer per
-(upstream, model) and probes each key once even when many first requests arrive together. A probe that
-fails or times out is "unknown" for `unknown_ttl` seconds, then asked again. Probes of models not yet known
-are rate-limited (`probes_per_minute`, a token bucket for all upstreams together): past it a new model is
-"unknown" without a probe and without a row (auto mode finds out by trying), so clients that make up model
-names cannot make the proxy send two upstream requests for each. With `redis_url` the bucket is one for every
-replica (`shared`); while Redis does not answer, each process' own bucket holds.
+Probes of new models are rate-limited, so made-up model names cannot multiply upstream requests.
 """
 
 from __future__ import annotations
@@ -33,14 +19,14 @@ from sanctum_proxy.state.replicated import MAX_ROWS, LocalTable, Table, pair_key
 @dataclass(frozen=True)
 class Capabilities:
     tools: bool | None  # None: the upstream did not say
-    json_schema: bool | None  # can it constrain decoding with response_format json_schema
+    json_schema: bool | None  # response_format json_schema
     server: str  # llama.cpp | ollama | unknown
-    source: str  # what said so, for /sanctum/status and the omen
-    family: str | None = None  # the call format its chat template shows (families.detect), if known
-    tool_choice: bool | None = None  # False: it refused tool_choice "required" (a correction round's)
-    context: int | None = None  # the model's context in tokens, where the upstream says (llama.cpp: a slot's n_ctx)
-    context_length: int | None = None  # Ollama: the model's trained context (model_info `<arch>.context_length`)
-    num_ctx: int | None = None  # Ollama: the context its Modelfile sets (parameters `num_ctx`), if it sets one
+    source: str
+    family: str | None = None  # the call format of its chat template
+    tool_choice: bool | None = None  # False: it refused tool_choice "required"
+    context: int | None = None  # llama.cpp: a slot's n_ctx
+    context_length: int | None = None  # Ollama: the trained context
+    num_ctx: int | None = None  # Ollama: its Modelfile's, if set
 
     def to_json(self) -> JSONObject:
         return asdict(self)
@@ -50,7 +36,7 @@ UNKNOWN = Capabilities(tools=None, json_schema=None, server="unknown", source="n
 
 
 def from_props(body: Any) -> Capabilities | None:
-    """llama.cpp GET /props. A template that supports neither tools nor tool calls drops `tools` silently."""
+    """A template without tools or tool calls drops `tools` silently."""
     if not isinstance(body, dict) or not isinstance(body.get("chat_template_caps"), dict):
         return None
     caps = body["chat_template_caps"]
@@ -63,7 +49,7 @@ def from_props(body: Any) -> Capabilities | None:
 
 
 def props_context(body: dict[str, Any]) -> int | None:
-    """A slot's context size in /props: `default_generation_settings.n_ctx` (older servers: top-level `n_ctx`)."""
+    """`default_generation_settings.n_ctx`, or older servers' top-level `n_ctx`."""
     settings = body.get("default_generation_settings")
     found = settings.get("n_ctx") if isinstance(settings, dict) else None
     if found is None:
@@ -72,7 +58,7 @@ def props_context(body: dict[str, Any]) -> int | None:
 
 
 def from_show(body: Any) -> Capabilities | None:
-    """Ollama's POST /api/show (v0.6.4+): the same list its own 400 "does not support tools" is decided on."""
+    """Ollama's own 400 "does not support tools" reads the same list."""
     if not isinstance(body, dict) or not isinstance(body.get("capabilities"), list):
         return None
     listed = [str(c) for c in body["capabilities"]]
@@ -94,7 +80,7 @@ def trained_context(info: Any) -> int | None:
 
 
 def modelfile_num_ctx(parameters: Any) -> int | None:
-    """The `num_ctx` line of /api/show's `parameters` (one `name value` pair a line), if there is one."""
+    """The `num_ctx` line of `parameters`, if any."""
     for line in parameters.splitlines() if isinstance(parameters, str) else ():
         name, _, value = line.strip().partition(" ")
         if name == "num_ctx" and value.strip().isdigit():
@@ -107,7 +93,7 @@ class JsonProber(Protocol):
 
 
 async def probe(upstream: JsonProber, root_url: str, model: str, timeout: float = 3.0) -> Capabilities:
-    """Ask llama.cpp's way, then Ollama's; UNKNOWN when neither answers in time."""
+    """llama.cpp's way, then Ollama's."""
     found = from_props(await upstream.probe_json("GET", f"{root_url}/props", timeout=timeout))
     if found is None:
         found = from_show(
@@ -117,14 +103,13 @@ async def probe(upstream: JsonProber, root_url: str, model: str, timeout: float 
 
 
 class SharedRate(Protocol):
-    """A token bucket every replica draws from (state/replicated.SharedState); None: it cannot answer now."""
+    """None: it cannot answer now."""
 
     async def take_token(self, bucket: str, per_minute: int) -> bool | None: ...
 
 
 class CapabilityBook:
-    """Probe answers per (upstream, model), in a `Table`: this process' own, or one every replica shares
-    through Redis (sanctum_proxy.state.replicated; rows carry wall-clock times so they mean the same everywhere)."""
+    """Probe answers per (upstream, model), maybe shared by replicas through Redis."""
 
     def __init__(self, *, unknown_ttl: float = 60.0, clock: Callable[[], float] = time.time,
                  table: Table | None = None, probes_per_minute: int = 30,
@@ -133,19 +118,17 @@ class CapabilityBook:
         self._pending: dict[tuple[str, str], asyncio.Future[Capabilities]] = {}
         self._unknown_ttl = unknown_ttl
         self._clock = clock
-        self._shared = shared  # with redis_url: one bucket for every replica (state/replicated.py)
+        self._shared = shared
         self._per_minute = probes_per_minute
         self._rate = probes_per_minute / 60.0
         self._burst = float(probes_per_minute)
         self._tokens = self._burst
         self._filled = clock()
-        # The last row read and what it says, per key: a row is read three times a request and is the same
-        # object until it is written again (a table in Redis hands out new ones: those are read afresh).
+        # parsed rows: a request reads one three times
         self._parsed: dict[str, tuple[JSONObject, Capabilities, float]] = {}
 
     async def _may_probe_now(self) -> bool:
-        """Take a probe token: from the bucket every replica shares, or (without Redis, or while it does not
-        answer) from this process' own."""
+        """The shared bucket's token, else this process' own."""
         if self._shared is not None:
             taken = await self._shared.take_token("probes", self._per_minute)
             if taken is not None:
@@ -153,7 +136,6 @@ class CapabilityBook:
         return self._may_probe()
 
     def _may_probe(self) -> bool:
-        """Take a probe token if one is left (the bucket refills at probes_per_minute)."""
         now = self._clock()
         self._tokens = min(self._burst, self._tokens + (now - self._filled) * self._rate)
         self._filled = now
@@ -175,7 +157,7 @@ class CapabilityBook:
                 caps, written = _caps_of(row), row["at"]
                 if not isinstance(written, int | float):
                     raise TypeError("at")
-            except (KeyError, TypeError, ValueError):  # a row some other version wrote: probe again
+            except (KeyError, TypeError, ValueError):  # another version's row: probe again
                 return None
             at = float(written)
             if len(self._parsed) >= MAX_ROWS:
@@ -186,12 +168,12 @@ class CapabilityBook:
         return caps
 
     def refuse_schema(self, upstream: str, model: str) -> None:
-        """The upstream answered a constrained round with an error about the schema: stop constraining."""
+        """A constrained round failed on its schema: stop constraining."""
         caps = self.cached(upstream, model) or UNKNOWN
         self.remember(upstream, model, replace(caps, json_schema=False))
 
     def refuse_tool_choice(self, upstream: str, model: str) -> None:
-        """The upstream refused tool_choice "required": native corrections go without it (with the transcript)."""
+        """Native corrections go without tool_choice "required" from now on."""
         caps = self.cached(upstream, model) or UNKNOWN
         self.remember(upstream, model, replace(caps, tool_choice=False))
 
@@ -201,22 +183,22 @@ class CapabilityBook:
     async def get(
         self, upstream: str, model: str, ask: Callable[[], Awaitable[Capabilities]]
     ) -> Capabilities:
-        """The cached answer, or one probe shared by every caller waiting on the same key."""
+        """The cached answer, or one probe shared by its waiters."""
         if (caps := self.cached(upstream, model)) is not None:
             return caps
         key = (upstream, model)
         if key in self._pending:
             return await asyncio.shield(self._pending[key])
         if not await self._may_probe_now():
-            return UNKNOWN  # over the probe rate: not asked, not remembered (asked when a token is free)
+            return UNKNOWN  # over the rate: not asked, not remembered
         future: asyncio.Future[Capabilities] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         caps = UNKNOWN
         try:
             caps = await ask()
-        except Exception:  # a probe is best effort: any failure means "find out by trying"
+        except Exception:  # best effort
             caps = UNKNOWN
-        finally:  # also when this caller is cancelled: the others waiting must not hang
+        finally:  # also when cancelled: the others waiting must not hang
             del self._pending[key]
             future.set_result(caps)
         self.remember(upstream, model, caps)
@@ -244,5 +226,5 @@ def _count(value: object) -> int | None:
 
 
 def _flag(value: object) -> bool | None:
-    """A yes / no / unknown the proxy wrote into a row: anything else is unknown."""
+    """Anything the proxy did not write is unknown."""
     return value if isinstance(value, bool) else None

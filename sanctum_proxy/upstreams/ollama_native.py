@@ -1,7 +1,6 @@
 """A round's chat-completions body as Ollama's own `POST /api/chat` request. Pure.
 
-Only sampling fields the client sent become options. A required call goes as a `format` schema, since Ollama has no
-tool_choice. The native client's OLLAMA_FIELDS merge last, and are removed toward a /v1 upstream.
+A required call goes as a `format` schema: Ollama has no tool_choice.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ IMAGE_PREFIXES = ("data:;base64,", "data:image/jpeg;base64,", "data:image/jpg;ba
 
 @dataclass(frozen=True)
 class NativeRequest:
-    """The /api/chat request, and whether its content is a call to decode."""
+    """And whether its content is a call to decode."""
 
     body: JSONObject
     calls_in_content: bool = False
@@ -42,7 +41,6 @@ def without_stash(body: JSONObject) -> JSONObject:
 
 
 def native_request(body: JSONObject) -> NativeRequest:
-    """The /api/chat request for one round's chat body."""
     stash = body.get(OLLAMA_FIELDS)
     own: Mapping[str, JSONValue] = stash if isinstance(stash, dict) else {}
     out: JSONObject = {"model": body.get("model"), "messages": messages(body.get("messages")),
@@ -127,7 +125,6 @@ def messages(listed: JSONValue) -> list[JSONObject]:
 
 
 def native_message(message: JSONObject, names: Mapping[str, str]) -> JSONObject:
-    """One chat message as Ollama's `Message`."""
     role = message.get("role")
     role = "system" if role == "developer" else "tool" if role == "function" else role
     text, images = content_of(message.get("content"))
@@ -194,11 +191,6 @@ def arguments_object(arguments: JSONValue) -> JSONObject:
         decoded = lenient_json.decode(arguments)
         value = decoded.value if isinstance(decoded, lenient_json.Decoded) else None
     return value if isinstance(value, dict) else {}
-
-
-def option_value(body: JSONObject, name: str) -> JSONValue:
-    """An option the round would send: the client's own, else a mapped one."""
-    return native_options(body).get(name)
 
 
 def native_options(body: JSONObject) -> JSONObject:

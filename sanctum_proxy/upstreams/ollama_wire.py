@@ -1,8 +1,4 @@
-"""Where a chat round goes on each backend, and Ollama's native answers read off the wire.
-
-With `ollama_native`, rounds to an Ollama backend go to `/api/chat` under the /v1 path's limits and masking; others to
-`/chat/completions`.
-"""
+"""Where a chat round goes on each backend, and Ollama's native answers read off the wire."""
 
 from __future__ import annotations
 
@@ -16,20 +12,21 @@ import orjson
 
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import UpstreamError, UpstreamUnreachable
+from sanctum_proxy.state import telemetry
 from sanctum_proxy.upstreams import ollama_answers as answers
 from sanctum_proxy.upstreams.ollama_native import NativeRequest, native_request, without_stash
 from sanctum_proxy.upstreams.redaction import DeltaMask, KeyMask
 
 if TYPE_CHECKING:
-    from sanctum_proxy.upstreams.client import Backend, Upstream
+    from sanctum_proxy.upstreams.upstream import Backend, Upstream
 
-MAX_LINE = 16 * 1024 * 1024  # client.MAX_SSE_LINE
+MAX_LINE = 16 * 1024 * 1024  # sse_parser.MAX_SSE_LINE
 MAX_VERSION_BODY = 4096
 
 
 @dataclass
 class Route:
-    """One round's destination per backend: `native` is the /api/chat request when the last chosen backend is Ollama."""
+    """`native`: the /api/chat request, when the chosen backend is Ollama."""
 
     upstream: Upstream
     body: JSONObject
@@ -38,6 +35,7 @@ class Route:
     native: NativeRequest | None = None
 
     async def __call__(self, backend: Backend) -> tuple[str, bytes]:
+        telemetry.sent_to(backend.base_url)
         if self.native_on and await is_ollama(self.upstream, backend, self.headers):
             self.native = native_request(self.body)
             return f"{backend.root_url}/api/chat", orjson.dumps(self.native.body)
@@ -58,7 +56,7 @@ async def is_ollama(upstream: Upstream, backend: Backend, headers: dict[str, str
 
 
 async def _version(upstream: Upstream, backend: Backend, headers: dict[str, str]) -> bool | None:
-    """True for Ollama's answer, False otherwise, None when unreachable (asked again next time)."""
+    """None when unreachable: asked again next time."""
     try:
         async with await upstream.request_once("GET", f"{backend.root_url}/api/version", headers) as response:
             if response.status != 200:

@@ -1,7 +1,4 @@
-"""Which upstream answers which model: `[[upstreams]]` entries, names, globs and aliases.
-
-Exact names beat globs, earlier entries beat later ones; an entry without models, or "*", takes the rest.
-"""
+"""Which upstream answers which model: exact names, then globs, in entry order; "*" or none takes the rest."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from dataclasses import dataclass
 from sanctum_proxy.config import UpstreamConfig, redacted_url
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ModelNotFound
-from sanctum_proxy.upstreams.client import Upstream
+from sanctum_proxy.upstreams.upstream import Upstream
 
 
 def choose(entries: Sequence[UpstreamConfig], model: str) -> tuple[int, str] | None:
@@ -44,7 +41,7 @@ def listed_models(entries: Sequence[UpstreamConfig]) -> list[tuple[str, str]]:
 
 
 def model_names(entries: Sequence[UpstreamConfig]) -> set[str]:
-    """Every configured model name, alias and alias target: the metrics' `model` label values."""
+    """The metrics' `model` label values."""
     names = {model for model, _ in listed_models(entries)}
     names.update(target for entry in entries for target in entry.aliases.values())
     return names
@@ -64,7 +61,7 @@ class Destination:
 
 
 class UpstreamPools:
-    """One pool per `[[upstreams]]` entry, or the single `upstream` setting's pool."""
+    """One pool per `[[upstreams]]` entry, or the single `upstream`'s."""
 
     def __init__(self, upstreams: Sequence[Upstream], entries: Sequence[UpstreamConfig] = (), *,
                  health_check_seconds: float = 10.0) -> None:
@@ -117,7 +114,6 @@ class UpstreamPools:
         return {u.name: ok for u, ok in zip(self.upstreams, answers, strict=True)}
 
     def snapshot(self) -> list[JSONObject]:
-        """Each upstream as it stands."""
         if not self.entries:
             return [{**self.upstreams[0].snapshot(), "models": ["*"], "aliases": {}}]
         return [{**upstream.snapshot(), "models": entry.models, "aliases": entry.aliases}

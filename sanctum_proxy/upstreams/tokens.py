@@ -1,7 +1,4 @@
-"""How many tokens a chat request's prompt holds, for POST /v1/messages/count_tokens.
-
-llama.cpp counts exactly via /apply-template and /tokenize; other upstreams get `estimate`, which overcounts.
-"""
+"""How many tokens a chat request's prompt holds: llama.cpp's count, else an estimate that overcounts."""
 
 from __future__ import annotations
 
@@ -21,13 +18,13 @@ class JsonProber(Protocol):
 
 
 def estimate(chat: JSONObject) -> int:
-    """About a token per four characters of the prompt's JSON; at least 1."""
+    """Four characters of the prompt's JSON a token."""
     prompt = {k: chat[k] for k in PROMPT_FIELDS if k in chat}
     return max(1, math.ceil(len(orjson.dumps(prompt)) / CHARS_PER_TOKEN))
 
 
 async def count(upstream: JsonProber, root_url: str, chat: JSONObject, timeout: float) -> tuple[int, bool]:
-    """(tokens, exact): llama.cpp's count, else `estimate`."""
+    """(tokens, exact)."""
     body = {k: chat[k] for k in ("model", *PROMPT_FIELDS) if k in chat}
     rendered = await upstream.probe_json("POST", f"{root_url}/apply-template", body, timeout=timeout)
     prompt = rendered.get("prompt") if isinstance(rendered, dict) else None

@@ -1,10 +1,4 @@
-"""The access log: one JSON line per request on the logger `sanctum_proxy.access`, and the logging config
-that shows it beside uvicorn's own logs (uvicorn's access log is off: this one replaces it).
-
-A chat request (the round-loop endpoints) gets its line from the trace writer (`line`: outcome, rounds, model),
-or from `Recorder.refused` when it was turned away before it had a trace. Every other request (and a chat
-request answered without either: a 429 from the concurrency limit, a 405) gets `http_line` from `AccessLog`,
-the outermost ASGI middleware, when its answer is sent."""
+"""One JSON access line per request on the logger `sanctum_proxy.access`, in place of uvicorn's."""
 
 from __future__ import annotations
 
@@ -18,21 +12,19 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.config import LOGGING_CONFIG
 
-if TYPE_CHECKING:  # only for the annotation (state/traces.py imports the repair loop)
+if TYPE_CHECKING:  # state/traces.py imports the repair loop
     from sanctum_proxy.state.traces import TraceDoc
 
 LOGGER = logging.getLogger("sanctum_proxy.access")
 
 
 def line(doc: TraceDoc) -> str:
-    """{"event", "trace_id", "request_id", "model", "mode", "stream", "rounds", "outcome", "status",
-    "latency_ms"} as one line of JSON."""
     return _chat_line(doc["id"], doc["request_id"], doc["model"], doc["mode"], doc["stream"], len(doc["rounds"]),
                       doc["outcome"], doc["status"], doc["latency_ms"])
 
 
 def refused_line(request_id: str | None, status: int) -> str:
-    """The line of a chat request turned away before it had a trace (state/recorder.Recorder.refused)."""
+    """Turned away before it had a trace."""
     return _chat_line(None, request_id, None, None, None, 0, "error", status, None)
 
 
@@ -45,25 +37,21 @@ def _chat_line(trace_id: str | None, request_id: str | None, model: str | None, 
 
 
 def emit(text: str) -> None:
-    """`LOGGER.info(text)` without logging's caller lookup (it walks the stack for every record: the file and
-    line of a line that is JSON already say nothing)."""
+    """Without logging's caller lookup, which walks the stack."""
     if LOGGER.isEnabledFor(logging.INFO):
         LOGGER.handle(LOGGER.makeRecord(LOGGER.name, logging.INFO, __file__, 0, text, (), None))
 
 
-LOGGED = "sanctum_access_logged"  # set in the request's state by whoever logged its line already
+LOGGED = "sanctum_access_logged"  # in the request's state: its line is written
 
 
 def http_line(method: str, path: str, status: int | None, latency_ms: float, request_id: str | None) -> str:
-    """{"event": "http_request", "method", "path" (without the query), "status" (null: no answer was sent),
-    "latency_ms", "request_id"} as one line of JSON."""
     return orjson.dumps({"event": "http_request", "method": method, "path": path, "status": status,
                          "latency_ms": round(latency_ms, 3), "request_id": request_id}).decode()
 
 
 class AccessLog:
-    """ASGI middleware: the `http_line` of every HTTP request whose line nobody else wrote (no trace began, and
-    `Recorder.refused` did not log it), written once the app is done with it, an exception included."""
+    """ASGI middleware: the line of every request nobody else logged."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -77,7 +65,7 @@ class AccessLog:
         status: int | None = None
 
         def watched(message: Message) -> Awaitable[None]:
-            # A plain function handing back `send`'s awaitable: no coroutine of its own for every body write.
+            # not async: no coroutine per body write
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -86,7 +74,7 @@ class AccessLog:
         try:
             await self.app(scope, receive, watched)
         except Exception:
-            status = status or 500  # Starlette's outermost error middleware answers it, outside this one
+            status = status or 500  # answered by Starlette's outer error middleware
             raise
         finally:
             if state.get("trace") is None and not state.get(LOGGED):
@@ -96,7 +84,7 @@ class AccessLog:
 
 
 def log_config(level: str) -> dict[str, Any]:
-    """uvicorn's logging config plus a plain `%(message)s` handler for the access lines (already JSON)."""
+    """uvicorn's config plus a plain handler for the access lines."""
     config = copy.deepcopy(LOGGING_CONFIG)
     config["formatters"]["sanctum_json"] = {"format": "%(message)s"}
     config["handlers"]["sanctum_access"] = {"class": "logging.StreamHandler", "formatter": "sanctum_json",

@@ -1,13 +1,4 @@
-"""Who may call what: client keys for /v1/*, the admin key for /sanctum/* and /metrics.
-
-Client keys come from `api_keys` and `api_keys_file` (one key per line, `#` comments; re-read when the
-file changes, so a rotated Kubernetes Secret needs no restart). Tenants stay apart: the traces (every
-client's prompts and answers), `/sanctum/status` and `/metrics` take only `admin_key`, never a client key.
-Where client keys are set and no `admin_key` is, they are closed (401, the message says to set one); with
-no key configured at all (a proxy on localhost) they are open like the rest. Keys are compared in constant
-time, each against every key, so neither the answer nor its timing tells which key came close.
-`check_client_key` / `check_admin_key` raise Unauthorized (401 invalid_api_key).
-"""
+"""Who may call what: client keys for the protocols, the admin key for /sanctum/* and /metrics."""
 
 from __future__ import annotations
 
@@ -16,13 +7,15 @@ import os
 from pathlib import Path
 
 from fastapi import Request
+from starlette.datastructures import Headers
+from starlette.types import Scope
 
 from sanctum_proxy.errors import Unauthorized
 from sanctum_proxy.services import services
 
 
 class KeyRing:
-    """The client keys (`api_keys`, and `api_keys_file` re-read when it changes) and the `admin_key`."""
+    """`api_keys_file` is re-read when it changes: a rotated Secret needs no restart."""
 
     def __init__(self, listed: list[str], file: str | None = None, admin: str | None = None) -> None:
         self._listed = tuple(k.encode() for k in listed if k)
@@ -40,7 +33,7 @@ class KeyRing:
         try:
             info = os.stat(self._file)
         except OSError:
-            return self._from_file  # a Secret being swapped: keep the last keys read
+            return self._from_file  # a Secret being swapped
         stamp = (info.st_mtime_ns, info.st_size)
         if stamp != self._stamp:
             lines = self._file.read_text(encoding="utf-8").splitlines()
@@ -52,21 +45,20 @@ class KeyRing:
         return bool(self._listed or self._file)
 
 
-def presented_key(request: Request) -> bytes:
-    """The bearer token of the Authorization header, else the `x-api-key` header (the anthropic SDKs' way),
-    else empty."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+def presented_key(scope: Scope) -> bytes:
+    """The bearer token, else `x-api-key` (the anthropic SDKs'), else empty."""
+    headers = Headers(scope=scope)
+    scheme, _, token = headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer":
         return token.strip().encode()
-    return request.headers.get("x-api-key", "").strip().encode()
+    return headers.get("x-api-key", "").strip().encode()
 
 
 KEY_HEADERS = (b"authorization", b"x-api-key")
 
 
 def repeated_key_header(headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]) -> str | None:
-    """The key header a request sends twice (one request, one key: the key checked and the key whose share is
-    counted must be the same), else None."""
+    """A key header sent twice: the key checked and the key counted must be one."""
     seen: set[bytes] = set()
     for name, _ in headers:
         if name in KEY_HEADERS:
@@ -77,8 +69,7 @@ def repeated_key_header(headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, 
 
 
 def forwarded_key(request: Request) -> str | None:
-    """The client's key as an Authorization header for the upstream (`forward_client_key`): its own
-    Authorization header, or its `x-api-key` as a bearer token."""
+    """As an Authorization header for the upstream."""
     given = request.headers.get("authorization")
     if given:
         return given
@@ -87,6 +78,7 @@ def forwarded_key(request: Request) -> str | None:
 
 
 def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
+    """In constant time against every key, so no timing tells which came close."""
     found = False
     for key in keys:
         found |= hmac.compare_digest(given, key)
@@ -94,19 +86,25 @@ def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
 
 
 def check_client_key(request: Request) -> None:
-    ring = services(request).keys
-    if ring.client_required() and not matches(presented_key(request), ring.client_keys()):
-        raise Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>' "
-                           "(or 'x-api-key: <key>')")
+    refused = key_refused(services(request).keys, presented_key(request.scope))
+    if refused is not None:
+        raise refused
+
+
+def key_refused(ring: KeyRing, given: bytes) -> Unauthorized | None:
+    """The 401 for a client key `ring` does not hold, where keys are required; else None."""
+    if ring.client_required() and not matches(given, ring.client_keys()):
+        return Unauthorized("Missing or incorrect API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')")
+    return None
 
 
 def check_admin_key(request: Request) -> None:
-    """/sanctum/* JSON and /metrics: the admin key only (a client key never reads another client's traces)."""
+    """A client key never reads another client's traces."""
     ring = services(request).keys
     if ring.admin is None:
         if ring.client_required():
             raise Unauthorized("Traces, status and metrics take the admin key, and none is set: set admin_key "
                                "(client keys never read them)")
         return
-    if not matches(presented_key(request), (ring.admin,)):
+    if not matches(presented_key(request.scope), (ring.admin,)):
         raise Unauthorized("Missing or incorrect admin key: send 'Authorization: Bearer <admin key>'")

@@ -1,4 +1,4 @@
-"""The client protocols the proxy serves, each described once; routes, limits, traces and errors read the table."""
+"""The client protocols served, each described once; routes, limits and errors read the table."""
 
 from __future__ import annotations
 
@@ -25,13 +25,13 @@ class ClientProtocol:
     paths: tuple[str, ...]
     serve: Endpoint
     error_body: ErrorBody = openai_error
-    areas: tuple[str, ...] = ()  # these prefixes take this error shape and the limits
+    areas: tuple[str, ...] = ()  # prefixes with this error shape and the limits
     router: APIRouter | None = None  # discovery, pass-through
-    limited: bool = True  # takes a slot of max_concurrent_requests
+    limited: bool = True  # by max_concurrent_requests
 
 
 def spelled(path: str) -> str:
-    """A path as the table compares it: no `;params`, no trailing slash, lower case."""
+    """No `;params`, no trailing slash, lower case."""
     return path.split(";", 1)[0].rstrip("/").lower() or "/"
 
 
@@ -43,7 +43,7 @@ class ProtocolTable:
         self._areas = sorted(((a, proto) for proto in self.protocols for a in proto.areas), key=lambda x: -len(x[0]))
 
     def endpoint(self, path: str) -> ClientProtocol | None:
-        """The protocol whose round loop answers a POST to `path`."""
+        """The protocol answering a POST to `path`."""
         found = self._by_path.get(path)
         return found if found is not None else self._by_path.get(spelled(path))
 

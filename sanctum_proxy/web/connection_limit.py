@@ -1,32 +1,40 @@
-"""The connection limit `max_connections`: requests in flight per process, answered in the protocol's error shape.
+"""`max_connections`: requests in flight per process, refused in the protocol's shape (not uvicorn's plain text).
 
-uvicorn's own `limit_concurrency` answered past its limit with a plain-text `503 Service Unavailable`, not an
-error an OpenAI or Anthropic client can read. The limit is enforced here instead (web/header_timeout.py takes
-uvicorn's check off and keeps the number to make room among connections still sending their heads): at most
-`limit` requests in flight (a stream until its last byte, a body until it has arrived), the rest get a 503 in
-the endpoint's shape (Anthropic's on /v1/messages) with `Retry-After` and `Connection: close`, so a client
-that keeps a pool of connections lets one go. `/healthz` and `/metrics` count but are never refused: a
-saturated proxy still says it lives and shows why.
-
-Every open connection is then bounded: one still sending its head is closed to make room (header_timeout.py),
-one with a request in flight counts here, one idle between requests closes after uvicorn's keep-alive timeout.
+Bodies still arriving count per client (`owner`), at most a BODY_SHARE-th of the limit each.
 """
 
 from __future__ import annotations
 
 import resource
+from collections import Counter
+from typing import Any
 
 import orjson
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import Overloaded
+from sanctum_proxy.web.auth import presented_key
 from sanctum_proxy.web.client_protocols import ProtocolTable
 
 ALWAYS_ANSWERED = frozenset({"/healthz", "/metrics"})
+BODY_SHARE = 4  # of max_connections, the most one client's bodies still arriving may hold
+
+
+def owner(scope: Scope | None, address: Any, keyed: bool) -> bytes:
+    """The key where keys are checked, else the address."""
+    key = presented_key(scope) if keyed and scope is not None else b""
+    if key:
+        return b"key:" + key
+    host = address[0] if isinstance(address, (tuple, list)) and address else ""
+    return b"address:" + str(host).encode()
+
+
+def body_share(limit: int) -> int:
+    return max(2, limit // BODY_SHARE)
 
 
 def default_max_connections() -> int:
-    """Half the process's open-file limit (the rest: upstream connections, the trace store, logs), 64 to 65536."""
+    """Half the open-file limit: the rest is for the upstreams, traces and logs."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 65536
@@ -34,28 +42,58 @@ def default_max_connections() -> int:
 
 
 class ConnectionLimit:
-    """ASGI middleware: at most `limit` HTTP requests in flight; past it a 503 at once (ALWAYS_ANSWERED excepted)."""
+    """ASGI middleware: a 503 past `limit`, but for health and metrics."""
 
-    def __init__(self, app: ASGIApp, limit: int, table: ProtocolTable, retry_after: int = 1) -> None:
+    def __init__(self, app: ASGIApp, limit: int, table: ProtocolTable, retry_after: int = 1,
+                 keyed: bool = False) -> None:
         self.app, self.limit, self.table, self.retry_after = app, limit, table, retry_after
+        self.keyed, self.share = keyed, body_share(limit)
         self.in_flight = 0
+        self.arriving: Counter[bytes] = Counter()  # per owner, requests whose body has not all arrived
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.limit and scope["path"] not in ALWAYS_ANSWERED:
-            await self._refuse(send, scope["path"])
-            return
+        path = scope["path"]
+        if path not in ALWAYS_ANSWERED:
+            if self.in_flight >= self.limit:
+                await self._refuse(send, path, f"Too many connections in use (limit {self.limit} per proxy "
+                                               "process, max_connections)")
+                return
+            who = owner(scope, scope.get("client"), self.keyed)
+            if self.arriving[who] >= self.share:
+                await self._refuse(send, path, f"Too many request bodies still arriving from this client (at most "
+                                               f"{self.share}, a share of max_connections)")
+                return
+        else:
+            who = b""
         self.in_flight += 1
+        self.arriving[who] += 1
+        arrived = False
+
+        async def counted() -> Message:
+            nonlocal arrived
+            message = await receive()
+            if not arrived and not message.get("more_body", False):
+                arrived = True
+                self._arrived(who)
+            return message
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, counted, send)
         finally:
             self.in_flight -= 1
+            if not arrived:
+                self._arrived(who)
 
-    async def _refuse(self, send: Send, path: str) -> None:
-        error = Overloaded(f"Too many connections in use (limit {self.limit} per proxy process, max_connections); "
-                           f"retry after {self.retry_after} s")
+    def _arrived(self, who: bytes) -> None:
+        self.arriving[who] -= 1
+        if self.arriving[who] <= 0:
+            del self.arriving[who]
+
+    async def _refuse(self, send: Send, path: str, why: str) -> None:
+        error = Overloaded(f"{why}; retry after {self.retry_after} s")
         body = orjson.dumps(self.table.error_body(path, error))
         await send({"type": "http.response.start", "status": error.status, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

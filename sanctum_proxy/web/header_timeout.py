@@ -1,37 +1,19 @@
-"""uvicorn's HTTP protocols (httptools and h11) with a deadline on every connection in every state, a bound on
-request heads, and room kept for new connections.
+"""uvicorn's HTTP protocols with a deadline in every connection state, a bound on request heads, and room kept for
+new connections (docs/security.md). One timer per connection, restarted when its state changes, never by data.
 
-States and their deadlines (one timer per connection, restarted only when the state changes, never by data):
-  head    from connecting, or from the first byte of a later request, to the end of its head:
-          `header_read_timeout`;
-  body    from the end of the head to the end of the body while the answer is made: `body_read_timeout` and a
-          second (the app answers 408 first where it reads the body);
-  drain   the answer is written but the body is still unread: uvicorn's keep-alive timeout;
-  idle    between requests: uvicorn's keep-alive timeout;
-  answer  the request is read and its answer is being made: no read deadline (the app's own timeouts hold),
-          but an answer the client takes nothing of for `answer_write_timeout` seconds is dropped.
-uvicorn's own keep-alive timer is cancelled by any byte received, so one unread body byte after an answer, or a
-blank line between requests, held a connection for ever; these deadlines are not.
-
-Head bound: at most `max_head_bytes` before a head ends, else a 431 and the connection is closed. httptools had
-no bound (a 64 MB header cost seconds of CPU); h11's own (16 KB, a plain-text 400) is set past this one.
-
-Pipelining: uvicorn stops reading while a pipelined request waits (httptools), so a client that left went
-unseen and its upstream call ran on; reading goes on for up to MAX_PIPELINED waiting requests, and the request
-being answered hears of its client's leaving.
-
-Room: uvicorn's `limit_concurrency` (the setting `max_connections`) bounds requests, but every slow connection
-still holds a file descriptor, and at the process's open-file limit nothing is accepted at all. So when a new
-connection would reach the limit, the connection longest in a state with a read deadline (a slow head or body,
-an unread body, an idle one) is closed to make room: connections that send nothing useful cannot crowd out
-those that do. uvicorn's own check (a plain-text 503 past the limit) is taken off: the app refuses requests
-past it in the protocol's error shape (web/connection_limit.py).
+  Head, body: until its end, `header_read_timeout`, `body_read_timeout` and a second.
+  Drain (answered, body unread), idle: uvicorn's keep-alive timeout.
+  Answer: none; an answer the client takes nothing of is dropped after `answer_write_timeout`.
+Pipelining: reading goes on behind an answer, so a client leaving is seen; at most MAX_PIPELINED requests and
+MAX_QUEUED_BYTES wait, the rest is not read and the connection closes after the answers owed.
+Room: at the connection limit, the oldest read-deadline connection of the client holding the most is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
+from collections import Counter
 from typing import Any, Literal
 
 import h11
@@ -39,17 +21,20 @@ import orjson
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from sanctum_proxy.web.connection_limit import owner
+
 Reading = Literal["head", "body", "done"]
 State = Literal["head", "body", "drain", "idle"] | None
 
-MAX_PIPELINED = 4  # requests queued behind the one being answered while reading goes on (then it pauses)
+MAX_PIPELINED = 4  # requests waiting behind an answer
+MAX_QUEUED_BYTES = 1024 * 1024
 
-# Per server: its connections in a state with a read deadline, longest first (dict order).
+# Per server: connections with a read deadline, longest first.
 _WAITING: weakref.WeakKeyDictionary[ServerState, dict[HeadDeadline, None]] = weakref.WeakKeyDictionary()
 
 
 def too_large_answer(limit: int) -> bytes:
-    """The 431 for a head over `limit` bytes, in OpenAI's error shape (the endpoint is not known yet)."""
+    """In OpenAI's error shape: the endpoint is not known yet."""
     body = orjson.dumps({"error": {"message": f"request head over {limit} bytes (max_head_bytes)",
                                    "type": "invalid_request_error", "param": None, "code": "head_too_large"}})
     return (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
@@ -57,18 +42,21 @@ def too_large_answer(limit: int) -> bytes:
 
 
 class HeadDeadline:
-    """What both protocols share: the deadlines, the head bound and making room. Mixed into a uvicorn protocol."""
+    """Mixed into a uvicorn protocol."""
 
-    # set from the settings before serving (cli.py), in each worker process too
-    seconds: float = 10.0  # head
+    # set from the settings before serving, in each worker process too
+    seconds: float = 10.0
     body_seconds: float = 31.0
     write_seconds: float = 60.0
     max_head_bytes: int = 64 * 1024
+    keyed: bool = False  # a presented key names the client
     server_state: ServerState
+    flow: Any
+    client: Any
     connections: set[Any]
     limit_concurrency: int | None
     timeout_keep_alive: int
-    room_limit: int | None = None  # uvicorn's limit_concurrency, kept here for making room
+    room_limit: int | None = None
     transport: asyncio.Transport
     loop: asyncio.AbstractEventLoop
     cycle: Any
@@ -76,10 +64,12 @@ class HeadDeadline:
     _state: State | Literal["new"] = "new"
     _stall: asyncio.TimerHandle | None = None
     _head_bytes: int = 0
+    _queued_bytes: int = 0
+    _refusing: bool = False  # past the pipelining bound
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # uvicorn would answer past its limit itself, in plain text: the app does it (web/connection_limit.py)
+        # uvicorn would refuse in plain text; the app does it in the protocol's shape
         self.room_limit, self.limit_concurrency = self.limit_concurrency, None
 
     def _reading(self) -> Reading:
@@ -92,17 +82,31 @@ class HeadDeadline:
         return _WAITING.setdefault(self.server_state, {})
 
     def _make_room(self) -> None:
-        """At the connection limit: close the connections longest in a read-deadline state (not this one)."""
+        """Close the connections waiting longest on a read deadline."""
         limit = self.room_limit
         if limit is None:
             return
         excess = len(self.connections) - limit + 1
-        for other in list(self._waiting())[:max(0, excess)]:
-            if other is not self:
-                other._too_slow()
+        waiting = [other for other in self._waiting() if other is not self]
+        if excess <= 0 or not waiting:
+            return
+        owners = {other: other._owner() for other in waiting}
+        held = Counter(owners.values())
+        for _ in range(min(excess, len(waiting))):
+            most = max(held, key=lambda who: held[who])
+            oldest = next(other for other in owners if owners[other] == most)
+            del owners[oldest]
+            held[most] -= 1
+            if not held[most]:
+                del held[most]
+            oldest._too_slow()
+
+    def _owner(self) -> bytes:
+        scope = getattr(self.cycle, "scope", None) if self._state in ("body", "drain") else None
+        return owner(scope, self.client, self.keyed)
 
     def _settle(self) -> None:
-        """Arm the deadline of the state the connection is now in (kept as it runs when the state is unchanged)."""
+        """Arm the deadline of a new state."""
         reading = self._reading()
         answered = self.cycle is None or self.cycle.response_complete
         state: State = reading if reading == "head" else (
@@ -125,9 +129,9 @@ class HeadDeadline:
     def _too_slow(self) -> None:
         self._disarm()
         self._end_stall()
-        self.connections.discard(self)  # counted out now: its connection_lost may come after a new request's head
+        self.connections.discard(self)  # now: connection_lost may come after a new head
         if not self.transport.is_closing():
-            self.transport.abort()  # close() would wait for a client that takes nothing to take the rest
+            self.transport.abort()  # close() would wait for the client to read
 
     def _head_too_large(self) -> None:
         self._disarm()
@@ -135,10 +139,27 @@ class HeadDeadline:
         self.transport.write(too_large_answer(self.max_head_bytes))
         self.transport.close()
 
+    def _refuse_rest(self) -> None:
+        """Read nothing more; close after the answers owed."""
+        raise NotImplementedError
+
+    def _behind(self) -> bool:
+        """Bytes now wait behind an answer (h11 parses them later)."""
+        return False
+
+    def _queued(self, size: int) -> bool:
+        """False (the rest refused) past MAX_QUEUED_BYTES."""
+        self._queued_bytes += size
+        if self._queued_bytes > MAX_QUEUED_BYTES:
+            self._refuse_rest()
+            return False
+        return True
+
     def data_received(self, data: bytes) -> None:
-        """Feed the parser, at most `max_head_bytes` of a head in all."""
-        while data and not self.transport.is_closing():
-            if self._reading() == "body":
+        if self._refusing:
+            return  # read (a client leaving is seen), never parsed
+        while data and not self.transport.is_closing() and not self._refusing:
+            if self._reading() == "body" or self._behind():
                 piece, data = data, b""
             else:
                 room = self.max_head_bytes - self._head_bytes
@@ -175,6 +196,8 @@ class HeadDeadline:
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
         self._settle()
+        if self._refusing:
+            self.flow.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -182,8 +205,8 @@ class HeadDeadline:
         super().connection_lost(exc)  # type: ignore[misc]
 
 
-class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]  # (uvicorn: a Transport)
-    """H11Protocol (uvicorn without httptools) with the deadlines, the head bound and room kept."""
+class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]
+    """uvicorn's protocol without httptools."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -194,33 +217,55 @@ class H11HeaderTimeoutProtocol(HeadDeadline, H11Protocol):  # type: ignore[misc]
         if state is h11.SEND_BODY:
             return "body"
         if state is h11.IDLE and (self.cycle is None or self.conn.trailing_data[0]):
-            return "head"  # a new connection, or a later request's first bytes
+            return "head"
         return "done"
+
+    def _behind(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete and self.conn.their_state is h11.DONE
 
     def _feed(self, data: bytes) -> None:
         before = self.cycle
+        answering = before is not None and not before.response_complete
+        if self._behind() and not self._queued(len(data)):
+            return  # pipelined bytes past the bound
         H11Protocol.data_received(self, data)
-        if self.cycle is not before:  # a head was read
+        if self.cycle is not before:
             self._head_done()
+        elif answering and not self.cycle.response_complete:
+            self.flow.resume_reading()  # h11 paused: a client leaving must be seen
+
+    def _refuse_rest(self) -> None:
+        self._refusing = True
+        self.cycle.keep_alive = False
+        self.flow.resume_reading()
 
 
-HTTPTOOLS: type[asyncio.Protocol] | None = None  # HeaderTimeoutProtocol where httptools is installed
+HTTPTOOLS: type[asyncio.Protocol] | None = None
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-except ImportError:  # the h11 protocol only
+except ImportError:
     pass
 else:
-    class HeaderTimeoutProtocol(HeadDeadline, HttpToolsProtocol):  # type: ignore[misc]  # (as above)
-        """HttpToolsProtocol with the deadlines, the head bound and room kept (module level: workers pickle it)."""
+    class HeaderTimeoutProtocol(HeadDeadline, HttpToolsProtocol):  # type: ignore[misc]
+        """At module level: workers pickle it."""
 
-        _parsing: Reading = "head"  # what the parser reads now, from its callbacks
-        _running: Any = None  # the cycle being answered while a pipelined request waits
+        _parsing: Reading = "head"
+        _active: Any = None  # the cycle being answered (`cycle` is the last parsed)
 
         def _reading(self) -> Reading:
             return self._parsing
 
         def _feed(self, data: bytes) -> None:
             HttpToolsProtocol.data_received(self, data)
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            self._active = cycle
+            if not self.pipeline:
+                self._queued_bytes = 0
+            super()._start_asgi_task(cycle, app)
+
+        def _waits(self) -> bool:
+            return bool(self.pipeline) and self.pipeline[0][0] is self.cycle
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -229,19 +274,34 @@ else:
         def on_headers_complete(self) -> None:
             self._parsing = "body"
             self._head_done()
-            running = self.cycle
             super().on_headers_complete()
-            if self.pipeline and running is not None and not running.response_complete:
-                self._running = running  # uvicorn forgets it: its client leaving must still reach it
-                if len(self.pipeline) <= MAX_PIPELINED:
+            if self._waits():
+                if len(self.pipeline) > MAX_PIPELINED:
+                    self._refuse_rest()
+                else:
                     self.flow.resume_reading()  # paused, a client that leaves would go unseen
 
+        def on_body(self, body: bytes) -> None:
+            super().on_body(body)
+            if self._waits() and self._queued(len(body)):
+                self.flow.resume_reading()
+
+        def _refuse_rest(self) -> None:
+            """Drop the request being parsed; the last answer owed closes."""
+            if self._waits():
+                self.pipeline.popleft()
+            last = self.pipeline[0][0] if self.pipeline else self._active
+            if last is not None:
+                last.keep_alive = False
+            self._refusing = True
+            self.flow.resume_reading()
+
         def connection_lost(self, exc: Exception | None) -> None:
-            running, self._running = self._running, None
+            active = self._active
             super().connection_lost(exc)
-            if running is not None and not running.response_complete:
-                running.disconnected = True
-                running.message_event.set()
+            if active is not None and not active.response_complete:
+                active.disconnected = True
+                active.message_event.set()
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
@@ -251,7 +311,7 @@ else:
 
 
 def protocol(parser: str = "auto") -> type[asyncio.Protocol]:
-    """The protocol class for `parser` (auto: httptools where installed, else h11)."""
+    """auto: httptools where installed, else h11."""
     fast = HTTPTOOLS if parser != "h11" else None
     if parser == "httptools" and fast is None:
         raise ImportError("httptools is not installed")

@@ -1,19 +1,6 @@
-"""The proxy answers only requests meant for it (`HostCheck`): against DNS rebinding and cross-site pages.
+"""The proxy answers only requests meant for it: against DNS rebinding and cross-site pages (docs/security.md).
 
-Host: a page whose name is rebound to 127.0.0.1 reaches a proxy on loopback with its own name in `Host`. So
-when the proxy listens on loopback, a `Host` that is neither a loopback address, `localhost` (or a name under
-it), nor a name in `allowed_hosts` gets a 421. Listening elsewhere, the check holds only where `allowed_hosts`
-is set, and IP addresses pass (a rebound name is never an address). `/healthz` is always answered.
-
-Origin: a browser says where a request comes from. One with an `Origin` that is neither the proxy's own nor in
-`cors_origins`, or with `Sec-Fetch-Site: cross-site` and no such Origin, gets a 403 (a top-level GET
-navigation excepted: its page cannot read the answer). Clients that are not browsers send neither header.
-
-Key: a request sending `Authorization` or `x-api-key` twice gets a 400 (the key checked and the key whose
-share is counted must be one).
-
-Body: no route takes a body a page may send without asking (`text/plain`, `multipart/form-data`, and from a
-browser `application/x-www-form-urlencoded`): 415. Every refusal is in the endpoint's error shape.
+A page whose name is rebound to 127.0.0.1 sends its own name in `Host`; a rebound name is never an address.
 """
 
 from __future__ import annotations
@@ -50,7 +37,7 @@ class NotJson(InvalidRequest):
 
 
 def is_loopback(host: str) -> bool:
-    """Whether `host` (a name or an address, without a port) is this machine's loopback."""
+    """`host`: a name or an address, without a port."""
     host = host.lower().rstrip(".")
     if host == "localhost" or host.endswith(".localhost"):
         return True
@@ -66,15 +53,13 @@ def ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | Non
 
 
 def host_name(value: str) -> str:
-    """The name or address of a `Host` header, without its port."""
     if value.startswith("["):
         return value[1:value.find("]")] if "]" in value else value
     return value.rpartition(":")[0] if value.count(":") == 1 else value
 
 
 class HostCheck:
-    """ASGI middleware: 421 for a `Host` not the proxy's, 403 for a cross-site browser request, 400 for a second
-    key header, 415 for a form body (module docstring)."""
+    """ASGI middleware: 421 for another `Host`, 403 cross-site, 400 for a second key header, 415 for a form."""
 
     def __init__(self, app: ASGIApp, bound_to: str, allowed_hosts: list[str], cors_origins: list[str]) -> None:
         self.app = app

@@ -1,9 +1,6 @@
-"""HotRoutes: the one route table of the round-loop endpoints, answered straight from the middleware stack.
+"""The one route table of the round-loop endpoints, answered from the innermost middleware.
 
-The innermost middleware calls a protocol's endpoint for a POST to one of its paths (in any spelling: trailing
-slash, `;params`, case), with one Request and no router, FastAPI dependencies or exception wrappers in between
-(bench/results/profile.md). Another method on those paths is a 405 in the protocol's error shape. A ProxyError
-goes to `on_error`, any other exception to `on_bug`; both answer in the protocol's shape.
+No router, dependencies or exception wrappers stand between (bench/results/profile.md).
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ class HotRoutes:
                 raise MethodNotAllowed(f"Method Not Allowed ({scope['method'][:20]} {scope['path'][:200]}): "
                                        "this endpoint takes POST")
             response = await protocol.serve(request)
-        except ProxyError as error:  # before any byte of the answer: the endpoints return their Response
+        except ProxyError as error:  # before any byte of the answer
             response = await self.on_error(request, error)
             if isinstance(error, MethodNotAllowed):
                 response.headers["allow"] = "POST"
@@ -51,8 +48,7 @@ OVERHEAD = "x-sanctum-overhead-ms"
 
 
 def stamp_overhead(request: Request, response: Response) -> None:
-    """`x-sanctum-overhead-ms`: the proxy's own time in a traced request until its headers (its trace's
-    overhead_ms: since it arrived, less the upstream rounds' time)."""
+    """The proxy's own time until the headers, less the upstream rounds'."""
     trace = getattr(request.state, "trace", None)
     if trace is not None:
         response.headers[OVERHEAD] = f"{trace.overhead_ms():.2f}"

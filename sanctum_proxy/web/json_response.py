@@ -1,5 +1,4 @@
-"""The proxy's HTTP responses: JSON rendered with orjson (the hot path), and the one place an error becomes a
-response (status, body, `x-should-retry`)."""
+"""JSON responses by orjson, and the one place an error becomes a response."""
 
 from __future__ import annotations
 
@@ -24,9 +23,7 @@ class JsonResponse(Response):
 
 def error_response(error: ProxyError, body: Mapping[str, object] | None = None, trace_id: str | None = None
                    ) -> JsonResponse:
-    """The error's response; `body` when a dialect shapes its own (Anthropic Messages), else OpenAI's. A
-    request that began a trace says which (`x-sanctum-trace-id`), failed or not: a surrender's trace holds
-    every rejected round."""
+    """`body`: a protocol's own shape."""
     headers = retry_headers(error)
     if trace_id:
         headers = {**headers, "x-sanctum-trace-id": trace_id}
@@ -34,6 +31,6 @@ def error_response(error: ProxyError, body: Mapping[str, object] | None = None, 
 
 
 def unexpected(exc: BaseException) -> ProxyError:
-    """An exception that is a bug: logged with its traceback, answered as the 500 `internal` makes of it."""
+    """A bug: logged, answered as a 500."""
     log.error("unexpected error: %s", type(exc).__name__, exc_info=exc)
     return internal(exc)

@@ -1,7 +1,4 @@
-"""X-Request-Id: a client's request id comes back on its response (the chat route stores it in the trace).
-
-A pure ASGI middleware, so streamed answers pass through untouched and unbuffered.
-"""
+"""X-Request-Id: a client's request id comes back on its response, streams untouched."""
 
 from __future__ import annotations
 
@@ -25,7 +22,7 @@ class EchoRequestId:
             return
 
         def send_with_id(message: Message) -> Awaitable[None]:
-            # A plain function handing back `send`'s awaitable: no coroutine of its own for every body write.
+            # not async: no coroutine per body write
             if message["type"] == "http.response.start":
                 headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != HEADER]
                 message = {**message, "headers": [*headers, (HEADER, given[:MAX_LENGTH])]}

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sanctum_proxy.upstreams.mode_check import CHECK_TOOL
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks, llama_tool_chunks, native_call
 
 SCENARIOS = ["malformed_text", "malformed_args", "missing_arg", "no_tools", "surrender"]
@@ -79,8 +80,12 @@ class Model:
     scenario: str
     call_rounds: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)  # the proxy's own tools requests, not the client's
 
     def __call__(self, body: dict[str, Any]) -> Step:
+        if offers(body, CHECK_TOOL["function"]["name"]):  # answered as every tools request, kept apart
+            self.checks.append(body)
+            return Step(*LLAMA_NO_JINJA) if self.scenario == "no_tools" else text_step("ok", False)
         self.requests.append(body)
         stream = bool(body.get("stream"))
         schema = (body.get("response_format") or {}).get("json_schema") or {}

@@ -1,5 +1,5 @@
-"""codecs/functionary.py on its own: Functionary v3.2's recipient lines `>>>NAME\\n{json}` (llama.cpp's
-test-chat.cpp and PR 9639, verbatim), `>>>all` as text, and `render_call` read back."""
+"""codecs/functionary.py on its own: Functionary v3.2's recipient lines `>>>NAME\\n{json}` (MeetKai's own prompt
+test, tests/prompt_test_v3.llama3.txt, verbatim), `>>>all` as text, and `render_call` read back."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 from sanctum_proxy.codecs import functionary
 
-NAMES = frozenset({"special_function", "get_weather"})
+NAMES = frozenset({"get_car_price", "get_weather"})
 
 
 def calls(text: str) -> list[tuple[str, object]]:
@@ -16,19 +16,19 @@ def calls(text: str) -> list[tuple[str, object]]:
 
 
 def test_two_recipient_calls_are_read() -> None:
-    text = '>>>special_function\n{"arg1": 1}\n>>>special_function\n{"arg1": 2}'
-    assert calls(text) == [("special_function", {"arg1": 1}), ("special_function", {"arg1": 2})]
+    text = '>>>get_car_price\n{"car_name": "Song"}>>>get_car_price\n{"car_name": "Tang"}'
+    assert calls(text) == [("get_car_price", {"car_name": "Song"}), ("get_car_price", {"car_name": "Tang"})]
 
 
 def test_the_all_recipient_is_text() -> None:
-    assert calls(">>>all\nHello, world!\nWhat's up?") == []
+    assert calls(">>>all\nThe temperature in Hanoi is: 10 degree Celcious") == []
 
 
 def test_the_first_part_is_read_without_its_marker() -> None:
-    text = 'special_function\n{"arg1": 1}'  # the generation prompt ended with `>>>`
+    text = 'get_weather\n{"location": "Hanoi"}'  # the generation prompt ended with `>>>`
     assert functionary.opens(text)
-    assert calls(text) == [("special_function", {"arg1": 1})]
-    assert not functionary.opens("Hello, world!")
+    assert calls(text) == [("get_weather", {"location": "Hanoi"})]
+    assert not functionary.opens("The temperature in Hanoi is: 10 degree Celcious")
 
 
 def test_render_call_is_read_back() -> None:
@@ -37,4 +37,4 @@ def test_render_call_is_read_back() -> None:
 
 
 def test_prose_is_no_call() -> None:
-    assert functionary.find("Call special_function with arg1.", NAMES) == []
+    assert functionary.find("Call get_car_price with the car name.", NAMES) == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from sanctum_proxy.codecs import gemma4
 from sanctum_proxy.core.shapes import JSONValue
+from sanctum_proxy.repair.mend import assess
+from sanctum_proxy.repair.toolbox import Toolbox
 
 NAMES = frozenset({"bash", "get_weather"})
 
@@ -30,3 +32,13 @@ def test_render_call_is_read_back() -> None:
 
 def test_prose_is_no_call() -> None:
     assert calls("I will call bash to list the files.") == []
+
+
+def test_positional_values_beyond_the_tools_properties_are_asked_about() -> None:
+    """ollama/ollama#18275's BEGIN_ARG form with one value more than `bash` has properties: tier 2, not a guess."""
+    text = "<|tool_call>call:bash:\nBEGIN_ARG:\nls\nEND_ARG\nBEGIN_ARG:\n-la\nEND_ARG\n<tool_call|>"
+    assert calls(text) == [("bash", '["ls", "-la"]')]
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+    out = assess({"role": "assistant", "content": text}, Toolbox.from_tools(tools))
+    assert not out.calls and out.problems and out.content is None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 from sanctum_proxy.codecs import kimi
+from sanctum_proxy.repair.mend import assess
+from sanctum_proxy.repair.toolbox import Toolbox
 
 NAMES = frozenset({"get_weather"})
 
@@ -50,3 +52,25 @@ def test_noise_in_a_section_an_empty_section_and_k3s_closer_are_markup() -> None
         rest.append(text[pos : f.start])
         pos = f.end
     assert "".join(rest) + text[pos:] == "A  B  C"
+
+
+def _tool(name: str, *keys: str) -> dict[str, object]:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {k: {"type": "string"} for k in keys}}}}
+
+
+def test_a_bare_counter_among_several_tools_names_the_one_whose_keys_fit() -> None:
+    """vLLM's test_bare_counter_multiple_tools_infers_by_args and _skips_unsafe_inference: several tools fitting
+    the keys, or arguments that do not read, name none (tier 2 asks)."""
+    section = ("Let me check. <|tool_calls_section_begin|><|tool_call_begin|>0 <|tool_call_argument_begin|>{}"
+               "<|tool_call_end|><|tool_calls_section_end|>")
+    weather, read_file, flight = _tool("get_weather", "city", "unit"), _tool("read_file", "path"), \
+        _tool("book_flight", "city")
+    fits = assess({"role": "assistant", "content": section.replace("{}", '{"city": "Tokyo", "unit": "c"}')},
+                  Toolbox.from_tools([read_file, weather]))
+    assert [(c.name, json.loads(c.arguments)) for c in fits.calls] == [("get_weather", {"city": "Tokyo", "unit": "c"})]
+    assert fits.content == "Let me check."
+    for args in ('{"city": "Tokyo"}', '{"city": "Tokyo"'):
+        out = assess({"role": "assistant", "content": section.replace("{}", args)},
+                     Toolbox.from_tools([weather, flight]))
+        assert not out.calls and [p.reason for p in out.problems] == ["unknown_spell"]

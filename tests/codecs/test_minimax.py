@@ -26,3 +26,14 @@ def test_render_call_is_read_back_as_strings() -> None:
 
 def test_prose_is_no_call() -> None:
     assert minimax.find('Use <invoke name="bash"> to run it.', NAMES) == []
+
+
+def test_values_keep_their_own_whitespace_and_lose_only_the_layout() -> None:
+    """MiniMax-M2's template writes `<parameter name="k">v</parameter>` inline: an inline value's trailing newline
+    is its own (a code edit's old text); a value set on its own lines loses those newlines and the closer's indent."""
+    inline = ('<minimax:tool_call>\n<invoke name="bash">\n<parameter name="command">    return x\n</parameter>\n'
+              '</invoke>\n</minimax:tool_call>')
+    assert calls(inline) == [("bash", {"command": "    return x\n"})]
+    block = ('<minimax:tool_call>\n<invoke name="bash">\n  <parameter name="command">\n  ls -la\n  </parameter>\n'
+             '</invoke>\n</minimax:tool_call>')
+    assert calls(block) == [("bash", {"command": "ls -la"})]

@@ -24,10 +24,7 @@ CASES: list[dict[str, Any]] = json.loads(PEERS.read_text(encoding="utf-8"))["cas
 MODES = {"whole": None, "1char": 1, "3char": 3}
 
 # Cases the proxy gets wrong today: case id -> why. Strict: a fix turns an entry into a failure.
-XFAIL: dict[str, str] = {
-    "kimi-bare-counter-infer": "a bare counter id among several tools: vLLM picks the tool by the arguments' keys, "
-                               "which needs the schemas (a codec sees only the names); a correction round asks",
-}
+XFAIL: dict[str, str] = {}
 
 # Call markup of any format the corpus holds: none may reach the client beside (or instead of) a call read.
 STRAY = re.compile(

@@ -30,3 +30,15 @@ def test_a_call_inside_thinking_is_reasoning() -> None:
 def test_render_call_is_read_back_as_strings() -> None:
     assert calls(seed.render_call("get_weather", {"city": "Paris", "days": 3})) == [
         ("get_weather", {"city": "Paris", "days": "3"})]
+
+
+def test_an_inline_value_keeps_its_own_trailing_newline() -> None:
+    """Seed-OSS writes `<parameter=k>v</parameter>` inline (vLLM's seed_oss tests): a code edit's old text keeps
+    the newline it ends with; the template's own-line layout (`<parameter=k>\\nv\\n</parameter>`) is not the value."""
+    edit = ("<seed:tool_call>\n<function=edit>\n<parameter=oldString>    return x\n</parameter>\n</function>\n"
+            "</seed:tool_call>")
+    assert [c.arguments for f in seed.find(edit, frozenset({"edit"})) for c in f.candidates] == [
+        {"oldString": "    return x\n"}]
+    laid = edit.replace(">    return x\n<", ">\n    return x\n\n<")
+    assert [c.arguments for f in seed.find(laid, frozenset({"edit"})) for c in f.candidates] == [
+        {"oldString": "    return x\n"}]

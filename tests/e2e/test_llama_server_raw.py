@@ -284,15 +284,16 @@ def test_the_upstream_client_learns_from_one_dropped_stream_connection(llama_jin
     once more fresh, and from then on every streamed round gets a connection of its own: nothing fails."""
     import asyncio
 
-    from sanctum_proxy.upstreams.client import Limits, Upstream
+    from sanctum_proxy.upstreams.chat_rounds import chat_stream
+    from sanctum_proxy.upstreams.upstream import Limits, Upstream
 
     async def rounds() -> tuple[list[int], Upstream]:
         upstream = Upstream([llama_jinja.base_url], None, Limits(5.0, 60.0, 10_000_000))
         seen = []
         try:
             for _ in range(4):
-                async with upstream.chat_stream({**DETERMINISTIC, "max_tokens": 3, "messages": ASK,
-                                                 "stream": True}) as chunks:
+                async with chat_stream(upstream, {**DETERMINISTIC, "max_tokens": 3, "messages": ASK,
+                                                  "stream": True}) as chunks:
                     seen.append(len([c async for c in chunks]))
         finally:
             await upstream.aclose()

@@ -2,7 +2,7 @@
 upstream round must end in a call or text (or, for a real surrender, the 422 error), never an error event.
 
 This is the tier that would have caught the streamed second round dying on llama-server's spent connections
-(the scripted fake keeps connections alive; tests/upstreams/test_client.py pins the same with a relay)."""
+(the scripted fake keeps connections alive; tests/upstreams/test_upstream.py pins the same with a relay)."""
 
 from __future__ import annotations
 

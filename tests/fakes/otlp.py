@@ -26,6 +26,7 @@ class ReceivedSpan:
     start_ns: int
     end_ns: int
     service: str
+    resource: dict[str, Any]  # the exporting process's resource attributes
 
 
 @dataclass
@@ -56,7 +57,7 @@ class OtlpReceiver:
                         span.name, span.kind, span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex(),
                         _attributes(span.attributes), [(e.name, _attributes(e.attributes)) for e in span.events],
                         span.status.code, span.start_time_unix_nano, span.end_time_unix_nano,
-                        str(resource.get("service.name"))))
+                        str(resource.get("service.name")), resource))
         return Response(ExportTraceServiceResponse().SerializeToString(), media_type="application/x-protobuf")
 
 

@@ -9,6 +9,7 @@ multi-turn tool loops of tests/clients.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +71,23 @@ def vllm_error(message: str) -> tuple[int, dict[str, Any]]:
     """vLLM: an exception in the chat handler (openai_harmony's HarmonyError for gpt-oss) answered by
     create_error_response as an InternalServerError."""
     return 500, {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}
+
+def vllm_history_error(body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """vLLM before generating: vllm/entrypoints/chat_utils.py `_postprocess_messages` json.loads every non-empty
+    string `arguments` of an assistant's tool_calls, and the JSONDecodeError is answered as a 400 BadRequestError
+    with the decoder's message (the body quoted in vllm-project/vllm#43995; #47761: "Unterminated string
+    starting at: line 1 column 14 (char 13)")."""
+    for message in body.get("messages", []):
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        for call in calls if isinstance(calls, list) else ():
+            arguments = (call.get("function") or {}).get("arguments")
+            if arguments and not isinstance(arguments, (dict, list)):
+                try:
+                    json.loads(arguments)
+                except json.JSONDecodeError as exc:
+                    return 400, {"error": {"message": str(exc), "type": "BadRequestError", "param": None, "code": 400}}
+    return None
+
 
 @dataclass
 class Step:
@@ -169,6 +187,7 @@ class FakeUpstream:
     tokenizer: bool = False
     templated: list[dict[str, Any]] = field(default_factory=list)  # the bodies POST /apply-template got
     chat_headers: list[dict[str, str]] = field(default_factory=list)  # the headers of each `requests` entry
+    reads_history: bool = False  # vLLM: a history call whose arguments are not JSON is a 400 (vllm_history_error)
 
     def push(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -233,6 +252,9 @@ class FakeUpstream:
         body = orjson.loads(await request.body())
         self.requests.append(body)
         self.chat_headers.append(dict(request.headers))
+        refused = vllm_history_error(body) if self.reads_history else None
+        if refused is not None:
+            return JSONResponse(refused[1], status_code=refused[0])
         if self.steps:
             step = self.steps.popleft()
         elif self.responder is not None:

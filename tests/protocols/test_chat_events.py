@@ -40,6 +40,15 @@ def test_content_then_calls_then_finish_usage_and_done() -> None:
         + b"data: [DONE]\n\n")
 
 
+def test_a_stream_of_hidden_rounds_only_carries_the_accepted_rounds_id_and_fingerprint() -> None:
+    w = writer()
+    meta = {"id": "chatcmpl-up", "created": 7, "model": "up", "system_fingerprint": "b6000-abc"}
+    final = Final({"role": "assistant", "content": "Hi"}, "stop", None, "native", 2, [], meta, "repaired")  # type: ignore[arg-type]
+    chunks = [orjson.loads(line[6:]) for line in b"".join(w.render(final)).split(b"\n\n") if line[6:7] == b"{"]
+    assert len(chunks) == 3 and {(c["id"], c["created"], c["model"], c["system_fingerprint"]) for c in chunks} == {
+        ("chatcmpl-up", 7, "up", "b6000-abc")}
+
+
 def test_an_omen_waits_for_the_next_event_and_an_error_ends_the_stream() -> None:
     w = writer()
     omen = om.rejected(1, Problem("invalid_arguments", "f", ("a is required",), "{}"), "fix a")

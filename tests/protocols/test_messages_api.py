@@ -117,7 +117,8 @@ def test_missing_argument_gets_a_hidden_correction_round(make_proxy, fake, strea
 @pytest.mark.parametrize("stream", [False, True])
 def test_upstream_rejecting_tools_falls_back_to_prompted_calls(proxy, fake, stream):
     answer = Step(chunks=content_chunks(GOOD)) if stream else Step(body=completion(GOOD))
-    fake[0].push(Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1]), answer)
+    refused = Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1])
+    fake[0].push(refused, refused, answer)  # the second: the proxy's own check
     with sdk(proxy) as client:
         if stream:
             with client.messages.stream(**ASK) as streaming:
@@ -126,7 +127,7 @@ def test_upstream_rejecting_tools_falls_back_to_prompted_calls(proxy, fake, stre
             message = client.messages.create(**ASK)
     assert [b.type for b in message.content] == ["tool_use"] and message.stop_reason == "tool_use"
     assert message.content[0].input == {"city": "Paris"}  # type: ignore[union-attr]
-    assert "tools" not in fake[0].requests[1]
+    assert "tools" not in fake[0].requests[2]
 
 
 def test_surrender_is_an_anthropic_error_with_every_rejected_answer(make_proxy, fake):

@@ -99,7 +99,8 @@ def test_missing_argument_gets_a_hidden_correction_round(make_proxy, fake, strea
 def test_upstream_rejecting_tools_falls_back_to_prompted_calls(make_proxy, fake, stream):
     proxy = make_proxy()
     answer = Step(chunks=content_chunks(GOOD)) if stream else Step(body=completion(GOOD))
-    fake[0].push(Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1]), answer)
+    refused = Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1])
+    fake[0].push(refused, refused, answer)  # the second: the proxy's own check
     if stream:
         events, omens, _ = raw_stream(proxy, ASK)
         response = events[-1]["response"]
@@ -109,7 +110,7 @@ def test_upstream_rejecting_tools_falls_back_to_prompted_calls(make_proxy, fake,
     assert response["sanctum"]["omens"][0]["type"] == "SpellCallingFallback"
     assert response["output"][0]["type"] == "function_call" and response["output"][0]["name"] == "get_weather"
     assert response["sanctum"]["mode"] == "prompted"
-    assert "tools" not in fake[0].requests[1] and "<tool_call>" in fake[0].requests[1]["messages"][0]["content"]
+    assert "tools" not in fake[0].requests[2] and "<tool_call>" in fake[0].requests[2]["messages"][0]["content"]
 
 
 def test_surrender_is_an_openai_error_with_every_rejected_answer(make_proxy, fake):

@@ -77,8 +77,9 @@ def test_every_reason_has_a_correction() -> None:
         text = correction([Problem(reason, "get_weather", ("detail one",), "")], BOOK)
         assert "detail one" in text or reason in ("missing_call", "unknown_spell", "missing_arguments"), reason
         assert len(text.splitlines()) >= (1 if reason == "repeated_call" else 2), reason
-        # A repeat is asked for text (the result is in the conversation); every other reason for a call.
-        closing = "detail one" if reason == "repeated_call" else "nothing else."
+        # A repeat and a call to tool_choice "none" are asked for text; every other reason for a call.
+        closing = {"repeated_call": "detail one", "calls_not_allowed": "without calling a tool."}.get(
+            reason, "nothing else.")
         assert text.endswith(closing), reason
 
 

@@ -298,3 +298,36 @@ def test_a_call_written_inside_a_codecs_reasoning_block_is_still_no_call(opener:
     for content in (f"{opener}I could write {call}{closer}It is sunny.", f"{opener}unclosed, thinking of {call}"):
         out = assess({"role": "assistant", "content": content}, BOOK)
         assert out.calls == (), content
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    '[get_weather(city="Paris"), get_weather(city="Paris")]',
+    '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>'
+    '{"city": "Paris"}<|tool_call_end|><|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>'
+    '{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>',
+], ids=["hermes-blocks", "pythonic-list", "kimi-section"])
+def test_the_same_call_written_twice_in_one_format_is_two_calls(text: str) -> None:
+    """A model may mean both (a poll, a retry); only a repeat written another way is an echo."""
+    out = assess(content(text), BOOK, new_id=ids())
+    assert [(c.name, json.loads(c.arguments)) for c in out.calls] == [("get_weather", {"city": "Paris"})] * 2
+    assert out.duplicates == () and out.content is None
+
+
+def test_a_call_repeated_in_another_form_is_one_call() -> None:
+    text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+            '{"name": "get_weather", "arguments": {"city": "Paris"}}')
+    out = assess(content(text), BOOK, new_id=ids())
+    assert len(out.calls) == 1 and [d.id for d in out.duplicates] == [out.calls[0].id]
+    echoed = {**native("get_weather", '{"city":"Paris"}', "kept"), "content": text.split("\n</tool_call>")[0]}
+    out = assess(echoed, BOOK, new_id=ids())
+    assert [c.id for c in out.calls] == ["kept"] and len(out.duplicates) == 1
+
+
+def test_an_echo_of_a_native_call_written_with_other_spacing_is_still_one_call() -> None:
+    """vLLM's hermes parser writes `{"city": "Paris"}`; the echo read from content is compact."""
+    echoed = {**native("get_weather", '{"city": "Paris"}', "kept"),
+              "content": '{"name": "get_weather", "arguments": {"city":"Paris"}}'}
+    out = assess(echoed, BOOK, new_id=ids())
+    assert [(c.id, c.arguments) for c in out.calls] == [("kept", '{"city": "Paris"}')] and len(out.duplicates) == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sanctum_proxy.codecs import hermes
@@ -125,6 +125,7 @@ MARKERS = ("<think>", "</think>", "[THINK]", "<|START_THINKING|>", "<|END_THINKI
 @FAST
 @given(st.one_of(valid_args, st.fixed_dictionaries({"q": st.lists(
     st.one_of(st.sampled_from(MARKERS), st.text(max_size=5)), max_size=4).map("".join)})))
+@example({"q": "<|channel|>analysis<|message|><|START_ACTION|>"})  # a nameless opener after a reasoning opener
 def test_rendered_hermes_call_is_read_back(args: dict[str, Any]) -> None:
     out = assess({"content": hermes.render_call("search", args)}, BOOK)
     assert [json.loads(c.arguments) for c in out.calls] == [args]

@@ -56,7 +56,7 @@ def test_repeated_full_name_is_not_doubled():
 def test_a_bare_first_call_name_is_held_when_the_family_opens_bare():
     a = Assembler(lead=True)
     shown = [a.feed({"choices": [{"index": 0, "delta": {"content": p}}]})
-             for p in ["special", "_function\n", '{"arg1": 1}']]
+             for p in ["get_car", "_price\n", '{"car_name": "Song"}']]
     assert shown == ["", "", ""]
     b = Assembler(lead=True)
     assert [b.feed({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in ["al", "l\n", "Hi", " there"]] \
@@ -64,8 +64,8 @@ def test_a_bare_first_call_name_is_held_when_the_family_opens_bare():
     c = Assembler(lead=True)
     assert [c.feed({"choices": [{"index": 0, "delta": {"content": p}}]}) for p in ["Hello", " world"]] \
         == ["", "Hello world"]  # a bare word waits one chunk
-    _, plain = feed_all(["special", "_function"])
-    assert plain == ["special", "_function"]  # other families stream as before
+    _, plain = feed_all(["get_car", "_price"])
+    assert plain == ["get_car", "_price"]  # other families stream as before
 
 
 def test_an_offered_tools_bare_name_first_is_held_in_any_family():

@@ -14,7 +14,7 @@ import pytest
 
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair.upstream_errors import classify, quoted_output
-from sanctum_proxy.upstreams.client import upstream_error
+from sanctum_proxy.upstreams.error_mapping import upstream_error
 from tests.fakes.upstream import (
     Step,
     completion,
@@ -181,8 +181,8 @@ def test_a_whole_quoted_output_is_read_without_another_round(proxy, fake):
 def test_a_quote_read_still_counts_towards_the_threshold(make_proxy, fake):
     failure = llama_error("Failed to parse input at pos 0: " + FENCED)
     with httpx.Client(base_url=make_proxy(parse_failure_threshold=2), timeout=20) as client:
-        for _ in range(2):
-            fake[0].push(Step(status=failure[0], body=failure[1]))
+        for checked in (0, 1):  # at the threshold, the proxy's own check request fails to parse too
+            fake[0].push(*[Step(status=failure[0], body=failure[1])] * (1 + checked))
             assert calls_of(post(client)) == PARIS
         fake[0].push(Step(body=completion(PROMPTED)))
         r = post(client)

@@ -102,10 +102,12 @@ def test_streamed_choices_without_tools_pass_through_under_their_index(proxy, fa
 
 
 def test_a_first_round_that_falls_back_is_asked_again_with_n(client, fake):
-    fake[0].push(Step(*LLAMA_NO_JINJA), Step(body=several({"content": HERMES}, {"content": "Sunny."})))
+    refused = Step(*LLAMA_NO_JINJA)
+    fake[0].push(refused, refused, Step(body=several({"content": HERMES}, {"content": "Sunny."})))
     got = client.post("/v1/chat/completions", json={**ASK, "n": 2})
     assert got.status_code == 200, got.text
-    refused, prompted = fake[0].requests
+    refused, checked, prompted = fake[0].requests  # the proxy's own check between them
+    assert checked["tools"][0]["function"]["name"] == "sanctum_check"
     assert refused["n"] == prompted["n"] == 2 and "tools" in refused and "tools" not in prompted
     one, two = got.json()["choices"]
     assert one["message"]["tool_calls"][0]["function"]["name"] == "get_weather"

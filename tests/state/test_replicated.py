@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from sanctum_proxy.state.replicated import SharedState
-from sanctum_proxy.upstreams.auto_mode import ModeBook
+from sanctum_proxy.upstreams.auto_mode import PARSE_FAILURES, ModeBook
 from sanctum_proxy.upstreams.capabilities import Capabilities, CapabilityBook
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion
 from tests.polling import wait_until, wait_until_async
@@ -120,7 +120,7 @@ def test_a_flip_in_one_replica_is_seen_by_the_other(fake, redis_url, replicas):
     upstream, url = fake
     first, second = replicas(redis_url=redis_url), replicas(redis_url=redis_url)
     assert httpx.get(f"{second}/sanctum/status").json()["shared_state"]["connected"] is True
-    upstream.push(Step(*LLAMA_NO_JINJA), Step(body=completion("Checking.")))
+    upstream.push(Step(*LLAMA_NO_JINJA), Step(*LLAMA_NO_JINJA), Step(body=completion("Checking.")))  # and the check
     r = httpx.post(f"{first}/v1/chat/completions", json=ASK, timeout=20)
     assert r.json()["sanctum"]["mode"] == "prompted"
     flipped = [(url + "/v1", "m", "prompted")]
@@ -138,7 +138,7 @@ def test_a_flip_in_one_replica_is_seen_by_the_other(fake, redis_url, replicas):
 def test_without_redis_url_each_replica_decides_alone(fake, replicas):
     upstream, _ = fake
     first, second = replicas(), replicas()
-    upstream.push(Step(*LLAMA_NO_JINJA), Step(body=completion("Checking.")))
+    upstream.push(Step(*LLAMA_NO_JINJA), Step(*LLAMA_NO_JINJA), Step(body=completion("Checking.")))  # and the check
     httpx.post(f"{first}/v1/chat/completions", json=ASK, timeout=20)
     assert len(modes(first)) == 1 and modes(second) == []
     assert httpx.get(f"{second}/sanctum/status").json()["shared_state"] == {"backend": "memory"}
@@ -158,6 +158,7 @@ async def test_tables_share_sets_deletes_and_parse_failure_counts(redis_url):
         assert books[0].parse_failure("u", "n") is False
         await wait_until_async(lambda: books[1].get("u", "n") is not None)
         assert books[1].parse_failure("u", "n") is True  # the second failure, counted on another replica
+        books[1].settle("u", "n", "prompted", PARSE_FAILURES)  # once the proxy's own request confirmed it
         await wait_until_async(lambda: getattr(books[0].get("u", "n"), "mode", None) == "prompted")
 
         one.table("modes").delete(next(k for k, _ in one.table("modes").items()))

@@ -63,8 +63,8 @@ def test_decisions_are_per_model_and_parse_failures_flip_after_threshold():
     book.settle("u", "a", "prompted", "tools_rejected")
     assert book.get("u", "a").mode == "prompted" and book.get("u", "b") is None
     assert book.parse_failure("u", "b") is False
-    assert book.parse_failure("u", "b") is True
-    assert book.get("u", "b").mode == "prompted"
+    assert book.parse_failure("u", "b") is True  # the threshold: the proxy's own request decides the flip
+    assert book.get("u", "b").mode == "native"
 
 
 def test_recheck_forgets_a_prompted_decision():
@@ -199,12 +199,14 @@ LLAMA_TOOL_CHOICE = (
     "rejection", [VLLM_NO_AUTO, GENERIC, LLAMA_TOOL_CHOICE], ids=["vllm", "generic", "tc"]
 )
 def test_every_rejection_signature_is_answered_prompted_on_the_first_try(client, fake, rejection):
-    fake[0].push(Step(status=rejection[0], body=rejection[1]), Step(body=completion(HERMES_ANSWER)))
+    refused = Step(status=rejection[0], body=rejection[1])
+    fake[0].push(refused, refused, Step(body=completion(HERMES_ANSWER)))  # the second: the proxy's own check
     r = post(client)
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "tool_calls"
     omen = r.json()["sanctum"]["omens"][0]
     assert omen["reason"] == "tools_rejected" and omen["upstream_status"] == rejection[0]
-    assert "tools" not in fake[0].requests[1]
+    assert fake[0].requests[1]["tools"][0]["function"]["name"] == "sanctum_check"
+    assert "tools" not in fake[0].requests[2]
 
 
 PARSE_FAILURE = (
@@ -221,10 +223,9 @@ PARSE_FAILURE = (
 
 def test_upstream_parse_failure_is_answered_prompted_and_flips_after_the_threshold(make_proxy, fake):
     with httpx.Client(base_url=make_proxy(parse_failure_threshold=2), timeout=10) as c:
-        for _ in range(2):
-            fake[0].push(
-                Step(status=PARSE_FAILURE[0], body=PARSE_FAILURE[1]), Step(body=completion(HERMES_ANSWER))
-            )
+        failed = Step(status=PARSE_FAILURE[0], body=PARSE_FAILURE[1])
+        for checked in ((), (failed,)):  # at the threshold the proxy's own request fails too
+            fake[0].push(failed, *checked, Step(body=completion(HERMES_ANSWER)))
             r = post(c)
             assert (
                 r.status_code == 200 and r.json()["sanctum"]["omens"][0]["reason"] == "upstream_parse_failure"
