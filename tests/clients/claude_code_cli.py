@@ -1,6 +1,4 @@
-"""Runs Claude Code pinned in tests/agents/claude-code (`claude -p`) against a base URL in its default
-configuration: a dummy key, telemetry, auto-update, error reporting and non-essential traffic off, a temporary
-HOME; `--permission-mode acceptEdits` lets `-p` (no one to ask) write files, as a user of `-p` does."""
+"""Claude Code pinned in tests/agents/claude-code, run as `claude -p` in its default configuration."""
 
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ INSTALL = "run `npm ci` in tests/agents/claude-code (.ci/run does where npm and 
 
 
 def installed() -> bool:
-    """The pinned CLI runs (an install whose postinstall did not put the native binary in place does not)."""
+    """The pinned CLI runs (a failed postinstall leaves no native binary)."""
     try:
         shown = subprocess.run([str(CLI), "--version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
@@ -27,7 +25,8 @@ def installed() -> bool:
 
 
 def run_claude(proxy: str, workdir: str, task: str = TASK, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """`claude -p task` in `workdir` against `proxy` (its root: Claude Code adds /v1/messages)."""
+    """`claude -p task` against `proxy` (its root), a dummy key, telemetry and updates off, HOME temporary;
+    `acceptEdits`, as `-p` asks no one."""
     home = tempfile.mkdtemp(prefix="claude-home-")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "ANTHROPIC_BASE_URL": proxy,
            "ANTHROPIC_API_KEY": "sk-dummy", "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",

@@ -1,8 +1,5 @@
-"""What a client got from the proxy, request by request: an ASGI wrapper around the proxy's app records each
-exchange (request body, status, response body), and `verdict` reads one as the client would: a complete answer
-in the endpoint's own shape, or a clear error. Anything else (a cut stream, an error event inside a 200, a call
-to a tool the request did not offer, arguments that are not a JSON object, an error outside the contract) fails.
-"""
+"""What a client got from the proxy: each exchange recorded around the app, and read by `verdict` as a complete
+answer in the endpoint's shape or a clear error."""
 
 from __future__ import annotations
 
@@ -21,14 +18,14 @@ class Exchange:
     request: bytes = b""
     status: int = 0
     response: bytes = b""
-    done: bool = False  # the response body was closed (more_body false)
-    left: bool = False  # the client went away first (a side request it stopped waiting for)
+    done: bool = False  # the body's last part was sent
+    left: bool = False  # the client went away first
 
     def body(self) -> Any:
         return json.loads(self.request) if self.request else None
 
     def error(self) -> Message:
-        """The error object of an error answer (OpenAI's `error`, Anthropic's `error`)."""
+        """The error object of an error answer."""
         return dict(_json(self.response)["error"])
 
 
@@ -69,8 +66,8 @@ class Recorder:
 
 
 def verdict(exchange: Exchange) -> str:
-    """`answer` (text), `call` (a tool call), the clear error's code, `listing` (GET), or `left` (the client
-    hung up before the end); AssertionError otherwise."""
+    """`answer`, `call`, a clear error's code, `listing` (GET) or `left` (the client hung up); else AssertionError:
+    a cut stream, a call to a tool not offered, arguments that are no object, any other error."""
     if exchange.left and not exchange.done:
         return "left"
     assert exchange.done, f"{exchange.path}: the response never ended"
@@ -90,7 +87,7 @@ def verdict(exchange: Exchange) -> str:
     events = [_json(line[5:]) for line in exchange.response.decode().splitlines()
               if line.startswith("data:") and line[5:].strip() != "[DONE]"]
     failed = [e.get("error", e) for e in events if "error" in e or e.get("type") == "error"]
-    if failed:  # an error mid-stream ends it, in the endpoint's own event (a surrender, the upstream's failure)
+    if failed:  # an error mid-stream ends it
         assert events[-1].get("type") == "response.failed" or "error" in events[-1], events[-2:]
         assert failed[-1].get("code") in CLEAR_ERRORS, failed[-1]
         return str(failed[-1]["code"])

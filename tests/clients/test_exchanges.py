@@ -1,6 +1,5 @@
-"""tests/clients/exchanges.py reads the proxy's real answers (the proxy in front of the scripted fake): a call on
-each endpoint, streamed and not, and a surrender's error; and refuses what the proxy must never send: a cut
-stream, a call to a tool the request did not offer, a call whose arguments are not an object, a 500."""
+"""tests/clients/exchanges.py on the proxy's real answers (in front of the scripted fake): a call and a
+surrender on each endpoint, and what the proxy must never send."""
 
 from __future__ import annotations
 

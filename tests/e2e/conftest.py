@@ -69,9 +69,8 @@ def llama_nojinja() -> Iterator[LlamaServer]:
 
 @pytest.fixture(scope="module")
 def llama_agents() -> Iterator[LlamaServer]:
-    """--no-jinja as the embedded default runs it, at SmolLM2's trained context (8,192 tokens, not 2,048), each
-    answer capped at 512 tokens (`-n`, over a client's max_tokens): a 135M model's repetition can otherwise run
-    until the context is full, minutes on two cores."""
+    """--no-jinja at SmolLM2's trained context (8,192 tokens), answers capped at 512 (`-n` beats max_tokens): the
+    model's repetition otherwise runs until the context is full."""
     yield from _serve(jinja=False, extra_args=("-n", "512"), ctx_size=8192)
 
 

@@ -1,13 +1,9 @@
-"""The seven coding agents, each headless in its default configuration, on one task through the proxy in front of
-the real llama-server: SmolLM2-135M, --no-jinja and `constrain = "always"` as the embedded default runs them, at
-the model's trained context of 8,192 tokens, answers capped at 512 (tests/clients/coding_agents.py,
-claude_code_cli.py and codex_cli.py point each at the proxy; docs/clients.md has the measured runs).
+"""The seven coding agents, headless in their default configuration, on one task through the proxy in front of
+the real llama-server (the embedded default, but at SmolLM2's trained context of 8,192 tokens).
 
-A 135M model does not do the task reliably, so the tests hold what the proxy owes: every request answered with a
-complete answer in its endpoint's shape (a call names an offered tool, its arguments a JSON object) or with a clear
-error (tests/clients/exchanges.py), and the agent ending on its own within the bound. Whether the file got
-written is printed, not asserted. An agent whose request cannot fit the context gets `context_length_exceeded`
-naming both sizes on its first task request, shows it, and exits non-zero.
+The 135M model does not do the task reliably, so the tests hold what the proxy owes: every answer complete and
+valid or a clear error (tests/clients/exchanges.py), and the agent ending by itself within the bound. An agent
+whose request cannot fit gets `context_length_exceeded` naming both sizes and exits non-zero.
 """
 
 from __future__ import annotations
@@ -32,16 +28,16 @@ from tests.conftest import ServerThread
 from tests.polling import wait_until
 
 CONTEXT = 8192
-BOUND = 1200  # seconds an agent may take before its run counts as a hang (opencode took 781 on busy cores)
-# Their first task request, prompted, is longer than 8,192 SmolLM2 tokens (measured; docs/clients.md).
+BOUND = 1200  # seconds before a run counts as a hang
+# Over 8,192 tokens prompted (docs/clients.md).
 TOO_LONG = {"claude-code", "codex", "qwen-code"}
-SHOWN = {"codex": "ran out of room in the model's context window"}  # Codex reads the code and says so itself
+SHOWN = {"codex": "ran out of room in the model's context window"}  # Codex's own words for the code
 NAMES = ["claude-code", "codex", "opencode", "qwen-code", "continue", "goose", "llm"]
 
 
 @pytest.fixture
 def proxy(llama_agents: LlamaServer) -> Iterator[tuple[str, Recorder]]:
-    # read_timeout: a first round of 7,000 tokens takes minutes on two busy cores (the default waits 300 s)
+    # a first round of 7,000 tokens can take minutes on two busy cores
     settings = load_settings({"upstream": llama_agents.base_url, "constrain": "always", "read_timeout": BOUND,
                               "traces_path": ":memory:"})
     recorder = Recorder(create_app(settings))
@@ -61,7 +57,7 @@ def need(name: str) -> None:
 
 
 def run(name: str, root: str, home: Path) -> tuple[int, str]:
-    """The agent's exit status and everything it printed; subprocess.TimeoutExpired past BOUND."""
+    """The exit status and all it printed."""
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)
     if name == "claude-code":
@@ -75,7 +71,7 @@ def run(name: str, root: str, home: Path) -> tuple[int, str]:
 
 
 def task_rounds(recorder: Recorder) -> list[Exchange]:
-    """The agent's requests that offer tools (its task turns, not a title or a memory side request)."""
+    """The requests offering tools (not a title or memory side request)."""
     return [e for e in recorder.rounds() if (e.body() or {}).get("tools")]
 
 
@@ -97,14 +93,14 @@ def test_agent_runs_a_task_through_the_proxy_on_the_real_model(name: str, proxy:
           f"prompt tokens {[prompt_tokens(e) for e in rounds]}, calls {[called(e) for e in rounds]}; file "
           f"written: {written.exists()} {written.read_text()[:80] if written.exists() else ''!r}; "
           f"printed: {printed[-400:]!r}")
-    verdicts = [verdict(e) for e in recorder.exchanges]  # every answer complete and valid, or a clear error
+    verdicts = [verdict(e) for e in recorder.exchanges]
     tasks = task_rounds(recorder)
     assert tasks, (status, printed[-3000:])
     if name in TOO_LONG:
         assert_refused_as_too_long(name, tasks, status, printed)
         return
-    assert {"call", "answer"} & {verdict(t) for t in tasks}, verdicts  # the model's answers reached the agent
-    if status != 0:  # a failure only after an error the agent was given, or its own time limit
+    assert {"call", "answer"} & {verdict(t) for t in tasks}, verdicts
+    if status != 0:  # only after an error, or the agent's own time limit
         assert verdict(rounds[-1]) not in ("call", "answer"), (status, verdicts, printed[-3000:])
 
 
@@ -116,13 +112,13 @@ def readable(exchange: Exchange) -> str:
 
 
 def prompt_tokens(exchange: Exchange) -> int | None:
-    """The prompt's size as the answer's usage (or the error) gives it."""
+    """The prompt's size in the answer's usage or error."""
     found = re.findall(rb'"(?:prompt_tokens|input_tokens)":(\d+)', exchange.response)
     return int(found[-1]) if found else None
 
 
 def called(exchange: Exchange) -> list[str]:
-    """The tools an answer called, by name (for the printed record)."""
+    """The tools an answer called."""
     return [n.decode() for n in re.findall(rb'"name":"(\w+)"', exchange.response)]
 
 
@@ -131,7 +127,7 @@ def assert_refused_as_too_long(name: str, tasks: list[Exchange], status: int, pr
     assert tasks[0].status == 400 and first["code"] == "context_length_exceeded", first
     assert first["context"] == CONTEXT and first["prompt_tokens"] > CONTEXT and first["counted"] is True, first
     assert f"{first['prompt_tokens']} tokens" in first["message"] and f"{CONTEXT} tokens" in first["message"]
-    assert all(verdict(t) == "context_length_exceeded" for t in tasks)  # a retry is refused the same way
+    assert all(verdict(t) == "context_length_exceeded" for t in tasks)
     assert status != 0, printed[-3000:]
-    shown = SHOWN.get(name, f"{first['prompt_tokens']} tokens")  # the proxy's own message, or the agent's word
+    shown = SHOWN.get(name, f"{first['prompt_tokens']} tokens")
     assert shown in printed and (name in SHOWN or f"{CONTEXT} tokens" in printed), printed[-3000:]
