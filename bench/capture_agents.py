@@ -75,7 +75,7 @@ def capture(agent: str, responder: Any, run: Any) -> dict[str, Any]:
 
 
 def claude(url: str, tmp: Path) -> list[str]:
-    from tests.clients.test_claude_code import run_claude
+    from tests.clients.claude_code_cli import run_claude
 
     work = tmp / "work"
     work.mkdir()

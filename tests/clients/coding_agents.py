@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 AGENTS_DIR = Path(__file__).resolve().parents[1] / "agents"
-Runner = Callable[[str, str, Path], subprocess.CompletedProcess[str]]
+Runner = Callable[[str, str, Path, float], subprocess.CompletedProcess[str]]
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,11 @@ class Agent:
             return False
         return self.version in shown.stdout + shown.stderr
 
-    def run(self, base_url: str, task: str, home: Path) -> subprocess.CompletedProcess[str]:
-        """The agent on `task`, its working directory `home / "work"`, against `base_url` (ending in /v1)."""
+    def run(self, base_url: str, task: str, home: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """The agent on `task`, its working directory `home / "work"`, against `base_url` (ending in /v1); a run
+        past `timeout` seconds raises subprocess.TimeoutExpired."""
         (home / "work").mkdir(parents=True, exist_ok=True)
-        return self.runner(base_url, task, home)
+        return self.runner(base_url, task, home, timeout)
 
 
 def _env(home: Path, **more: str) -> dict[str, str]:
@@ -58,13 +59,13 @@ def _env(home: Path, **more: str) -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], home: Path, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    # The timeout only turns a hang into a failure; a passing run takes seconds.
+def _run(argv: list[str], home: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    # The timeout only turns a hang into a failure; a passing run on the scripted fake takes seconds.
     return subprocess.run(argv, cwd=home / "work", env=env, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL, check=False)
 
 
-def run_opencode(base_url: str, task: str, home: Path) -> subprocess.CompletedProcess[str]:
+def run_opencode(base_url: str, task: str, home: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     """`opencode run`, a custom provider (`@ai-sdk/openai-compatible`) in the project's opencode.json."""
     config = {"$schema": "https://opencode.ai/config.json", "model": "sanctum/m", "autoupdate": False,
               "share": "disabled",
@@ -74,36 +75,36 @@ def run_opencode(base_url: str, task: str, home: Path) -> subprocess.CompletedPr
     (home / "work" / "opencode.json").write_text(json.dumps(config))
     env = _env(home, OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_AUTOUPDATE="1",
                OPENCODE_DISABLE_LSP_DOWNLOAD="1", OPENCODE_DISABLE_DEFAULT_PLUGINS="1")
-    return _run([str(OPENCODE.binary), "run", "--print-logs", task], home, env)
+    return _run([str(OPENCODE.binary), "run", "--print-logs", task], home, env, timeout)
 
 
-def run_qwen(base_url: str, task: str, home: Path) -> subprocess.CompletedProcess[str]:
+def run_qwen(base_url: str, task: str, home: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     """`qwen -p` with the OpenAI auth type from OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL, `--yolo` (no one to
     approve a write headless)."""
     env = _env(home, OPENAI_BASE_URL=base_url, OPENAI_API_KEY="sk-dummy", OPENAI_MODEL="m")
-    return _run([str(QWEN.binary), "-p", task, "--auth-type", "openai", "--yolo"], home, env)
+    return _run([str(QWEN.binary), "-p", task, "--auth-type", "openai", "--yolo"], home, env, timeout)
 
 
-def run_continue(base_url: str, task: str, home: Path) -> subprocess.CompletedProcess[str]:
+def run_continue(base_url: str, task: str, home: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     """`cn -p` with a config.yaml naming an `openai` model at `apiBase`; `--allow Write` (headless asks no one)."""
     config = home / "continue.yaml"
     config.write_text(f"name: sanctum\nversion: 1.0.0\nschema: v1\nmodels:\n  - name: m\n    provider: openai\n"
                       f"    model: m\n    apiBase: {base_url}\n    apiKey: sk-dummy\n    roles: [chat, edit, apply]\n")
     env = _env(home, CONTINUE_TELEMETRY_ENABLED="0", CONTINUE_GLOBAL_DIR=str(home / ".continue"))
-    return _run([str(CONTINUE.binary), "-p", task, "--config", str(config), "--allow", "Write"], home, env)
+    return _run([str(CONTINUE.binary), "-p", task, "--config", str(config), "--allow", "Write"], home, env, timeout)
 
 
-def run_goose(base_url: str, task: str, home: Path) -> subprocess.CompletedProcess[str]:
+def run_goose(base_url: str, task: str, home: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     """`goose run -t` with the openai provider from the environment (OPENAI_HOST the origin, OPENAI_BASE_PATH the
     chat path); its default developer extension on, GOOSE_MODE auto (its default)."""
     origin, _, _ = base_url.removesuffix("/").rpartition("/v1")
     env = _env(home, GOOSE_PROVIDER="openai", GOOSE_MODEL="m", OPENAI_API_KEY="sk-dummy", OPENAI_HOST=origin,
                OPENAI_BASE_PATH="v1/chat/completions", GOOSE_DISABLE_KEYRING="1", GOOSE_TELEMETRY_ENABLED="false",
                GOOSE_CLI_THEME="ansi")
-    return _run([str(GOOSE.binary), "run", "--no-session", "-t", task], home, env)
+    return _run([str(GOOSE.binary), "run", "--no-session", "-t", task], home, env, timeout)
 
 
-def run_llm(base_url: str, task: str, home: Path) -> subprocess.CompletedProcess[str]:
+def run_llm(base_url: str, task: str, home: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     """`llm` with an OpenAI-compatible model from extra-openai-models.yaml and llm-tools-patch's tools (`-T Patch`,
     `--chain-limit` at its default)."""
     user = home / "llm"
@@ -112,7 +113,7 @@ def run_llm(base_url: str, task: str, home: Path) -> subprocess.CompletedProcess
                                                    "  supports_tools: true\n  api_key_name: sanctum\n")
     (user / "keys.json").write_text(json.dumps({"sanctum": "sk-dummy"}))
     env = _env(home, LLM_USER_PATH=str(user))
-    return _run([str(LLM.binary), "-m", "sanctum", "-T", "Patch", "--td", task], home, env)
+    return _run([str(LLM.binary), "-m", "sanctum", "-T", "Patch", "--td", task], home, env, timeout)
 
 
 def _llm_binary() -> Path:

@@ -3,51 +3,24 @@ default configuration, `claude -p`, through the proxy's /v1/messages in front of
 model fumbles the Write call (tests/clients/claude_code_model.py): each scenario must end with the file written
 by Claude Code's own Write tool and the model's final answer quoting Write's result.
 
-Claude Code runs with a dummy key, telemetry, auto-update, error reporting and non-essential traffic off, HOME and
-the working directory temporary; `--permission-mode acceptEdits` lets `-p` (no one to ask) write files, as a user
-of `-p` does. The surrender scenario measures the `last_call` default (docs/repair.md, "After the last repair round").
+Claude Code runs as tests/clients/claude_code_cli.py sets it up, in a temporary working directory. The surrender
+scenario measures the `last_call` default (docs/repair.md, "After the last repair round").
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.clients.claude_code_model import FILE, SCENARIOS, TASK, TEXT, ClaudeCodeModel
+from tests.clients.claude_code_cli import CLI, INSTALL, VERSION, installed, run_claude
+from tests.clients.claude_code_model import FILE, SCENARIOS, TEXT, ClaudeCodeModel
 
-CLI = Path(__file__).resolve().parents[1] / "agents" / "claude-code" / "node_modules" / ".bin" / "claude"
-VERSION = "2.1.332"  # tests/agents/claude-code/package.json
-
-
-def installed() -> bool:
-    """The pinned CLI runs (an install whose postinstall did not put the native binary in place does not)."""
-    try:
-        shown = subprocess.run([str(CLI), "--version"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return shown.returncode == 0 and VERSION in shown.stdout
-
-
-pytestmark = pytest.mark.skipif(not installed(), reason=f"Claude Code {VERSION} is not installed ({CLI}): run "
-                                "`npm ci` in tests/agents/claude-code (.ci/run does where npm and the registry work)")
-
-
-def run_claude(proxy: str, workdir: str, task: str = TASK, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    home = tempfile.mkdtemp(prefix="claude-home-")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "ANTHROPIC_BASE_URL": proxy,
-           "ANTHROPIC_API_KEY": "sk-dummy", "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
-           "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
-    try:
-        return subprocess.run([str(CLI), "-p", task, "--permission-mode", "acceptEdits"], cwd=workdir, env=env,
-                              capture_output=True, text=True, timeout=timeout, check=False)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+pytestmark = pytest.mark.skipif(not installed(), reason=f"Claude Code {VERSION} is not installed ({CLI}): {INSTALL}")
 
 
 @pytest.fixture

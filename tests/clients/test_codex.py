@@ -60,7 +60,8 @@ def test_codex_request_reaches_the_upstream_as_a_plain_chat_request(codex_model,
 
 def test_codex_after_a_surrender_retries_then_fails_the_turn(codex_model, tmp_path):
     # With responses_on_surrender = "error" the stream ends with `error` and `response.failed`: Codex reads that as
-    # a dropped stream, sends the same request again (stream_max_retries, 5 by default), then fails the turn.
+    # a dropped stream, sends the same request again (stream_max_retries, 5 by default), then fails the turn. The
+    # surrender memo gives each resend one round.
     base_url, model = codex_model("surrender", responses_on_surrender="error")
     run = run_codex(base_url, TASK, tmp_path)
     assert run.returncode == 1
@@ -69,7 +70,7 @@ def test_codex_after_a_surrender_retries_then_fails_the_turn(codex_model, tmp_pa
     assert not (run.workdir / FILE).exists()
     first = model.requests[0]["messages"]
     attempts = sum(1 for r in model.requests if r["messages"] == first)  # Codex's own request, not a correction
-    assert attempts == 6 and len(model.requests) == 6 * 3  # 1 + 5 retries, each with the proxy's 3 rounds
+    assert attempts == 6 and len(model.requests) == 3 + 5  # the first attempt's 3 rounds, then 1 per resend
 
 
 def test_codex_after_a_surrender_gets_the_last_call_and_its_own_error_keeps_the_session_going(codex_model, tmp_path):

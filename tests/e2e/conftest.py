@@ -32,8 +32,8 @@ def _required() -> bool:
     return os.environ.get("SANCTUM_E2E_REQUIRED") == "1"
 
 
-def _serve(jinja: bool, extra_args: tuple[str, ...] = ()) -> Iterator[LlamaServer]:
-    server = LlamaServer(jinja=jinja, extra_args=extra_args)
+def _serve(jinja: bool, extra_args: tuple[str, ...] = (), ctx_size: int = 2048) -> Iterator[LlamaServer]:
+    server = LlamaServer(jinja=jinja, extra_args=extra_args, ctx_size=ctx_size)
     try:
         server.start()
     except LlamaServerError as exc:
@@ -65,6 +65,13 @@ def llama_jinja() -> Iterator[LlamaServer]:
 def llama_nojinja() -> Iterator[LlamaServer]:
     """llama-server with --no-jinja (legacy templating; any `tools` is a 500)."""
     yield from _serve(jinja=False)
+
+
+@pytest.fixture(scope="module")
+def llama_agents() -> Iterator[LlamaServer]:
+    """--no-jinja at SmolLM2's trained context (8,192 tokens), answers capped at 512 (`-n` beats max_tokens): the
+    model's repetition otherwise runs until the context is full."""
+    yield from _serve(jinja=False, extra_args=("-n", "512"), ctx_size=8192)
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ user's turn); through /v1/messages the proxy merges it into the leading one (pro
 call is answered, streamed and not. POST /v1/messages/count_tokens is llama.cpp's own count of the rendered prompt.
 
 Claude Code itself does not fit the embedded SmolLM2: its default request (12 tools, about 30 KB of tool
-definitions, 7 KB of system text) is about 12,000 tokens once the tools are in the prompt, over the model's
-8,192-token context (measured: llama-server answers "request (11968 tokens) exceeds the available context size
-(8192 tokens)", which Claude Code shows as "Prompt is too long").
+definitions, 7 KB of system text) is 11,642 tokens once the tools are in the prompt, over the model's 8,192-token
+context (tests/e2e/test_coding_agents_real.py: the proxy's context_length_exceeded, which Claude Code shows as
+"Prompt is too long" with the proxy's message).
 """
 
 from __future__ import annotations
