@@ -1,8 +1,8 @@
 """A real llama-server's own tool-parse failure, recovered through the proxy: a template that reads call arguments
 as an object (`supports_object_arguments`) makes llama-server parse the history's arguments
 (common/chat.cpp `workaround::func_args_not_string`), and a call whose arguments are not JSON (one a model cut
-short, sent back by the client) is a 500 `Failed to parse tool call arguments as JSON`. In auto mode the proxy
-asks that request again prompted, writing the history as text itself, streamed or not."""
+short, sent back by the client) is a 500 `Failed to parse tool call arguments as JSON`. The proxy sends such a
+call as text before llama-server sees it (SpellHistoryMended), streamed or not, and the round is answered natively."""
 
 from __future__ import annotations
 
@@ -62,13 +62,15 @@ def test_llama_server_answers_a_broken_history_call_with_its_parse_failure(objec
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_the_proxy_answers_it_prompted(object_arguments_server: LlamaServer, proxy_to: Any, stream: bool):
+def test_the_proxy_sends_the_cut_call_as_text_and_llama_server_answers(object_arguments_server: LlamaServer,
+                                                                       proxy_to: Any, stream: bool):
     url = proxy_to(object_arguments_server)
     with httpx.stream("POST", url + "/v1/chat/completions", json={**ASK, "stream": stream}, timeout=120) as r:
         raw = r.read()
     assert r.status_code == 200, raw[:400]
-    assert r.headers["x-sanctum-spell-calling"] == "prompted"
+    assert r.headers["x-sanctum-spell-calling"] == "native"
     omens = read_stream(raw).omens if stream else orjson.loads(raw)["sanctum"]["omens"]
-    fallback = [o for o in omens if o["type"] == "SpellCallingFallback"]
-    assert fallback and fallback[0]["reason"] == "upstream_parse_failure" and fallback[0]["upstream_status"] == 500
-    assert fallback[0]["message"].startswith("Failed to parse tool call arguments as JSON")
+    assert not [o for o in omens if o["type"] == "SpellCallingFallback"]
+    mended = [o for o in omens if o["type"] == "SpellHistoryMended"]
+    assert [(o["message"], o["spell"], o["as_text"], o["raw"]) for o in mended] == [
+        (1, "get_weather", True, '{"city": "Par')]
