@@ -34,6 +34,17 @@ def unique_rows(count: int) -> str:
     return orjson.dumps({"rows": [{"k": i} for i in range(count)]}).decode()
 
 
+
+def streamed_weather(endpoint: str) -> tuple[str, dict[str, Any]]:
+    """A streamed request offering get_weather, on the endpoint's own path and shape."""
+    if endpoint == "chat":
+        return "/v1/chat/completions", {**ASK, "stream": True, "tools": [tool(WEATHER, "get_weather")]}
+    if endpoint == "responses":
+        return "/v1/responses", {"model": "m", "input": "hi", "stream": True, "tools": [
+            {"type": "function", "name": "get_weather", "parameters": WEATHER}]}
+    return "/v1/messages", {"model": "m", "max_tokens": 64, "stream": True, "tools": [
+        {"name": "get_weather", "input_schema": WEATHER}], "messages": [{"role": "user", "content": "hi"}]}
+
 def test_four_35_kb_unique_items_calls_cost_milliseconds_and_block_no_other_client(make_proxy, fake):
     """A 35 KB call of distinct objects under uniqueItems cost 6 s of CPU in one validation step; four filled the
     CPU pool and another client's request waited 16 s."""
@@ -100,14 +111,7 @@ def test_a_tool_name_and_60000_one_space_deltas_never_block(fake, endpoint, lead
     from tests.conftest import ServerThread
 
     fake[0].push(Step(chunks=space_chunks(lead, 60_000)))
-    if endpoint == "chat":
-        path, body = "/v1/chat/completions", {**ASK, "stream": True, "tools": [tool(WEATHER, "get_weather")]}
-    elif endpoint == "responses":
-        path, body = "/v1/responses", {"model": "m", "input": "hi", "stream": True, "tools": [
-            {"type": "function", "name": "get_weather", "parameters": WEATHER}]}
-    else:
-        path, body = "/v1/messages", {"model": "m", "max_tokens": 64, "stream": True, "tools": [
-            {"name": "get_weather", "input_schema": WEATHER}], "messages": [{"role": "user", "content": "hi"}]}
+    path, body = streamed_weather(endpoint)
     settings = load_settings({"upstream": fake[1] + "/v1", "traces_path": ":memory:", "spell_calling": "native",
                               "max_repair_rounds": 0})
     with ServerThread(create_app(settings)) as server:
@@ -185,14 +189,7 @@ def test_a_long_legal_stream_of_one_held_call_costs_linear_cpu_and_never_blocks(
         "get_weather", '{"city": "' + "a" * (5 * deltas) + '"}', size=5)]
     # sent 2,000 events a write: the proxy finds many buffered at once, and this process stays quiet for /healthz
     fake[0].push(Step(chunks=[b"".join(events[i:i + 2000]) for i in range(0, len(events), 2000)]))
-    if endpoint == "chat":
-        path, body = "/v1/chat/completions", {**ASK, "stream": True, "tools": [tool(WEATHER, "get_weather")]}
-    elif endpoint == "responses":
-        path, body = "/v1/responses", {"model": "m", "input": "hi", "stream": True, "tools": [
-            {"type": "function", "name": "get_weather", "parameters": WEATHER}]}
-    else:
-        path, body = "/v1/messages", {"model": "m", "max_tokens": 64, "stream": True, "tools": [
-            {"name": "get_weather", "input_schema": WEATHER}], "messages": [{"role": "user", "content": "hi"}]}
+    path, body = streamed_weather(endpoint)
     before = process_cpu(pid)
     with Watch(url) as watch, httpx.Client(timeout=120) as client:
         with client.stream("POST", url + path, json=body) as r:
