@@ -1,4 +1,4 @@
-"""Settings: one typed object, read from flags > env (SANCTUM_*) > TOML file > defaults, never at import time."""
+"""Settings, read from flags > env (SANCTUM_*) > TOML file > defaults, never at import."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ Surrender = Literal["error", "content", "last_call"]
 
 
 class UpstreamConfig(BaseModel):
-    """One `[[upstreams]]` entry: a named pool of identical model servers and the models it serves."""
+    """One `[[upstreams]]` entry: a named pool of identical servers and its models."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -57,7 +57,7 @@ class UpstreamConfig(BaseModel):
 
 
 class Settings(BaseSettings):
-    """Every setting of the proxy; TOML keys and SANCTUM_<NAME> env vars share its names."""
+    """Every setting (described in config.example.toml); TOML keys and SANCTUM_<NAME> share its names."""
 
     model_config = SettingsConfigDict(env_prefix="SANCTUM_", extra="forbid", validate_default=True)
 
@@ -68,18 +68,16 @@ class Settings(BaseSettings):
     spell_calling: ToolCalling = "auto"
     max_repair_rounds: int = Field(2, ge=0, le=10)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
-    # after the last repair round: an error, the last raw answer as content, or the last call (per endpoint below)
+    # what the client gets after the last repair round, per endpoint
     on_surrender: Surrender = "last_call"
     messages_on_surrender: Surrender = "last_call"
     responses_on_surrender: Surrender = "last_call"
-    ollama_on_surrender: Surrender = "last_call"  # a native client ends its turn on any error
-    prompt_format: PromptFormat = "auto"  # auto: the upstream's chat template family, else hermes
+    ollama_on_surrender: Surrender = "last_call"
+    prompt_format: PromptFormat = "auto"
     prompt_formats: dict[str, PromptFormat] = Field(default_factory=dict)
     constrain: Literal["off", "repair", "always"] = "repair"
-    # keep: reasoning markup stays in content; split: moved into reasoning_content, streamed live
     reasoning_format: Literal["keep", "split"] = "keep"
     correction_context: Literal["transcript", "fresh"] = "transcript"
-    # with constrain "always": one more single-call round per call, kept when it adds a user value
     follow_up_calls: bool = False
     upstream_api_key: str | None = None
     forward_client_key: bool = False
@@ -87,12 +85,12 @@ class Settings(BaseSettings):
     api_keys_file: str | None = None
     admin_key: str | None = None
     cors_origins: list[str] = Field(default_factory=list)
-    # names besides loopback's the proxy answers for (`Host`; `*.example.com` globs): web/host_check.py
+    # `Host` names besides loopback (globs)
     allowed_hosts: list[str] = Field(default_factory=list)
     max_messages: int = Field(2048, ge=1)
     max_tools: int = Field(128, ge=1)
     max_concurrent_requests: int = Field(256, ge=0)
-    # requests in flight per client key; unset: half of max_concurrent_requests
+    # unset: half of max_concurrent_requests
     max_concurrent_per_key: int | None = Field(None, ge=1)
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     health_check_seconds: float = Field(10.0, gt=0)
@@ -109,19 +107,17 @@ class Settings(BaseSettings):
     header_read_timeout: float = Field(10.0, gt=0, description="seconds a client may take to send its headers")
     max_head_bytes: int = Field(64 * 1024, ge=4096, description="a longer request head is refused (431)")
     answer_write_timeout: float = Field(60.0, gt=0, description="seconds a client may take none of an answer")
-    # requests in flight per process (503 past it) and where slow heads make room; unset: half the open-file limit
+    # unset: half the open-file limit
     max_connections: int | None = Field(None, ge=8)
     probe_capabilities: bool = True
-    # chat rounds to an Ollama backend go to its own /api/chat (upstreams/ollama_wire.py); off: its /v1
+    # Ollama chat rounds go to its /api/chat; off: its /v1
     ollama_native: bool = True
-    # the context Ollama gives a model that nothing sets num_ctx for (its OLLAMA_CONTEXT_LENGTH, else 4096, 32768
-    # or 262144 by VRAM); a longer request gets options.num_ctx raised to fit, up to ollama_max_num_ctx
+    # a longer request gets options.num_ctx raised, up to ollama_max_num_ctx
     ollama_default_num_ctx: int = Field(4096, ge=256)
     ollama_max_num_ctx: int = Field(65536, ge=256)
     probe_timeout: float = Field(3.0, gt=0)
     auto_recheck_seconds: float | None = Field(None, gt=0)
     parse_failure_threshold: int = Field(3, ge=1)
-    # parse failures count toward the threshold for this long; a model they flipped goes back native after the other
     parse_failure_window_seconds: float = Field(600.0, gt=0)
     parse_failure_flip_seconds: float = Field(3600.0, gt=0)
     keepalive_seconds: float = Field(10.0, gt=0)
@@ -134,7 +130,6 @@ class Settings(BaseSettings):
     traces_bodies: bool = True
     traces_queue_bytes: int = Field(32 * 1024 * 1024, ge=0, description="request bytes of traces waiting to be "
                                     "written; past it a trace is queued as metadata only")
-    # POST /v1/responses and /v1/messages: through the round loop (repair) or untouched (pass)
     responses_api: Literal["repair", "pass"] = "repair"
     messages_api: Literal["repair", "pass"] = "repair"
 
@@ -173,7 +168,7 @@ class Settings(BaseSettings):
         return value.lower() if isinstance(value, str) else value
 
     def prompt_format_for(self, model: str) -> str:
-        """The call format for `model`: the first matching `prompt_formats` pattern (fnmatch), else `prompt_format`."""
+        """The first `prompt_formats` pattern matching `model`, else `prompt_format`."""
         matching = (fmt for pattern, fmt in self.prompt_formats.items() if fnmatch.fnmatchcase(model, pattern))
         return next(matching, self.prompt_format)
 
@@ -214,14 +209,14 @@ def load_settings(flags: JSONObject | None = None, config_file: str | Path | Non
             return tuple(sources)
 
     try:
-        loaded = _FromSources()  # type: ignore[call-arg]  # the fields come from the sources, not arguments
-    except Exception as exc:  # pydantic ValidationError or a TOML syntax error
+        loaded = _FromSources()  # type: ignore[call-arg]
+    except Exception as exc:  # validation or TOML syntax
         raise SettingsError(_one_line(exc)) from exc
     return Settings.model_construct(**dict(loaded))  # dict(): nested models stay models
 
 
 _SECRETS = ("key", "keys", "api_key", "api_keys", "admin_key", "upstream_api_key")
-_URLS = ("upstream", "urls", "url", "redis_url")  # shown without credentials, however malformed
+_URLS = ("upstream", "urls", "url", "redis_url")  # shown redacted
 
 
 def _one_line(exc: Exception) -> str:

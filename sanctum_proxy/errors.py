@@ -1,22 +1,4 @@
-"""Every error the proxy answers with, and the one place that turns them into OpenAI error bodies.
-
-    ProxyError
-     ├── InvalidRequest             400 invalid_request_error
-     │    ├── MethodNotAllowed      405
-     │    ├── BodyTooLarge          413
-     │    ├── BodyTimeout           408 request_timeout
-     │    ├── ArrayTooLong          400 array_above_max_length
-     │    ├── ModelNotFound         404 model_not_found
-     │    ├── ContextTooLong        400 context_length_exceeded
-     │    └── NotFound              404 not_found
-     ├── Unauthorized               401 invalid_api_key
-     ├── TooManyRequests            429 rate_limit_exceeded
-     ├── Overloaded                 503 server_error, server_overloaded
-     ├── UpstreamUnreachable        502 upstream_unreachable
-     ├── UpstreamTimeout            504 upstream_timeout
-     ├── UpstreamError              the upstream's status, upstream_error
-     └── ToolCallParseError         422 spell_call_parse_error
-"""
+"""The proxy's errors and their OpenAI error bodies (hierarchy: docs/decisions.md)."""
 
 from __future__ import annotations
 
@@ -77,8 +59,7 @@ class ModelNotFound(InvalidRequest):
 
 
 class ContextTooLong(InvalidRequest):
-    """The prompt is longer than the model's context can be: both sizes named, in the message and as
-    `prompt_tokens` and `context` (`counted`: the upstream's count, else an estimate)."""
+    """The prompt exceeds the model's context; both sizes are named."""
 
     code = "context_length_exceeded"
 
@@ -112,7 +93,7 @@ class TooManyRequests(ProxyError):
 
 
 class Overloaded(ProxyError):
-    """More requests in flight than `max_connections`; OpenAI's own 503 says `server_error` too."""
+    """More requests in flight than `max_connections`."""
 
     status = 503
     code = "server_overloaded"
@@ -159,13 +140,13 @@ _OWN = frozenset({"message", "type", "param", "code", "upstream_status", "upstre
 
 
 def upstream_fields(raw: Any) -> JSONObject:
-    """The upstream's error object (`{"error": {...}}` of OpenAI, llama.cpp and vLLM), or {}."""
+    """The upstream's `{"error": {...}}` object, or {}."""
     error = raw.get("error") if isinstance(raw, dict) else None
     return error if isinstance(error, dict) else {}
 
 
 def inband_status(raw: Any) -> int:
-    """The real status of an in-stream error: llama.cpp and vLLM put it in `code` (500 when none)."""
+    """An in-stream error's status, from its `code` (500 when none)."""
     code = upstream_fields(raw).get("code")
     return code if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599 else 500
 

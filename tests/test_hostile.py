@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from sanctum_proxy.core import lenient_json
+from sanctum_proxy.core import decoded_json, json_fallback, lenient_json
 from sanctum_proxy.repair import schemas
 from tests.fakes.upstream import Step, completion, native_call
 from tests.test_viewer_browser import page as page  # the headless Chromium fixture
@@ -351,10 +351,10 @@ def test_a_10_mb_broken_argument_costs_bounded_memory_and_is_reported():
 
 def test_json_repair_never_sees_more_than_its_cap():
     unrepairable_by_rules = "{'a': 1, 'b': undefined_thing, " + "'k': 'v', " * 3000 + "}"
-    assert len(unrepairable_by_rules) > lenient_json.MAX_FALLBACK_CHARS
-    assert isinstance(lenient_json.decode(unrepairable_by_rules), lenient_json.Undecodable)
+    assert len(unrepairable_by_rules) > json_fallback.MAX_FALLBACK_CHARS
+    assert isinstance(lenient_json.decode(unrepairable_by_rules), decoded_json.Undecodable)
     small = "{'a': 1, 'b': undefined_thing}"
-    assert isinstance(lenient_json.decode(small), lenient_json.Decoded | lenient_json.Undecodable)  # json_repair runs
+    assert isinstance(lenient_json.decode(small), decoded_json.Decoded | decoded_json.Undecodable)  # json_repair runs
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7])

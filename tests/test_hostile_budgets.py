@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from sanctum_proxy.codecs.base import Scanner
-from sanctum_proxy.core import lenient_json
+from sanctum_proxy.core import decoded_json, json_fallback, lenient_json
 from sanctum_proxy.repair import validate
 from sanctum_proxy.repair.grammar import gbnf
 from sanctum_proxy.repair.loop_data import Plan
@@ -354,20 +354,20 @@ def test_calls_of_16k_characters_of_open_brackets_never_block(make_proxy, fake):
 
 def test_one_answer_shares_one_json_repair_budget():
     broken = "{'a': 1, 'b': undefined_thing, " + "'k': 'v', " * 1400 + "}"  # past the cheap rules: json_repair
-    assert 12_000 < len(broken) < lenient_json.MAX_FALLBACK_CHARS
-    with lenient_json.fallback_budget():
+    assert 12_000 < len(broken) < json_fallback.MAX_FALLBACK_CHARS
+    with json_fallback.fallback_budget():
         whys = [lenient_json.decode(broken) for _ in range(5)]
-    over = [w for w in whys if isinstance(w, lenient_json.Undecodable) and "per answer" in w.why]
-    assert len(over) == 5 - lenient_json.MAX_FALLBACK_PER_ANSWER // len(broken) > 0, whys
+    over = [w for w in whys if isinstance(w, decoded_json.Undecodable) and "per answer" in w.why]
+    assert len(over) == 5 - json_fallback.MAX_FALLBACK_PER_ANSWER // len(broken) > 0, whys
     alone = lenient_json.decode(broken)  # outside an answer's budget: only the per-call cap
-    assert not isinstance(alone, lenient_json.Undecodable) or "per answer" not in alone.why
+    assert not isinstance(alone, decoded_json.Undecodable) or "per answer" not in alone.why
 
 
 @pytest.mark.parametrize("text", ["['" + "\\'" * 8000, "[" + '"\\"' * 8000, "[{" * 8000])
 def test_lenient_json_reads_hostile_text_in_one_pass(text):
     """An unclosed string of escaped quotes was retried by the regex from every later quote (4.7 s)."""
     began = time.process_time()
-    assert isinstance(lenient_json.decode(text), lenient_json.Undecodable)
+    assert isinstance(lenient_json.decode(text), decoded_json.Undecodable)
     assert time.process_time() - began < 0.5
 
 

@@ -460,7 +460,7 @@ def test_a_bug_in_a_stream_writer_ends_the_stream_with_an_error_not_zero_bytes(m
 
 @pytest.mark.parametrize(("path", "target", "body"), [
     ("/v1/chat/completions", "sanctum_proxy.routes.chat.completion", ASK),
-    ("/v1/responses", "sanctum_proxy.protocols.responses_api.output_items", {"model": "m", "input": "hi"}),
+    ("/v1/responses", "sanctum_proxy.protocols.responses_output.output_items", {"model": "m", "input": "hi"}),
     ("/v1/messages", "sanctum_proxy.protocols.messages_api.message", {**ASK, "max_tokens": 10}),
 ])
 def test_an_unexpected_exception_is_the_protocols_500_with_the_trace_id(make_proxy, fake, monkeypatch, path,

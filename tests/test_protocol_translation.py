@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.errors import InvalidRequest, ToolCallParseError
-from sanctum_proxy.protocols import messages_api, responses_api
+from sanctum_proxy.protocols import messages_api, responses_output, responses_request
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
@@ -34,25 +34,25 @@ MESSAGE_EVENT: TypeAdapter[Any] = TypeAdapter(RawMessageStreamEvent)
 
 def test_flat_function_tools_and_each_tool_choice_form_become_chat_forms():
     tool = {"type": "function", "name": "get_weather", "description": "d", "parameters": SCHEMA, "strict": True}
-    chat = responses_api.to_chat({"model": "m", "input": "hi", "tools": [tool], "parallel_tool_calls": False,
+    chat = responses_request.to_chat({"model": "m", "input": "hi", "tools": [tool], "parallel_tool_calls": False,
                                   "tool_choice": {"type": "function", "name": "get_weather"}})
     assert chat["tools"] == [{"type": "function", "function": {"name": "get_weather", "description": "d",
                                                                "parameters": SCHEMA, "strict": True}}]
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert chat["parallel_tool_calls"] is False
     for choice in ("none", "auto", "required"):
-        assert responses_api.to_chat({"model": "m", "input": "hi", "tool_choice": choice})["tool_choice"] == choice
+        assert responses_request.to_chat({"model": "m", "input": "hi", "tool_choice": choice})["tool_choice"] == choice
 
 
 def test_allowed_tools_keeps_only_the_listed_tools_with_its_mode():
     tools = [{"type": "function", "name": n, "parameters": SCHEMA} for n in ("a", "b")]
-    chat = responses_api.to_chat({"model": "m", "input": "hi", "tools": tools, "tool_choice": {
+    chat = responses_request.to_chat({"model": "m", "input": "hi", "tools": tools, "tool_choice": {
         "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "b"}]}})
     assert [t["function"]["name"] for t in chat["tools"]] == ["b"] and chat["tool_choice"] == "required"
 
 
 def test_input_items_become_chat_history_with_calls_joined_to_the_text_before_them():
-    chat = responses_api.to_chat({"model": "m", "instructions": "Be brief.", "input": [
+    chat = responses_request.to_chat({"model": "m", "instructions": "Be brief.", "input": [
         {"type": "message", "role": "developer", "content": "Use metric units."},
         {"role": "user", "content": [{"type": "input_text", "text": "Look: "},
                                      {"type": "input_image", "image_url": "data:image/png;base64,AAA"}]},
@@ -73,7 +73,7 @@ def test_input_items_become_chat_history_with_calls_joined_to_the_text_before_th
 
 
 def test_sampling_fields_are_renamed_and_bookkeeping_fields_stay_home():
-    chat = responses_api.to_chat({
+    chat = responses_request.to_chat({
         "model": "m", "input": "hi", "max_output_tokens": 9, "temperature": 0.2, "top_p": 0.9, "store": True,
         "metadata": {"a": "b"}, "include": ["reasoning.encrypted_content"], "truncation": "auto", "top_k": 5,
         "reasoning": {"effort": "low"}, "text": {"format": {"type": "json_schema", "name": "w", "schema": SCHEMA}}})
@@ -96,7 +96,7 @@ def test_sampling_fields_are_renamed_and_bookkeeping_fields_stay_home():
 ])
 def test_what_needs_openai_state_or_servers_is_refused_naming_the_field(body, param):
     with pytest.raises(InvalidRequest) as caught:
-        responses_api.to_chat({"model": "m", "input": "hi", **body})
+        responses_request.to_chat({"model": "m", "input": "hi", **body})
     assert caught.value.param == param and caught.value.status == 400
 
 
@@ -168,7 +168,7 @@ FIELDS = st.dictionaries(st.sampled_from(["input", "instructions", "tools", "too
 
 @given(FIELDS)
 def test_no_body_makes_a_translator_fail_but_with_a_400(body):
-    for to_chat, required in ((responses_api.to_chat, {}), (messages_api.to_chat, {"max_tokens": 5})):
+    for to_chat, required in ((responses_request.to_chat, {}), (messages_api.to_chat, {"max_tokens": 5})):
         try:
             chat = to_chat({"model": "m", **required, **body})
         except InvalidRequest as exc:
@@ -191,17 +191,18 @@ def reply(message: dict[str, Any], finish: str = "stop") -> Reply:
 def test_a_response_with_reasoning_text_and_a_call_is_a_valid_response():
     answer = reply({"role": "assistant", "content": "Checking.", "reasoning_content": "think",
                     "tool_calls": [CALL]}, "tool_calls")
-    base = responses_api.skeleton({"model": "m", "tools": [{"type": "function", "name": "get_weather",
+    base = responses_output.skeleton({"model": "m", "tools": [{"type": "function", "name": "get_weather",
                                                             "parameters": SCHEMA}]}, "x", 1, "m")
-    response = Response.model_validate(responses_api.finished(base, answer, responses_api.output_items(answer, "x")))
+    output = responses_output.output_items(answer, "x")
+    response = Response.model_validate(responses_output.finished(base, answer, output))
     assert [o.type for o in response.output] == ["reasoning", "message", "function_call"]
     assert response.output_text == "Checking." and response.usage is not None and response.usage.total_tokens == 10
 
 
 def test_an_answer_cut_by_max_tokens_is_an_incomplete_response():
     answer = reply({"role": "assistant", "content": "Par"}, "length")
-    response = Response.model_validate(responses_api.finished(responses_api.skeleton({}, "x", 1, "m"), answer,
-                                                              responses_api.output_items(answer, "x")))
+    response = Response.model_validate(responses_output.finished(responses_output.skeleton({}, "x", 1, "m"), answer,
+                                                                 responses_output.output_items(answer, "x")))
     assert response.status == "incomplete" and response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
 
@@ -232,7 +233,7 @@ def events_of(chunks: list[bytes]) -> list[dict[str, Any]]:
 
 
 def test_responses_writer_streams_live_text_then_the_rest_then_calls_in_order():
-    writer = ResponsesWriter(responses_api.skeleton({}, "x", 1, "m"), "x", "t",
+    writer = ResponsesWriter(responses_output.skeleton({}, "x", 1, "m"), "x", "t",
                              lambda f: reply(f.message, f.finish_reason))
     held = writer.render(om.Omen("SpellCallRepaired", 1, {"spell": "get_weather"}))  # sent with the next event
     chunks = [writer.opening(), *held, *writer.render(ContentDelta("Check")),
@@ -253,7 +254,7 @@ def test_responses_writer_streams_live_text_then_the_rest_then_calls_in_order():
 
 
 def test_responses_writer_ends_a_failed_stream_with_error_and_response_failed():
-    writer = ResponsesWriter(responses_api.skeleton({}, "x", 1, "m"), "x", "t",
+    writer = ResponsesWriter(responses_output.skeleton({}, "x", 1, "m"), "x", "t",
                              lambda f: reply(f.message, f.finish_reason))
     events = events_of([writer.opening(), *writer.render(ToolCallParseError("gave up", rounds=3, rejected=[]))])
     for event in events:
@@ -292,7 +293,7 @@ def test_images_in_tool_results_follow_the_tool_messages_as_a_user_message():
     assert [m["role"] for m in chat["messages"]] == ["assistant", "tool", "tool", "user"]
     assert chat["messages"][1]["content"] == "shot"
     assert chat["messages"][3]["content"] == [{"type": "image_url", "image_url": {"url": "http://x/screen.png"}}]
-    chat = responses_api.to_chat({"model": "m", "input": [
+    chat = responses_request.to_chat({"model": "m", "input": [
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": [
             {"type": "input_text", "text": "shot"}, {"type": "input_image", "image_url": "http://x/s.png"}]},
@@ -323,7 +324,7 @@ NAMESPACED = {"type": "namespace", "name": "crm", "description": "CRM tools.", "
 
 
 def test_namespace_functions_are_offered_flat_and_their_history_calls_read_back_flat():
-    chat = responses_api.to_chat({"model": "m", "tools": [NAMESPACED], "input": [
+    chat = responses_request.to_chat({"model": "m", "tools": [NAMESPACED], "input": [
         {"role": "user", "content": "Find Ann."},
         {"type": "function_call", "call_id": "c1", "name": "find", "namespace": "crm", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "namespace": "crm", "output": "Ann: 42"}],
@@ -331,15 +332,15 @@ def test_namespace_functions_are_offered_flat_and_their_history_calls_read_back_
     assert [t["function"]["name"] for t in chat["tools"]] == ["crm__find", "crm__update"]  # Codex's flat names
     assert chat["messages"][1]["tool_calls"][0]["function"]["name"] == "crm__find"
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "crm__find"}}
-    assert responses_api.namespaced_names({"tools": [NAMESPACED]}) == {
+    assert responses_request.namespaced_names({"tools": [NAMESPACED]}) == {
         "crm__find": ("crm", "find"), "crm__update": ("crm", "_update")}
 
 
 def test_allowed_tools_may_name_a_namespace_or_one_of_its_functions():
     tools = [{"type": "function", "name": "f"}, NAMESPACED]
-    whole = responses_api.to_chat({"model": "m", "input": "hi", "tools": tools, "tool_choice": {
+    whole = responses_request.to_chat({"model": "m", "input": "hi", "tools": tools, "tool_choice": {
         "type": "allowed_tools", "mode": "required", "tools": [{"type": "namespace", "name": "crm"}]}})
-    one = responses_api.to_chat({"model": "m", "input": "hi", "tools": tools, "tool_choice": {
+    one = responses_request.to_chat({"model": "m", "input": "hi", "tools": tools, "tool_choice": {
         "type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "find", "namespace": "crm"},
                                                            {"type": "web_search"}]}})
     assert [t["function"]["name"] for t in whole["tools"]] == ["crm__find", "crm__update"]
@@ -355,7 +356,7 @@ def test_allowed_tools_may_name_a_namespace_or_one_of_its_functions():
 ])
 def test_namespace_and_tool_shapes_the_proxy_cannot_serve_are_a_400(tools, param):
     with pytest.raises(InvalidRequest) as caught:
-        responses_api.to_chat({"model": "m", "input": "hi", "tools": tools})
+        responses_request.to_chat({"model": "m", "input": "hi", "tools": tools})
     assert caught.value.param == param
 
 
@@ -364,18 +365,18 @@ def test_namespace_and_tool_shapes_the_proxy_cannot_serve_are_a_400(tools, param
                                   "apply_patch", "tool_search", "some_future_hosted_tool"])
 def test_every_tool_type_but_function_namespace_and_custom_is_left_out(kind):
     body = {"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": kind}]}
-    chat = responses_api.to_chat(body)
+    chat = responses_request.to_chat(body)
     assert [t["function"]["name"] for t in chat["tools"]] == ["f"]
-    [omen] = responses_api.withheld_omens(body)
+    [omen] = responses_request.withheld_omens(body)
     assert omen.to_json()["type"] == "SpellsWithheld" and omen.fields["tools"] == [{"index": 1, "type": kind}]
 
 
 def test_codex_cli_request_as_captured_becomes_a_plain_chat_request():
     # Codex CLI 0.171's first request of `codex exec` (tests/data: long texts trimmed, ids zeroed).
     body = orjson.loads((Path(__file__).parent / "data" / "codex_0.171_request.json").read_bytes())
-    chat = responses_api.to_chat(body)
+    chat = responses_request.to_chat(body)
     assert [m["role"] for m in chat["messages"]] == ["system", "user", "user"]  # two developer messages merged
     assert len(chat["tools"]) == 12 and "multi_agent_v1__spawn_agent" in [t["function"]["name"] for t in chat["tools"]]
     assert set(chat) == {"model", "messages", "tools", "tool_choice", "parallel_tool_calls", "stream"}
-    [omen] = responses_api.withheld_omens(body)
+    [omen] = responses_request.withheld_omens(body)
     assert omen.fields["tools"] == [{"index": 8, "type": "web_search"}]

@@ -1,4 +1,4 @@
-"""What a call format is to the proxy, as one unit, and the registry that holds them by name."""
+"""Call formats (codecs, prompt formats) and their registry."""
 
 from __future__ import annotations
 
@@ -9,40 +9,40 @@ from dataclasses import dataclass
 from sanctum_proxy.core.calls import Found
 from sanctum_proxy.core.shapes import JSONValue
 
-MAX_CANDIDATES = 128  # calls one answer may hold
-MALFORMED = "__malformed_json__"  # the mend of arguments that were not valid JSON
-BARE_COUNTER = "bare_counter_id"  # a call named by a counter: the judge names it by its keys
-POSITIONAL = "positional_arguments"  # a JSON list: named in the order of the tool's properties
-SOLE_VALUE = "sole_value"  # one text value: the tool's one required string
+MAX_CANDIDATES = 128  # per answer
+MALFORMED = "__malformed_json__"  # arguments were not JSON
+BARE_COUNTER = "bare_counter_id"  # named by a counter, not a name
+POSITIONAL = "positional_arguments"
+SOLE_VALUE = "sole_value"
 
 Finder = Callable[[str, frozenset[str]], list[Found]]
 CallWriter = Callable[[str, JSONValue], str]  # (name, arguments)
-ResultWriter = Callable[[str, str, str], str]  # (tool name, call id, result text)
-GrammarWriter = Callable[[str, str], str]  # (tool name, arguments rule) -> one call's GBNF
+ResultWriter = Callable[[str, str, str], str]  # (name, call id, result)
+GrammarWriter = Callable[[str, str], str]  # (name, arguments rule) -> GBNF
 
 
 @dataclass(frozen=True)
 class Codec:
-    name: str  # also its candidates' `source`
+    name: str
     find: Finder
-    starts: tuple[str, ...]  # literal delimiters that may open a call
+    starts: tuple[str, ...]
     rank: int  # reading order, lowest first
-    opens: Callable[[str], bool] | None = None  # the text opens with a call without any delimiter
-    generic: tuple[str, ...] = ()  # starts too common in prose: held only in `shape`
-    shape: str = ""  # regex: a generic opener shaped like a call
-    partial_shape: str = ""  # regex: streamed text that may grow into `shape`
-    holds: tuple[str, ...] = ()  # more delimiters the stream holds at
-    sources: tuple[str, ...] = ()  # other candidate sources it reports
-    lead: tuple[str, str, str] | None = None  # bare-opening regexes (Format.opens_bare): docs/formats.md
-    text_values: bool = False  # values are tag text, typed by the schema without a repair
+    opens: Callable[[str], bool] | None = None
+    generic: tuple[str, ...] = ()  # held only in `shape`
+    shape: str = ""
+    partial_shape: str = ""
+    holds: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    lead: tuple[str, str, str] | None = None
+    text_values: bool = False  # typed by the schema, not a repair
 
 
 class Scanner:
-    """`str.find` for a forward-only reader: each needle's next place is remembered, so it scans the text once."""
+    """`str.find` for a forward-only reader, scanning the text once per needle."""
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self._seen: dict[str, tuple[int, int]] = {}  # needle -> (searched from, found at or -1)
+        self._seen: dict[str, tuple[int, int]] = {}  # needle -> (from, at or -1)
 
     def find(self, needle: str, pos: int, end: int | None = None) -> int:
         """text.find(needle, pos, end)."""
@@ -54,7 +54,7 @@ class Scanner:
 
 
 def blank(text: str, spans: list[Found]) -> str:
-    """The text with these spans blanked, positions kept, for the next reader."""
+    """The text with these spans blanked, positions kept."""
     pieces: list[str] = []
     pos = 0
     for f in sorted(spans, key=lambda f: f.start):
@@ -66,7 +66,7 @@ def blank(text: str, spans: list[Found]) -> str:
 
 
 RESULT_OPENER = "<tool_response"
-# The tags `tool_response` writes, as a model echoes them into its answer (repair/prompted.without_result_tags).
+# `tool_response` tags a model echoes into its answer.
 RESULT_TAGS = re.compile(
     r'<tool_response(?: name="[^"<>\n]*")?(?: id="[^"<>\n]*")?>[ \t]*\n?|\n?[ \t]*</tool_response>')
 
@@ -78,25 +78,25 @@ def tool_response(name: str, call_id: str, text: str) -> str:
 
 @dataclass(frozen=True)
 class Format:
-    name: str  # the value of `prompt_format`
-    codec: str  # the codec that reads it back
+    name: str
+    codec: str
     render_call: CallWriter
     render_result: ResultWriter = tool_response
-    instructions: str = ""  # how-to-call paragraph, %s: tool name, example arguments
-    detect: Callable[[str], bool] | None = None  # a chat template shows the model was trained on it
+    instructions: str = ""
+    detect: Callable[[str], bool] | None = None
     detect_rank: int = 100  # most specific first
-    families: tuple[str, ...] = ()  # Ollama's `details.family` names
-    opens_bare: bool = False  # answers open with `NAME\n{`
-    selectable: bool = True  # a value of `prompt_format`
-    grammar: GrammarWriter | None = None  # one call's GBNF, for constrained rounds
-    as_asked: frozenset[str] = frozenset()  # mends that are none when this format was asked for
+    families: tuple[str, ...] = ()  # Ollama's `details.family`
+    opens_bare: bool = False
+    selectable: bool = True
+    grammar: GrammarWriter | None = None
+    as_asked: frozenset[str] = frozenset()  # mends that are none in this format
 
 
-_ARGUMENTS = "\x00SANCTUM_ARGUMENTS\x00"  # not JSON: a CallWriter keeps it verbatim
+_ARGUMENTS = "\x00SANCTUM_ARGUMENTS\x00"  # not JSON: kept verbatim
 
 
 def json_between(render: CallWriter) -> GrammarWriter:
-    """The grammar of a call written as plain text around its arguments' JSON."""
+    """The grammar of a call written as text around its arguments' JSON."""
     def call(name: str, arguments: str) -> str:
         prefix, _, suffix = render(name, _ARGUMENTS).partition(_ARGUMENTS)
         return " ".join(p for p in (gbnf_literal(prefix), arguments, gbnf_literal(suffix)) if p != '""')

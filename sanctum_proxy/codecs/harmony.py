@@ -8,7 +8,9 @@ from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text
 from sanctum_proxy.core.calls import Candidate, Found
-from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.core.decoded_json import Decoded
+from sanctum_proxy.core.json_scan import value_end
+from sanctum_proxy.core.lenient_json import decode
 from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "harmony"

@@ -12,7 +12,9 @@ from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, json_betwee
 from sanctum_proxy.codecs.writing import json_call
 from sanctum_proxy.core import loose_json
 from sanctum_proxy.core.calls import Candidate, Found
-from sanctum_proxy.core.lenient_json import Decoded, decode, value_end
+from sanctum_proxy.core.decoded_json import Decoded
+from sanctum_proxy.core.json_scan import value_end
+from sanctum_proxy.core.lenient_json import decode
 from sanctum_proxy.core.shapes import JSONValue
 from sanctum_proxy.core.tool_names import resolve_name
 

@@ -8,7 +8,7 @@ from sanctum_proxy.codecs import json_blocks, qwen_xml
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import pairs, to_json
 from sanctum_proxy.core.calls import Candidate, Found
-from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.json_scan import value_end
 from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "minimax"

@@ -12,7 +12,7 @@ from sanctum_proxy.codecs import hermes, json_blocks, python_scan
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, Codec, Format, register, register_format, template_has
 from sanctum_proxy.codecs.writing import as_object, to_json
 from sanctum_proxy.core.calls import Candidate, Found
-from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.json_scan import value_end
 from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "pythonic"

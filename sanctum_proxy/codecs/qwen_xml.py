@@ -8,7 +8,7 @@ from sanctum_proxy.codecs import json_blocks
 from sanctum_proxy.codecs.base import Codec, Format, Scanner, register, register_format, template_has
 from sanctum_proxy.codecs.writing import arguments_text, pairs
 from sanctum_proxy.core.calls import Candidate, Found
-from sanctum_proxy.core.lenient_json import value_end
+from sanctum_proxy.core.json_scan import value_end
 from sanctum_proxy.core.shapes import JSONValue
 
 NAME = "qwen_xml"

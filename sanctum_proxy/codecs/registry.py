@@ -30,7 +30,7 @@ from sanctum_proxy.codecs import (  # noqa: F401  (imported to register)
 )
 from sanctum_proxy.codecs.base import MAX_CANDIDATES, RESULT_OPENER, Codec, Format, blank, codecs, formats
 from sanctum_proxy.core.calls import Found
-from sanctum_proxy.core.lenient_json import forget_scans
+from sanctum_proxy.core.json_scan import forget_scans
 from sanctum_proxy.core.shapes import JSONValue
 
 # Reasoning-claiming codecs first, so no call inside reasoning is read; GLM before Hermes (both: <tool_call>).

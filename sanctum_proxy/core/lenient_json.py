@@ -1,44 +1,19 @@
-"""One JSON value out of text a model wrote, and where such a value ends.
+"""One JSON value out of text a model wrote: strict JSON, then lossless rewrite rules, then the json_repair fallback.
 
-`decode` tries strict JSON, then lossless rewrite rules, then `json_repair` where it invents nothing; it names the
-mends it made.
+`decode` names the mends it made and invents nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 import re
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import json_repair
+from sanctum_proxy.core.decoded_json import CLOSER, MAX_DEPTH, Decoded, Undecodable
+from sanctum_proxy.core.json_fallback import by_json_repair
 
-MAX_DEPTH = 200
-# json_repair is slow pure Python: past this only the cheap rules run.
-MAX_FALLBACK_CHARS = 16_000
-# One answer's calls share this many json_repair characters (`fallback_budget`).
-MAX_FALLBACK_PER_ANSWER = 48_000
-_FALLBACK_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("sanctum_json_repair_left",
-                                                                                  default=None)
 # Past this only strict JSON is read; max_repair_bytes overrides it.
 MAX_REPAIR_CHARS = 64 * 1024
-
-_CLOSER = {"{": "}", "[": "]", "(": ")"}
-
-
-@dataclass(frozen=True)
-class Decoded:
-    value: Any
-    repairs: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Undecodable:
-    why: str
 
 
 class _NeedsFallback(Exception):
@@ -96,7 +71,7 @@ def _mend(text: str) -> Decoded | Undecodable:
     try:
         return _finish(_rewrite(s, repairs), repairs)
     except _NeedsFallback:
-        return _by_json_repair(s, repairs)
+        return by_json_repair(s, repairs)
 
 
 # An optional closing quote keeps an unclosed string from matching at every later quote.
@@ -188,12 +163,12 @@ class _Writer:
             self.stack.append(tok)
             self.emit(tok)
             return False
-        if tok not in (_CLOSER[o] for o in self.stack):
+        if tok not in (CLOSER[o] for o in self.stack):
             self.repairs["extra_braces"] = None
             return not self.stack
-        while _CLOSER[self.stack[-1]] != tok:
+        while CLOSER[self.stack[-1]] != tok:
             self.repairs["mismatched_braces"] = None
-            self.close(_CLOSER[self.stack[-1]])
+            self.close(CLOSER[self.stack[-1]])
         self.close(tok)
         return not self.stack
 
@@ -226,7 +201,7 @@ def _rewrite(s: str, repairs: dict[str, None]) -> str | Undecodable:
     if w.stack:
         repairs["unclosed_braces"] = None
         while w.stack:
-            w.close(_CLOSER[w.stack[-1]])
+            w.close(CLOSER[w.stack[-1]])
     return "".join(w.out)
 
 
@@ -287,162 +262,3 @@ def _word(tok: str, s: str, end: int, repairs: dict[str, None]) -> str:
         repairs["unquoted_keys"] = None
         return json.dumps(tok)
     raise _NeedsFallback
-
-
-@contextlib.contextmanager
-def fallback_budget(chars: int = MAX_FALLBACK_PER_ANSWER) -> Iterator[None]:
-    """Every `decode` inside shares `chars` characters of json_repair."""
-    token = _FALLBACK_LEFT.set([chars])
-    try:
-        yield
-    finally:
-        _FALLBACK_LEFT.reset(token)
-
-
-_BRACKETS = re.compile(r"""\"(?:[^"\\]|\\.)*\"?|'(?:[^'\\]|\\.)*'?|[{}\[\]]""", re.S)  # linear: see _QUICK
-
-
-def _nesting(s: str) -> int:
-    """How deep brackets outside strings go (linear; an unclosed bracket counts)."""
-    depth = deepest = 0
-    for m in _BRACKETS.finditer(s):
-        tok = m.group()
-        if tok in "{[":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif tok in "}]":
-            depth = max(0, depth - 1)
-    return deepest
-
-
-def _by_json_repair(s: str, repairs: dict[str, None]) -> Decoded | Undecodable:
-    if len(s) > MAX_FALLBACK_CHARS:
-        return Undecodable("the JSON is broken beyond the local rules")
-    if _nesting(s) > MAX_DEPTH:  # json_repair recurses per level
-        return Undecodable("the JSON is nested too deeply")
-    left = _FALLBACK_LEFT.get()
-    if left is not None:
-        if len(s) > left[0]:
-            return Undecodable(f"the answer's broken JSON is over the {MAX_FALLBACK_PER_ANSWER} characters the "
-                               "proxy repairs per answer with json_repair")
-        left[0] -= len(s)
-    try:
-        value, log = json_repair.repair_json(s, return_objects=True, logging=True)
-    except (ValueError, RecursionError, IndexError, TypeError, AssertionError):  # json_repair asserts on some
-        return Undecodable("the JSON could not be repaired")
-    if any("closing quote" in str(entry.get("text", "")) for entry in log):
-        return Undecodable("a string value is cut off")
-    if not isinstance(value, dict | list) or not value:
-        return Undecodable("the JSON could not be repaired")
-    if _invents(value, s):
-        return Undecodable("repairing the JSON would invent values that are not in the text")
-    repairs["json_repair"] = None
-    return Decoded(value, tuple(repairs))
-
-
-def _invents(value: Any, text: str) -> bool:
-    """True when the repaired value holds a string or null the text lacks."""
-    todo: list[Any] = [value]
-    while todo:
-        v = todo.pop()
-        if isinstance(v, dict):
-            todo.extend(v.keys())
-            todo.extend(v.values())
-        elif isinstance(v, list):
-            todo.extend(v)
-        elif isinstance(v, str):
-            if not v:
-                if '""' not in text and "''" not in text:
-                    return True
-            elif v not in text and json.dumps(v, ensure_ascii=False)[1:-1] not in text:
-                return True
-        elif v is None and "null" not in text and "None" not in text:
-            return True
-    return False
-
-
-SCAN_TOKENS_PER_CHAR = 0.5  # value_end's budget on one text
-SCAN_TOKENS_BASE = 100_000
-_STRUCTURE = re.compile(r"""[{}\[\]"']""")
-_STRUCTURE_PARENS = re.compile(r"""[{}\[\]()"']""")
-
-
-def value_end(text: str, start: int, *, parens: bool = False) -> int | None:
-    """Index just past the bracket closing the one at `start`, or None.
-
-    All calls on one text share a scan budget so many openers stay linear; once spent, no more values are read.
-    """
-    quotes = _quotes_of(text)
-    stack: list[str] = []
-    search = (_STRUCTURE_PARENS if parens else _STRUCTURE).search
-    pos = start
-    while (m := search(text, pos)) is not None:
-        quotes.tokens_left -= 1
-        if quotes.tokens_left < 0:
-            return None  # scan budget spent
-        tok = m.group()
-        if tok in "\"'":
-            close = quotes.close(m.start(), tok)
-            if close is None:
-                return None  # a quote that never closes
-            pos = close + 1
-            continue
-        pos = m.end()
-        if tok in "{[(":
-            if len(stack) >= MAX_DEPTH:
-                return None
-            stack.append(tok)
-        elif not stack or _CLOSER[stack.pop()] != tok:
-            return None
-        if not stack:
-            return pos
-    return None
-
-
-_QUOTE = re.compile(r"""["']""")
-
-
-class _Quotes:
-    """Where each string opened at a quote closes, found once per text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self._closes: dict[int, int | None] = {}
-        self._unclosed_from = {'"': len(text), "'": len(text)}
-        self.tokens_left = int(len(text) * SCAN_TOKENS_PER_CHAR) + SCAN_TOKENS_BASE
-
-    def close(self, at: int, quote: str) -> int | None:
-        if at in self._closes:
-            return self._closes[at]
-        if at >= self._unclosed_from[quote]:
-            return None
-        text, pos, found = self.text, at + 1, None
-        while (end := text.find(quote, pos)) >= 0 and self.tokens_left > 0:
-            self.tokens_left -= 1  # an escaped quote costs budget too
-            run = end
-            while run > at + 1 and text[run - 1] == "\\":
-                run -= 1
-            if (end - run) % 2 == 0:
-                found = end
-                break
-            pos = end + 1
-        if found is None and end < 0:
-            self._unclosed_from[quote] = min(self._unclosed_from[quote], at)
-        self._closes[at] = found
-        return found
-
-
-_LAST = threading.local()
-
-
-def forget_scans() -> None:
-    """Let go of the text the last scans kept (maybe megabytes)."""
-    _LAST.quotes = None
-
-
-def _quotes_of(text: str) -> _Quotes:
-    """The text's _Quotes, kept for the next call on the same text."""
-    quotes: _Quotes | None = getattr(_LAST, "quotes", None)
-    if quotes is None or quotes.text is not text:
-        quotes = _LAST.quotes = _Quotes(text)
-    return quotes

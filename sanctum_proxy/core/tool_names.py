@@ -29,7 +29,7 @@ def resolve_name(written: str, names: tuple[str, ...]) -> tuple[str | None, tupl
 def _resolve(written: str, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
     repairs: list[str] = []
     name = written
-    if "<|" in name and name.split("<|", 1)[0].strip():  # `get_weather<|channel|>commentary` (vllm-project/vllm#32587)
+    if "<|" in name and name.split("<|", 1)[0].strip():  # `get_weather<|channel|>commentary`
         name = name.split("<|", 1)[0]
         repairs.append("name_special_tokens")
     if name.strip() != name:

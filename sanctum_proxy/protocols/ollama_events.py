@@ -1,13 +1,4 @@
-"""The streamed answer of POST /api/chat: the round loop's events as Ollama's NDJSON objects, one per line.
-
-    live text   {"message": {"role": "assistant", "content": ...}, "done": false}
-    reasoning   the same with `thinking` (and empty content), as it arrives
-    the Final   the text and reasoning not streamed yet; the calls whole, arguments as objects, in one object;
-                then the last object: empty content, `done_reason`, `done: true`, the counters and `sanctum`
-    an error    {"error": "<text>"}, after which the stream ends
-    quiet       an object with empty content while hidden correction rounds run (NDJSON has no comment line)
-Omens travel in the last object's `sanctum` (and the headers); none goes out alone.
-"""
+"""The round loop's events as POST /api/chat's streamed NDJSON (shapes: docs/decisions.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The round loop's answer as the translated protocols read it: text, calls, reasoning, why it ended, tokens."""
+"""The round loop's answer as the translated protocols read it."""
 
 from __future__ import annotations
 
@@ -20,23 +20,23 @@ class Reply:
     text: str
     calls: tuple[ToolCall, ...]
     reasoning: str
-    finish_reason: str  # the chat finish_reason
+    finish_reason: str
     input_tokens: int
     output_tokens: int
-    refusal: str = ""  # the model declined
-    logprobs: tuple[JSONObject, ...] = ()  # the content tokens', as the chat answer carried them
-    cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens
-    reasoning_tokens: int = 0  # usage.completion_tokens_details.reasoning_tokens
-    model: str = ""  # "" when the upstream sent none
+    refusal: str = ""
+    logprobs: tuple[JSONObject, ...] = ()
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    model: str = ""
 
     @classmethod
     def of(cls, message: Mapping[str, object], finish_reason: str, usage: Mapping[str, object] | None,
            accepted: Mapping[str, object] | None = None, *, logprobs: JSONValue = None,
            model: JSONValue = None) -> Reply:
-        """`accepted` is the accepted round's raw answer, whose reasoning the repaired message drops."""
+        """`accepted`: the raw answer whose reasoning the repaired message drops."""
         reasoning = next((m.get(f) for m in (message, accepted or {}) for f in ("reasoning_content", "reasoning")
                           if isinstance(m.get(f), str) and m.get(f)), None)
-        listed = message.get("tool_calls") or []  # the calls the loop settled
+        listed = message.get("tool_calls") or []
         calls = tuple(ToolCall.from_wire(c, i) for i, c in enumerate(cast(Sequence[JSONValue], listed))
                       if isinstance(c, dict))
         usage = usage or {}
@@ -61,7 +61,7 @@ def _count(value: JSONValue) -> int:
 
 
 def arguments_object(arguments: str) -> dict[str, JSONValue]:
-    """A call's arguments as an object; {} unless valid JSON (the loop lets only objects through)."""
+    """A call's arguments as an object; {} unless valid JSON."""
     try:
         value = orjson.loads(arguments)
     except orjson.JSONDecodeError:
@@ -70,8 +70,7 @@ def arguments_object(arguments: str) -> dict[str, JSONValue]:
 
 
 def held_back(held: Accumulated, text: str) -> str:
-    """What to send now of live text after `held` whitespace: trailing whitespace waits, since a call taken out takes
-    it."""
+    """Live text to send now; trailing whitespace waits, as a call taken out takes it."""
     body = text.rstrip()
     if not body:
         held += text
@@ -82,16 +81,16 @@ def held_back(held: Accumulated, text: str) -> str:
 
 
 class LiveText:
-    """A stream's live text: trailing whitespace held back and, when splitting, reasoning markup taken out."""
+    """A stream's live text, with reasoning optionally split out."""
 
     def __init__(self, split_reasoning: bool = False) -> None:
         self.splitter = reasoning.Splitter(reasoning.MARKERS if split_reasoning else reasoning.UNRENDERED)
         self.shown = Accumulated()
-        self.raw = Accumulated()  # markup in
+        self.raw = Accumulated()
         self.held = Accumulated()
 
     def feed(self, text: str) -> list[tuple[str, str]]:
-        """The (field, text) pieces to send now of a live delta, content or (when splitting) reasoning_content."""
+        """The (field, text) pieces to send now of a live delta."""
         return self.split(self.take(text))
 
     def take(self, text: str) -> str:
@@ -101,7 +100,7 @@ class LiveText:
         return text
 
     def split(self, text: str) -> list[tuple[str, str]]:
-        """Text as (field, text) pieces, reasoning markup out when splitting (a partial marker waits)."""
+        """Text as (field, text) pieces."""
         if self.splitter is None:
             pieces = [("content", text)] if text else []
         else:
@@ -110,19 +109,19 @@ class LiveText:
         return pieces
 
     def flush(self) -> list[tuple[str, str]]:
-        """The end of the text: the splitter's partial marker, text after all."""
+        """The splitter's held partial marker, as text."""
         pieces = self.splitter.flush() if self.splitter is not None else []
         self.shown += "".join(t for field, t in pieces if field == "content")
         return pieces
 
     def unsent(self, final_content: str) -> str:
-        """What of the answer's content is left to send; counted as sent."""
+        """The answer's content left to send, counted as sent."""
         rest = rest_after(str(self.raw), str(self.held), final_content)
         self.raw += rest
         return rest
 
     def rest(self, final_content: Any, text: str) -> str:
-        """What of the answer's `text` is left to send; `final_content` is read when splitting."""
+        """The answer's `text` left to send."""
         if self.splitter is None:
             return rest_after(str(self.shown), str(self.held), text)
         raw = content_text(final_content)
@@ -132,7 +131,7 @@ class LiveText:
 
 
 class Thought:
-    """A translated stream's reasoning: live in its own first item or block, or held (`late`) once the text began."""
+    """A translated stream's reasoning: live, or `late` once the text began."""
 
     def __init__(self) -> None:
         self.live = Accumulated()
@@ -143,13 +142,13 @@ class Thought:
         return str(self.live) + str(self.late)
 
     def rest(self, reply_reasoning: str) -> str:
-        """The answer's reasoning the stream has not carried, or nothing when a hidden round answered."""
+        """The answer's reasoning not yet streamed ("" after a hidden round)."""
         sent = self.sent
         return reply_reasoning[len(sent):] if reply_reasoning.startswith(sent) else ""
 
 
 def rest_after(shown: str, held: str, final: str) -> str:
-    """The final text left after `shown` and `held` whitespace: the rest if it continues, else `streaming.unseen`."""
+    """The final text left after `shown` and `held` whitespace."""
     if final.startswith(shown):
         return final[len(shown):]
     rest = unseen(shown + held, final)

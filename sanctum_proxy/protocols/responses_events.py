@@ -17,7 +17,7 @@ from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.accumulated import Accumulated
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError
-from sanctum_proxy.protocols import responses_api as api
+from sanctum_proxy.protocols import responses_output as api
 from sanctum_proxy.protocols.reply import LiveText, Reply, Thought
 from sanctum_proxy.protocols.stream_writer import StreamWriter
 from sanctum_proxy.repair.loop_data import ContentDelta, FieldDelta, Final

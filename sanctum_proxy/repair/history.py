@@ -8,7 +8,7 @@ from typing import cast
 
 import orjson
 
-from sanctum_proxy.core import lenient_json
+from sanctum_proxy.core import decoded_json, lenient_json
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.shapes import ChatMessage, JSONObject, JSONValue
 from sanctum_proxy.repair import prompted
@@ -64,8 +64,8 @@ def _fixes(position: int, message: JSONValue) -> list[Mended]:
             continue
         assert isinstance(call, dict) and isinstance(function, dict)
         decoded = lenient_json.decode(arguments)
-        readable = isinstance(decoded, lenient_json.Decoded) and isinstance(decoded.value, dict)
-        repairs = list(decoded.repairs) if isinstance(decoded, lenient_json.Decoded) and readable else []
+        readable = isinstance(decoded, decoded_json.Decoded) and isinstance(decoded.value, dict)
+        repairs = list(decoded.repairs) if isinstance(decoded, decoded_json.Decoded) and readable else []
         text = orjson.dumps(decoded.value).decode() if readable else None  # type: ignore[union-attr]
         omen = om.history_mended(position, str(function.get("name") or ""), str(call.get("id") or ""),
                                  repairs, arguments, as_text=not readable)

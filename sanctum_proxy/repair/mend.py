@@ -18,7 +18,9 @@ from sanctum_proxy.codecs.base import BARE_COUNTER, MALFORMED, MAX_CANDIDATES, P
 from sanctum_proxy.codecs.registry import TEXT_VALUED, find_calls
 from sanctum_proxy.core import loose_json, reasoning
 from sanctum_proxy.core.calls import Assessment, Candidate, Found, Problem, Repair, ToolCall, content_text, new_call_id
-from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode, fallback_budget, strict
+from sanctum_proxy.core.decoded_json import Decoded
+from sanctum_proxy.core.json_fallback import fallback_budget
+from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, decode, strict
 from sanctum_proxy.core.shapes import ChatMessage, JSONObject, JSONValue
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import coerce

@@ -1,11 +1,4 @@
-"""The incremental assembler: fed upstream chunks, it says which content may reach the client now and
-accumulates the whole answer for the repair tiers. Pure: no I/O.
-
-Content is released as it arrives, except text that may start a call format: a partial delimiter at the
-end of the text (`<tool_` of `<tool_call>`) is held until the next chunk shows it is not one; a complete
-delimiter holds everything after it until the round ends, when the same `assess` as non-streaming decides.
-So streamed and non-streamed answers give identical calls by construction.
-"""
+"""Incremental assembler: releases streamed content that cannot start a call, holds the rest (pure)."""
 
 from __future__ import annotations
 
@@ -22,21 +15,13 @@ from sanctum_proxy.core.shapes import AnswerMeta, ChatMessage, JSONObject, JSONV
 from sanctum_proxy.repair import constrain
 
 _CHUNK_OWN = frozenset({"id", "object", "created", "model", "system_fingerprint", "choices", "usage", "sanctum"})
-# Text fields of a delta that are never read for calls: passed to the client live, as they came.
+# Delta text fields never read for calls: passed on live.
 PASSED = (*reasoning.FIELDS, "refusal")
-# What may open a call in content, as the codecs declare it (codecs/base.py): their delimiters, held at once;
-# their generic openers (`{`, `[`, a bare fence) held only in the shapes a call takes, so braces and brackets
-# in prose flow on.
 STARTS = stream_starts()
 _OPENER, _PARTIAL_OPENER, _GENERIC_FIRSTS = stream_shapes()
-# How far back the end of the text may still grow into a call-shaped generic opener: Gemma 4's `call:NAME{`
-# with a name of up to 256 characters (a shorter reach let a long name stream out as prose).
+# Gemma 4's `call:NAME{` with a name of up to 256 characters.
 _SHAPE_REACH = len("call:") + 256
-# How far back a key-value line's start may be while its `key="` still comes (a name, a blank, a key).
 _LINE_REACH = 256 + 72
-# A family whose generation prompt already holds the first call marker (Functionary v3.2 ends it with `>>>`)
-# answers with `all\n` before text or `NAME\n{...}` for a call, nothing before: with `lead`, the first line
-# is held until it shows which (a bare word waits for the next chunk).
 _LEAD_PARTIAL, _LEAD_TEXT, _LEAD_CALL = stream_lead()
 _FIRST_WORD = re.compile(r"\s*([A-Za-z_][\w.\-]{0,255})")
 _BLANKS = re.compile(r"\s*")
@@ -47,21 +32,19 @@ _MAX_WORD = 256
 
 @dataclass
 class _LeadScan:
-    """The first line of an answer read as it grows, each character once: blanks, a word (a tool name, or the
-    start of one), blanks. Equal to matching `_LEAD_PARTIAL` and `_FIRST_WORD` on the whole text, without
-    re-reading it on every delta (a name and 60,000 one-space deltas were quadratic)."""
+    """The answer's first line (blanks, word, blanks), scanned once per character rather than per delta."""
 
     word: list[str] = field(default_factory=list)
-    phase: str = "blank"  # blank, word, after (blanks after the word)
-    broken: bool = False  # the text no longer fits `_LEAD_PARTIAL`
-    newline: bool = False  # a newline anywhere
-    beyond: bool = False  # something after the word other than spaces and tabs
+    phase: str = "blank"  # blank, word, after
+    broken: bool = False
+    newline: bool = False
+    beyond: bool = False
     length: int = 0
 
     def feed(self, text: str) -> None:
         while text and not self.broken:
             if self.phase == "word":
-                grown = _WORD_REST.match(text).end()  # type: ignore[union-attr]  # it matches ""
+                grown = _WORD_REST.match(text).end()  # type: ignore[union-attr]
                 self.word.append(text[:grown])
                 self.length += grown
                 text = text[grown:]
@@ -83,9 +66,9 @@ class _LeadScan:
                 self.phase = "word"
 
     def may_name(self, names: frozenset[str]) -> bool:
-        """Whether the first word is (or may still grow into) one of `names` (as `Assembler._may_be_named`)."""
+        """Whether the first word is, or may grow into, one of `names`."""
         if self.phase == "blank":
-            return True  # only blanks yet
+            return True
         first = "".join(self.word)[:_MAX_WORD].lower()
         if self.beyond or self.newline:
             return first in {n.lower() for n in names}
@@ -93,15 +76,13 @@ class _LeadScan:
 
 
 def with_tools(names: frozenset[str] | set[str]) -> tuple[str, ...]:
-    """The starts a round with these tools holds at: the codecs' and each tool's `NAME(` (a bare pythonic call
-    line, codecs/pythonic.py). An answer opening with `NAME\n` is held by `Assembler.names` (`_lead`)."""
+    """The starts a round with these tools holds at: the codecs' plus each tool's `NAME(`."""
     return STARTS + tuple(f"{name}(" for name in sorted(names)) + job_lines.stream_starts(frozenset(names))
 
 
 @dataclass(frozen=True)
 class _Delimiters:
-    """A tuple of starts as the hold-back reads it on every chunk: one pattern for the first of them, every
-    prefix of each (a text that ends in one may still become it), their first characters and longest length."""
+    """Starts precompiled for the per-chunk hold-back."""
 
     pattern: re.Pattern[str]
     prefixes: frozenset[str]
@@ -109,7 +90,7 @@ class _Delimiters:
     longest: int
 
 
-@functools.lru_cache(maxsize=64)  # the codecs' starts, and with each request's tool names (routes/sse.py)
+@functools.lru_cache(maxsize=64)
 def _delimiters_of(starts: tuple[str, ...]) -> _Delimiters:
     starts = tuple(s for s in starts if s)
     return _Delimiters(re.compile("|".join(re.escape(s) for s in starts) or "(?!)"),
@@ -119,8 +100,7 @@ def _delimiters_of(starts: tuple[str, ...]) -> _Delimiters:
 
 
 def _joined(parts: list[str]) -> str:
-    """The parts as one string, kept as the only part: appending stays O(1), reading is amortised linear
-    (`str +=` on an attribute copies the whole string each time: quadratic over a long answer)."""
+    """The parts joined and kept as one part: `str +=` on an attribute is quadratic."""
     if len(parts) > 1:
         parts[:] = ["".join(parts)]
     return parts[0] if parts else ""
@@ -147,28 +127,27 @@ class Assembler:
     finish_reason: str | None = None
     usage: Usage | None = None
     meta: AnswerMeta = field(default_factory=lambda: AnswerMeta())
-    extra: JSONObject = field(default_factory=dict)  # the chunks' other top-level fields
-    _delimiters: _Delimiters | None = None  # `starts` read once (_delimiters_of)
-    text_branch: bool = False  # a constrained round: content is an answer object; show only its text branch
+    extra: JSONObject = field(default_factory=dict)
+    _delimiters: _Delimiters | None = None
+    text_branch: bool = False  # constrained round: show only the answer object's text branch
     _branch: constrain.TextBranch = field(default_factory=constrain.TextBranch)
-    _fresh: str = ""  # content of the last chunk (the text branch reads each piece once)
-    lead: bool = False  # the prompt ends with Functionary v3.2's `>>>`: its first line may open a call
-    names: frozenset[str] = frozenset()  # the offered tools: any answer opening `NAME\n{` with one is a call
+    _fresh: str = ""
+    lead: bool = False  # the prompt ends with Functionary v3.2's `>>>`
+    names: frozenset[str] = frozenset()
     _led: bool = False
-    client_json: bool = False  # the client asked for JSON (response_format): a JSON answer flows, never held
-    _json_answer: bool | None = None  # decided by the first non-space character of content
+    client_json: bool = False  # response_format JSON: a JSON answer flows, never held
+    _json_answer: bool | None = None
     _parts: list[str] = field(default_factory=list)
-    # content[released:] while nothing is held (short, but for a first line that may name a tool: `_lead`)
-    _pending_parts: list[str] = field(default_factory=list)
-    _grew: str = ""  # the content of the last chunk, while nothing is held
-    _scan: _LeadScan = field(default_factory=_LeadScan)  # the first line, while it may open a call (`_lead`)
-    _closer: str = ""  # inside reasoning markup in content: the closer that ends it (reasoning.py)
-    _reasoned: bool = False  # reasoning markup was seen: a closer alone no longer ends anything
-    _unhold: bool = False  # held content turned out to be reasoning begun in the prompt (a lone closer came)
-    _tail: str = ""  # the last few characters of content, to find a closer split across deltas
-    _logprobs: list[JSONValue] = field(default_factory=list)  # logprobs.content entries of content not yet released
-    _passed: dict[str, list[str]] = field(default_factory=dict)  # PASSED fields' deltas, by field
-    _live_passed: dict[str, list[str]] = field(default_factory=dict)  # ... not yet taken (take_passed)
+    _pending_parts: list[str] = field(default_factory=list)  # content[released:] while nothing is held
+    _grew: str = ""
+    _scan: _LeadScan = field(default_factory=_LeadScan)
+    _closer: str = ""  # the closer ending reasoning markup we are inside
+    _reasoned: bool = False
+    _unhold: bool = False  # a lone closer showed held content was reasoning
+    _tail: str = ""  # for a closer split across deltas
+    _logprobs: list[JSONValue] = field(default_factory=list)
+    _passed: dict[str, list[str]] = field(default_factory=dict)
+    _live_passed: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def content(self) -> str:
@@ -187,12 +166,12 @@ class Assembler:
         if not self.meta:
             self.meta = answer_meta(chunk)
         elif not self.meta.get("system_fingerprint") and chunk.get("system_fingerprint"):
-            self.meta["system_fingerprint"] = cast("str", chunk["system_fingerprint"])  # named after the first chunk
+            self.meta["system_fingerprint"] = cast("str", chunk["system_fingerprint"])
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self.usage = cast("Usage", usage)  # as the upstream sent it: its readers check (repair/loop_data.py)
+            self.usage = cast("Usage", usage)
         for key, value in chunk.items():
-            if key not in _CHUNK_OWN:  # llama.cpp's `timings`, `service_tier`, vendor fields: the latest value
+            if key not in _CHUNK_OWN:  # vendor fields: keep the latest
                 self.extra[key] = value
         listed = chunk.get("choices")
         for choice in listed if isinstance(listed, list) else ():
@@ -211,7 +190,7 @@ class Assembler:
                 elif not self.holding:
                     self._pending_parts.append(delta["content"])
                     self._grew += delta["content"]
-                elif not self._reasoned:  # a lone closer may show the held text was reasoning
+                elif not self._reasoned:
                     window = self._tail + delta["content"]
                     self._unhold = self._unhold or reasoning.first_orphan_closer(window) is not None
                 self._tail = (self._tail + delta["content"])[-reasoning.LONGEST:]
@@ -227,8 +206,7 @@ class Assembler:
             self._grew = ""
 
     def take_logprobs(self) -> JSONObject | None:
-        """The logprobs of the tokens fed since the last release (they go with the text released now; those of
-        text never shown live, a call taken out of content, are not sent)."""
+        """The logprobs fed since the last release, to go with the text released now."""
         if not self._logprobs:
             return None
         out: JSONObject = {"content": self._logprobs, "refusal": None}
@@ -236,7 +214,7 @@ class Assembler:
         return out
 
     def take_passed(self) -> dict[str, str]:
-        """The text of the PASSED fields fed since the last call, by field (it is never held back)."""
+        """The PASSED fields' text fed since the last call, by field."""
         out = {name: "".join(parts) for name, parts in self._live_passed.items()}
         self._live_passed.clear()
         return out
@@ -247,11 +225,11 @@ class Assembler:
         if delta.get("id"):
             call.id = str(delta["id"])
         function = delta.get("function")
-        if not isinstance(function, dict):  # absent (an id-only delta), or not an object: nothing to add
+        if not isinstance(function, dict):
             return
         name = function.get("name")
         if isinstance(name, str) and name:
-            # llama.cpp re-sends the full name when it grows; others send it once. Never concatenate.
+            # llama.cpp re-sends the full name as it grows.
             call.name = name if name.startswith(call.name) or not call.name else call.name + name
         arguments = function.get("arguments")
         if isinstance(arguments, dict):
@@ -263,7 +241,7 @@ class Assembler:
         if self.text_branch:
             fresh, self._fresh = self._fresh, ""
             return self._branch.feed(fresh)
-        if self.client_json and self._json_answer is None and self._grew.strip():  # (earlier deltas were blank)
+        if self.client_json and self._json_answer is None and self._grew.strip():
             self._json_answer = self._pending.lstrip()[:1] in ("{", "[")
         if self._json_answer:
             out, self._pending, self.released = self._pending, "", self.released + len(self._pending)
@@ -272,10 +250,10 @@ class Assembler:
             return ""
         if not self._led and not self._lead():
             return ""
-        text = self._pending  # positions below are relative to `released`
+        text = self._pending  # positions relative to `released`
         pos = 0
         while True:
-            if self._closer:  # inside reasoning: it flows on, never held as call markup
+            if self._closer:  # reasoning flows on, never held
                 at = text.find(self._closer, pos)
                 if at >= 0:
                     pos, self._closer = at + len(self._closer), ""
@@ -286,7 +264,7 @@ class Assembler:
             opener = reasoning.OPENER.search(rest)
             limit = opener.start() if opener else len(rest)
             orphan = None if self._reasoned else reasoning.first_orphan_closer(rest[:limit])
-            if orphan is not None:  # reasoning begun in the prompt ends here
+            if orphan is not None:  # reasoning begun in the prompt ends
                 pos, self._reasoned = pos + orphan, True
                 continue
             call = self._call_start(rest, at_start=self.released + pos == 0)
@@ -305,15 +283,14 @@ class Assembler:
         return out
 
     def _unheld(self) -> bool:
-        """Held call markup that a closer alone then shows was reasoning begun in the prompt: let it go."""
+        """Release held markup a lone closer showed to be reasoning."""
         if not self._unhold:
             return False
         self._unhold, self.holding, self._pending = False, False, self.content[self.released:]
         return True
 
     def _call_start(self, text: str, *, at_start: bool = False) -> int | None:
-        """Where the first call delimiter (or a call-shaped generic opener) in `text` begins; the answer's
-        start is a line's start (a delimiter may begin with a line break)."""
+        """Where the first call delimiter or call-shaped opener in `text` begins, or None."""
         delimiters = self._delimiters or self._read_starts()
         if at_start and self.names and job_lines.opens_answer(text, self.names):
             return 0
@@ -327,12 +304,8 @@ class Assembler:
         return cut if cut < len(text) else None
 
     def _lead(self) -> bool:
-        """False while the first line may still open a call (nothing is shown yet): any model may answer
-        `NAME\n{...}`, a bare tool name before its arguments (GLM-4 on MLX, mlx-swift-lm #491), which the
-        functionary codec reads at the start of any text. Then a `NAME\n{` holds the answer like any call
-        opener; with `lead` (Functionary v3.2's prompt) a leading `all\n` is passed over (markup; the text
-        after it is content)."""
-        self._scan.feed(self._grew)  # only the new text: what came before is known
+        """False while the first line may still open a `NAME\n{` call; with `lead`, skips `all\n`."""
+        self._scan.feed(self._grew)
         partial = not self._scan.broken
         if partial and (self.lead or (bool(self.names) and self._scan.may_name(self.names))):
             return False
@@ -348,21 +321,19 @@ class Assembler:
         return True
 
     def _may_be_named(self) -> bool:
-        """Without `lead`: whether the first word of the answer is (or may still grow into) an offered tool's
-        name, so a first line of prose is never held (only one that may name a tool, until it shows)."""
+        """Whether the answer's first word is, or may grow into, an offered tool's name."""
         if not self.names:
             return False
         word = _FIRST_WORD.match(self._pending)
         if word is None:
-            return True  # only blanks yet
+            return True
         first = word.group(1).lower()
         if word.end() < len(self._pending.rstrip(" \t")) or "\n" in self._pending:
             return first in {n.lower() for n in self.names}
         return any(n.lower().startswith(first) for n in self.names)
 
     def _partial_start(self, text: str, *, at_start: bool = False) -> int:
-        """Where a suffix of `text` could still grow into a delimiter (bounded by the longest one), or a last
-        line `NAME k` into a key-value call."""
+        """Where a suffix of `text` could still grow into a delimiter or key-value call."""
         delimiters = self._delimiters or self._read_starts()
         cut = self._undecided_line(text, at_start)
         for at in range(max(0, len(text) - delimiters.longest), cut):
@@ -374,7 +345,7 @@ class Assembler:
         return cut
 
     def _undecided_line(self, text: str, at_start: bool) -> int:
-        """Where a last line `NAME k` that may still become a key-value call begins (len(text) when none)."""
+        """Where a last line that may become a key-value call begins, else len(text)."""
         if not self.names:
             return len(text)
         tail = max(0, len(text) - _LINE_REACH)
@@ -386,7 +357,7 @@ class Assembler:
 
     def message(self) -> ChatMessage:
         """The whole answer, shaped like a non-streaming message."""
-        message: dict[str, object] = {"role": "assistant", "content": self.content}  # + the PASSED fields
+        message: dict[str, object] = {"role": "assistant", "content": self.content}
         for name, parts in self._passed.items():
             message[name] = _joined(parts)
         if self.calls:
@@ -395,8 +366,7 @@ class Assembler:
 
 
 def _wire(call: _Call) -> JSONValue:
-    """A streamed call as the chat wire holds it (openai_chat.tool_call); arguments an upstream streamed as an
-    object (not JSON text) stay one, for tier 1 to read like a non-streamed answer's."""
+    """A streamed call in wire shape; object arguments stay objects for tier 1."""
     wire = oc.tool_call(call.id or "", call.name, call.arguments)
     if call.object_arguments is None:
         return wire
@@ -404,11 +374,7 @@ def _wire(call: _Call) -> JSONValue:
 
 
 def unseen(shown: str, final: str | None) -> str:
-    """What of the final content to send after the client has seen `shown` (docs/contract.md section 6).
-
-    Same round: the final content (markup removed, surrounding whitespace stripped) continues the shown
-    text, so only its rest is sent. The final answer came from a hidden round: its content is sent whole,
-    unless it only repeats what was shown (a model that restates its preamble is not shown twice)."""
+    """What of the final content to send after the client saw `shown` (docs/contract.md section 6)."""
     text = final or ""
     seen = shown.lstrip()
     if text.startswith(seen):

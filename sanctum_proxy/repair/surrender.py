@@ -7,7 +7,8 @@ import orjson
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat
 from sanctum_proxy.core.calls import Candidate, content_text, new_call_id
-from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, Decoded, decode
+from sanctum_proxy.core.decoded_json import Decoded
+from sanctum_proxy.core.lenient_json import MAX_REPAIR_CHARS, decode
 from sanctum_proxy.core.shapes import ChatMessage, ClientMessage, ToolCallWire, Usage
 from sanctum_proxy.errors import ToolCallParseError
 from sanctum_proxy.repair.loop_data import Final, Plan, RoundRecord, summed_usage

@@ -14,7 +14,8 @@ from jsonschema.protocols import Validator
 from referencing.exceptions import Unresolvable
 
 from sanctum_proxy.core.calls import Problem, Reason, Tool
-from sanctum_proxy.core.lenient_json import Decoded, decode
+from sanctum_proxy.core.decoded_json import Decoded
+from sanctum_proxy.core.lenient_json import decode
 from sanctum_proxy.core.shapes import JSONObject, JSONValue
 from sanctum_proxy.repair.schemas import StepsExhausted, search, steps
 

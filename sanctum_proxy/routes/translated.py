@@ -18,7 +18,7 @@ from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import reasoning
 from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject
 from sanctum_proxy.errors import ProxyError
-from sanctum_proxy.protocols import messages_api, responses_api
+from sanctum_proxy.protocols import messages_api, responses_output, responses_request
 from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, check_depth
 from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
@@ -153,23 +153,23 @@ def _model(rounds: Rounds) -> str:
 # The Responses API.
 
 def _response(body: JSONObject, rounds: Rounds, final: Final, reply: Reply) -> JSONObject:
-    base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
-    return responses_api.finished(base, reply, responses_api.output_items(
-        reply, rounds.trace_id, logprobs=responses_api.wants_logprobs(body),
-        namespaced=responses_api.namespaced_names(body)))
+    base = responses_output.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
+    return responses_output.finished(base, reply, responses_output.output_items(
+        reply, rounds.trace_id, logprobs=responses_request.wants_logprobs(body),
+        namespaced=responses_request.namespaced_names(body)))
 
 
 def _responses_writer(body: JSONObject, rounds: Rounds) -> ResponsesWriter:
-    base = responses_api.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
+    base = responses_output.skeleton(body, rounds.trace_id, int(time.time()), _model(rounds))
     return ResponsesWriter(base, rounds.trace_id, rounds.trace_id,
-                           lambda final: reply_of(rounds, final), logprobs=responses_api.wants_logprobs(body),
+                           lambda final: reply_of(rounds, final), logprobs=responses_request.wants_logprobs(body),
                            split_reasoning=rounds.split_reasoning,
-                           namespaced=responses_api.namespaced_names(body))
+                           namespaced=responses_request.namespaced_names(body))
 
 
-RESPONSES = Dialect("responses", responses_api.to_chat, _response, _responses_writer, lambda e: e.body(),
+RESPONSES = Dialect("responses", responses_request.to_chat, _response, _responses_writer, lambda e: e.body(),
                     lambda s: s.responses_on_surrender,
-                    lambda s: "responses" if s.responses_api == "pass" else None, responses_api.withheld_omens)
+                    lambda s: "responses" if s.responses_api == "pass" else None, responses_request.withheld_omens)
 RESPONSES_PROTOCOL = ClientProtocol("responses", ("/v1/responses",), responses, areas=("/v1/responses",))
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from sanctum_proxy.core import lenient_json
+from sanctum_proxy.core import decoded_json, lenient_json
 from sanctum_proxy.core.shapes import OLLAMA_FIELDS, JSONObject, JSONValue
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.toolbox import Toolbox
@@ -189,7 +189,7 @@ def arguments_object(arguments: JSONValue) -> JSONObject:
         value = orjson.loads(arguments)
     except orjson.JSONDecodeError:
         decoded = lenient_json.decode(arguments)
-        value = decoded.value if isinstance(decoded, lenient_json.Decoded) else None
+        value = decoded.value if isinstance(decoded, decoded_json.Decoded) else None
     return value if isinstance(value, dict) else {}
 
 

@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 from sanctum_proxy.codecs.base import MAX_CANDIDATES
 from sanctum_proxy.codecs.registry import CODECS, FORMATS, find_calls
-from sanctum_proxy.core.lenient_json import Decoded, Undecodable, decode, value_end
+from sanctum_proxy.core.decoded_json import Decoded, Undecodable
+from sanctum_proxy.core.json_scan import value_end
+from sanctum_proxy.core.lenient_json import decode
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.round_body import correction
 from sanctum_proxy.repair.toolbox import Toolbox

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sanctum_proxy.core.lenient_json import Decoded, Undecodable, decode, value_end
+from sanctum_proxy.core.decoded_json import Decoded, Undecodable
+from sanctum_proxy.core.lenient_json import decode
 
 
 def mended(text: str) -> Decoded:
@@ -77,13 +78,3 @@ def test_deep_nesting_is_refused_without_raising() -> None:
 def test_nan_is_not_json() -> None:
     out = decode('{"a": NaN}')
     assert not (isinstance(out, Decoded) and out.value != out.value)
-
-
-def test_value_end_skips_closers_inside_strings() -> None:
-    text = 'x {"a": "}</tool_call>{", "b": [1]} tail'
-    assert text[2 : value_end(text, 2)] == '{"a": "}</tool_call>{", "b": [1]}'
-
-
-def test_value_end_is_none_for_an_unclosed_value() -> None:
-    assert value_end('{"a": [1, 2}', 0) is None
-    assert value_end('{"a": "open', 0) is None
