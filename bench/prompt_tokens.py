@@ -30,13 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sanctum_proxy.core.calls import Tool, content_text  # noqa: E402
-from sanctum_proxy.protocols import messages_api, responses_api  # noqa: E402
+from sanctum_proxy.protocols import messages_api, responses_request  # noqa: E402
 from sanctum_proxy.repair import prompted  # noqa: E402
 from sanctum_proxy.repair.toolbox import Toolbox  # noqa: E402
 
 REQUESTS = ROOT / "tests" / "data" / "agent_requests"
 RESULTS = ROOT / "bench" / "results" / "prompt_tokens.md"
-TRANSLATED = {"/v1/messages": messages_api.to_chat, "/v1/responses": responses_api.to_chat}
+TRANSLATED = {"/v1/messages": messages_api.to_chat, "/v1/responses": responses_request.to_chat}
 
 
 class Counter:
