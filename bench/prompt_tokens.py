@@ -1,7 +1,8 @@
 """Prompt tokens of the coding agents' real requests (tests/data/agent_requests/<agent>.json) per way of offering
 their tools: the agent's text alone, a tool-aware chat template's rendering of the tools (the template
 llama-server is started with, Qwen 2.5's in the results), and the proxy's prompted mode with each tool's schema
-in full (`before`) and compact (`after`, repair/prompted.compact_schema).
+in full (`before`) and compact (`after`, repair/prompted.compact_schema). Claude Code's Messages and Codex's
+Responses request are read through the proxy's own translation to a chat body.
 
 Every variant is rendered by llama-server's POST /apply-template and counted by its POST /tokenize, so each is
 counted with one tokenizer and framed by one template:
@@ -29,11 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sanctum_proxy.core.calls import Tool, content_text  # noqa: E402
+from sanctum_proxy.protocols import messages_api, responses_request  # noqa: E402
 from sanctum_proxy.repair import prompted  # noqa: E402
 from sanctum_proxy.repair.toolbox import Toolbox  # noqa: E402
 
 REQUESTS = ROOT / "tests" / "data" / "agent_requests"
 RESULTS = ROOT / "bench" / "results" / "prompt_tokens.md"
+TRANSLATED = {"/v1/messages": messages_api.to_chat, "/v1/responses": responses_request.to_chat}
 
 
 class Counter:
@@ -75,6 +78,13 @@ def full_schema(parameters: Any) -> str:
     return orjson.dumps(parameters or {"type": "object", "properties": {}}).decode()
 
 
+def chat_body(captured: dict[str, Any]) -> dict[str, Any]:
+    """The chat body of a captured request: as sent, or the agent's first request as the proxy translates it."""
+    if "endpoint" not in captured:
+        return captured
+    return TRANSLATED[captured["endpoint"]](captured["client"][0])
+
+
 def measure(counter: Counter, request: dict[str, Any]) -> dict[str, Any]:
     messages, tools = flat(request["messages"]), request["tools"]
     body = {"messages": messages, "tools": tools}
@@ -107,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="print only; do not write the results file")
     args = parser.parse_args(argv)
     counter = Counter(args.server)
-    rows = {path.stem: measure(counter, json.loads(path.read_text())) for path in sorted(REQUESTS.glob("*.json"))}
+    paths = sorted(REQUESTS.glob("*.json"))
+    rows = {path.stem: measure(counter, chat_body(json.loads(path.read_text()))) for path in paths}
     how = ("llama-server /apply-template + /tokenize" if args.server else "estimate: characters / 4, no template")
     text = table(rows)
     print(f"tokens ({how})\n{text}")
