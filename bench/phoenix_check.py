@@ -31,14 +31,12 @@ sys.path.insert(0, str(ROOT))
 from bench.servers import Child, exit_on_sigterm, free_port, sanctum  # noqa: E402
 from tests.conftest import ServerThread  # noqa: E402
 from tests.fakes.upstream import FakeUpstream, Step, completion, native_call  # noqa: E402
+from tests.tools import WEATHER  # noqa: E402
 
 PHOENIX = "arize-phoenix==20.26.1"
 VENV = BENCH / ".venv-phoenix"
 PROJECT = "sanctum-phoenix-check"  # Phoenix's project: the resource's openinference.project.name
 COMMAND = "python bench/phoenix_check.py"
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
        "sanctum": {"constrain": "off"}}
 USAGE = {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49,

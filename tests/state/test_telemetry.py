@@ -18,6 +18,7 @@ from tests.conftest import ServerThread
 from tests.fakes.otlp import OtlpReceiver, ReceivedSpan
 from tests.fakes.upstream import FakeUpstream, Step, completion, content_chunks, native_call
 from tests.polling import wait_until
+from tests.tools import WEATHER
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is not installed")
 pytest.importorskip("opentelemetry.proto", reason="opentelemetry-proto (dev extra) is not installed")
@@ -26,9 +27,6 @@ SERVER, CLIENT = 2, 3  # opentelemetry.proto.trace.v1.Span.SpanKind
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "required": ["city"]}}}
 ASK = {"model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER],
        "sanctum": {"constrain": "off"}}
 USAGE = {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49,
