@@ -58,19 +58,23 @@ def heavy_body(raw: bytes) -> bool:
     return len(raw) > INLINE_PARSE_BYTES
 
 
-def new_tools(raw: bytes, body: JSONObject) -> bytes | None:
-    """The key of tools not checked before, whose checks may take milliseconds; else None."""
+def tools_key(raw: bytes, body: JSONObject) -> bytes | None:
+    """The key of the tool list where its checks may take milliseconds (b"": too deep to key); else None."""
     tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
     if not tools and b'"pattern' not in raw:
         return None
     try:
-        key = orjson.dumps([body.get("tools"), body.get("functions"), body.get("response_format")])
+        return orjson.dumps([body.get("tools"), body.get("functions"), body.get("response_format")])
     except orjson.JSONEncodeError:  # too deep: checked off the loop
         return b""
-    if key in _READ_TOOLS:
-        _READ_TOOLS.move_to_end(key)
-        return None
-    return key
+
+
+def known_tools(key: bytes | None) -> bool:
+    """Whether this tool list passed its checks before (they need not run again)."""
+    if not key or key not in _READ_TOOLS:
+        return False
+    _READ_TOOLS.move_to_end(key)
+    return True
 
 
 def read_tools(key: bytes | None) -> None:
