@@ -159,7 +159,7 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Unconstrain(replace(state, phase=Phase.REFUSED))
     if state.kind is Kind.ASK and state.turns and context_exceeded(error, step.body):
         return _too_long(plan, state, number)
-    verdict = classify(error, step.body)  # not its quote of the request
+    verdict = classify(error, step.body)  # ignoring the request it quotes
     if verdict == "upstream_parse_failure":
         read = read_quote(plan, error, state.kept, number) if state.kind is Kind.ASK else None
         if read is not None:
