@@ -73,8 +73,9 @@ def create_app(settings: Settings) -> FastAPI:
                        shared=parts.shared if settings.redis_url else None)
     app.add_middleware(ConnectionLimit, limit=settings.max_connections or default_max_connections(), table=PROTOCOLS,
                        keyed=bool(settings.api_keys or settings.api_keys_file))
+    # inside CORS: a listed origin's preflight is answered
     app.add_middleware(HostCheck, bound_to=settings.host, allowed_hosts=settings.allowed_hosts,
-                       cors_origins=settings.cors_origins)  # inside CORS: a listed origin's preflight is answered
+                       cors_origins=settings.cors_origins, table=PROTOCOLS)
     app.add_middleware(EchoRequestId)  # outside the limits: a 429 or 503 echoes X-Request-Id too
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],

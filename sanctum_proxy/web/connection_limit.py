@@ -9,12 +9,12 @@ import resource
 from collections import Counter
 from typing import Any
 
-import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sanctum_proxy.errors import Overloaded
 from sanctum_proxy.web.auth import presented_key
 from sanctum_proxy.web.client_protocols import ProtocolTable
+from sanctum_proxy.web.json_response import JsonResponse
 
 ALWAYS_ANSWERED = frozenset({"/healthz", "/metrics"})
 BODY_SHARE = 4  # of max_connections, the most one client's bodies still arriving may hold
@@ -55,16 +55,15 @@ class ConnectionLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope["path"]
-        if path not in ALWAYS_ANSWERED:
+        if scope["path"] not in ALWAYS_ANSWERED:
             if self.in_flight >= self.limit:
-                await self._refuse(send, path, f"Too many connections in use (limit {self.limit} per proxy "
-                                               "process, max_connections)")
+                await self._refuse(scope, receive, send, f"Too many connections in use (limit {self.limit} per "
+                                                         "proxy process, max_connections)")
                 return
             who = owner(scope, scope.get("client"), self.keyed)
             if self.arriving[who] >= self.share:
-                await self._refuse(send, path, f"Too many request bodies still arriving from this client (at most "
-                                               f"{self.share}, a share of max_connections)")
+                await self._refuse(scope, receive, send, "Too many request bodies still arriving from this client "
+                                                         f"(at most {self.share}, a share of max_connections)")
                 return
         else:
             who = b""
@@ -92,11 +91,8 @@ class ConnectionLimit:
         if self.arriving[who] <= 0:
             del self.arriving[who]
 
-    async def _refuse(self, send: Send, path: str, why: str) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, why: str) -> None:
         error = Overloaded(f"{why}; retry after {self.retry_after} s")
-        body = orjson.dumps(self.table.error_body(path, error))
-        await send({"type": "http.response.start", "status": error.status, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-            (b"retry-after", str(self.retry_after).encode()), (b"x-should-retry", b"true"),
-            (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+        headers = {"retry-after": str(self.retry_after), "x-should-retry": "true", "connection": "close"}
+        await JsonResponse(self.table.error_body(scope["path"], error), status_code=error.status,
+                           headers=headers)(scope, receive, send)

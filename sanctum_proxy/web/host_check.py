@@ -8,16 +8,17 @@ from __future__ import annotations
 import ipaddress
 from fnmatch import fnmatchcase
 
-import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sanctum_proxy.errors import InvalidRequest, ProxyError
-from sanctum_proxy.protocols import messages_api
 from sanctum_proxy.web.auth import repeated_key_header
+from sanctum_proxy.web.client_protocols import ProtocolTable
+from sanctum_proxy.web.json_response import JsonResponse
 
 ALWAYS_ANSWERED = frozenset({"/healthz"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 FORM_TYPES = ("text/plain", "multipart/form-data")  # a page sends these cross-site without a preflight
+HOSTS_KEPT = 256
 BROWSER_FORM_TYPE = "application/x-www-form-urlencoded"  # curl -d's default: refused only from a browser
 
 
@@ -61,17 +62,20 @@ def host_name(value: str) -> str:
 class HostCheck:
     """ASGI middleware: 421 for another `Host`, 403 cross-site, 400 for a second key header, 415 for a form."""
 
-    def __init__(self, app: ASGIApp, bound_to: str, allowed_hosts: list[str], cors_origins: list[str]) -> None:
-        self.app = app
+    def __init__(self, app: ASGIApp, bound_to: str, allowed_hosts: list[str], cors_origins: list[str],
+                 table: ProtocolTable) -> None:
+        self.app, self.table = app, table
         self.loopback = is_loopback(bound_to)
         self.allowed = [name.lower().rstrip(".") for name in allowed_hosts]
         self.origins = frozenset(origin.rstrip("/").lower() for origin in cors_origins)
+        self._hosts: dict[str, bool] = {}  # every request names one: its address is parsed once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in ALWAYS_ANSWERED:
             error = self.refusal(scope)
             if error is not None:
-                await answer(send, error, scope["path"])
+                await JsonResponse(self.table.error_body(scope["path"], error), status_code=error.status)(
+                    scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -99,6 +103,14 @@ class HostCheck:
         return None
 
     def host_allowed(self, name: str) -> bool:
+        allowed = self._hosts.get(name)
+        if allowed is None:
+            if len(self._hosts) >= HOSTS_KEPT:
+                self._hosts.clear()
+            allowed = self._hosts[name] = self._host_allowed(name)
+        return allowed
+
+    def _host_allowed(self, name: str) -> bool:
         name = name.lower().rstrip(".")
         if is_loopback(name) or any(fnmatchcase(name, allowed) for allowed in self.allowed):
             return True
@@ -108,10 +120,3 @@ class HostCheck:
         if "*" in self.origins or origin in self.origins:
             return True
         return origin == f"{scope.get('scheme', 'http')}://{host.lower()}"  # the proxy's own pages (the viewer)
-
-
-async def answer(send: Send, error: ProxyError, path: str) -> None:
-    body = orjson.dumps(messages_api.error_body(error) if path.startswith("/v1/messages") else error.body())
-    await send({"type": "http.response.start", "status": error.status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
