@@ -49,11 +49,15 @@ class Answer:
     choice_extra: JSONObject = field(default_factory=dict)
 
 
+How = Literal["schema", "grammar", "tool_choice"]  # a constrained round's kind
+
+
 @dataclass(frozen=True)
 class Lesson:
     """What a round taught about this upstream and model."""
 
     what: Literal["tools_rejected", "upstream_parse_failure", "schema_refused", "tool_choice_refused"]
+    how: How | None = None  # the refused constraint's kind
 
 
 class Sender(Protocol):
@@ -295,7 +299,7 @@ class Unconstrain:
     """The round again without the refused constraint."""
 
     state: State
-    lesson: Lesson | None = Lesson("schema_refused")
+    lesson: Lesson
     omens: tuple[om.Omen, ...] = ()
     outcome: om.Outcome = om.Outcome.FALLBACK
 
