@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from sanctum_proxy.config import load_settings
@@ -310,6 +311,34 @@ def test_one_clients_slow_bodies_take_only_its_share_and_never_another_clients_u
     assert other.status_code == 200, other.text
     assert refused.count(503) >= 20, refused  # past its share (2 of 8) at once, in the protocol's shape
     assert latency < 0.5, latency
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_local_agents_uploading_at_once_from_one_address_all_get_answers(fake, parser):
+    """With no keys every local agent is one client (127.0.0.1): past its share of bodies arriving at once (2 of
+    8 connections) the others were refused, although each body took only a fifth of a second."""
+    from tests.fakes.upstream import Step, completion
+
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 200_000}]})
+    fake[0].responder = lambda _: Step(body=completion("hello"))
+    with serve(fake, parser, max_connections=8) as server:
+        agents = [connect(server.port) for _ in range(4)]
+        for sock in agents:
+            sock.sendall(asked(body)[:-1000])
+        time.sleep(0.2)
+        heads = [answer_to_rest(sock, asked(body)[-1000:]) for sock in agents]
+        for sock in agents:
+            sock.close()
+    assert heads == [b"HTTP/1.1 200"] * 4, heads
+
+
+def answer_to_rest(sock: socket.socket, rest: bytes) -> bytes:
+    """The status line answering a request once `rest` of it is sent (the error, if refused and reset)."""
+    try:
+        sock.sendall(rest)
+        return read_answer(sock)[:12]
+    except OSError as error:
+        return repr(error).encode()
 
 
 def endless_answer() -> Any:
