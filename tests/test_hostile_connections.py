@@ -435,3 +435,38 @@ def test_expect_100_continue_refused_before_the_body_gets_the_final_answer_only(
         sock.close()
     assert head.startswith(b"HTTP/1.1 401 "), head  # no 100 Continue first: the body is never asked for
     assert not fake[0].requests
+
+
+GARBAGE = b"\x16\x03\x01 not http\r\n\r\n"  # a TLS hello's first bytes: no parser reads it as a request
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("when", ["with the request", "during the answer"])
+def test_garbage_pipelined_behind_a_stream_never_cuts_into_its_answer(fake, parser, when):
+    """httptools' parser error on the bytes behind a request made uvicorn write its 400 at once, inside the
+    streamed answer (or in place of it), and close: the client got a cut stream with a 400 in the middle."""
+    from tests.fakes.upstream import Step, content_chunks
+
+    fake[0].push(Step(chunks=content_chunks("one two three four five six", size=3), chunk_delay=0.05))
+    body = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    with serve(fake, parser) as server:
+        sock = connect(server.port)
+        sock.sendall(asked(body) + (GARBAGE if when == "with the request" else b""))
+        data = sock.recv(65536)
+        if when == "during the answer":
+            sock.sendall(GARBAGE)
+        data += read_until_closed(sock, 10)
+        sock.close()
+    answer, _, after = data.partition(b"\r\n0\r\n\r\n")  # the stream's last chunk
+    assert answer.startswith(b"HTTP/1.1 200 ") and b"data: [DONE]" in answer, data
+    assert b"HTTP/1.1 400" not in answer, data  # nothing written inside the answer
+    assert after == b"" or after.startswith(b"HTTP/1.1 400 "), data  # then the 400, or nothing
+
+
+def read_until_closed(sock: socket.socket, seconds: float) -> bytes:
+    """All the proxy sends until it closes the connection (an AssertionError if it is still open)."""
+    sock.settimeout(seconds)
+    data = b""
+    while piece := sock.recv(65536):
+        data += piece
+    return data
