@@ -8,7 +8,7 @@ from sanctum_proxy.codecs.registry import FALLBACK, FORMAT_NAMES, FORMATS, forma
 
 if TYPE_CHECKING:
     PromptFormat = str
-else:  # the values of `prompt_format` / `[prompt_formats]`: "auto" (picked by `detect`, else Hermes) or a format
+else:  # "auto" (`detect`, else Hermes) or a format name
     PromptFormat = Literal[("auto", *FORMAT_NAMES)]
 
 __all__ = ["FALLBACK", "FORMAT_NAMES", "PromptFormat", "as_asked", "codec_of", "detect", "opens_bare", "render_call",
@@ -24,7 +24,7 @@ def codec_of(fmt: str) -> str:
 
 
 def as_asked(fmt: str) -> tuple[str, frozenset[str]]:
-    """The codec reading prompt format `fmt` (or codec `fmt`), and the mends a call in it needs by design."""
+    """The codec reading format (or codec) `fmt`, and the mends its calls need by design."""
     own = FORMATS.get(fmt)
     return (own.codec, own.as_asked) if own is not None else (fmt, frozenset())
 
@@ -39,7 +39,7 @@ def detect(template: Any, family: Any = None) -> str | None:
 
 
 def opens_bare(fmt: str) -> bool:
-    """Whether answers open bare (`NAME\n{...}`): the generation prompt holds the first call marker."""
+    """Whether answers open bare (`NAME\n{...}`), the prompt holding the first call marker."""
     return fmt in FORMATS and FORMATS[fmt].opens_bare
 
 

@@ -20,10 +20,9 @@ _TAGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("function call<|role_sep|>", ("</s>",)),
     ("<|function_call|>", ("</s>",)),
 )
-# GigaChat 3's opener starts with a word of prose: the stream holds at its special tokens instead (the message
-# separator before it, `holds` below).
+# GigaChat 3's opener starts with prose: the stream holds at the special tokens before it (`holds`).
 STARTS: tuple[str, ...] = tuple(o if o != "function call<|role_sep|>" else "<|role_sep|>" for o, _ in _TAGS)
-# What a template writes right before an opener, part of the same markup (GigaChat 3's message separator).
+# Written right before an opener, and part of its markup (GigaChat 3's message separator).
 _LEAD = re.compile(r"<\|message_sep\|>\s*\Z")
 
 

@@ -17,6 +17,7 @@ from sanctum_proxy.core.decoded_json import MAX_DEPTH, Decoded, Undecodable
 MAX_FALLBACK_CHARS = 16_000
 # One answer's calls share this many json_repair characters (`fallback_budget`).
 MAX_FALLBACK_PER_ANSWER = 48_000
+# [characters left, the budget]
 _FALLBACK_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("sanctum_json_repair_left",
                                                                                   default=None)
 
@@ -24,7 +25,7 @@ _FALLBACK_LEFT: contextvars.ContextVar[list[int] | None] = contextvars.ContextVa
 @contextlib.contextmanager
 def fallback_budget(chars: int = MAX_FALLBACK_PER_ANSWER) -> Iterator[None]:
     """Every `decode` inside shares `chars` characters of json_repair."""
-    token = _FALLBACK_LEFT.set([chars])
+    token = _FALLBACK_LEFT.set([chars, chars])
     try:
         yield
     finally:
@@ -56,7 +57,7 @@ def by_json_repair(s: str, repairs: dict[str, None]) -> Decoded | Undecodable:
     left = _FALLBACK_LEFT.get()
     if left is not None:
         if len(s) > left[0]:
-            return Undecodable(f"the answer's broken JSON is over the {MAX_FALLBACK_PER_ANSWER} characters the "
+            return Undecodable(f"the answer's broken JSON is over the {left[1]} characters the "
                                "proxy repairs per answer with json_repair")
         left[0] -= len(s)
     try:

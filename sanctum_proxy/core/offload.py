@@ -1,4 +1,4 @@
-"""Inline or on a small thread pool: which steps leave the event loop, and at what sizes."""
+"""Which steps leave the event loop for a small thread pool, and at what sizes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import orjson
 
 from sanctum_proxy.core.shapes import JSONObject
 
-if TYPE_CHECKING:  # read for sizes only
+if TYPE_CHECKING:  # sizes only
     from sanctum_proxy.repair.loop_data import Answer, Plan
 
 OFFLOAD_WORKERS = 4
@@ -42,15 +42,15 @@ async def off_loop_if(heavy: bool, fn: Callable[P, T], *args: P.args, **kwargs: 
     return await offloaded(fn, *args, **kwargs) if heavy else fn(*args, **kwargs)
 
 
-# Below these a step costs less than the hop to the pool and back.
+# Below these, the hop to the pool costs more than the step.
 INLINE_PARSE_BYTES = 256 * 1024
-INLINE_TOOLS_BYTES = 4096  # a body with new tools
-TOOL_LISTS_KEPT = 256  # checked tool lists, least recently used dropped
+INLINE_TOOLS_BYTES = 4096
+TOOL_LISTS_KEPT = 256
 TOOL_LIST_KEY_BYTES = 256 * 1024
 _READ_TOOLS: OrderedDict[bytes, None] = OrderedDict()
 INLINE_ANSWER_CHARS = 4096
-INLINE_SCHEMA_BYTES = 64 * 1024  # building a round
-INLINE_CHECKED_SCHEMA_BYTES = 4096  # judging an answer
+INLINE_ROUND_SCHEMA_BYTES = 64 * 1024
+INLINE_CHECKED_SCHEMA_BYTES = 4096
 
 
 def heavy_body(raw: bytes) -> bool:
@@ -58,19 +58,23 @@ def heavy_body(raw: bytes) -> bool:
     return len(raw) > INLINE_PARSE_BYTES
 
 
-def new_tools(raw: bytes, body: JSONObject) -> bytes | None:
-    """The key of tools not checked before, whose checks may take milliseconds; else None."""
+def tools_key(raw: bytes, body: JSONObject) -> bytes | None:
+    """Its key where checking the tool list may cost (b"": too deep to key)."""
     tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
     if not tools and b'"pattern' not in raw:
         return None
     try:
-        key = orjson.dumps([body.get("tools"), body.get("functions"), body.get("response_format")])
+        return orjson.dumps([body.get("tools"), body.get("functions"), body.get("response_format")])
     except orjson.JSONEncodeError:  # too deep: checked off the loop
         return b""
-    if key in _READ_TOOLS:
-        _READ_TOOLS.move_to_end(key)
-        return None
-    return key
+
+
+def known_tools(key: bytes | None) -> bool:
+    """Checked before: not again."""
+    if not key or key not in _READ_TOOLS:
+        return False
+    _READ_TOOLS.move_to_end(key)
+    return True
 
 
 def read_tools(key: bytes | None) -> None:
@@ -84,7 +88,7 @@ def read_tools(key: bytes | None) -> None:
 
 def heavy_round(plan: Plan) -> bool:
     """Whether building the round may take milliseconds."""
-    return plan.book is not None and plan.book.schema_bytes > INLINE_SCHEMA_BYTES
+    return plan.book is not None and plan.book.schema_bytes > INLINE_ROUND_SCHEMA_BYTES
 
 
 def heavy_answer(plan: Plan, answer: Answer) -> bool:
@@ -101,6 +105,6 @@ def heavy_answer(plan: Plan, answer: Answer) -> bool:
     long_schemas = plan.book.schema_bytes > INLINE_CHECKED_SCHEMA_BYTES or plan.book.branching
     if not long_schemas:
         return False
-    # a first check compiles a long schema; a branching one may stay slow
+    # a long schema compiles on first use; a branching one stays slow
     names = [(c.get("function") or {}).get("name") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
     return not names or any(not plan.book.quick(n) for n in names)

@@ -8,7 +8,7 @@ from typing import Literal, TypedDict, cast
 from sanctum_proxy.core.openai_chat import OLLAMA_FIELDS, FunctionCall, ToolCall, Usage
 
 __all__ = ["META", "AnswerMeta", "ChatMessage", "ClientMessage", "ContentPart", "FunctionCall", "JSONObject",
-           "JSONValue", "Role", "ToolCallWire", "Usage", "answer_meta"]
+           "JSONValue", "OLLAMA_FIELDS", "Role", "ToolCallWire", "Usage", "answer_meta"]
 
 # Arbitrary JSON, read only after an isinstance check.
 JSONValue = object
@@ -63,7 +63,6 @@ class AnswerMeta(TypedDict, total=False):
 
 
 META = ("id", "created", "model", "system_fingerprint")
-__all__ = ["OLLAMA_FIELDS"]  # defined beside the chat shapes that leave it out (core/openai_chat.py)
 
 
 def answer_meta(source: Mapping[str, object]) -> AnswerMeta:

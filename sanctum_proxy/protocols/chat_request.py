@@ -88,14 +88,15 @@ def json_object(raw: bytes) -> JSONObject:
 
 
 def chat_request(body: JSONObject, headers: Mapping[str, str], settings: Settings, *,
-                 on_surrender: str | None = None) -> ChatRequest:
-    """A chat body, read or translated, checked with its `sanctum` taken out; `on_surrender` None means the setting's.
-    """
+                 on_surrender: str | None = None, tools_checked: bool = False) -> ChatRequest:
+    """A chat body, read or translated, checked with its `sanctum` taken out; `on_surrender` None means the setting's,
+    `tools_checked` that this tool list passed `check_tools` before."""
     check_counts(body, settings.max_messages, settings.max_tools)
     check_model(body.get("model"))
     check_depth(body)
     check_messages(body.get("messages"))
-    check_tools(body)
+    if not tools_checked:
+        check_tools(body)
     check_choices(body)
     sanctum = body.pop("sanctum", None)
     return ChatRequest(body=body, controls=parse_controls(headers, sanctum, settings, on_surrender))

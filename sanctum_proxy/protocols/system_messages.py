@@ -1,7 +1,4 @@
-"""One leading system message, for chat templates that allow a system message only at the start (Qwen3's).
-
-Codex sends two `developer` messages and Claude Code a `system` message after the first user turn.
-"""
+"""One leading system message, for templates that allow one only at the start (Qwen3's): agents send several."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ INSTRUCTION_ROLES = ("system", "developer")
 
 
 def merge_system_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
-    """`messages` with the system and developer texts, in order, joined into one leading system message."""
+    """`messages` with the system and developer texts joined, in order, into one leading message."""
     instructions = [m for m in messages if m.get("role") in INSTRUCTION_ROLES]
     if not instructions or (len(instructions) == 1 and messages[0] is instructions[0]
                             and messages[0].get("role") == "system"):

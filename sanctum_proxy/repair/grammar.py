@@ -61,18 +61,6 @@ def _gbnf(fmt: Any, book: Toolbox, *, text: bool, parallel: bool, rules: _Rules)
     return f"root ::= {answer}\n" + rules.text() + _JSON_RULES
 
 
-def arguments_gbnf(parameters: Any) -> str:
-    """A grammar of one arguments object alone."""
-    rules = _Rules()
-    arguments = _Schema(rules, parameters).arguments(parameters)
-    return f"root ::= {'object' if arguments == NEVER else arguments}\n" + rules.text() + _JSON_RULES
-
-
-def writable(parameters: Any) -> bool:
-    """Whether some arguments object satisfies `parameters` as the grammar reads it."""
-    return _Schema(_Rules(), parameters).arguments(parameters) != NEVER
-
-
 class GrammarTooLarge(Exception):
     """The rules grew past their budget."""
 

@@ -1,18 +1,18 @@
 """The round loop: one client request, 1 + N upstream rounds, tier 2 corrections and tier 3 surrender.
 
-`run` does I/O only through the injected `Sender`; `next_round` and `judge` are pure. A judged round's Verdict:
+`run` does I/O only through its `Sender`; `next_round` and `judge` are pure. Each round ends in a Verdict:
 
-    Accept       no tools, a text round, a refusal, or calls passing tier 1   -> Final.
-    Correct      problems, under the round limit                              -> ASK + [rejected, correction].
-    AskForText   a free-choice call broken or made up, a repeat, or calls      -> TEXT: no tools, taken as it is
-                 answering tool_choice "none"                                    (less any call markup).
-    AskForMore   follow_up_calls: a constrained round's novel call            -> MORE: one more call.
-    FallBack     auto mode: native tools refused, unparsed or empty           -> ASK prompted.
-    Unconstrain  the schema, grammar or tool_choice was refused               -> the same round unconstrained.
-    Surrender    problems after max_rounds, or one rejected text twice        -> 422, or the text ("content").
-    Fail         any other error                                              -> raised.
+    Accept       no tools, text, a refusal, or calls passing tier 1     Final.
+    Correct      problems within max_rounds                             ASK with the correction.
+    AskForText   a broken or made-up free-choice call, a repeat,        TEXT: no tools.
+                 calls against tool_choice "none"
+    AskForMore   follow_up_calls: a novel constrained call              MORE: one more call.
+    FallBack     auto mode: native tools refused, unparsed or empty     ASK prompted.
+    Unconstrain  a constraint refused                                   The round unconstrained.
+    Surrender    problems past max_rounds, a rejected text twice        422, or the text.
+    Fail         any other error                                        Raised.
 
-Constraining goes WAITING -> CONSTRAINING at the first constrained round, any phase -> REFUSED.
+Phase: WAITING -> CONSTRAINING at the first constrained round, any -> REFUSED.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
     state = State(plan.mode)
     omens: list[om.Omen] = []
     usage: Usage | None = None
-    shown = False  # once live text was shown, later rounds stay hidden
+    shown = False  # after live text, rounds stay hidden
     number = 0
     for omen in plan.opening_omens:
         omens.append(omen)
@@ -73,7 +73,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
         number += 1
         record = RoundRecord(number, state.mode, step.body, 0.0, constrained=step.constraint is not None,
                              free_choice=step.free_choice)
-        yield record  # a request cut short still leaves a trace
+        yield record  # a cut request still leaves a trace
         answer: Answer | None = None
         error: ProxyError | None = None
         start = time.perf_counter()
@@ -117,7 +117,7 @@ async def run(plan: Plan, send: Sender) -> AsyncIterator[Event]:
 
 
 def next_round(plan: Plan, state: State, sent: int) -> tuple[Round, State]:
-    """The next round and the state once it is sent; ToolCallParseError past the round limit."""
+    """The next round and the state once sent; ToolCallParseError past the limit."""
     if sent > plan.max_rounds + 2:  # 1 + N rounds, one fallback, one unconstrained retry
         raise ToolCallParseError("spell call could not be repaired: round limit reached",
                                   rounds=sent, rejected=list(state.rejected))
@@ -148,7 +148,7 @@ def _judged(plan: Plan, state: State, step: Round, answer: Answer, number: int) 
 
 
 def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number: int) -> Verdict:
-    """A failed round: retried unconstrained, fallen back to prompted, or the error."""
+    """The Verdict on a failed round."""
     if state.kind is Kind.MORE and state.held is not None:
         return Accept(state.held.message, state.held.finish_reason, state.held.answer)
     if not isinstance(error, UpstreamError):
@@ -159,7 +159,7 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
         return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("schema_refused", step.constraint.how))
     if state.kind is Kind.ASK and state.turns and context_exceeded(error, step.body):
         return _too_long(plan, state, number)
-    verdict = classify(error, step.body)  # the upstream's own words, not its quote of the request
+    verdict = classify(error, step.body)  # ignoring the request it quotes
     if verdict == "upstream_parse_failure":
         read = read_quote(plan, error, state.kept, number) if state.kind is Kind.ASK else None
         if read is not None:
@@ -182,7 +182,7 @@ def _too_long(plan: Plan, state: State, number: int) -> Correct | Accept | Surre
 
 
 def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) -> Verdict:
-    """Accept the answer, correct it, ask for text or more, fall back, or surrender."""
+    """The Verdict on an answer."""
     if step.constraint is None and answers.empty_tools_answer(plan, state.mode, answer):
         fallback = _fall_back(plan, state, "upstream_parse_failure", None,
                               "upstream returned an empty answer to a tools request", number)
@@ -194,15 +194,14 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
     if forbidden is not None:
         return _calls_not_allowed(plan, state, answer, forbidden, number)
     if plan.book is None or state.kind is Kind.TEXT or answers.refusal(answer.message):
-        # passed through as it came, less echoed tool-result tags
         return Accept(unechoed(passed(answer.message), state.mode), answer.finish_reason or "stop", answer)
     assessment, broken, problems = answers.read_calls(plan, state.mode, step.constraint, answer, state.kept)
-    # A free-choice call left broken or made up: the model meant text.
+    # A broken or made-up free-choice call: the model meant text.
     unmeant = None
     if step.free_choice:
         unmeant = broken or (None if problems else made_up(plan.book, plan.body.get("messages"), assessment.calls))
     if unmeant is not None:
-        sent = round_body.sent_answer_text(answer.message)  # for a surrender's `rejected`
+        sent = round_body.sent_answer_text(answer.message)
         text_round = replace(state, kind=Kind.TEXT, rejected=(*state.rejected, sent))
         return AskForText(text_round, (om.rejected(number, unmeant, round_body.ANSWERED_IN_TEXT),))
     repeat = answers.repeat(plan, assessment, answer) if not problems and not state.kept else None
@@ -219,7 +218,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
         if round_body.follows_up(plan, step.constraint, step.free_choice, len(assessment.calls), number):
             return AskForMore(_asked_for_more(state, accept, assessment.calls[0]), accept.omens)
         return accept
-    # Partly bad: valid calls kept, bad ones corrected, or dropped when the kept calls suffice.
+    # Partly bad: valid calls kept, bad ones corrected, or dropped when the kept ones suffice.
     kept = answers.joined(state.kept, assessment.calls)
     if kept and not plan.parallel and answers.allows(plan, kept):
         return _accept_kept(plan, state, assessment, answer, kept, problems, number)
@@ -237,8 +236,7 @@ def judge(plan: Plan, state: State, step: Round, answer: Answer, number: int) ->
 
 def _calls_not_allowed(plan: Plan, state: State, answer: Answer, assessment: Assessment,
                        number: int) -> AskForText | Accept:
-    """Calls answering tool_choice "none": a native round is asked once more without tools; calls left after
-    that (or in a prompted round, which had no tools) are taken out of the text, which is the answer."""
+    """Calls answering tool_choice "none": a native round is asked again without tools, else the calls go."""
     sent = round_body.sent_answer_text(answer.message)
     if state.kind is not Kind.TEXT and state.mode == "native" and plan.max_rounds > 0:
         names = {c.name for c in assessment.calls} | {p.tool for p in assessment.problems if p.tool}
@@ -255,7 +253,7 @@ def _calls_not_allowed(plan: Plan, state: State, answer: Answer, assessment: Ass
 
 def _accept_kept(plan: Plan, state: State, assessment: Assessment, answer: Answer, kept: tuple[ToolCall, ...],
                  problems: list[Problem], number: int) -> Accept:
-    """The kept calls are the answer; each call still bad is dropped with an omen."""
+    """The kept calls answer; each bad call is dropped with an omen."""
     calls = kept[:1] if not plan.parallel else kept
     omens = [om.repaired(number, r) for r in assessment.repairs]
     omens += [om.dropped(number, p.tool, "", p.raw, "unrepaired") for p in problems]
@@ -269,7 +267,7 @@ def _asked_for_more(state: State, held: Accept, call: ToolCall) -> State:
 
 
 def _judge_more(plan: Plan, state: State, answer: Answer, number: int) -> Accept | AskForMore:
-    """A novel valid call joins the held answer and asks for one more; else the held answer."""
+    """A novel valid call joins the held answer and asks for another, else the held answer."""
     held = state.held
     assert held is not None
     new, omens = round_body.next_call(plan, answer, number)
@@ -289,7 +287,7 @@ def _correct(plan: Plan, state: State, problems: list[Problem], raw: str, reject
     turns: tuple[ChatMessage, ...] = (*state.turns, {"role": "assistant", "content": raw},
                                       {"role": "user", "content": text})
     after = replace(state, turns=turns, pin=round_body.pinned(problems, plan.book), rejected=rejected)
-    # A JSON-prompt round drops earlier turns: never claim a correction the model did not read.
+    # A JSON-prompt round drops earlier turns: claim no correction the model never read.
     following = _constraint(plan, after)
     dropped = after.phase is Phase.WAITING and following is not None and following.json_prompt
     return Correct(after, first + tuple(om.rejected(number, p, round_body.CONSTRAINED_INSTEAD if dropped else text)
@@ -310,7 +308,7 @@ def _surrender(plan: Plan, state: State, answer: Answer, number: int, repeated: 
 
 def _fall_back(plan: Plan, state: State, verdict: str | None, status: int | None, message: str,
                number: int) -> FallBack | None:
-    """Auto mode only: answer this request prompted, with a Lesson to remember."""
+    """Auto mode: this request goes prompted, with a Lesson."""
     if not plan.auto or state.mode != "native" or verdict is None or plan.book is None:
         return None
     reason: Literal["tools_rejected", "upstream_parse_failure"] = (

@@ -16,7 +16,7 @@ from sanctum_proxy.core.shapes import AnswerMeta, ChatMessage, ClientMessage, JS
 from sanctum_proxy.errors import ProxyError
 from sanctum_proxy.repair.toolbox import Toolbox
 
-if TYPE_CHECKING:  # constrain.py reads this module's Plan
+if TYPE_CHECKING:  # constrain.py imports Plan
     from sanctum_proxy.repair import constrain as cn
     from sanctum_proxy.repair.constrain import Constraint
 
@@ -26,7 +26,7 @@ Mode = Literal["native", "prompted"]
 @dataclass(frozen=True)
 class ContentDelta:
     text: str
-    meta: AnswerMeta | None = None  # the live round's ids, once known
+    meta: AnswerMeta | None = None  # the live round's ids
     logprobs: JSONObject | None = None
 
 
@@ -45,7 +45,7 @@ class Answer:
     finish_reason: str | None
     usage: Usage | None
     meta: AnswerMeta
-    extra: JSONObject = field(default_factory=dict)  # the response's other top-level fields
+    extra: JSONObject = field(default_factory=dict)  # the response's other fields
     choice_extra: JSONObject = field(default_factory=dict)
 
 
@@ -95,7 +95,7 @@ class Final:
     outcome: om.Outcome
     extra: JSONObject = field(default_factory=dict)
     choice_extra: JSONObject = field(default_factory=dict)
-    accepted: Mapping[str, object] | None = None  # the last answer as it came; None after an error
+    accepted: Mapping[str, object] | None = None  # the last answer as it came
 
 
 def note(records: list[RoundRecord], record: RoundRecord) -> None:
@@ -107,7 +107,7 @@ def note(records: list[RoundRecord], record: RoundRecord) -> None:
 
 
 Event = ContentDelta | FieldDelta | om.Omen | Lesson | RoundRecord | Final
-# A stream writer's items: no lessons; maybe an ending error.
+# A stream writer's items: no lessons, perhaps an ending error.
 StreamItem = ContentDelta | FieldDelta | om.Omen | Final | ProxyError
 
 
@@ -123,17 +123,17 @@ class Plan:
     prompt_format: str = "hermes"
     upstream: str = ""
     new_id: Callable[[], str] | None = None
-    opening_omens: tuple[om.Omen, ...] = ()  # from a probe before the first round
+    opening_omens: tuple[om.Omen, ...] = ()  # from a probe
     constrain: cn.Constrain = "off"
     correction_context: Literal["transcript", "fresh"] = "transcript"
-    grammar: bool = False  # the upstream takes a GBNF `grammar` (llama.cpp)
-    tool_choice: bool = True  # False: the upstream refused tool_choice "required" before
+    grammar: bool = False  # the upstream takes GBNF (llama.cpp)
+    tool_choice: bool = True  # False: the upstream refused tool_choice "required"
     native_calls: bool | None = None  # False: the template drops tools (llama.cpp --jinja)
-    max_repair_bytes: int = 64 * 1024  # longer call text goes to tier 2
+    max_repair_bytes: int = 64 * 1024
     max_grammar_bytes: int = 1024 * 1024
     follow_up_calls: bool = False
     forbidden: Toolbox | None = None  # tools offered with tool_choice "none"
-    surrendered_ago: float | None = None  # since this request last surrendered: one round
+    surrendered_ago: float | None = None  # since this request last surrendered
     memo_key: bytes | None = None  # its digest in state/surrendered.py
 
     @property
@@ -168,7 +168,7 @@ class Plan:
 
 
 def added(total: Usage | None, usage: Usage | None) -> Usage | None:
-    """`usage` added to `total`; the first round's is copied as sent."""
+    """`usage` added to `total`; the first one copied."""
     if not isinstance(usage, dict):
         return total
     return summed_usage(total, usage) if total is not None else cast(Usage, _copied(usage))
@@ -201,7 +201,7 @@ def _copied(value: object) -> object:
         return value
     try:
         return orjson.loads(orjson.dumps(value))
-    except TypeError:  # an integer past 64 bits, deep nesting
+    except TypeError:  # an integer past 64 bits
         return copy.deepcopy(value)
 
 
@@ -209,7 +209,7 @@ class Kind(Enum):
     """What the next round is."""
 
     ASK = "ask"
-    TEXT = "text"  # without tools; the answer is taken as it is
+    TEXT = "text"  # no tools; the answer as it is
     MORE = "more"  # one more call after `State.held`
 
 
@@ -227,15 +227,15 @@ class State:
 
     mode: Mode
     kind: Kind = Kind.ASK
-    turns: tuple[ChatMessage, ...] = ()  # hidden turns; none: the round may be live
+    turns: tuple[ChatMessage, ...] = ()  # hidden turns
     closing: tuple[ChatMessage, ...] = ()  # TEXT: sent after the conversation
     phase: Phase = Phase.WAITING
     grammar_from: int = 0  # len(turns) at the first constrained round
-    pin: str | None = None  # the known tool the last correction was about
+    pin: str | None = None  # the tool the last correction named
     rejected: tuple[str, ...] = ()
     held: Accept | None = None  # MORE: the answer so far
     kept: tuple[ToolCall, ...] = ()  # valid calls of partly bad answers
-    fresh: bool = False  # corrections without transcript: one overflowed
+    fresh: bool = False  # corrections without transcript
 
     @property
     def repair_rounds(self) -> int:
@@ -247,29 +247,24 @@ class Round:
 
     body: JSONObject
     constraint: Constraint | None
-    free_choice: bool  # offering text too, before any call attempt
+    free_choice: bool  # text offered too, before any call
 
 
-
-# Verdicts: each carries the state after it.
+# Verdicts (drawn in repair/loop.py); each carries the state after it.
 
 @dataclass(frozen=True)
 class Accept:
-    """The answer for the client."""
-
     message: ClientMessage
     finish_reason: str
     answer: Answer
     omens: tuple[om.Omen, ...] = ()
     surrendered: bool = False  # on_surrender "content"
     outcome: om.Outcome = om.Outcome.ACCEPTED
-    lesson: Lesson | None = None  # a quote's calls still count one failure
+    lesson: Lesson | None = None  # a quote's calls still count as a failure
 
 
 @dataclass(frozen=True)
 class Correct:
-    """Bounced with a correction."""
-
     state: State
     omens: tuple[om.Omen, ...]
     outcome: om.Outcome = om.Outcome.REJECTED
@@ -277,8 +272,6 @@ class Correct:
 
 @dataclass(frozen=True)
 class AskForText:
-    """The call was not meant: ask for text."""
-
     state: State
     omens: tuple[om.Omen, ...]
     outcome: om.Outcome = om.Outcome.REJECTED
@@ -286,8 +279,6 @@ class AskForText:
 
 @dataclass(frozen=True)
 class FallBack:
-    """Auto mode: this request goes prompted."""
-
     state: State
     omens: tuple[om.Omen, ...]
     lesson: Lesson | None
@@ -296,8 +287,6 @@ class FallBack:
 
 @dataclass(frozen=True)
 class Unconstrain:
-    """The round again without the refused constraint."""
-
     state: State
     lesson: Lesson
     omens: tuple[om.Omen, ...] = ()
@@ -306,8 +295,6 @@ class Unconstrain:
 
 @dataclass(frozen=True)
 class Surrender:
-    """No valid call: ToolCallParseError (422)."""
-
     message: str
     rejected: tuple[str, ...]
     omens: tuple[om.Omen, ...] = ()
@@ -324,8 +311,6 @@ class Fail:
 
 @dataclass(frozen=True)
 class AskForMore:
-    """follow_up_calls: hold the calls, ask for the next."""
-
     state: State
     omens: tuple[om.Omen, ...] = ()
     outcome: om.Outcome = om.Outcome.ACCEPTED

@@ -12,7 +12,7 @@ import contextvars
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any
 
 import re2
@@ -24,7 +24,6 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 
 from sanctum_proxy.core.shapes import JSONValue
-from sanctum_proxy.repair.unique_items import unique_items
 
 REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 MAX_PATTERN_CHARS = 1000
@@ -303,8 +302,42 @@ def _additional_properties(validator: Any, addl: Any, instance: Any, schema: Any
             yield ValidationError(f"Additional properties are not allowed ({listed} {verb} unexpected)")
 
 
+def _canonical(value: Any) -> Hashable:
+    """A hashable form, equal for values JSON Schema calls equal."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)  # 1 == 1.0 and hash(1) == hash(1.0)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list | tuple):
+        return ("a", tuple(_canonical(v) for v in value))
+    if isinstance(value, dict):
+        return ("o", frozenset((k, _canonical(v)) for k, v in value.items()))
+    return ("z", None) if value is None else ("?", repr(value))
+
+
+def _first_repeat(items: list[Any]) -> tuple[int, int] | None:
+    """The indexes of the first repeated item and its earlier equal."""
+    seen: dict[Hashable, int] = {}
+    for index, item in enumerate(items):
+        earlier = seen.setdefault(_canonical(item), index)
+        if earlier != index:
+            return earlier, index
+    return None
+
+
+def _unique_items(validator: Any, wanted: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    """`uniqueItems` in linear time: jsonschema compares every pair of objects."""
+    if wanted and validator.is_type(instance, "array"):
+        repeat = _first_repeat(instance)
+        if repeat is not None:
+            yield ValidationError(f"items {repeat[0]} and {repeat[1]} are equal: the array has non-unique "
+                                  "elements (uniqueItems)")
+
+
 _ON_RE2 = {"pattern": _pattern, "patternProperties": _pattern_properties,
-           "additionalProperties": _additional_properties, "uniqueItems": unique_items}  # (that one: linear)
+           "additionalProperties": _additional_properties, "uniqueItems": _unique_items}
 
 
 # --- the step budget ---------------------------------------------------------------------------------------

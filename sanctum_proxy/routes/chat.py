@@ -15,7 +15,7 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.core import legacy, reasoning
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core import openai_chat as oc
-from sanctum_proxy.core.offload import heavy_body, new_tools, off_loop_if, offloaded, read_tools
+from sanctum_proxy.core.offload import heavy_body, known_tools, off_loop_if, offloaded, read_tools, tools_key
 from sanctum_proxy.core.shapes import META, OLLAMA_FIELDS, ClientMessage, JSONObject, Usage, answer_meta
 from sanctum_proxy.protocols.chat_events import chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, json_object
@@ -37,15 +37,17 @@ E = TypeVar("E")
 T = TypeVar("T")
 
 
-async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject], T]) -> T:
-    """`parse` of the decoded body: inline when decoding and its checks are quick (a known tool list), else
-    on the CPU pool."""
+async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject, bool], T]) -> T:
+    """`parse(body, tools_checked)`: inline when decoding and its checks are quick (a known tool list, whose
+    checks are skipped), else on the CPU pool."""
     if heavy_body(raw):
-        return await offloaded(lambda: parse(json_object(raw)))
+        return await offloaded(lambda: parse(json_object(raw), False))
     body = json_object(raw)
-    key = new_tools(raw, body)
-    parsed = await off_loop_if(key is not None, parse, body)
-    read_tools(key)
+    key = tools_key(raw, body)
+    known = known_tools(key)
+    parsed = await off_loop_if(key is not None and not known, parse, body, known)
+    if not known:
+        read_tools(key)
     return parsed
 
 
@@ -53,7 +55,8 @@ async def chat_completions(request: Request) -> Response:
     settings = services(request).settings
     check_client_key(request)
     raw = request_body(request)
-    chat = await off_loop_if_heavy(raw, lambda body: chat_request(body, request.headers, settings))
+    chat = await off_loop_if_heavy(raw, lambda body, known: chat_request(body, request.headers, settings,
+                                                                         tools_checked=known))
     chat.body.pop(OLLAMA_FIELDS, None)  # only the Ollama door sets Ollama's own options
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:

@@ -77,14 +77,16 @@ async def ollama_fitted(request: Request, chat: ChatRequest,
     options = native_options(chat.body)
     own = options.get("num_ctx")
     own = own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else None
-    need = need_of(chat.body, options.get("num_predict"))
-    if not settings.ollama_native or need.total <= max(own or 0, SMALLEST):
-        return chat, None
     dest = destination(request)
     upstream = dest.upstream
     backend = next((b for b in upstream.backends if b.healthy), upstream.backends[0])
+    if not settings.ollama_native or not upstream.ollama_native or backend.ollama is False:
+        return chat, None  # the estimate below encodes the whole prompt: only toward Ollama
+    need = need_of(chat.body, options.get("num_predict"))
+    if need.total <= max(own or 0, SMALLEST):
+        return chat, None
     auth = forwarded_key(request) if settings.forward_client_key else None
-    if not upstream.ollama_native or not await is_ollama(upstream, backend, upstream.headers(auth)):
+    if not await is_ollama(upstream, backend, upstream.headers(auth)):
         return chat, None
     book = services(request).capabilities
     caps = book.cached(dest.key, chat.model) or capabilities.UNKNOWN

@@ -78,7 +78,7 @@ async def count_tokens(request: Request) -> Response:
     try:
         check_client_key(request)
         chat = await off_loop_if_heavy(request_body(request),
-                                       lambda body: _counted(body, request.headers, settings))
+                                       lambda body, known: _counted(body, request.headers, settings, known))
         destination = services(request).pools.destination(chat.model)
         upstream = destination.upstream
         counted, exact = await tokens.count(upstream, upstream.root_url, destination.rewrite(chat.body),
@@ -91,9 +91,9 @@ async def count_tokens(request: Request) -> Response:
                         headers={"x-sanctum-token-count": "exact" if exact else "estimate"})
 
 
-def _counted(body: JSONObject, headers: Mapping[str, str], settings: Settings) -> ChatRequest:
+def _counted(body: JSONObject, headers: Mapping[str, str], settings: Settings, known: bool) -> ChatRequest:
     check_depth(body)
-    return chat_request(messages_api.chat_messages(body), headers, settings)
+    return chat_request(messages_api.chat_messages(body), headers, settings, tools_checked=known)
 
 
 async def serve(request: Request, dialect: Dialect) -> Response:
@@ -105,7 +105,7 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     try:
         check_client_key(request)
         body, chat = await off_loop_if_heavy(request_body(request),
-                                             lambda body: _read(dialect, body, request.headers, settings))
+                                             lambda body, known: _read(dialect, body, request.headers, settings, known))
         rounds = await start_rounds(request, chat, settings)
         opening = (*dialect.opening(body), *rounds.plan.opening_omens)
         rounds = replace(rounds, plan=replace(rounds.plan, opening_omens=opening))
@@ -126,14 +126,15 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         return refusal(dialect, unexpected(exc), trace_id(request))
 
 
-def _read(dialect: Dialect, body: JSONObject, headers: Mapping[str, str],
-          settings: Settings) -> tuple[JSONObject, ChatRequest]:
+def _read(dialect: Dialect, body: JSONObject, headers: Mapping[str, str], settings: Settings,
+          known: bool) -> tuple[JSONObject, ChatRequest]:
+    """`known`: this tool list was read before, its checks passed."""
     check_depth(body)  # before translating: answers echo fields
     chat = dialect.to_chat(body)
     if not dialect.native_fields:
         chat.pop(OLLAMA_FIELDS, None)  # a client of another door may not set Ollama's options this way
-    return body, chat_request(chat, headers, settings,
-                              on_surrender=dialect.on_surrender(settings))
+    return body, chat_request(chat, headers, settings, on_surrender=dialect.on_surrender(settings),
+                              tools_checked=known)
 
 
 def refusal(dialect: Dialect, error: ProxyError, trace_id: str | None = None) -> Response:

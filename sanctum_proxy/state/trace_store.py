@@ -38,6 +38,7 @@ DELETE FROM traces WHERE seq <= (
     WHERE total > ?
 )
 """
+PAGE_SIZE = 65536  # documents are tens of KB: SQLite's largest page writes one in few
 _HELD = "SELECT COALESCE(SUM(length(doc)), 0), MAX(seq) FROM traces"
 INSERT = "INSERT OR REPLACE INTO traces (id, created, model, outcome, summary, doc) VALUES (?, ?, ?, ?, ?, ?)"
 
@@ -80,11 +81,12 @@ class TraceStore:
         self._lock = threading.Lock()
         with self._lock:
             if path != ":memory:":
+                self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only: fewer pages a document
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 if journal_limit is not None:  # the log cut back after each checkpoint
                     self._db.execute(f"PRAGMA journal_size_limit={int(journal_limit)}")
-                    self._db.execute(f"PRAGMA wal_autocheckpoint={min(1000, max(16, journal_limit // 4096))}")
+                    self._db.execute(f"PRAGMA wal_autocheckpoint={min(1000, max(16, journal_limit // PAGE_SIZE))}")
             self._db.executescript(SCHEMA)
             # Bytes held up to `seq` `self._seen`, a lower bound; newer rows are summed at the next prune.
             self._bytes, self._seen = self._held()

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.bfcl_ast import to_tool
-from sanctum_proxy.repair.grammar import GRAMMAR_FORMATS, NOT_HELD, arguments_gbnf, gbnf, writable
+from sanctum_proxy.repair.grammar import _JSON_RULES, GRAMMAR_FORMATS, NEVER, NOT_HELD, _Rules, _Schema, gbnf
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import typed_values
@@ -29,6 +29,19 @@ BFCL = next((p for p in (ROOT.parent / "shared" / "benchmarks" / "bfcl" / "data"
                          Path("/work/shared/benchmarks/bfcl/data")) if p.is_dir()), ROOT / "absent")
 SAMPLE = ROOT / "tests" / "data" / "bfcl_tools.json"  # every 40th BFCL entry's tools, in the repository
 SAMPLES = 12
+
+
+
+def arguments_gbnf(parameters: Any) -> str:
+    """A grammar of one arguments object alone, built by the rules `gbnf` builds a call's arguments with."""
+    rules = _Rules()
+    arguments = _Schema(rules, parameters).arguments(parameters)
+    return f"root ::= {'object' if arguments == NEVER else arguments}\n" + rules.text() + _JSON_RULES
+
+
+def writable(parameters: Any) -> bool:
+    """Whether some arguments object satisfies `parameters` as the grammar reads it."""
+    return _Schema(_Rules(), parameters).arguments(parameters) != NEVER
 
 
 def held(schema: Any) -> Any:
