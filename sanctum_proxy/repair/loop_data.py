@@ -49,7 +49,7 @@ class Answer:
     choice_extra: JSONObject = field(default_factory=dict)
 
 
-How = Literal["schema", "grammar", "tool_choice"]  # a constrained round's kind
+How = Literal["schema", "grammar", "tool_choice"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Lesson:
     """What a round taught about this upstream and model."""
 
     what: Literal["tools_rejected", "upstream_parse_failure", "schema_refused", "tool_choice_refused"]
-    how: How | None = None  # the refused constraint's kind
+    how: How | None = None  # the refused constraint
 
 
 class Sender(Protocol):

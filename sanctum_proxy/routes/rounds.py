@@ -120,7 +120,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
 
 
 async def keep(state: Services, plan: Plan, lesson: Lesson, asked: Request) -> None:
-    """Remember a lesson for (plan.upstream, plan.model) once the proxy's own request meets it."""
+    """Remember a lesson for (plan.upstream, plan.model) once a check meets it."""
     upstream, settings = destination(asked).upstream, state.settings
     auth = forwarded_key(asked) if settings.forward_client_key else None
     if lesson.what in ("tools_rejected", "upstream_parse_failure"):
