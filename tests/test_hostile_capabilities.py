@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -116,12 +117,20 @@ def test_a_tool_choice_refusal_the_proxys_own_request_meets_too_is_kept_and_the_
     assert corrections_with_tool_choice(fake[0]) == before + 1  # asked again after the admin cleared it
 
 
-def test_checks_stay_within_probes_per_minute_and_one_per_model_at_a_time(make_proxy, fake):
-    proxy = make_proxy(probe_capabilities=False, probes_per_minute=1)
-    slow = Step(status=400, body=bad_request(TOOL_CHOICE_REFUSED).body, delay=0.5)
+def test_one_check_at_a_time_per_model(make_proxy, fake):
+    proxy = make_proxy(probe_capabilities=False)
+    slow = Step(status=400, body=bad_request(TOOL_CHOICE_REFUSED).body, delay=1.0)
     fake[0].responder = native_model(lambda body: slow if is_check(body) else bad_request(TOOL_CHOICE_REFUSED))
+    with ThreadPoolExecutor(2) as pool:  # two clients refused while the first check waits on the upstream
+        list(pool.map(lambda _: ask_native(proxy), range(2)))
+    wait_until(lambda: refusals(proxy) == [("m", False, None)], 5, "the refusal")
+    assert len(checks(fake[0])) == 1
+
+
+def test_checks_stay_within_probes_per_minute(make_proxy, fake):
+    proxy = make_proxy(probe_capabilities=False, probes_per_minute=1)
+    fake[0].responder = native_model(lambda body: bad_request(TOOL_CHOICE_REFUSED))
     ask_native(proxy)
-    ask_native(proxy)  # while the first check waits: no second one
     wait_until(lambda: refusals(proxy) == [("m", False, None)], 5, "the first model's refusal")
     ask_native(proxy, model="other")  # the minute's one check is spent
     time.sleep(0.3)  # a check, had one been started, would have reached the upstream by now
