@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
@@ -27,8 +28,8 @@ from sanctum_proxy.repair.upstream_errors import quoted_arguments, quoted_output
 MAX_RESULT_CHARS = 600  # of a result quoted in the correction
 
 
-def answered_calls(messages: JSONValue) -> dict[tuple[str, bytes], str]:
-    """(name, canonical arguments) -> result text, for every answered call."""
+def answered_calls(messages: JSONValue, names: frozenset[str] | None = None) -> dict[tuple[str, bytes], str]:
+    """(name, canonical arguments) -> result text, for every answered call (of one of `names`)."""
     if not isinstance(messages, list):
         return {}
     asked: dict[str, tuple[str, bytes]] = {}
@@ -39,7 +40,8 @@ def answered_calls(messages: JSONValue) -> dict[tuple[str, bytes], str]:
         if message.get("role") == "assistant" and isinstance(message.get("tool_calls"), list):
             for call in message["tool_calls"]:
                 function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, dict) and isinstance(call.get("id"), str):
+                if isinstance(function, dict) and isinstance(call.get("id"), str) and (
+                        names is None or str(function.get("name")) in names):
                     asked[call["id"]] = (str(function.get("name")), canonical(function.get("arguments")))
         elif message.get("role") == "tool" and message.get("tool_call_id") in asked:
             answered[asked[message["tool_call_id"]]] = content_text(message.get("content"))
@@ -48,6 +50,20 @@ def answered_calls(messages: JSONValue) -> dict[tuple[str, bytes], str]:
 
 def canonical(arguments: JSONValue) -> bytes:
     """Arguments as sorted-key JSON."""
+    if isinstance(arguments, str):
+        return _canonical_text(arguments) if len(arguments) <= MEMO_CHARS else _canonical_of(arguments)
+    return _canonical_of(arguments)
+
+
+MEMO_CHARS = 4096  # a conversation's calls come back every turn: each read once
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical_text(arguments: str) -> bytes:
+    return _canonical_of(arguments)
+
+
+def _canonical_of(arguments: JSONValue) -> bytes:
     value = arguments
     if isinstance(arguments, str):
         try:
@@ -64,7 +80,7 @@ def repeated_call(calls: Sequence[ToolCall], messages: JSONValue, raw: Callable[
     """A Problem when every call repeats an answered one; a new call beside a repeat passes."""
     if not calls:
         return None
-    answered = answered_calls(messages)
+    answered = answered_calls(messages, frozenset(c.name for c in calls))
     if not answered:
         return None
     results = [answered.get((c.name, canonical(c.arguments))) for c in calls]

@@ -3,6 +3,7 @@ or, where they cannot be read, the call and its results written as text (the pro
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import cast
 
@@ -12,6 +13,7 @@ from sanctum_proxy.core import decoded_json, lenient_json
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.shapes import ChatMessage, JSONObject, JSONValue
 from sanctum_proxy.repair import prompted
+from sanctum_proxy.repair.answers import MEMO_CHARS
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,15 @@ def _fixes(position: int, message: JSONValue) -> list[Mended]:
 
 def _reads(arguments: str) -> bool:
     """Strict JSON, as vLLM's json.loads and llama.cpp read it."""
+    return _short_reads(arguments) if len(arguments) <= MEMO_CHARS else _strict(arguments)
+
+
+@functools.lru_cache(maxsize=1024)  # a conversation's calls come back every turn
+def _short_reads(arguments: str) -> bool:
+    return _strict(arguments)
+
+
+def _strict(arguments: str) -> bool:
     try:
         orjson.loads(arguments)
     except orjson.JSONDecodeError:

@@ -11,7 +11,7 @@ import orjson
 from sanctum_proxy.codecs import families
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.calls import Problem, Tool, ToolCall, content_text
-from sanctum_proxy.core.shapes import ChatMessage, JSONObject, ToolCallWire
+from sanctum_proxy.core.shapes import ChatMessage, JSONObject, JSONValue, ToolCallWire
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.constrain import Constraint
@@ -64,8 +64,9 @@ def native_body(body: JSONObject) -> JSONObject:
 
 
 def _normalised(message: JSONObject) -> JSONObject:
+    """The same object where nothing changes: the trace then holds it once."""
     calls = message.get("tool_calls")
-    if message.get("role") != "assistant" or not isinstance(calls, list):
+    if message.get("role") != "assistant" or not isinstance(calls, list) or all(map(_normal, calls)):
         return message
     fixed = []
     for call in calls:
@@ -75,6 +76,13 @@ def _normalised(message: JSONObject) -> JSONObject:
             "{}" if arguments in (None, "") else orjson.dumps(arguments).decode())
         fixed.append({**call, "type": call.get("type") or "function", "function": function})
     return {**message, "tool_calls": fixed}
+
+
+def _normal(call: JSONValue) -> bool:
+    if not isinstance(call, dict) or not call.get("type"):
+        return False
+    function = call.get("function")
+    return isinstance(function, dict) and isinstance(function.get("arguments"), str) and bool(function["arguments"])
 
 
 _CLOSING = "Answer again with only the corrected tool call, and nothing else."

@@ -6,6 +6,8 @@ one connection. On disk it stays near its byte budget: the writer prunes after e
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
 import sqlite3
 import threading
@@ -43,10 +45,16 @@ _HELD = "SELECT COALESCE(SUM(length(doc)), 0), MAX(seq) FROM traces"
 INSERT = "INSERT OR REPLACE INTO traces (id, created, model, outcome, summary, doc) VALUES (?, ?, ?, ?, ?, ?)"
 
 
+_ID_KEY = os.urandom(32)
+_ids = itertools.count()
+
+
 def new_id() -> str:
-    """A UUIDv7 as 32 hex digits, so ids grow with time and append to the index."""
+    """A UUIDv7 as 32 hex digits, so ids grow with time and append to the index.
+
+    Its random bits are a keyed hash of a counter: os.urandom lets go of the GIL, and the trace writer may hold it."""
     ms = time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF
-    rand = int.from_bytes(os.urandom(10), "big")
+    rand = int.from_bytes(hashlib.blake2b(next(_ids).to_bytes(8, "big"), key=_ID_KEY, digest_size=10).digest(), "big")
     value = ms << 80 | 0x7 << 76 | (rand >> 68) << 64 | 0b10 << 62 | rand & (1 << 62) - 1
     return f"{value:032x}"
 
