@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from sanctum_proxy.config import load_settings
@@ -312,6 +313,34 @@ def test_one_clients_slow_bodies_take_only_its_share_and_never_another_clients_u
     assert latency < 0.5, latency
 
 
+@pytest.mark.parametrize("parser", PARSERS)
+def test_local_agents_uploading_at_once_from_one_address_all_get_answers(fake, parser):
+    """With no keys every local agent is one client (127.0.0.1): past its share of bodies arriving at once (2 of
+    8 connections) the others were refused, although each body took only a fifth of a second."""
+    from tests.fakes.upstream import Step, completion
+
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 200_000}]})
+    fake[0].responder = lambda _: Step(body=completion("hello"))
+    with serve(fake, parser, max_connections=8) as server:
+        agents = [connect(server.port) for _ in range(4)]
+        for sock in agents:
+            sock.sendall(asked(body)[:-1000])
+        time.sleep(0.2)
+        heads = [answer_to_rest(sock, asked(body)[-1000:]) for sock in agents]
+        for sock in agents:
+            sock.close()
+    assert heads == [b"HTTP/1.1 200"] * 4, heads
+
+
+def answer_to_rest(sock: socket.socket, rest: bytes) -> bytes:
+    """The status line answering a request once `rest` of it is sent (the error, if refused and reset)."""
+    try:
+        sock.sendall(rest)
+        return read_answer(sock)[:12]
+    except OSError as error:
+        return repr(error).encode()
+
+
 def endless_answer() -> Any:
     from tests.fakes.upstream import Step
 
@@ -406,3 +435,38 @@ def test_expect_100_continue_refused_before_the_body_gets_the_final_answer_only(
         sock.close()
     assert head.startswith(b"HTTP/1.1 401 "), head  # no 100 Continue first: the body is never asked for
     assert not fake[0].requests
+
+
+GARBAGE = b"\x16\x03\x01 not http\r\n\r\n"  # a TLS hello's first bytes: no parser reads it as a request
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+@pytest.mark.parametrize("when", ["with the request", "during the answer"])
+def test_garbage_pipelined_behind_a_stream_never_cuts_into_its_answer(fake, parser, when):
+    """httptools' parser error on the bytes behind a request made uvicorn write its 400 at once, inside the
+    streamed answer (or in place of it), and close: the client got a cut stream with a 400 in the middle."""
+    from tests.fakes.upstream import Step, content_chunks
+
+    fake[0].push(Step(chunks=content_chunks("one two three four five six", size=3), chunk_delay=0.05))
+    body = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    with serve(fake, parser) as server:
+        sock = connect(server.port)
+        sock.sendall(asked(body) + (GARBAGE if when == "with the request" else b""))
+        data = sock.recv(65536)
+        if when == "during the answer":
+            sock.sendall(GARBAGE)
+        data += read_until_closed(sock, 10)
+        sock.close()
+    answer, _, after = data.partition(b"\r\n0\r\n\r\n")  # the stream's last chunk
+    assert answer.startswith(b"HTTP/1.1 200 ") and b"data: [DONE]" in answer, data
+    assert b"HTTP/1.1 400" not in answer, data  # nothing written inside the answer
+    assert after == b"" or after.startswith(b"HTTP/1.1 400 "), data  # then the 400, or nothing
+
+
+def read_until_closed(sock: socket.socket, seconds: float) -> bytes:
+    """All the proxy sends until it closes the connection (an AssertionError if it is still open)."""
+    sock.settimeout(seconds)
+    data = b""
+    while piece := sock.recv(65536):
+        data += piece
+    return data

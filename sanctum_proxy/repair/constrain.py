@@ -14,7 +14,7 @@ from sanctum_proxy.core.calls import Problem, example_text, new_call_id
 from sanctum_proxy.core.shapes import ChatMessage, JSONObject
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair.grammar import GrammarTooLarge, gbnf
-from sanctum_proxy.repair.loop_data import Answer, Mode, Plan
+from sanctum_proxy.repair.loop_data import Answer, How, Mode, Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.validate import object_keys
 
@@ -227,9 +227,6 @@ def _closing_quote(body: str) -> int | None:
             return at
         at += 1
     return None
-
-
-How = Literal["schema", "grammar", "tool_choice"]
 
 
 @dataclass(frozen=True)

@@ -154,9 +154,9 @@ def judge_error(plan: Plan, state: State, step: Round, error: ProxyError, number
     if not isinstance(error, UpstreamError):
         return Fail(error)
     if step.constraint is not None and step.constraint.how == "tool_choice" and cn.tool_choice_refused(error):
-        return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("tool_choice_refused"))
+        return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("tool_choice_refused", "tool_choice"))
     if step.constraint is not None and cn.schema_refused(error):
-        return Unconstrain(replace(state, phase=Phase.REFUSED))
+        return Unconstrain(replace(state, phase=Phase.REFUSED), Lesson("schema_refused", step.constraint.how))
     if state.kind is Kind.ASK and state.turns and context_exceeded(error, step.body):
         return _too_long(plan, state, number)
     verdict = classify(error, step.body)  # ignoring the request it quotes

@@ -49,11 +49,15 @@ class Answer:
     choice_extra: JSONObject = field(default_factory=dict)
 
 
+How = Literal["schema", "grammar", "tool_choice"]
+
+
 @dataclass(frozen=True)
 class Lesson:
     """What a round taught about this upstream and model."""
 
     what: Literal["tools_rejected", "upstream_parse_failure", "schema_refused", "tool_choice_refused"]
+    how: How | None = None  # the refused constraint
 
 
 class Sender(Protocol):
@@ -284,7 +288,7 @@ class FallBack:
 @dataclass(frozen=True)
 class Unconstrain:
     state: State
-    lesson: Lesson | None = Lesson("schema_refused")
+    lesson: Lesson
     omens: tuple[om.Omen, ...] = ()
     outcome: om.Outcome = om.Outcome.FALLBACK
 

@@ -30,9 +30,8 @@ from sanctum_proxy.routes import context
 from sanctum_proxy.services import Services, destination, services
 from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
-from sanctum_proxy.upstreams import mode_check
-from sanctum_proxy.upstreams.upstream import Upstream
-from sanctum_proxy.web.auth import presented_key
+from sanctum_proxy.upstreams import capability_check, mode_check
+from sanctum_proxy.web.auth import forwarded_key, presented_key
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
 Recorded = Callable[[RoundRecord], None]
@@ -41,13 +40,12 @@ Recorded = Callable[[RoundRecord], None]
 def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
     """`run(plan, send)` with lessons kept, surrender handled, rounds and end traced."""
     return _shown(services(request), plan, run(plan, context.first_round_checked(request, plan, send)),
-                  lambda record: record_round(request, record), destination(request).upstream, request)
+                  lambda record: record_round(request, record), request, request)
 
 
 def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
     """Like `run_traced` without recording the end: the n > 1 loops, recorded together by the caller."""
-    upstream = destination(request).upstream
-    return lambda plan, send, recorded: _shown(services(request), plan, run(plan, send), recorded, upstream)
+    return lambda plan, send, recorded: _shown(services(request), plan, run(plan, send), recorded, request)
 
 
 def record_round(request: Request, record: RoundRecord, choice: int = 0) -> None:
@@ -65,7 +63,7 @@ def recorder_of(request: Request) -> Callable[[RoundRecord, int], None]:
 
 
 async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], recorded: Recorded,
-                 upstream: Upstream, traced: Request | None = None) -> AsyncIterator[Shown]:
+                 asked: Request, traced: Request | None = None) -> AsyncIterator[Shown]:
     """The loop's events as the client sees them, in one generator layer since every chunk passes each layer.
 
     Keeps lessons, hands records on, and turns a parse error into the last call when `on_surrender` is "last_call".
@@ -87,7 +85,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                     note(records, event)
                     recorded(event)
                 elif isinstance(event, Lesson):
-                    await keep(state, plan, event, upstream)
+                    await keep(state, plan, event, asked)
                 else:
                     if isinstance(event, Final):
                         succeeded(state, plan, event)
@@ -121,15 +119,16 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
         state.recorder.ended(trace, None, shown)
 
 
-async def keep(state: Services, plan: Plan, lesson: Lesson, upstream: Upstream) -> None:
-    """Remember a lesson for (plan.upstream, plan.model)."""
+async def keep(state: Services, plan: Plan, lesson: Lesson, asked: Request) -> None:
+    """Remember a lesson for (plan.upstream, plan.model) once a check meets it."""
+    upstream, settings = destination(asked).upstream, state.settings
+    auth = forwarded_key(asked) if settings.forward_client_key else None
     if lesson.what in ("tools_rejected", "upstream_parse_failure"):
         await mode_check.learned(state.modes, upstream, plan.upstream, plan.model, lesson.what,
-                                 state.settings.probe_timeout)
-    elif lesson.what == "tool_choice_refused":
-        state.capabilities.refuse_tool_choice(plan.upstream, plan.model)
+                                 settings.probe_timeout, auth)
     else:
-        state.capabilities.refuse_schema(plan.upstream, plan.model)
+        capability_check.start(state.capabilities, upstream, plan.upstream, plan.model, lesson, plan.prompt_format,
+                               auth, settings.probe_timeout)
 
 
 def succeeded(state: Services, plan: Plan, final: Final) -> None:

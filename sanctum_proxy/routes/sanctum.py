@@ -71,6 +71,14 @@ async def forget_modes(request: Request) -> JsonResponse:
     return JsonResponse({"cleared": cleared, "modes": services(request).modes.snapshot()})
 
 
+@router.delete("/sanctum/capabilities", dependencies=guarded)
+async def forget_capabilities(request: Request) -> JsonResponse:
+    """What probes and checks found, forgotten on every replica (asked again when next needed)."""
+    query = request.query_params
+    cleared = services(request).capabilities.clear(query.get("upstream"), query.get("model"))
+    return JsonResponse({"cleared": cleared, "capabilities": services(request).capabilities.snapshot()})
+
+
 def shown_settings(settings: Settings) -> JSONObject:
     """The settings with every key and password replaced by "***"."""
     shown = settings.model_dump()

@@ -32,6 +32,7 @@ class Capabilities:
         return asdict(self)
 
 
+REFUSAL_SECONDS = 86400.0  # the upstream may take it since
 UNKNOWN = Capabilities(tools=None, json_schema=None, server="unknown", source="no probe answered")
 
 
@@ -126,8 +127,9 @@ class CapabilityBook:
         self._filled = clock()
         # parsed rows: a request reads one three times
         self._parsed: dict[str, tuple[JSONObject, Capabilities, float]] = {}
+        self.checking: dict[tuple[str, str, str], asyncio.Task[None]] = {}  # capability_check.py
 
-    async def _may_probe_now(self) -> bool:
+    async def may_probe_now(self) -> bool:
         """The shared bucket's token, else this process' own."""
         if self._shared is not None:
             taken = await self._shared.take_token("probes", self._per_minute)
@@ -165,6 +167,9 @@ class CapabilityBook:
             self._parsed[key] = (row, caps, at)
         if caps.tools is None and self._clock() - at > self._unknown_ttl:
             return None
+        if (caps.json_schema is False or caps.tool_choice is False) and self._clock() - at > REFUSAL_SECONDS:
+            self._known.delete(key)
+            return None
         return caps
 
     def refuse_schema(self, upstream: str, model: str) -> None:
@@ -189,7 +194,7 @@ class CapabilityBook:
         key = (upstream, model)
         if key in self._pending:
             return await asyncio.shield(self._pending[key])
-        if not await self._may_probe_now():
+        if not await self.may_probe_now():
             return UNKNOWN  # over the rate: not asked, not remembered
         future: asyncio.Future[Capabilities] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
@@ -203,6 +208,14 @@ class CapabilityBook:
             future.set_result(caps)
         self.remember(upstream, model, caps)
         return caps
+
+    def clear(self, upstream: str | None = None, model: str | None = None) -> int:
+        """Forget rows (None: any); how many."""
+        gone = [key for key, _ in self._known.items()
+                if (upstream is None or pair_of(key)[0] == upstream) and (model is None or pair_of(key)[1] == model)]
+        for key in gone:
+            self._known.delete(key)
+        return len(gone)
 
     def snapshot(self) -> list[JSONObject]:
         out = []

@@ -21,12 +21,12 @@ def check_body(model: str) -> JSONObject:
             "tools": [CHECK_TOOL], "max_tokens": 64, "stream": False}
 
 
-async def verdict(upstream: Upstream, model: str, timeout: float) -> Verdict | None:
-    """None: tools work, or no answer."""
+async def verdict(upstream: Upstream, model: str, timeout: float, auth: str | None = None) -> Verdict | None:
+    """None: tools work, or no answer; `auth`: the client's key, where forwarded."""
     body = check_body(model)
     try:
         async with asyncio.timeout(timeout):
-            reply = await chat(upstream, body)
+            reply = await chat(upstream, body, auth)
     except UpstreamError as error:
         return classify(error, body)
     except (TimeoutError, ProxyError):
@@ -45,8 +45,9 @@ def _empty(answer: object) -> bool:
     return not message.get("tool_calls") and not (isinstance(content, str) and content.strip())
 
 
-async def learned(modes: ModeBook, upstream: Upstream, key: str, model: str, what: str, timeout: float) -> None:
-    """A client's round taught `what`: flip the model if the check confirms it (one check per pair at once)."""
+async def learned(modes: ModeBook, upstream: Upstream, key: str, model: str, what: str, timeout: float,
+                  auth: str | None = None) -> None:
+    """A client's round taught `what`: flip the model if the check, sent with `auth`, confirms it (one per pair)."""
     if what == "upstream_parse_failure" and not modes.parse_failure(key, model):
         return
     pair = (key, model)
@@ -54,7 +55,7 @@ async def learned(modes: ModeBook, upstream: Upstream, key: str, model: str, wha
         return
     modes.checking.add(pair)
     try:
-        found = await verdict(upstream, model, timeout)
+        found = await verdict(upstream, model, timeout, auth)
     finally:
         modes.checking.discard(pair)
     if found == "tools_unsupported":

@@ -1,12 +1,14 @@
 """`max_connections`: requests in flight per process, refused in the protocol's shape (not uvicorn's plain text).
 
-Bodies still arriving count per client (`owner`), at most a BODY_SHARE-th of the limit each.
+Bodies still arriving count per client (`owner`), at most a BODY_SHARE-th of the limit each; as many more wait
+while that client's bodies keep arriving.
 """
 
 from __future__ import annotations
 
+import asyncio
 import resource
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,6 +20,7 @@ from sanctum_proxy.web.json_response import JsonResponse
 
 ALWAYS_ANSWERED = frozenset({"/healthz", "/metrics"})
 BODY_SHARE = 4  # of max_connections, the most one client's bodies still arriving may hold
+LATE_BODY = 1.0  # seconds between two arrivals: slower is slow bodies, not a burst
 
 
 def owner(scope: Scope | None, address: Any, keyed: bool) -> bytes:
@@ -50,6 +53,7 @@ class ConnectionLimit:
         self.keyed, self.share = keyed, body_share(limit)
         self.in_flight = 0
         self.arriving: Counter[bytes] = Counter()  # per owner, requests whose body has not all arrived
+        self.turns: dict[bytes, deque[asyncio.Future[None]]] = {}  # per owner, requests waiting
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,9 +65,10 @@ class ConnectionLimit:
                                                          "proxy process, max_connections)")
                 return
             who = owner(scope, scope.get("client"), self.keyed)
-            if self.arriving[who] >= self.share:
+            if self.arriving[who] >= self.share and not await self._place(who):
                 await self._refuse(scope, receive, send, "Too many request bodies still arriving from this client "
-                                                         f"(at most {self.share}, a share of max_connections)")
+                                                         f"(at most {self.share}, a share of max_connections, and as "
+                                                         f"many waiting {LATE_BODY:g} s for a place)")
                 return
         else:
             who = b""
@@ -86,10 +91,40 @@ class ConnectionLimit:
             if not arrived:
                 self._arrived(who)
 
+    async def _place(self, who: bytes) -> bool:
+        """Whether a place among `who`'s arriving bodies frees up within LATE_BODY."""
+        while self.arriving[who] >= self.share:
+            waiting = self.turns.setdefault(who, deque())
+            if len(waiting) >= self.share:
+                return False
+            turn = asyncio.get_running_loop().create_future()
+            waiting.append(turn)
+            try:
+                await asyncio.wait_for(turn, LATE_BODY)
+            except TimeoutError:
+                return False
+            finally:
+                self._leave(who, turn)
+        return True
+
+    def _leave(self, who: bytes, turn: asyncio.Future[None]) -> None:
+        waiting = self.turns.get(who)
+        if waiting is not None and turn in waiting:
+            waiting.remove(turn)
+        if not waiting:
+            self.turns.pop(who, None)
+
     def _arrived(self, who: bytes) -> None:
         self.arriving[who] -= 1
         if self.arriving[who] <= 0:
             del self.arriving[who]
+        if self.turns:
+            waiting = self.turns.get(who)
+            while waiting:
+                turn = waiting.popleft()
+                if not turn.done():
+                    turn.set_result(None)
+                    break
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, why: str) -> None:
         error = Overloaded(f"{why}; retry after {self.retry_after} s")

@@ -251,6 +251,7 @@ else:
 
         _parsing: Reading = "head"
         _active: Any = None  # the cycle being answered (`cycle` is the last parsed)
+        _invalid: str | None = None  # a parser error, answered after the answers owed
 
         def _reading(self) -> Reading:
             return self._parsing
@@ -295,6 +296,21 @@ else:
                 last.keep_alive = False
             self._refusing = True
             self.flow.resume_reading()
+
+        def send_400_response(self, msg: str) -> None:
+            """After the answers owed, never inside one."""
+            active = self._active
+            if active is None or active.response_complete or active.more_body and not active.response_started:
+                super().send_400_response(msg)  # the request being read: its answer
+                return
+            self._invalid, self._refusing = msg, True
+            self.flow.resume_reading()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self._invalid is not None and not self.pipeline and self._active.response_complete \
+                    and not self.transport.is_closing():
+                super().send_400_response(self._invalid)
 
         def connection_lost(self, exc: Exception | None) -> None:
             active = self._active

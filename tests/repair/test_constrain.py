@@ -17,6 +17,7 @@ from sanctum_proxy.config import Settings
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.toolbox import Toolbox
 from tests.fakes.upstream import Step, completion, content_chunks, native_call
+from tests.polling import wait_until
 
 WEATHER = {
     "type": "function",
@@ -209,22 +210,23 @@ def test_clients_own_response_format_is_left_alone(client, fake):
 
 
 def test_upstream_that_refuses_the_schema_is_asked_again_unconstrained_and_remembered(client, fake):
+    """Remembered once the proxy's own constrained request is refused too (upstreams/capability_check.py)."""
     refusal = {
         "error": {"message": "response_format json_schema is not supported", "type": "invalid_request_error"}
     }
-    fake[0].push(
-        Step(status=400, body=refusal),
-        Step(body=completion('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')),
-        Step(body=completion('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')),
-    )
+    call = completion('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')
+    fake[0].responder = lambda body: Step(status=400, body=refusal) if "response_format" in body else Step(body=call)
     r = post(client, spell_calling="prompted", constrain="always")
     assert (
         r.status_code == 200
         and r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_time"
     )
-    assert "response_format" not in fake[0].requests[1]
+    clients = [body for body in fake[0].requests if "sanctum_check" not in str(body)]
+    assert "response_format" in clients[0] and "response_format" not in clients[1]
+    wait_until(lambda: [row["json_schema"] for row in client.get("/sanctum/status").json()["capabilities"]]
+               == [False], 5, "the refusal remembered")
     post(client, spell_calling="prompted", constrain="always")
-    assert "response_format" not in fake[0].requests[2]
+    assert "response_format" not in fake[0].requests[-1]
 
 
 def test_upstream_that_ignores_the_schema_is_read_by_the_ordinary_tiers(client, fake):

@@ -16,6 +16,7 @@ import pytest
 
 from sanctum_proxy.repair.round_body import CONSTRAINED_INSTEAD
 from tests.fakes.upstream import Step, completion, content_chunks, llama_tool_chunks, native_call
+from tests.polling import wait_until
 from tests.stream_rules import read_stream
 
 WEATHER = {"type": "function", "function": {
@@ -149,15 +150,20 @@ def test_on_an_upstream_that_answers_no_probe_the_correction_round_carries_the_a
 
 
 def test_a_refused_tool_choice_is_remembered_and_later_corrections_go_without_it(client, fake):
+    """Remembered once the proxy's own request with tool_choice "required" is refused too."""
     missing = Step(body=completion(None, [native_call("get_weather", BAD_ARGS)], "tool_calls"))
     good = Step(body=completion(None, [native_call("get_weather", GOOD_ARGS)], "tool_calls"))
     refusal = Step(status=400, body={"object": "error", "message": 'tool_choice = "required" is not supported!',
                                      "type": "BadRequestError", "param": None, "code": 400})  # vLLM < 0.8
-    fake[0].push(missing, refusal, good, missing, good)
-    for _ in range(2):
-        call, omens = ask(client, "native", False)
-        assert orjson.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 2}
-    first, refused, retried, again, corrected = fake[0].requests
+    fake[0].responder = lambda body: refusal if body.get("tool_choice") == "required" else \
+        good if len(body["messages"]) > len(HISTORY) else missing
+    call, _ = ask(client, "native", False)
+    assert orjson.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 2}
+    wait_until(lambda: [row["tool_choice"] for row in client.get("/sanctum/status").json()["capabilities"]]
+               == [False], 5, "the refusal remembered")
+    call, _ = ask(client, "native", False)
+    assert orjson.loads(call["function"]["arguments"]) == {"city": "Paris", "days": 2}
+    first, refused, retried, again, corrected = [b for b in fake[0].requests if "sanctum_check" not in str(b)]
     assert refused["tool_choice"] == "required" and "tool_choice" not in retried
     assert retried["messages"] == refused["messages"] and len(retried["messages"]) == len(first["messages"]) + 2
     assert "tool_choice" not in corrected and len(corrected["messages"]) == len(again["messages"]) + 2

@@ -247,7 +247,7 @@ async def test_a_refused_schema_sends_the_round_again_unconstrained_and_teaches_
     refused = Round(error=UpstreamError(400, "Unsupported param: response_format"))
     script = Script(UNKNOWN, refused, GOOD)
     final, got = await final_of(plan(constrain="repair", mode="prompted"), script)
-    assert [e for e in got if isinstance(e, Lesson)] == [Lesson("schema_refused")]
+    assert [e for e in got if isinstance(e, Lesson)] == [Lesson("schema_refused", "schema")]
     assert cn.is_constrained(script.sent[1]) and "response_format" not in script.sent[2]
     assert script.sent[2]["messages"][-1]["role"] == "user"  # the correction, sent after all
     assert final.rounds == 3 and names(final.message) == ["get_weather"]
@@ -392,7 +392,7 @@ async def test_a_refused_tool_choice_is_learnt_and_the_correction_goes_unconstra
     assert second["tool_choice"] == "required" and "tool_choice" not in third
     assert_prefix_kept(first, third)
     assert third["messages"] == second["messages"]  # the transcript still
-    assert Lesson("tool_choice_refused") in got and names(final.message) == ["get_weather"]
+    assert Lesson("tool_choice_refused", "tool_choice") in got and names(final.message) == ["get_weather"]
 
 
 async def test_after_a_refusal_native_corrections_go_without_tool_choice():

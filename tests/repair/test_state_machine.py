@@ -310,7 +310,7 @@ def test_a_refused_tool_choice_sends_the_round_again_unconstrained_and_teaches_t
     step, state = constrained_correction(the_plan)
     refused = upstream_error(400, "tool_choice param requires --jinja flag")  # llama.cpp without --jinja
     verdict = judge_error(the_plan, state, step, refused, 2)
-    assert isinstance(verdict, Unconstrain) and verdict.lesson == Lesson("tool_choice_refused")
+    assert isinstance(verdict, Unconstrain) and verdict.lesson == Lesson("tool_choice_refused", "tool_choice")
     assert verdict.state.phase is Phase.REFUSED and verdict.state.turns == state.turns
     again, _ = next_round(the_plan, verdict.state, 2)
     assert again.constraint is None and "tool_choice" not in again.body
@@ -322,7 +322,7 @@ def test_a_refused_schema_sends_the_round_again_unconstrained_and_teaches_the_ca
     assert step.constraint is not None and step.constraint.how == "schema"
     refused = upstream_error(400, "response_format of type json_schema is not supported by this server")
     verdict = judge_error(the_plan, state, step, refused, 2)
-    assert isinstance(verdict, Unconstrain) and verdict.lesson == Lesson("schema_refused")
+    assert isinstance(verdict, Unconstrain) and verdict.lesson == Lesson("schema_refused", "schema")
     again, _ = next_round(the_plan, verdict.state, 2)
     assert again.constraint is None and "response_format" not in again.body
 
