@@ -67,6 +67,15 @@ def pair_of(key: str) -> tuple[str, str]:
 MAX_ROWS = 1024
 
 
+def clear_pairs(table: Table, upstream: str | None = None, model: str | None = None) -> int:
+    """Forget the rows of (upstream, model) pairs (None: any); how many."""
+    gone = [key for key, _ in table.items()
+            if (upstream is None or pair_of(key)[0] == upstream) and (model is None or pair_of(key)[1] == model)]
+    for key in gone:
+        table.delete(key)
+    return len(gone)
+
+
 class LocalTable:
     """A table in this process of at most `max_rows` rows, least recently used evicted first."""
 

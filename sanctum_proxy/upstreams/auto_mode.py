@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sanctum_proxy.core.shapes import JSONObject
-from sanctum_proxy.state.replicated import LocalTable, Table, pair_key, pair_of
+from sanctum_proxy.state.replicated import LocalTable, Table, clear_pairs, pair_key, pair_of
 
 PARSE_FAILURES = "upstream_parse_failures"
 FLIP_SECONDS = 86400.0  # an upstream may have gained tools since
@@ -105,11 +105,7 @@ class ModeBook:
 
     def clear(self, upstream: str | None = None, model: str | None = None) -> int:
         """Forget decisions (None: any); how many."""
-        gone = [key for key, _ in self._table.items()
-                if (upstream is None or pair_of(key)[0] == upstream) and (model is None or pair_of(key)[1] == model)]
-        for key in gone:
-            self._table.delete(key)
-        return len(gone)
+        return clear_pairs(self._table, upstream, model)
 
     def snapshot(self) -> list[JSONObject]:
         out = []

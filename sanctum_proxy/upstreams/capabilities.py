@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from sanctum_proxy.codecs.families import detect
 from sanctum_proxy.core.shapes import JSONObject
-from sanctum_proxy.state.replicated import MAX_ROWS, LocalTable, Table, pair_key, pair_of
+from sanctum_proxy.state.replicated import MAX_ROWS, LocalTable, Table, clear_pairs, pair_key, pair_of
 
 
 @dataclass(frozen=True)
@@ -211,11 +211,7 @@ class CapabilityBook:
 
     def clear(self, upstream: str | None = None, model: str | None = None) -> int:
         """Forget rows (None: any); how many."""
-        gone = [key for key, _ in self._known.items()
-                if (upstream is None or pair_of(key)[0] == upstream) and (model is None or pair_of(key)[1] == model)]
-        for key in gone:
-            self._known.delete(key)
-        return len(gone)
+        return clear_pairs(self._known, upstream, model)
 
     def snapshot(self) -> list[JSONObject]:
         out = []
