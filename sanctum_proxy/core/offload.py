@@ -58,13 +58,13 @@ def heavy_body(raw: bytes) -> bool:
     return len(raw) > INLINE_PARSE_BYTES
 
 
-def tools_key(raw: bytes, body: JSONObject) -> bytes | None:
+def tools_key(raw: bytes, body: JSONObject, door: str) -> bytes | None:
     """Its key where checking the tool list may cost (b"": too deep to key)."""
     tools = len(raw) > INLINE_TOOLS_BYTES and (b'"tools"' in raw or b'"functions"' in raw)
     if not tools and b'"pattern' not in raw:
         return None
     try:
-        return orjson.dumps([body.get("tools"), body.get("functions"), body.get("response_format")])
+        return orjson.dumps([door, body.get("tools"), body.get("functions"), body.get("response_format")])
     except orjson.JSONEncodeError:  # too deep: checked off the loop
         return b""
 

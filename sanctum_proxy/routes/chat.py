@@ -37,13 +37,13 @@ E = TypeVar("E")
 T = TypeVar("T")
 
 
-async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject, bool], T]) -> T:
-    """`parse(body, tools_checked)`: inline when decoding and its checks are quick (a known tool list, whose
-    checks are skipped), else on the CPU pool."""
+async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject, bool], T], door: str = "chat") -> T:
+    """`parse(body, tools_checked)`: inline when decoding and its checks are quick (a tool list this door
+    checked before, whose checks are skipped), else on the CPU pool."""
     if heavy_body(raw):
         return await offloaded(lambda: parse(json_object(raw), False))
     body = json_object(raw)
-    key = tools_key(raw, body)
+    key = tools_key(raw, body, door)
     known = known_tools(key)
     parsed = await off_loop_if(key is not None and not known, parse, body, known)
     if not known:

@@ -78,7 +78,8 @@ async def count_tokens(request: Request) -> Response:
     try:
         check_client_key(request)
         chat = await off_loop_if_heavy(request_body(request),
-                                       lambda body, known: _counted(body, request.headers, settings, known))
+                                       lambda body, known: _counted(body, request.headers, settings, known),
+                                       "count_tokens")
         destination = services(request).pools.destination(chat.model)
         upstream = destination.upstream
         counted, exact = await tokens.count(upstream, upstream.root_url, destination.rewrite(chat.body),
@@ -104,8 +105,9 @@ async def serve(request: Request, dialect: Dialect) -> Response:
     request.state.protocol = dialect.name
     try:
         check_client_key(request)
-        body, chat = await off_loop_if_heavy(request_body(request),
-                                             lambda body, known: _read(dialect, body, request.headers, settings, known))
+        body, chat = await off_loop_if_heavy(
+            request_body(request), lambda body, known: _read(dialect, body, request.headers, settings, known),
+            dialect.name)
         rounds = await start_rounds(request, chat, settings)
         opening = (*dialect.opening(body), *rounds.plan.opening_omens)
         rounds = replace(rounds, plan=replace(rounds.plan, opening_omens=opening))

@@ -18,25 +18,25 @@ def body(tools: list[dict[str, object]]) -> tuple[bytes, dict[str, object]]:
 
 def test_a_new_tool_list_is_read_off_the_loop_and_a_known_one_on_it():
     raw, data = body(TOOLS)
-    key = tools_key(raw, data)
+    key = tools_key(raw, data, "chat")
     assert key and not known_tools(key)  # never read: its schemas' checks may take milliseconds
-    assert tools_key(raw, data) == key and not known_tools(key)  # not kept until its checks passed
+    assert tools_key(raw, data, "chat") == key and not known_tools(key)  # not kept until its checks passed
     read_tools(key)
-    assert known_tools(tools_key(raw, data))
+    assert known_tools(tools_key(raw, data, "chat"))
     changed = [*TOOLS[:-1], {**TOOLS[-1], "function": {**TOOLS[-1]["function"], "name": "other"}}]
-    assert not known_tools(tools_key(*body(changed)))
+    assert not known_tools(tools_key(*body(changed), "chat"))
 
 
 def test_a_small_body_without_patterns_is_read_on_the_loop():
     raw, data = body(TOOLS[:1])
-    assert len(raw) < 4096 and tools_key(raw, data) is None
+    assert len(raw) < 4096 and tools_key(raw, data, "chat") is None
 
 
 def test_a_pattern_in_a_small_body_is_read_off_the_loop_the_first_time():
     tool = {"type": "function", "function": {"name": "t", "parameters": {
         "type": "object", "properties": {"p": {"type": "string", "pattern": "^a+$"}}}}}
     raw, data = body([tool])
-    assert tools_key(raw, data) and not known_tools(tools_key(raw, data))
+    assert tools_key(raw, data, "chat") and not known_tools(tools_key(raw, data, "chat"))
 
 
 def test_a_tool_is_judged_on_the_loop_only_once_its_check_was_quick():
