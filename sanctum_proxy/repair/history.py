@@ -13,7 +13,6 @@ from sanctum_proxy.core import decoded_json, lenient_json
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.shapes import ChatMessage, JSONObject, JSONValue
 from sanctum_proxy.repair import prompted
-from sanctum_proxy.repair.answers import MEMO_CHARS
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,9 @@ def _fixes(position: int, message: JSONValue) -> list[Mended]:
 def _reads(arguments: str) -> bool:
     """Strict JSON, as vLLM's json.loads and llama.cpp read it."""
     return _short_reads(arguments) if len(arguments) <= MEMO_CHARS else _strict(arguments)
+
+
+MEMO_CHARS = 4096
 
 
 @functools.lru_cache(maxsize=1024)  # a conversation's calls come back every turn
