@@ -232,3 +232,16 @@ def test_forwarded_the_tool_choice_check_carries_the_clients_key(make_proxy, fak
     ask_native(proxy, headers={"x-api-key": "bob"})
     wait_until(lambda: refusals(proxy) == [("m", False, None)], 5, "the refusal the keyed check met")
     assert len(checks(fake[0])) == 1 and {h["authorization"] for h in fake[0].chat_headers} == {"Bearer bob"}
+
+
+def test_forwarded_the_capability_probe_carries_the_clients_key(make_proxy, fake, keyed):
+    """A template without tools, said by /props behind the gateway: read with the client's key, the model is
+    prompted from its first request (keyless, the probe got a 401 and the model stayed unknown)."""
+    proxy = make_proxy(upstream=keyed, forward_client_key=True)
+    fake[0].props = {"chat_template": "{{ messages }}", "default_generation_settings": {"n_ctx": 4096},
+                     "chat_template_caps": {"supports_tools": False, "supports_tool_calls": False}}
+    fake[0].responder = lambda body: Step(body=completion("Sunny."))
+    r = httpx.post(proxy + "/v1/chat/completions", headers={"authorization": "Bearer carol"}, timeout=20, json={
+        "model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]})
+    assert r.status_code == 200 and r.headers["x-sanctum-spell-calling"] == "prompted", r.text
+    assert "props" in fake[0].probes and "tools" not in fake[0].requests[0]

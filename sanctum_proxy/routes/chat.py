@@ -94,14 +94,14 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
     chat, widened = await context.ollama_fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
     affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
-    plan = await Planner(settings, parts, dest).plan(chat)
+    auth = forwarded_key(request) if settings.forward_client_key else None
+    plan = await Planner(settings, parts, dest, auth).plan(chat)
     if parts.surrendered:  # nothing is hashed while no request surrendered recently
         plan = surrendered.again(plan, parts.surrendered, presented_key(request.scope))
     if widened is not None:
         plan = dataclasses.replace(plan, opening_omens=(*plan.opening_omens, widened))
     trace_id = trace_store.new_id()
     parts.recorder.begin(request, trace_id, chat, plan)
-    auth = forwarded_key(request) if settings.forward_client_key else None
     return Rounds(chat, plan, trace_id, auth, settings.reasoning_format == "split")
 
 

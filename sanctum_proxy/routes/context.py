@@ -92,7 +92,7 @@ async def ollama_fitted(request: Request, chat: ChatRequest,
     caps = book.cached(dest.key, chat.model) or capabilities.UNKNOWN
     if caps is capabilities.UNKNOWN and settings.probe_capabilities:
         caps = await book.get(dest.key, chat.model, lambda: capabilities.probe(
-            upstream, upstream.root_url, chat.model, settings.probe_timeout))
+            upstream, upstream.root_url, chat.model, settings.probe_timeout, auth))
     runs_with = own or caps.num_ctx or settings.ollama_default_num_ctx
     fit = num_ctx_fit(need, runs_with, caps.context_length, settings.ollama_max_num_ctx, chat.model)
     if fit.refused is not None:
@@ -108,12 +108,13 @@ def first_round_checked(request: Request, plan: Plan, send: Sender) -> Sender:
     """`send` with its first round checked against the probed context."""
     state, dest = services(request), destination(request)
     caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
+    auth = forwarded_key(request) if state.settings.forward_client_key else None
     return checked(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
-                   state.settings.probe_timeout)
+                   state.settings.probe_timeout, auth)
 
 
 def checked(send: Sender, upstream: tokens.JsonProber, root_url: str, context: int | None,
-            timeout: float) -> Sender:
+            timeout: float, client_auth: str | None = None) -> Sender:
     """`context` None: only the upstream's refusal is read."""
     first = True
 
@@ -121,7 +122,7 @@ def checked(send: Sender, upstream: tokens.JsonProber, root_url: str, context: i
         nonlocal first
         checking, first = first, False
         if checking and context is not None and tokens.estimate(body) > context:
-            counted, exact = await tokens.count(upstream, root_url, body, timeout)
+            counted, exact = await tokens.count(upstream, root_url, body, timeout, client_auth)
             if exact and counted > context:
                 raise ContextTooLong(counted, context, True)
         try:

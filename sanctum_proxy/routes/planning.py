@@ -21,6 +21,7 @@ class Planner:
     settings: Settings
     services: Services
     dest: Destination  # decisions and capabilities are kept per (upstream, model)
+    auth: str | None = None  # the client's key, forwarded to the upstream's probes too
 
     async def plan(self, chat: ChatRequest) -> Plan:
         settings, key = self.settings, self.dest.key
@@ -73,7 +74,7 @@ class Planner:
         """What the upstream says of this model, asked once."""
         upstream = self.dest.upstream
         return await self.services.capabilities.get(self.dest.key, model, lambda: capabilities.probe(
-            upstream, upstream.root_url, model, self.settings.probe_timeout))
+            upstream, upstream.root_url, model, self.settings.probe_timeout, self.auth))
 
     async def settle_by_probe(self, model: str) -> list[om.Omen]:
         """A model without tool support goes prompted before it sees `tools`."""

@@ -90,16 +90,17 @@ def modelfile_num_ctx(parameters: Any) -> int | None:
 
 
 class JsonProber(Protocol):
-    def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Awaitable[Any]: ...
+    def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0,
+                   client_auth: str | None = None) -> Awaitable[Any]: ...
 
 
-async def probe(upstream: JsonProber, root_url: str, model: str, timeout: float = 3.0) -> Capabilities:
-    """llama.cpp's way, then Ollama's."""
-    found = from_props(await upstream.probe_json("GET", f"{root_url}/props", timeout=timeout))
+async def probe(upstream: JsonProber, root_url: str, model: str, timeout: float = 3.0,
+                client_auth: str | None = None) -> Capabilities:
+    """llama.cpp's way, then Ollama's; `client_auth`: the forwarded key of the client that asked."""
+    found = from_props(await upstream.probe_json("GET", f"{root_url}/props", timeout=timeout, client_auth=client_auth))
     if found is None:
-        found = from_show(
-            await upstream.probe_json("POST", f"{root_url}/api/show", {"model": model}, timeout=timeout)
-        )
+        found = from_show(await upstream.probe_json("POST", f"{root_url}/api/show", {"model": model}, timeout=timeout,
+                                                    client_auth=client_auth))
     return found or UNKNOWN
 
 

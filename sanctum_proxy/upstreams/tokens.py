@@ -14,7 +14,8 @@ PROMPT_FIELDS = ("messages", "tools", "response_format")
 
 
 class JsonProber(Protocol):
-    async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any: ...
+    async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0,
+                         client_auth: str | None = None) -> Any: ...
 
 
 def estimate(chat: JSONObject) -> int:
@@ -23,14 +24,17 @@ def estimate(chat: JSONObject) -> int:
     return max(1, math.ceil(len(orjson.dumps(prompt)) / CHARS_PER_TOKEN))
 
 
-async def count(upstream: JsonProber, root_url: str, chat: JSONObject, timeout: float) -> tuple[int, bool]:
+async def count(upstream: JsonProber, root_url: str, chat: JSONObject, timeout: float,
+                client_auth: str | None = None) -> tuple[int, bool]:
     """(tokens, exact)."""
     body = {k: chat[k] for k in ("model", *PROMPT_FIELDS) if k in chat}
-    rendered = await upstream.probe_json("POST", f"{root_url}/apply-template", body, timeout=timeout)
+    rendered = await upstream.probe_json("POST", f"{root_url}/apply-template", body, timeout=timeout,
+                                         client_auth=client_auth)
     prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
     if isinstance(prompt, str):
         tokens = await upstream.probe_json("POST", f"{root_url}/tokenize",
-                                           {"content": prompt, "add_special": True}, timeout=timeout)
+                                           {"content": prompt, "add_special": True}, timeout=timeout,
+                                           client_auth=client_auth)
         listed = tokens.get("tokens") if isinstance(tokens, dict) else None
         if isinstance(listed, list):
             return len(listed), True

@@ -226,10 +226,11 @@ class Upstream:
                     raise too_long(limit)
         return bytes(body + stream.end()) if stream else bytes(body)
 
-    async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0) -> Any:
-        """None when it fails in any way."""
+    async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0,
+                         client_auth: str | None = None) -> Any:
+        """None when it fails in any way; `client_auth` as in `headers`."""
         try:
-            async with await self._request(method, url, False, json=body, headers=self.headers(),
+            async with await self._request(method, url, False, json=body, headers=self.headers(client_auth),
                                            timeout=aiohttp.ClientTimeout(total=timeout)) as response:
                 if response.status >= 300:
                     return None
