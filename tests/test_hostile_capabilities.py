@@ -245,3 +245,10 @@ def test_forwarded_the_capability_probe_carries_the_clients_key(make_proxy, fake
         "model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]})
     assert r.status_code == 200 and r.headers["x-sanctum-spell-calling"] == "prompted", r.text
     assert "props" in fake[0].probes and "tools" not in fake[0].requests[0]
+
+
+def test_forwarded_the_ollama_doors_listing_carries_the_clients_key(make_proxy, fake, keyed):
+    """GET /api/tags lists the upstream's models through a gateway that takes each client's own key."""
+    proxy = make_proxy(upstream=keyed, forward_client_key=True)
+    listed = httpx.get(proxy + "/api/tags", headers={"authorization": "Bearer dave"}, timeout=20)
+    assert listed.status_code == 200 and "fake-model" in [m["name"] for m in listed.json()["models"]], listed.text

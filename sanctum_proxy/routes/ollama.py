@@ -24,7 +24,7 @@ from sanctum_proxy.routes.translated import Dialect, reply_of, serve
 from sanctum_proxy.services import services
 from sanctum_proxy.upstreams.pools import listed_models
 from sanctum_proxy.upstreams.upstream import Upstream
-from sanctum_proxy.web.auth import check_client_key, matches, presented_key
+from sanctum_proxy.web.auth import check_client_key, forwarded_key, matches, presented_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response
 from sanctum_proxy.web.limits import request_body
@@ -70,7 +70,8 @@ async def version(request: Request) -> Response:
     except ProxyError as exc:
         return refused(exc)
     upstream = services(request).pools.default
-    said = await upstream.probe_json("GET", f"{upstream.root_url}/api/version", timeout=3.0)
+    said = await upstream.probe_json("GET", f"{upstream.root_url}/api/version", timeout=3.0,
+                                     client_auth=_forwarded(request))
     found = said.get("version") if isinstance(said, dict) else None
     return JsonResponse({"version": found if isinstance(found, str) else VERSION})
 
@@ -87,19 +88,19 @@ async def tags(request: Request) -> Response:
     asked = [u for e, u in zip(pools.entries, pools.upstreams, strict=True) if e.catch_all] if pools.several \
         else [pools.default]
     for upstream in asked:
-        for model in await upstream_tags(upstream):
+        for model in await upstream_tags(upstream, _forwarded(request)):
             if model.get("name") not in seen:
                 seen.add(model.get("name"))
                 models.append(model)
     return JsonResponse({"models": models})
 
 
-async def upstream_tags(upstream: Upstream) -> list[JSONObject]:
+async def upstream_tags(upstream: Upstream, client_auth: str | None = None) -> list[JSONObject]:
     """The upstream's /api/tags models, else its /v1/models in that shape."""
-    said = await upstream.probe_json("GET", f"{upstream.root_url}/api/tags", timeout=3.0)
+    said = await upstream.probe_json("GET", f"{upstream.root_url}/api/tags", timeout=3.0, client_auth=client_auth)
     if isinstance(said, dict) and isinstance(said.get("models"), list):
         return [m for m in said["models"] if isinstance(m, dict)]
-    listed = await upstream.probe_json("GET", f"{upstream.base_url}/models", timeout=3.0)
+    listed = await upstream.probe_json("GET", f"{upstream.base_url}/models", timeout=3.0, client_auth=client_auth)
     data = listed.get("data") if isinstance(listed, dict) else None
     return [ollama_api.tag(m) for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 
@@ -121,7 +122,7 @@ async def show(request: Request) -> Response:
         return refused(exc)
     upstream = dest.upstream
     said = await upstream.probe_json("POST", f"{upstream.root_url}/api/show", {**asked, "model": dest.model},
-                                     timeout=services(request).settings.probe_timeout)
+                                     timeout=services(request).settings.probe_timeout, client_auth=_forwarded(request))
     if not isinstance(said, dict):
         said = {"modelfile": "", "parameters": "", "template": "", "details": {}, "model_info": {},
                 "capabilities": ["completion"]}
@@ -161,3 +162,8 @@ def check_manager(request: Request) -> None:
 
 
 PROTOCOL = ClientProtocol("ollama", ("/api/chat",), chat, ollama_api.error_body, areas=("/api/",), router=router)
+
+
+def _forwarded(request: Request) -> str | None:
+    """The client's key where the upstream takes each client's own."""
+    return forwarded_key(request) if services(request).settings.forward_client_key else None
