@@ -132,12 +132,11 @@ class Recorder:
             # Once a stream has started its error goes inside it (HTTP 200).
             self._end(trace, error=exc, status=200 if shown and trace and trace.stream else exc.status)
         elif isinstance(exc, asyncio.CancelledError | GeneratorExit):
-            self._end(trace, gone=True)
+            self._end(trace)  # no final: the client left
         elif isinstance(exc, Exception):
             self._end(trace, error=internal(exc), status=500)
 
-    def _end(self, trace: Trace | None, *, error: ProxyError | None = None, status: int = 0,
-             gone: bool = False) -> None:
+    def _end(self, trace: Trace | None, *, error: ProxyError | None = None, status: int = 0) -> None:
         if trace is None or trace.done:
             return
         if error is not None:
