@@ -195,13 +195,7 @@ def test_agents_sdk_default_model_completes_a_fumbled_tool_call(make_proxy, fake
     fake[0].push(call("get_weather", "{}"), call("get_weather", "{'city': 'Paris',}"),
                  Step(body=completion("It is sunny in Paris.")))
     ran: list[str] = []
-
-    @agents.function_tool
-    def get_weather(city: str) -> str:
-        """Weather for a city."""
-        ran.append(city)
-        return f"sunny in {city}"
-
+    get_weather = _weather_tool(agents, ran)
     result = asyncio.run(_run_agent(agents, proxy, get_weather, streamed=False))
     assert ran == ["Paris"] and result == "It is sunny in Paris."
     assert fake[0].requests[2]["messages"][-1] == {"role": "tool", "tool_call_id": "call_1",
@@ -214,6 +208,14 @@ def test_agents_sdk_default_model_streamed_completes_a_fumbled_tool_call(make_pr
     fake[0].push(streamed_call("{}"), streamed_call("{'city': 'Paris',}"),
                  Step(chunks=content_chunks("It is sunny in Paris.")))
     ran: list[str] = []
+    get_weather = _weather_tool(agents, ran)
+    result = asyncio.run(_run_agent(agents, proxy, get_weather, streamed=True))
+    assert ran == ["Paris"] and result == "It is sunny in Paris."
+    assert len(fake[0].requests) == 3
+
+
+def _weather_tool(agents: Any, ran: list[str]) -> Any:
+    """The Agents SDK's function tool for get_weather; each city it runs for goes into `ran`."""
 
     @agents.function_tool
     def get_weather(city: str) -> str:
@@ -221,9 +223,7 @@ def test_agents_sdk_default_model_streamed_completes_a_fumbled_tool_call(make_pr
         ran.append(city)
         return f"sunny in {city}"
 
-    result = asyncio.run(_run_agent(agents, proxy, get_weather, streamed=True))
-    assert ran == ["Paris"] and result == "It is sunny in Paris."
-    assert len(fake[0].requests) == 3
+    return get_weather
 
 
 async def _run_agent(agents: Any, proxy: str, tool: Any, *, streamed: bool) -> str:
