@@ -28,7 +28,7 @@ from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import destination, services
 from sanctum_proxy.state import surrendered, trace_store
 from sanctum_proxy.upstreams import affinity, chat_rounds
-from sanctum_proxy.web.auth import check_client_key, forwarded_key, presented_key
+from sanctum_proxy.web.auth import check_client_key, presented_key, upstream_auth
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse
 from sanctum_proxy.web.limits import request_body
@@ -94,7 +94,7 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) 
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
     chat, widened = await context.ollama_fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
     affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
-    auth = forwarded_key(request) if settings.forward_client_key else None
+    auth = upstream_auth(request)
     plan = await Planner(settings, parts, dest, auth).plan(chat)
     if parts.surrendered:  # nothing is hashed while no request surrendered recently
         plan = surrendered.again(plan, parts.surrendered, presented_key(request.scope))

@@ -22,7 +22,7 @@ from sanctum_proxy.services import destination, services
 from sanctum_proxy.upstreams import capabilities, tokens
 from sanctum_proxy.upstreams.ollama_native import native_options, with_option
 from sanctum_proxy.upstreams.ollama_wire import is_ollama
-from sanctum_proxy.web.auth import forwarded_key
+from sanctum_proxy.web.auth import upstream_auth
 
 DEFAULT_ROOM = 1024  # answer tokens where the request names no limit
 MAX_ROOM = 4096  # Claude Code asks for 32000 and more
@@ -85,7 +85,7 @@ async def ollama_fitted(request: Request, chat: ChatRequest,
     need = need_of(chat.body, options.get("num_predict"))
     if need.total <= max(own or 0, SMALLEST):
         return chat, None
-    auth = forwarded_key(request) if settings.forward_client_key else None
+    auth = upstream_auth(request)
     if not await is_ollama(upstream, backend, upstream.headers(auth)):
         return chat, None
     book = services(request).capabilities
@@ -108,7 +108,7 @@ def first_round_checked(request: Request, plan: Plan, send: Sender) -> Sender:
     """`send` with its first round checked against the probed context."""
     state, dest = services(request), destination(request)
     caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
-    auth = forwarded_key(request) if state.settings.forward_client_key else None
+    auth = upstream_auth(request)
     return checked(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
                    state.settings.probe_timeout, auth)
 

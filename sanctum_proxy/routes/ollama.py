@@ -24,7 +24,7 @@ from sanctum_proxy.routes.translated import Dialect, reply_of, serve
 from sanctum_proxy.services import services
 from sanctum_proxy.upstreams.pools import listed_models
 from sanctum_proxy.upstreams.upstream import Upstream
-from sanctum_proxy.web.auth import check_client_key, forwarded_key, matches, presented_key
+from sanctum_proxy.web.auth import check_client_key, matches, presented_key, upstream_auth
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response
 from sanctum_proxy.web.limits import request_body
@@ -71,7 +71,7 @@ async def version(request: Request) -> Response:
         return refused(exc)
     upstream = services(request).pools.default
     said = await upstream.probe_json("GET", f"{upstream.root_url}/api/version", timeout=3.0,
-                                     client_auth=_forwarded(request))
+                                     client_auth=upstream_auth(request))
     found = said.get("version") if isinstance(said, dict) else None
     return JsonResponse({"version": found if isinstance(found, str) else VERSION})
 
@@ -88,7 +88,7 @@ async def tags(request: Request) -> Response:
     asked = [u for e, u in zip(pools.entries, pools.upstreams, strict=True) if e.catch_all] if pools.several \
         else [pools.default]
     for upstream in asked:
-        for model in await upstream_tags(upstream, _forwarded(request)):
+        for model in await upstream_tags(upstream, upstream_auth(request)):
             if model.get("name") not in seen:
                 seen.add(model.get("name"))
                 models.append(model)
@@ -122,7 +122,8 @@ async def show(request: Request) -> Response:
         return refused(exc)
     upstream = dest.upstream
     said = await upstream.probe_json("POST", f"{upstream.root_url}/api/show", {**asked, "model": dest.model},
-                                     timeout=services(request).settings.probe_timeout, client_auth=_forwarded(request))
+                                     timeout=services(request).settings.probe_timeout,
+                                     client_auth=upstream_auth(request))
     if not isinstance(said, dict):
         said = {"modelfile": "", "parameters": "", "template": "", "details": {}, "model_info": {},
                 "capabilities": ["completion"]}
@@ -162,8 +163,3 @@ def check_manager(request: Request) -> None:
 
 
 PROTOCOL = ClientProtocol("ollama", ("/api/chat",), chat, ollama_api.error_body, areas=("/api/",), router=router)
-
-
-def _forwarded(request: Request) -> str | None:
-    """The client's key where the upstream takes each client's own."""
-    return forwarded_key(request) if services(request).settings.forward_client_key else None

@@ -18,7 +18,7 @@ from sanctum_proxy.upstreams.error_mapping import upstream_error
 from sanctum_proxy.upstreams.pools import UpstreamPools, listed_models
 from sanctum_proxy.upstreams.relay import HOP_BY_HOP, send
 from sanctum_proxy.upstreams.upstream import Upstream
-from sanctum_proxy.web.auth import check_client_key, forwarded_key
+from sanctum_proxy.web.auth import check_client_key, upstream_auth
 from sanctum_proxy.web.json_response import JsonResponse, error_response
 from sanctum_proxy.web.limits import request_body
 
@@ -48,7 +48,7 @@ async def models(request: Request) -> Response:
 async def upstream_models(request: Request, upstream: Upstream) -> list[JSONObject]:
     """The upstream's own GET /models `data`; its error as an UpstreamError."""
     settings = services(request).settings
-    auth = forwarded_key(request) if settings.forward_client_key else None
+    auth = upstream_auth(request)
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
     response = await send(upstream, "GET", "/models", params=None, headers=headers, content=None)
@@ -96,9 +96,8 @@ async def passthrough(path: str, request: Request, *, root: bool = False) -> Str
     """`path` sent under the upstream's base URL, or with `root` its root (Ollama's /api/*)."""
     check_client_key(request)
     check_path(request)
-    settings = services(request).settings
     upstream, content = await target(path, request)
-    auth = forwarded_key(request) if settings.forward_client_key else None
+    auth = upstream_auth(request)
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
     query = list(request.query_params.multi_items())

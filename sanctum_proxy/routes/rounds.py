@@ -31,7 +31,7 @@ from sanctum_proxy.services import Services, destination, services
 from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
 from sanctum_proxy.upstreams import capability_check, mode_check
-from sanctum_proxy.web.auth import forwarded_key, presented_key
+from sanctum_proxy.web.auth import presented_key, upstream_auth
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
 Recorded = Callable[[RoundRecord], None]
@@ -122,7 +122,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
 async def keep(state: Services, plan: Plan, lesson: Lesson, asked: Request) -> None:
     """Remember a lesson for (plan.upstream, plan.model) once a check meets it."""
     upstream, settings = destination(asked).upstream, state.settings
-    auth = forwarded_key(asked) if settings.forward_client_key else None
+    auth = upstream_auth(asked)
     if lesson.what in ("tools_rejected", "upstream_parse_failure"):
         await mode_check.learned(state.modes, upstream, plan.upstream, plan.model, lesson.what,
                                  settings.probe_timeout, auth)

@@ -38,7 +38,7 @@ from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import services
 from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.upstreams import tokens
-from sanctum_proxy.web.auth import check_client_key, forwarded_key
+from sanctum_proxy.web.auth import check_client_key, upstream_auth
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 from sanctum_proxy.web.limits import request_body
@@ -83,8 +83,7 @@ async def count_tokens(request: Request) -> Response:
         destination = services(request).pools.destination(chat.model)
         upstream = destination.upstream
         counted, exact = await tokens.count(upstream, upstream.root_url, destination.rewrite(chat.body),
-                                            settings.probe_timeout,
-                                            forwarded_key(request) if settings.forward_client_key else None)
+                                            settings.probe_timeout, upstream_auth(request))
     except ProxyError as exc:
         return refusal(MESSAGES, exc)
     except Exception as exc:  # a bug: still Anthropic's error shape

@@ -68,6 +68,11 @@ def repeated_key_header(headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, 
     return None
 
 
+def upstream_auth(request: Request) -> str | None:
+    """The client's key for the upstream where `forward_client_key` is set, else None."""
+    return forwarded_key(request) if services(request).settings.forward_client_key else None
+
+
 def forwarded_key(request: Request) -> str | None:
     """As an Authorization header for the upstream."""
     given = request.headers.get("authorization")
