@@ -252,7 +252,7 @@ def test_the_trace_store_on_disk_stays_near_traces_max_bytes_between_prunes(make
             peak = max(peak, on_disk(path))
         wait_until(lambda: client.get("/sanctum/traces?limit=1").json()["data"], 10, "the writer")
     peak = max(peak, on_disk(path))
-    assert peak < 3 * budget, f"{peak / MB:.1f} MB on disk for a budget of 1 MiB"
+    assert peak < 3 * budget, f"{peak / MB:.2f} MB on disk for a budget of 1 MiB"
 
 
 def test_queued_traces_hold_at_most_traces_queue_bytes():

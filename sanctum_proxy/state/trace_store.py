@@ -94,7 +94,7 @@ class TraceStore:
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 if journal_limit is not None:  # the log cut back after each checkpoint
                     self._db.execute(f"PRAGMA journal_size_limit={int(journal_limit)}")
-                    self._db.execute(f"PRAGMA wal_autocheckpoint={min(1000, max(16, journal_limit // PAGE_SIZE))}")
+                    self._db.execute(f"PRAGMA wal_autocheckpoint={min(1000, max(2, journal_limit // PAGE_SIZE))}")
             self._db.executescript(SCHEMA)
             # Bytes held up to `seq` `self._seen`, a lower bound; newer rows are summed at the next prune.
             self._bytes, self._seen = self._held()
