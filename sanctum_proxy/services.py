@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # web/auth.py reads its KeyRing from here
     from sanctum_proxy.state.replicated import SharedState
     from sanctum_proxy.upstreams.auto_mode import ModeBook
     from sanctum_proxy.upstreams.capabilities import CapabilityBook
-    from sanctum_proxy.upstreams.pools import Destination, UpstreamPools
+    from sanctum_proxy.upstreams.pools import UpstreamPools
     from sanctum_proxy.web.auth import KeyRing
 
 
@@ -39,10 +39,4 @@ class Services:
 
 def services(request: Request) -> Services:
     found: Services = request.app.state.services
-    return found
-
-
-def destination(request: Request) -> Destination:
-    """The upstream pool this request was routed to (set by routes/chat.start_rounds)."""
-    found: Destination = request.state.destination
     return found

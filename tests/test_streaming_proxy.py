@@ -36,15 +36,31 @@ def stream(proxy: str, body: dict[str, Any] = ASK, **headers: str) -> tuple[http
     return r, read_stream(raw)
 
 
-def test_first_content_arrives_while_the_upstream_is_still_talking(proxy, fake):
+# Each door's streamed body and how its first piece of text ("Hell") reads on the wire.
+DOORS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "chat": ("/v1/chat/completions", ASK, '"content":"Hell"'),
+    "responses": ("/v1/responses", {"model": "m", "input": "Weather in Paris?", "stream": True, "tools": [
+        {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}]},
+        '"delta":"Hell"'),
+    "messages": ("/v1/messages", {"model": "m", "max_tokens": 200, "messages": MESSAGES, "stream": True, "tools": [
+        {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]}, '"text":"Hell"'),
+    "ollama": ("/api/chat", {"model": "m", "messages": MESSAGES, "tools": [WEATHER]}, '"content":"Hell"'),
+}
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_first_text_arrives_while_the_upstream_is_still_talking(proxy, fake, door):
+    path, body, first_text = DOORS[door]
     upstream = fake[0]
     chunks = content_chunks("Hello there, this is a slow answer.", size=4)
     upstream.push(Step(chunks=chunks, chunk_delay=0.15))
-    with httpx.stream("POST", proxy + "/v1/chat/completions", json=ASK, timeout=20) as r:
+    sent_when_seen = None
+    with httpx.stream("POST", proxy + path, json=body, timeout=20) as r:
         for line in r.iter_lines():
-            if line.startswith("data: ") and '"content":"Hell"' in line:
+            if first_text in line:
                 sent_when_seen = upstream.chunks_sent
                 break
+    assert sent_when_seen is not None, f"no {first_text} on the {door} door"
     assert sent_when_seen < len(chunks) - 2, "the proxy waited for the upstream's answer to end"
 
 

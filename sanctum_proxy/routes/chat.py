@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from fastapi import Request
@@ -19,16 +18,17 @@ from sanctum_proxy.core.offload import heavy_body, known_tools, off_loop_if, off
 from sanctum_proxy.core.shapes import META, OLLAMA_FIELDS, ClientMessage, JSONObject, Usage, answer_meta
 from sanctum_proxy.protocols.chat_events import chat_meta
 from sanctum_proxy.protocols.chat_request import ChatRequest, chat_request, json_object
-from sanctum_proxy.repair.loop_data import Answer, ContentDelta, Final, Plan, Sender
+from sanctum_proxy.repair.loop_data import Answer, ContentDelta, Final, Sender
 from sanctum_proxy.routes import choices, context
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response, unless_disconnected
 from sanctum_proxy.routes.planning import Planner
-from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
+from sanctum_proxy.routes.rounds import Rounds, Shown, kept_run, recorder_of, run_traced
 from sanctum_proxy.routes.sse import stream_answer
-from sanctum_proxy.services import destination, services
+from sanctum_proxy.services import services
 from sanctum_proxy.state import surrendered, trace_store
 from sanctum_proxy.upstreams import affinity, chat_rounds
-from sanctum_proxy.web.auth import check_client_key, presented_key, upstream_auth
+from sanctum_proxy.upstreams.upstream import Upstream
+from sanctum_proxy.web.auth import ClientKey, check_client_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse
 from sanctum_proxy.web.limits import request_body
@@ -53,7 +53,7 @@ async def off_loop_if_heavy(raw: bytes, parse: Callable[[JSONObject, bool], T], 
 
 async def chat_completions(request: Request) -> Response:
     settings = services(request).settings
-    check_client_key(request)
+    key = check_client_key(request)
     raw = request_body(request)
     chat = await off_loop_if_heavy(raw, lambda body, known: chat_request(body, request.headers, settings,
                                                                          tools_checked=known))
@@ -61,10 +61,9 @@ async def chat_completions(request: Request) -> Response:
     is_legacy = legacy.uses_functions(chat.body)
     if is_legacy:
         chat = chat.with_body(legacy.to_tools(chat.body))
-    rounds = await start_rounds(request, chat, settings)
+    rounds = await start_rounds(request, chat, settings, key)
     if chat.stream:
-        return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
-                                   is_legacy=is_legacy)
+        return await stream_answer(request, rounds, is_legacy=is_legacy)
     try:
         final = await final_answer(request, rounds)
     except ClientGone:
@@ -76,53 +75,40 @@ async def chat_completions(request: Request) -> Response:
 PROTOCOL = ClientProtocol("chat", ("/v1/chat/completions",), chat_completions, areas=("/v1/",))
 
 
-@dataclass(frozen=True)
-class Rounds:
-    """A request ready for the round loop: routed, planned and traced."""
-
-    chat: ChatRequest
-    plan: Plan
-    trace_id: str
-    auth: str | None
-    split_reasoning: bool = False  # reasoning_format = "split"
-    started_ns: int = dataclasses.field(default_factory=time.perf_counter_ns)
-
-
-async def start_rounds(request: Request, chat: ChatRequest, settings: Settings) -> Rounds:
+async def start_rounds(request: Request, chat: ChatRequest, settings: Settings, key: ClientKey) -> Rounds:
     parts = services(request)
-    dest = request.state.destination = parts.pools.destination(chat.model)
+    dest = parts.pools.destination(chat.model)
     chat = chat.with_body(dest.rewrite(chat.body))  # an alias becomes the upstream's name
-    chat, widened = await context.ollama_fitted(request, chat, settings)  # Ollama's num_ctx raised to hold the request
+    auth = key.upstream
+    chat, widened = await context.ollama_fitted(parts, dest, chat, auth)  # Ollama's num_ctx raised to hold it
     affinity.pin(dest.upstream.backends, request.headers, chat.body)  # one backend per conversation
-    auth = upstream_auth(request)
     plan = await Planner(settings, parts, dest, auth).plan(chat)
     if parts.surrendered:  # nothing is hashed while no request surrendered recently
-        plan = surrendered.again(plan, parts.surrendered, presented_key(request.scope))
+        plan = surrendered.again(plan, parts.surrendered, key.presented)
     if widened is not None:
         plan = dataclasses.replace(plan, opening_omens=(*plan.opening_omens, widened))
     trace_id = trace_store.new_id()
     parts.recorder.begin(request, trace_id, chat, plan)
-    return Rounds(chat, plan, trace_id, auth, settings.reasoning_format == "split")
+    return Rounds(chat, plan, trace_id, dest, auth, key.presented, settings.reasoning_format == "split")
 
 
 async def final_answer(request: Request, rounds: Rounds) -> Final:
     """The round loop's Final (Finals for n > 1); ClientGone if the client leaves first."""
-    later = plain_sender(request, rounds.auth)
+    later = plain_sender(rounds.dest.upstream, rounds.auth)
     events: AsyncIterator[Shown | tuple[int, Shown]]
     if choices.count(rounds.chat.body) > 1:  # Finals last
-        many = choices.Choices(rounds.plan, later, kept_run(request), recorder_of(request))
+        many = choices.Choices(rounds.plan, later, kept_run(request, rounds), recorder_of(request))
         events = services(request).recorder.watch(
-            request, many.events(many.lead_sender(plain_first_of_several(request, rounds.auth, many))))
+            request, many.events(many.lead_sender(plain_first_of_several(rounds.dest.upstream, rounds.auth, many))))
     else:
-        events = run_traced(request, rounds.plan, later)
+        events = run_traced(request, rounds, later)
     final = await unless_disconnected(request, last_event(events))
     assert isinstance(final, Final)
     return final
 
 
-def plain_first_of_several(request: Request, auth: str | None, many: choices.Choices) -> Sender:
+def plain_first_of_several(upstream: Upstream, auth: str | None, many: choices.Choices) -> Sender:
     """The first round of n > 1 choices, sent once with `n`; the other choices get loops of their own."""
-    upstream = destination(request).upstream
 
     async def first(body: JSONObject, live: bool) -> AsyncIterator[Answer]:
         reply = await chat_rounds.chat(upstream, {**body, "stream": False}, auth)
@@ -141,9 +127,7 @@ async def last_event(events: AsyncIterator[E]) -> E | None:
     return final
 
 
-def plain_sender(request: Request, auth: str | None) -> Sender:
-    upstream = destination(request).upstream
-
+def plain_sender(upstream: Upstream, auth: str | None) -> Sender:
     async def send_plain(body: JSONObject, live: bool) -> AsyncIterator[ContentDelta | Answer]:
         reply = await chat_rounds.chat(upstream, {**body, "stream": False}, auth)
         yield answers_of(reply.body)[0]

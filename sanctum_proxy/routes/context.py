@@ -9,20 +9,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Request
-
-from sanctum_proxy.config import Settings
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ContextTooLong, UpstreamError
 from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair.loop_data import Plan, Sender
 from sanctum_proxy.repair.upstream_errors import context_exceeded
-from sanctum_proxy.services import destination, services
+from sanctum_proxy.services import Services
 from sanctum_proxy.upstreams import capabilities, tokens
 from sanctum_proxy.upstreams.ollama_native import native_options, with_option
 from sanctum_proxy.upstreams.ollama_wire import is_ollama
-from sanctum_proxy.web.auth import upstream_auth
+from sanctum_proxy.upstreams.pools import Destination
 
 DEFAULT_ROOM = 1024  # answer tokens where the request names no limit
 MAX_ROOM = 4096  # Claude Code asks for 32000 and more
@@ -71,24 +68,22 @@ def num_ctx_fit(need: Need, runs_with: int, trained: int | None, cap: int, model
     return Fit(need, runs_with, num_ctx=size) if size > runs_with else Fit(need, runs_with)
 
 
-async def ollama_fitted(request: Request, chat: ChatRequest,
-                        settings: Settings) -> tuple[ChatRequest, om.Omen | None]:
+async def ollama_fitted(state: Services, dest: Destination, chat: ChatRequest,
+                        auth: str | None) -> tuple[ChatRequest, om.Omen | None]:
     """The request with the num_ctx it needs toward Ollama's /api/chat."""
     options = native_options(chat.body)
     own = options.get("num_ctx")
     own = own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else None
-    dest = destination(request)
-    upstream = dest.upstream
+    settings, upstream = state.settings, dest.upstream
     backend = next((b for b in upstream.backends if b.healthy), upstream.backends[0])
     if not settings.ollama_native or not upstream.ollama_native or backend.ollama is False:
         return chat, None  # the estimate below encodes the whole prompt: only toward Ollama
     need = need_of(chat.body, options.get("num_predict"))
     if need.total <= max(own or 0, SMALLEST):
         return chat, None
-    auth = upstream_auth(request)
     if not await is_ollama(upstream, backend, upstream.headers(auth)):
         return chat, None
-    book = services(request).capabilities
+    book = state.capabilities
     caps = book.cached(dest.key, chat.model) or capabilities.UNKNOWN
     if caps is capabilities.UNKNOWN and settings.probe_capabilities:
         caps = await book.get(dest.key, chat.model, lambda: capabilities.probe(
@@ -104,11 +99,9 @@ async def ollama_fitted(request: Request, chat: ChatRequest,
     return chat.with_body(with_option(chat.body, "num_ctx", fit.num_ctx)), omen
 
 
-def first_round_checked(request: Request, plan: Plan, send: Sender) -> Sender:
+def first_round_checked(state: Services, dest: Destination, plan: Plan, send: Sender, auth: str | None) -> Sender:
     """`send` with its first round checked against the probed context."""
-    state, dest = services(request), destination(request)
     caps = state.capabilities.cached(plan.upstream, str(plan.body.get("model", "")))
-    auth = upstream_auth(request)
     return checked(send, dest.upstream, dest.upstream.root_url, caps.context if caps is not None else None,
                    state.settings.probe_timeout, auth)
 

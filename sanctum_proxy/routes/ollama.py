@@ -18,13 +18,13 @@ from sanctum_proxy.protocols import ollama_api
 from sanctum_proxy.protocols.ollama_events import NdjsonWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.repair.loop_data import Final
-from sanctum_proxy.routes.chat import Rounds
 from sanctum_proxy.routes.passthrough import METHODS, passthrough
+from sanctum_proxy.routes.rounds import Rounds
 from sanctum_proxy.routes.translated import Dialect, reply_of, serve
 from sanctum_proxy.services import services
 from sanctum_proxy.upstreams.pools import listed_models
 from sanctum_proxy.upstreams.upstream import Upstream
-from sanctum_proxy.web.auth import check_client_key, matches, presented_key, upstream_auth
+from sanctum_proxy.web.auth import check_client_key, matches, presented_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response
 from sanctum_proxy.web.limits import request_body
@@ -66,12 +66,12 @@ async def root(request: Request) -> Response:
 @router.api_route("/api/version", methods=["GET", "HEAD"], include_in_schema=False)
 async def version(request: Request) -> Response:
     try:
-        check_client_key(request)
+        key = check_client_key(request)
     except ProxyError as exc:
         return refused(exc)
     upstream = services(request).pools.default
     said = await upstream.probe_json("GET", f"{upstream.root_url}/api/version", timeout=3.0,
-                                     client_auth=upstream_auth(request))
+                                     client_auth=key.upstream)
     found = said.get("version") if isinstance(said, dict) else None
     return JsonResponse({"version": found if isinstance(found, str) else VERSION})
 
@@ -79,7 +79,7 @@ async def version(request: Request) -> Response:
 @router.api_route("/api/tags", methods=["GET", "HEAD"], include_in_schema=False)
 async def tags(request: Request) -> Response:
     try:
-        check_client_key(request)
+        key = check_client_key(request)
     except ProxyError as exc:
         return refused(exc)
     pools = services(request).pools
@@ -88,7 +88,7 @@ async def tags(request: Request) -> Response:
     asked = [u for e, u in zip(pools.entries, pools.upstreams, strict=True) if e.catch_all] if pools.several \
         else [pools.default]
     for upstream in asked:
-        for model in await upstream_tags(upstream, upstream_auth(request)):
+        for model in await upstream_tags(upstream, key.upstream):
             if model.get("name") not in seen:
                 seen.add(model.get("name"))
                 models.append(model)
@@ -109,7 +109,7 @@ async def upstream_tags(upstream: Upstream, client_auth: str | None = None) -> l
 async def show(request: Request) -> Response:
     """The upstream's answer with `tools` among the capabilities; a minimal one for a non-Ollama upstream."""
     try:
-        check_client_key(request)
+        key = check_client_key(request)
         raw = request_body(request)
         asked = orjson.loads(raw) if raw else {}
         model = asked.get("model") or asked.get("name") if isinstance(asked, dict) else None
@@ -123,7 +123,7 @@ async def show(request: Request) -> Response:
     upstream = dest.upstream
     said = await upstream.probe_json("POST", f"{upstream.root_url}/api/show", {**asked, "model": dest.model},
                                      timeout=services(request).settings.probe_timeout,
-                                     client_auth=upstream_auth(request))
+                                     client_auth=key.upstream)
     if not isinstance(said, dict):
         said = {"modelfile": "", "parameters": "", "template": "", "details": {}, "model_info": {},
                 "capabilities": ["completion"]}

@@ -18,7 +18,7 @@ from sanctum_proxy.upstreams.error_mapping import upstream_error
 from sanctum_proxy.upstreams.pools import UpstreamPools, listed_models
 from sanctum_proxy.upstreams.relay import HOP_BY_HOP, send
 from sanctum_proxy.upstreams.upstream import Upstream
-from sanctum_proxy.web.auth import check_client_key, upstream_auth
+from sanctum_proxy.web.auth import check_client_key
 from sanctum_proxy.web.json_response import JsonResponse, error_response
 from sanctum_proxy.web.limits import request_body
 
@@ -34,8 +34,7 @@ async def models(request: Request) -> Response:
     pools = services(request).pools
     if "anthropic-version" in request.headers:
         try:
-            check_client_key(request)
-            data = await model_list(pools) if pools.several else await upstream_models(request, pools.default)
+            data = await checked_models(request, pools)
         except ProxyError as exc:
             return error_response(exc, messages_api.error_body(exc))
         return JsonResponse(messages_api.model_list(data))
@@ -45,10 +44,15 @@ async def models(request: Request) -> Response:
     return JsonResponse({"object": "list", "data": await model_list(pools)})
 
 
-async def upstream_models(request: Request, upstream: Upstream) -> list[JSONObject]:
+async def checked_models(request: Request, pools: UpstreamPools) -> list[JSONObject]:
+    """The client's key checked, then the models the pools name, or the one upstream's own list."""
+    key = check_client_key(request)
+    return await model_list(pools) if pools.several else await upstream_models(request, pools.default, key.upstream)
+
+
+async def upstream_models(request: Request, upstream: Upstream, auth: str | None) -> list[JSONObject]:
     """The upstream's own GET /models `data`; its error as an UpstreamError."""
     settings = services(request).settings
-    auth = upstream_auth(request)
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
     response = await send(upstream, "GET", "/models", params=None, headers=headers, content=None)
@@ -80,8 +84,7 @@ async def one_model(model_id: str, request: Request) -> Response:
         return await passthrough(f"models/{model_id}", request)
     pools = services(request).pools
     try:
-        check_client_key(request)
-        data = await model_list(pools) if pools.several else await upstream_models(request, pools.default)
+        data = await checked_models(request, pools)
         found = [m for m in messages_api.model_list(data)["data"] if m["id"] == model_id]
         if not found:
             raise NotFound(f"model {model_id!r} is not served here", param="model_id")
@@ -94,10 +97,9 @@ async def one_model(model_id: str, request: Request) -> Response:
 @router.api_route("/v1/{path:path}", methods=METHODS, include_in_schema=False)
 async def passthrough(path: str, request: Request, *, root: bool = False) -> StreamingResponse:
     """`path` sent under the upstream's base URL, or with `root` its root (Ollama's /api/*)."""
-    check_client_key(request)
+    auth = check_client_key(request).upstream
     check_path(request)
     upstream, content = await target(path, request)
-    auth = upstream_auth(request)
     headers = forwarded_headers(request, keyed="authorization" in upstream.headers())
     headers.update({k: v for k, v in upstream.headers(auth).items() if k == "authorization"})
     query = list(request.query_params.multi_items())

@@ -5,14 +5,17 @@ The loop writes nothing shared; this edge keeps its `Lesson`s and hands `RoundRe
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from fastapi import Request
 
 from sanctum_proxy.core import omens as om
 from sanctum_proxy.core.offload import offloaded
 from sanctum_proxy.errors import ToolCallParseError
+from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair import surrender
 from sanctum_proxy.repair.loop import run
 from sanctum_proxy.repair.loop_data import (
@@ -27,25 +30,42 @@ from sanctum_proxy.repair.loop_data import (
     note,
 )
 from sanctum_proxy.routes import context
-from sanctum_proxy.services import Services, destination, services
+from sanctum_proxy.services import Services, services
 from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
 from sanctum_proxy.upstreams import capability_check, mode_check
-from sanctum_proxy.web.auth import presented_key, upstream_auth
+from sanctum_proxy.upstreams.pools import Destination
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
 Recorded = Callable[[RoundRecord], None]
 
 
-def run_traced(request: Request, plan: Plan, send: Sender) -> AsyncIterator[Shown]:
-    """`run(plan, send)` with lessons kept, surrender handled, rounds and end traced."""
-    return _shown(services(request), plan, run(plan, context.first_round_checked(request, plan, send)),
-                  lambda record: record_round(request, record), request, request)
+@dataclass(frozen=True)
+class Rounds:
+    """A request ready for the round loop: routed, planned and traced, its key read once."""
+
+    chat: ChatRequest
+    plan: Plan
+    trace_id: str
+    dest: Destination
+    auth: str | None  # the client's key for the upstream, under forward_client_key
+    client_key: bytes  # as presented: the surrender memo tells clients apart by it
+    split_reasoning: bool = False  # reasoning_format = "split"
+    started_ns: int = dataclasses.field(default_factory=time.perf_counter_ns)
 
 
-def kept_run(request: Request) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
+def run_traced(request: Request, rounds: Rounds, send: Sender) -> AsyncIterator[Shown]:
+    """The round loop with lessons kept, surrender handled, rounds and end traced."""
+    state, plan = services(request), rounds.plan
+    return _shown(state, rounds, plan, run(plan, context.first_round_checked(state, rounds.dest, plan, send,
+                                                                             rounds.auth)),
+                  lambda record: record_round(request, record), request)
+
+
+def kept_run(request: Request, rounds: Rounds) -> Callable[[Plan, Sender, Recorded], AsyncIterator[Shown]]:
     """Like `run_traced` without recording the end: the n > 1 loops, recorded together by the caller."""
-    return lambda plan, send, recorded: _shown(services(request), plan, run(plan, send), recorded, request)
+    state = services(request)
+    return lambda plan, send, recorded: _shown(state, rounds, plan, run(plan, send), recorded)
 
 
 def record_round(request: Request, record: RoundRecord, choice: int = 0) -> None:
@@ -62,8 +82,8 @@ def recorder_of(request: Request) -> Callable[[RoundRecord, int], None]:
     return lambda record, choice: record_round(request, record, choice)
 
 
-async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], recorded: Recorded,
-                 asked: Request, traced: Request | None = None) -> AsyncIterator[Shown]:
+async def _shown(state: Services, rounds: Rounds, plan: Plan, events: AsyncIterator[Event], recorded: Recorded,
+                 traced: Request | None = None) -> AsyncIterator[Shown]:
     """The loop's events as the client sees them, in one generator layer since every chunk passes each layer.
 
     Keeps lessons, hands records on, and turns a parse error into the last call when `on_surrender` is "last_call".
@@ -85,7 +105,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                     note(records, event)
                     recorded(event)
                 elif isinstance(event, Lesson):
-                    await keep(state, plan, event, asked)
+                    await keep(state, rounds, plan, event)
                 else:
                     if isinstance(event, Final):
                         succeeded(state, plan, event)
@@ -102,7 +122,7 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
                      if plan.on_surrender == surrender.LAST_CALL else None)
             if final is None:
                 if traced is not None:  # a client that retries errors sends it again: one round then
-                    surrendered.remember(plan, state.surrendered, presented_key(traced.scope))
+                    surrendered.remember(plan, state.surrendered, rounds.client_key)
                 raise exc from None
             if trace is not None:
                 trace.omens.append(final.omens[-1])
@@ -119,10 +139,9 @@ async def _shown(state: Services, plan: Plan, events: AsyncIterator[Event], reco
         state.recorder.ended(trace, None, shown)
 
 
-async def keep(state: Services, plan: Plan, lesson: Lesson, asked: Request) -> None:
+async def keep(state: Services, rounds: Rounds, plan: Plan, lesson: Lesson) -> None:
     """Remember a lesson for (plan.upstream, plan.model) once a check meets it."""
-    upstream, settings = destination(asked).upstream, state.settings
-    auth = upstream_auth(asked)
+    upstream, settings, auth = rounds.dest.upstream, state.settings, rounds.auth
     if lesson.what in ("tools_rejected", "upstream_parse_failure"):
         await mode_check.learned(state.modes, upstream, plan.upstream, plan.model, lesson.what,
                                  settings.probe_timeout, auth)

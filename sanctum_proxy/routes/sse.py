@@ -22,14 +22,13 @@ from sanctum_proxy.core import openai_chat as oc
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError, UpstreamUnreachable, no_answer
 from sanctum_proxy.protocols.chat_events import ChoiceEvent, ChoicesWriter, SseWriter, chat_meta
-from sanctum_proxy.protocols.chat_request import ChatRequest
 from sanctum_proxy.repair import constrain
 from sanctum_proxy.repair.loop_data import Answer, ContentDelta, FieldDelta, Plan, Sender
 from sanctum_proxy.repair.streaming import Assembler, with_tools
 from sanctum_proxy.routes import choices
 from sanctum_proxy.routes.disconnect import DisconnectWatch, gone_response
-from sanctum_proxy.routes.rounds import Shown, kept_run, recorder_of, run_traced
-from sanctum_proxy.services import destination, services
+from sanctum_proxy.routes.rounds import Rounds, Shown, kept_run, recorder_of, run_traced
+from sanctum_proxy.services import services
 from sanctum_proxy.upstreams.chat_rounds import chat_stream
 from sanctum_proxy.upstreams.upstream import Upstream
 from sanctum_proxy.web.json_response import error_response, unexpected
@@ -91,17 +90,18 @@ async def read_round(opened: AbstractAsyncContextManager[AsyncIterator[JSONObjec
                      assembler.extra)
 
 
-async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_id: str,
-                        auth: str | None, *, is_legacy: bool = False, writer: Writer[Shown] | None = None,
+async def stream_answer(request: Request, rounds: Rounds, *, is_legacy: bool = False,
+                        writer: Writer[Shown] | None = None,
                         refuse: Callable[[ProxyError], Response] | None = None) -> Response:
     """The streamed answer; other protocols pass their own `writer` and `refuse`."""
     settings = services(request).settings
-    upstream, lead = destination(request).upstream, families.opens_bare(plan.prompt_format)
+    chat, plan, trace_id, auth = rounds.chat, rounds.plan, rounds.trace_id, rounds.auth
+    upstream, lead = rounds.dest.upstream, families.opens_bare(plan.prompt_format)
     names = plan.read_names
     send = stream_sender(upstream, auth, lead=lead, names=names)
     if writer is not None:
         given = writer
-        return await _respond(request, plan, trace_id, run_traced(request, plan, send), lambda: given, refuse)
+        return await _respond(request, plan, trace_id, run_traced(request, rounds, send), lambda: given, refuse)
     options = chat.body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
     split_reasoning = settings.reasoning_format == "split"
@@ -110,13 +110,13 @@ async def stream_answer(request: Request, chat: ChatRequest, plan: Plan, trace_i
         return chat_meta(trace_id, chat.model, int(time.time()))
 
     if choices.count(chat.body) > 1:
-        many = choices.Choices(plan, send, kept_run(request), recorder_of(request))
+        many = choices.Choices(plan, send, kept_run(request, rounds), recorder_of(request))
         several: AsyncIterator[ChoiceEvent] = services(request).recorder.watch(
             request, many.events(many.lead_sender(streamed_first_of_several(upstream, auth, many, lead, names))))
         return await _respond(request, plan, trace_id, several, lambda: ChoicesWriter(
             meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
             legacy=is_legacy, split_reasoning=split_reasoning), refuse)
-    return await _respond(request, plan, trace_id, run_traced(request, plan, send), lambda: SseWriter(
+    return await _respond(request, plan, trace_id, run_traced(request, rounds, send), lambda: SseWriter(
         meta(), trace_id, omen_style=chat.controls.omens, include_usage=include_usage,
         legacy=is_legacy, split_reasoning=split_reasoning), refuse)
 

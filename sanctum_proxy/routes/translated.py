@@ -24,21 +24,15 @@ from sanctum_proxy.protocols.messages_events import MessagesWriter
 from sanctum_proxy.protocols.reply import Reply
 from sanctum_proxy.protocols.responses_events import ResponsesWriter
 from sanctum_proxy.repair.loop_data import Final
-from sanctum_proxy.routes.chat import (
-    Rounds,
-    answer_headers,
-    final_answer,
-    off_loop_if_heavy,
-    split_message,
-    start_rounds,
-)
+from sanctum_proxy.routes.chat import answer_headers, final_answer, off_loop_if_heavy, split_message, start_rounds
 from sanctum_proxy.routes.disconnect import ClientGone, gone_response
 from sanctum_proxy.routes.passthrough import passthrough
+from sanctum_proxy.routes.rounds import Rounds
 from sanctum_proxy.routes.sse import stream_answer
 from sanctum_proxy.services import services
 from sanctum_proxy.state.recorder import trace_id
 from sanctum_proxy.upstreams import tokens
-from sanctum_proxy.web.auth import check_client_key, upstream_auth
+from sanctum_proxy.web.auth import check_client_key
 from sanctum_proxy.web.client_protocols import ClientProtocol
 from sanctum_proxy.web.json_response import JsonResponse, error_response, unexpected
 from sanctum_proxy.web.limits import request_body
@@ -76,14 +70,14 @@ async def count_tokens(request: Request) -> Response:
     if settings.messages_api == "pass":
         return await passthrough("messages/count_tokens", request)
     try:
-        check_client_key(request)
+        key = check_client_key(request)
         chat = await off_loop_if_heavy(request_body(request),
                                        lambda body, known: _counted(body, request.headers, settings, known),
                                        "count_tokens")
         destination = services(request).pools.destination(chat.model)
         upstream = destination.upstream
         counted, exact = await tokens.count(upstream, upstream.root_url, destination.rewrite(chat.body),
-                                            settings.probe_timeout, upstream_auth(request))
+                                            settings.probe_timeout, key.upstream)
     except ProxyError as exc:
         return refusal(MESSAGES, exc)
     except Exception as exc:  # a bug: still Anthropic's error shape
@@ -104,16 +98,15 @@ async def serve(request: Request, dialect: Dialect) -> Response:
         return await passthrough(passed, request)
     request.state.protocol = dialect.name
     try:
-        check_client_key(request)
+        key = check_client_key(request)
         body, chat = await off_loop_if_heavy(
             request_body(request), lambda body, known: _read(dialect, body, request.headers, settings, known),
             dialect.name)
-        rounds = await start_rounds(request, chat, settings)
+        rounds = await start_rounds(request, chat, settings, key)
         opening = (*dialect.opening(body), *rounds.plan.opening_omens)
         rounds = replace(rounds, plan=replace(rounds.plan, opening_omens=opening))
         if chat.stream:
-            return await stream_answer(request, rounds.chat, rounds.plan, rounds.trace_id, rounds.auth,
-                                       writer=dialect.writer(body, rounds),
+            return await stream_answer(request, rounds, writer=dialect.writer(body, rounds),
                                        refuse=lambda e: refusal(dialect, e, rounds.trace_id))
         final = await final_answer(request, rounds)
         answer = dialect.answer(body, rounds, final, reply_of(rounds, final))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Request
@@ -68,11 +69,6 @@ def repeated_key_header(headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, 
     return None
 
 
-def upstream_auth(request: Request) -> str | None:
-    """The client's key for the upstream where `forward_client_key` is set, else None."""
-    return forwarded_key(request) if services(request).settings.forward_client_key else None
-
-
 def forwarded_key(request: Request) -> str | None:
     """As an Authorization header for the upstream."""
     given = request.headers.get("authorization")
@@ -90,10 +86,22 @@ def matches(given: bytes, keys: tuple[bytes, ...]) -> bool:
     return found
 
 
-def check_client_key(request: Request) -> None:
-    refused = key_refused(services(request).keys, presented_key(request.scope))
+@dataclass(frozen=True)
+class ClientKey:
+    """A request's key, read once: checked, telling clients apart, forwarded where set."""
+
+    presented: bytes
+    upstream: str | None  # the Authorization header for the upstream under `forward_client_key`, else None
+
+
+def check_client_key(request: Request) -> ClientKey:
+    """The request's key, refused (401) where the ring does not hold it."""
+    parts = services(request)
+    given = presented_key(request.scope)
+    refused = key_refused(parts.keys, given)
     if refused is not None:
         raise refused
+    return ClientKey(given, forwarded_key(request) if parts.settings.forward_client_key else None)
 
 
 def key_refused(ring: KeyRing, given: bytes) -> Unauthorized | None:
