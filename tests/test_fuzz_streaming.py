@@ -19,7 +19,7 @@ from sanctum_proxy.protocols.chat_request import check_messages
 from sanctum_proxy.repair import prompted
 from sanctum_proxy.repair.mend import assess
 from sanctum_proxy.repair.streaming import Assembler
-from sanctum_proxy.upstreams.sse_parser import sse_data
+from sanctum_proxy.upstreams.answer_bytes import sse_data
 from tests.codecs.test_fuzz_parsers import BOOK, SCHEMAS, json_values, messy, names
 
 

@@ -3,7 +3,7 @@ grammar or an answer schema) stopped constraining the model for every client at 
 the tools its constraint is built from and its text may come back in the upstream's error. Now only the upstream's
 refusal of the proxy's own minimal constrained request teaches every client, and with `forward_client_key` the
 proxy's own checks carry the key of the client whose round raised them. Each test fails without its fix
-(upstreams/capability_check.py, routes/rounds.py keep)."""
+(upstreams/lesson_checks.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from sanctum_proxy.upstreams.capabilities import REFUSAL_SECONDS, Capabilities, CapabilityBook
-from sanctum_proxy.upstreams.mode_check import CHECK_TOOL, check_body
+from sanctum_proxy.upstreams.lesson_checks import CHECK_TOOL, check_body
 from tests.conftest import ServerThread
 from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, native_call
 from tests.polling import wait_until

@@ -2,7 +2,7 @@
 failures flipped the model to prompted for every client for good (the count never decayed). A client's text
 quoted by the upstream, or an answer the client led its model to give, flipped it too: a flip now follows only
 the upstream's answer to the proxy's own request, expires, and is revoked by a native success or the admin.
-Each test fails without its fix (upstreams/auto_mode.py, upstreams/mode_check.py)."""
+Each test fails without its fix (upstreams/auto_mode.py, upstreams/lesson_checks.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from sanctum_proxy.upstreams.auto_mode import FLIP_SECONDS, PARSE_FAILURES, ModeBook
-from sanctum_proxy.upstreams.mode_check import check_body
+from sanctum_proxy.upstreams.lesson_checks import check_body
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, llama_error, native_call
 from tests.polling import wait_until
 from tests.state.test_replicated import needs_redis, redis_url, replicas  # noqa: F401 (fixtures)
@@ -39,7 +39,7 @@ def test_a_flip_by_parse_failures_ends_after_parse_failure_flip_seconds():
     book = ModeBook(parse_failure_threshold=2, clock=lambda: now[0], failure_flip=3600)
     book.parse_failure("u", "m")
     assert book.parse_failure("u", "m") is True
-    book.settle("u", "m", "prompted", PARSE_FAILURES)  # as upstreams/mode_check.py does once confirmed
+    book.settle("u", "m", "prompted", PARSE_FAILURES)  # as upstreams/lesson_checks.py does once confirmed
     assert book.get("u", "m").mode == "prompted"
     now[0] += 3601
     assert book.get("u", "m") is None  # native again: the flip was not for good

@@ -33,7 +33,7 @@ from sanctum_proxy.routes import context
 from sanctum_proxy.services import Services, services
 from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
-from sanctum_proxy.upstreams import capability_check, mode_check
+from sanctum_proxy.upstreams import lesson_checks
 from sanctum_proxy.upstreams.pools import Destination
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
@@ -105,7 +105,9 @@ async def _shown(state: Services, rounds: Rounds, plan: Plan, events: AsyncItera
                     note(records, event)
                     recorded(event)
                 elif isinstance(event, Lesson):
-                    await keep(state, rounds, plan, event)
+                    await lesson_checks.keep(state.modes, state.capabilities, rounds.dest.upstream, plan.upstream,
+                                             plan.model, event, plan.prompt_format, rounds.auth,
+                                             state.settings.probe_timeout)
                 else:
                     if isinstance(event, Final):
                         succeeded(state, plan, event)
@@ -137,17 +139,6 @@ async def _shown(state: Services, rounds: Rounds, plan: Plan, events: AsyncItera
         raise
     if traced is not None:
         state.recorder.ended(trace, None, shown)
-
-
-async def keep(state: Services, rounds: Rounds, plan: Plan, lesson: Lesson) -> None:
-    """Remember a lesson for (plan.upstream, plan.model) once a check meets it."""
-    upstream, settings, auth = rounds.dest.upstream, state.settings, rounds.auth
-    if lesson.what in ("tools_rejected", "upstream_parse_failure"):
-        await mode_check.learned(state.modes, upstream, plan.upstream, plan.model, lesson.what,
-                                 settings.probe_timeout, auth)
-    else:
-        capability_check.start(state.capabilities, upstream, plan.upstream, plan.model, lesson, plan.prompt_format,
-                               auth, settings.probe_timeout)
 
 
 def succeeded(state: Services, plan: Plan, final: Final) -> None:

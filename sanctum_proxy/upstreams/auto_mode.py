@@ -1,6 +1,6 @@
 """Auto mode's memory: which (upstream, model) pairs go prompted, and why.
 
-Parse failures decay; a flip follows the proxy's own request (mode_check.py), expires, and is revoked by a native
+Parse failures decay; a flip follows the proxy's own request (lesson_checks.py), expires, and is revoked by a native
 success.
 """
 

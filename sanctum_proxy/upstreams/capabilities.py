@@ -128,7 +128,7 @@ class CapabilityBook:
         self._filled = clock()
         # parsed rows: a request reads one three times
         self._parsed: dict[str, tuple[JSONObject, Capabilities, float]] = {}
-        self.checking: dict[tuple[str, str, str], asyncio.Task[None]] = {}  # capability_check.py
+        self.checking: dict[tuple[str, str, str], asyncio.Task[None]] = {}  # lesson_checks.py
 
     async def may_probe_now(self) -> bool:
         """The shared bucket's token, else this process' own."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,12 +18,19 @@ from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import UpstreamError, UpstreamUnreachable, inband_status
 from sanctum_proxy.repair.upstream_errors import OLLAMA_LOST_ERROR, ollama_lost_error
 from sanctum_proxy.upstreams import ollama_answers, ollama_wire
+from sanctum_proxy.upstreams.answer_bytes import (
+    INFLATED,
+    content_encoding,
+    done,
+    inflated,
+    loads_lenient,
+    read_decoded,
+    sse_data,
+)
 from sanctum_proxy.upstreams.error_mapping import mapped_errors, redirect_error, upstream_error
-from sanctum_proxy.upstreams.inflation import INFLATED, content_encoding, inflated, inflated_whole
 from sanctum_proxy.upstreams.ollama_native import NativeRequest
 from sanctum_proxy.upstreams.redaction import DeltaMask
-from sanctum_proxy.upstreams.sse_parser import loads_lenient, sse_data
-from sanctum_proxy.upstreams.upstream import Upstream, done
+from sanctum_proxy.upstreams.upstream import Upstream
 
 DRAIN_SECONDS = 0.05
 
@@ -46,7 +52,7 @@ async def chat(upstream: Upstream, body: JSONObject, client_auth: str | None = N
         response = await upstream.open("POST", "/chat/completions", route=route, headers=headers,
                                        timeout=upstream.round_timeout)
         try:
-            raw = await _read_decoded(upstream, response, deadline=False)  # masked: a 2xx answer may echo the key
+            raw = await read_decoded(upstream, response, deadline=False)  # masked: a 2xx answer may echo the key
         finally:
             done(response)
     latency = (time.perf_counter() - start) * 1000
@@ -66,20 +72,6 @@ async def chat(upstream: Upstream, body: JSONObject, client_auth: str | None = N
     return UpstreamReply(response.status, parsed, latency)
 
 
-async def _read_decoded(upstream: Upstream, response: aiohttp.ClientResponse, *, deadline: bool = True) -> bytes:
-    """The whole body, inflated where it came compressed anyway, then masked as a client would read it."""
-    encoding = content_encoding(response)
-    if not encoding:
-        return await upstream.read_body(response, deadline=deadline)
-    raw = await upstream.read_body(response, masked=False, deadline=deadline)
-    if encoding not in INFLATED:
-        raise UpstreamError(502, f"upstream sent a {encoding[:40]!r}-encoded answer though asked for identity")
-    try:
-        return upstream.redact(inflated_whole(raw, upstream.max_answer, strict=True))
-    except zlib.error:
-        raise UpstreamError(502, "upstream sent a compressed body that does not inflate") from None
-
-
 @asynccontextmanager
 async def chat_stream(upstream: Upstream, body: JSONObject,
                       client_auth: str | None = None) -> AsyncIterator[AsyncIterator[JSONObject]]:
@@ -93,7 +85,7 @@ async def chat_stream(upstream: Upstream, body: JSONObject,
     try:
         if response.status >= 400:
             async with mapped_errors():
-                content = await _read_decoded(upstream, response)
+                content = await read_decoded(upstream, response)
             raise (ollama_answers.error_of(response.status, content) if route.native
                    else upstream_error(response.status, content))
         if response.status >= 300:

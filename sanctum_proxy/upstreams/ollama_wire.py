@@ -20,7 +20,7 @@ from sanctum_proxy.upstreams.redaction import DeltaMask, KeyMask
 if TYPE_CHECKING:
     from sanctum_proxy.upstreams.upstream import Backend, Upstream
 
-MAX_LINE = 16 * 1024 * 1024  # sse_parser.MAX_SSE_LINE
+MAX_LINE = 16 * 1024 * 1024  # answer_bytes.MAX_SSE_LINE
 MAX_VERSION_BODY = 4096
 
 

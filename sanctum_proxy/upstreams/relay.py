@@ -12,10 +12,10 @@ from typing import Any
 import aiohttp
 
 from sanctum_proxy.errors import UpstreamError
+from sanctum_proxy.upstreams.answer_bytes import done, inflated, inflated_whole, read_body
 from sanctum_proxy.upstreams.error_mapping import MAX_ERROR_BODY, mapped_errors
-from sanctum_proxy.upstreams.inflation import inflated, inflated_whole
 from sanctum_proxy.upstreams.redaction import ByteStream, KeyMask
-from sanctum_proxy.upstreams.upstream import Upstream, done
+from sanctum_proxy.upstreams.upstream import Upstream
 
 # RFC 9110 section 7.6.1; and `expect`: the proxy forwards a body it has read whole (uvicorn answered the 100-continue)
 HOP_BY_HOP = frozenset({
@@ -63,7 +63,7 @@ async def send(
             chunks = _relayed(response)
             return Passing(response.status, kept, redacted(inflated(chunks) if inflate else chunks, mask), close)
         try:
-            body = await upstream.read_body(response, cut_at=MAX_ERROR_BODY, masked=False)  # masked once inflated
+            body = await read_body(upstream, response, cut_at=MAX_ERROR_BODY, masked=False)  # masked once inflated
         finally:
             done(response)
     if inflate:

@@ -10,7 +10,6 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +20,7 @@ import yarl
 from sanctum_proxy.config import redacted_url
 from sanctum_proxy.state import telemetry
 from sanctum_proxy.upstreams import affinity, ollama_wire
-from sanctum_proxy.upstreams.error_mapping import too_long
-from sanctum_proxy.upstreams.redaction import ByteStream, KeyMask
+from sanctum_proxy.upstreams.redaction import KeyMask
 
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 # Closed before any answer byte: safe to send again.
@@ -209,23 +207,6 @@ class Upstream:
             headers.update(context)
         return headers
 
-    async def read_body(self, response: aiohttp.ClientResponse, cut_at: int | None = None, *,
-                        masked: bool = True, deadline: bool = True) -> bytes:
-        """The whole body within max_answer_bytes and read_timeout (`cut_at`: for the caller to cut)."""
-        limit = self.max_answer if cut_at is None else cut_at
-        body = bytearray()
-        stream = ByteStream(self.mask) if self.mask and masked else None
-        read = 0
-        async with asyncio.timeout(self.read_timeout) if deadline else nullcontext():
-            async for piece in response.content.iter_any():
-                read += len(piece)
-                body += stream.feed(piece) if stream else piece
-                if read > limit:
-                    if cut_at is not None:
-                        break
-                    raise too_long(limit)
-        return bytes(body + stream.end()) if stream else bytes(body)
-
     async def probe_json(self, method: str, url: str, body: Any = None, timeout: float = 5.0,
                          client_auth: str | None = None) -> Any:
         """None when it fails in any way; `client_auth` as in `headers`."""
@@ -269,14 +250,6 @@ class Upstream:
     def snapshot(self) -> dict[str, Any]:
         return {"name": self.name, "backends": [b.to_json() for b in self.backends],
                 "streamed_connections": "own: " + self.streams_spend if self.streams_spend else "pooled"}
-
-
-def done(response: aiohttp.ClientResponse) -> None:
-    """Reuse a read response's connection; close an unread one so the upstream stops."""
-    if response.content.is_eof():
-        response.release()
-    else:
-        response.close()
 
 
 def _with_credentials(url: str, kwargs: dict[str, Any]) -> str:

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sanctum_proxy.upstreams.mode_check import CHECK_TOOL
+from sanctum_proxy.upstreams.lesson_checks import CHECK_TOOL
 from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks, llama_tool_chunks, native_call
 
 SCENARIOS = ["malformed_text", "malformed_args", "missing_arg", "no_tools", "surrender"]

@@ -210,7 +210,7 @@ def test_clients_own_response_format_is_left_alone(client, fake):
 
 
 def test_upstream_that_refuses_the_schema_is_asked_again_unconstrained_and_remembered(client, fake):
-    """Remembered once the proxy's own constrained request is refused too (upstreams/capability_check.py)."""
+    """Remembered once the proxy's own constrained request is refused too (upstreams/lesson_checks.py)."""
     refusal = {
         "error": {"message": "response_format json_schema is not supported", "type": "invalid_request_error"}
     }

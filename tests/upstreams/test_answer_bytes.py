@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from sanctum_proxy.errors import UpstreamError
-from sanctum_proxy.upstreams.inflation import INFLATE_STEP, inflated, inflated_whole
+from sanctum_proxy.upstreams.answer_bytes import INFLATE_STEP, inflated, inflated_whole
 
 TEXT = b'{"choices": [{"message": {"content": "Sunny in Paris."}}]}' * 50
 
