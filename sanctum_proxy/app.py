@@ -20,6 +20,7 @@ from sanctum_proxy.state.recorder import Recorder, Retention, trace_id
 from sanctum_proxy.state.replicated import SharedState
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import CapabilityBook
+from sanctum_proxy.upstreams.lesson_checks import Lessons
 from sanctum_proxy.upstreams.pools import UpstreamPools, model_names
 from sanctum_proxy.upstreams.upstream import Limits, Upstream
 from sanctum_proxy.web.access_log import AccessLog
@@ -103,7 +104,8 @@ def make_services(settings: Settings) -> Services:
     tracing = telemetry.from_environ(os.environ, settings.traces_bodies)
     recorder = Recorder(retention(settings), tracing)
     recorder.metrics.models = frozenset(model_names(settings.upstreams))
-    return Services(settings, shared, modes, keys, capabilities, recorder)
+    return Services(settings, shared, modes, keys, capabilities, recorder,
+                    Lessons(modes, capabilities, settings.probe_timeout))
 
 
 def shaped(request: Request, error: ProxyError) -> JsonResponse:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # web/auth.py reads its KeyRing from here
     from sanctum_proxy.state.replicated import SharedState
     from sanctum_proxy.upstreams.auto_mode import ModeBook
     from sanctum_proxy.upstreams.capabilities import CapabilityBook
+    from sanctum_proxy.upstreams.lesson_checks import Lessons
     from sanctum_proxy.upstreams.pools import UpstreamPools
     from sanctum_proxy.web.auth import KeyRing
 
@@ -27,6 +28,7 @@ class Services:
     keys: KeyRing
     capabilities: CapabilityBook
     recorder: Recorder
+    lessons: Lessons  # the two books above, as a round's lessons reach them
     started_pools: UpstreamPools | None = None  # made at start-up: its connections need the loop
     surrendered: SurrenderMemo = field(default_factory=SurrenderMemo)  # per process, not shared by replicas
 

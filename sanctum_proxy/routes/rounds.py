@@ -33,7 +33,6 @@ from sanctum_proxy.routes import context
 from sanctum_proxy.services import Services, services
 from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
-from sanctum_proxy.upstreams import lesson_checks
 from sanctum_proxy.upstreams.pools import Destination
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
@@ -105,9 +104,7 @@ async def _shown(state: Services, rounds: Rounds, plan: Plan, events: AsyncItera
                     note(records, event)
                     recorded(event)
                 elif isinstance(event, Lesson):
-                    await lesson_checks.keep(state.modes, state.capabilities, rounds.dest.upstream, plan.upstream,
-                                             plan.model, event, plan.prompt_format, rounds.auth,
-                                             state.settings.probe_timeout)
+                    await state.lessons.keep(rounds.dest.upstream, plan, event, rounds.auth)
                 else:
                     if isinstance(event, Final):
                         succeeded(state, plan, event)

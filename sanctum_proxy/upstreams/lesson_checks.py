@@ -5,12 +5,13 @@ stops constraining it."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError, UpstreamError
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.grammar import gbnf
-from sanctum_proxy.repair.loop_data import Lesson
+from sanctum_proxy.repair.loop_data import Lesson, Plan
 from sanctum_proxy.repair.toolbox import Toolbox
 from sanctum_proxy.repair.upstream_errors import Verdict, classify
 from sanctum_proxy.upstreams.auto_mode import PARSE_FAILURES, ModeBook
@@ -21,14 +22,22 @@ from sanctum_proxy.upstreams.upstream import Upstream
 MODE_LESSONS = ("tools_rejected", "upstream_parse_failure")
 
 
-async def keep(modes: ModeBook, capabilities: CapabilityBook, upstream: Upstream, key: str, model: str,
-               lesson: Lesson, prompt_format: str, auth: str | None, timeout: float) -> None:
-    """Check `lesson` with the proxy's own request: a mode lesson within the round, a refused constraint in the
-    background while the client's round goes on unconstrained."""
-    if lesson.what in MODE_LESSONS:
-        await learned(modes, upstream, key, model, lesson.what, timeout, auth)
-    else:
-        start(capabilities, upstream, key, model, lesson, prompt_format, auth, timeout)
+@dataclass(frozen=True)
+class Lessons:
+    """Where a round's lessons go: the books they are kept in, once the proxy's own request meets them too."""
+
+    modes: ModeBook
+    capabilities: CapabilityBook
+    timeout: float  # probe_timeout
+
+    async def keep(self, upstream: Upstream, plan: Plan, lesson: Lesson, auth: str | None) -> None:
+        """A mode lesson is checked within the round; a refused constraint in the background while the client's
+        round goes on unconstrained."""
+        key, model = plan.upstream, plan.model
+        if lesson.what in MODE_LESSONS:
+            await learned(self.modes, upstream, key, model, lesson.what, self.timeout, auth)
+        else:
+            start(self.capabilities, upstream, key, model, lesson, plan.prompt_format, auth, self.timeout)
 
 
 # Tools rejected, or a call dropped by the upstream's parser: a flip to prompted.

@@ -38,6 +38,10 @@ class Backend:
     checked_at: float | None = None
     ollama: bool | None = None  # None: not asked yet (ollama_wire.is_ollama)
     asking: asyncio.Future[bool | None] | None = field(default=None, repr=False, compare=False)
+    shown_url: str = field(init=False, repr=False, compare=False)  # without credentials: for logs and status
+
+    def __post_init__(self) -> None:
+        self.shown_url = redacted_url(self.base_url)
 
     @property
     def root_url(self) -> str:
@@ -45,7 +49,7 @@ class Backend:
         return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
 
     def to_json(self) -> dict[str, Any]:
-        shown = {"url": redacted_url(self.base_url), "healthy": self.healthy, "checked_at": self.checked_at}
+        shown = {"url": self.shown_url, "healthy": self.healthy, "checked_at": self.checked_at}
         return {**shown, "ollama": self.ollama} if self.ollama is not None else shown
 
 
@@ -156,7 +160,7 @@ class Upstream:
             except CONNECT_ERRORS as exc:
                 if backend.healthy:
                     log.warning("upstream %s: backend %s unreachable (%s), trying the next one",
-                                self.name, redacted_url(backend.base_url), type(exc).__name__)
+                                self.name, backend.shown_url, type(exc).__name__)
                 backend.healthy, failure = False, exc
                 continue
             backend.healthy = True
@@ -237,7 +241,7 @@ class Upstream:
         except (TimeoutError, aiohttp.ClientError, OSError):
             healthy = False
         if healthy != backend.healthy:
-            log.warning("upstream %s: backend %s is %s", self.name, redacted_url(backend.base_url),
+            log.warning("upstream %s: backend %s is %s", self.name, backend.shown_url,
                         "up" if healthy else "down")
         backend.healthy, backend.checked_at = healthy, time.time()
         return healthy
