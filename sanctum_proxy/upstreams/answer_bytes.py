@@ -16,7 +16,7 @@ import orjson
 
 from sanctum_proxy.errors import UpstreamError, UpstreamTimeout
 from sanctum_proxy.upstreams.error_mapping import too_long
-from sanctum_proxy.upstreams.redaction import ByteStream
+from sanctum_proxy.upstreams.redaction import ByteStream, masked
 
 if TYPE_CHECKING:  # the pool holds the limits and the mask
     from sanctum_proxy.upstreams.upstream import Upstream
@@ -95,7 +95,7 @@ async def read_decoded(upstream: Upstream, response: aiohttp.ClientResponse, *, 
     if encoding not in INFLATED:
         raise UpstreamError(502, f"upstream sent a {encoding[:40]!r}-encoded answer though asked for identity")
     try:
-        return upstream.redact(inflated_whole(raw, upstream.max_answer, strict=True))
+        return masked(upstream.mask, inflated_whole(raw, upstream.max_answer, strict=True))
     except zlib.error:
         raise UpstreamError(502, "upstream sent a compressed body that does not inflate") from None
 

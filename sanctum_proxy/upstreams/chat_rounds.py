@@ -29,7 +29,7 @@ from sanctum_proxy.upstreams.answer_bytes import (
 )
 from sanctum_proxy.upstreams.error_mapping import mapped_errors, redirect_error, upstream_error
 from sanctum_proxy.upstreams.ollama_native import NativeRequest
-from sanctum_proxy.upstreams.redaction import DeltaMask
+from sanctum_proxy.upstreams.redaction import DeltaMask, masked
 from sanctum_proxy.upstreams.upstream import Upstream
 
 DRAIN_SECONDS = 0.05
@@ -118,7 +118,7 @@ async def _chunks(upstream: Upstream, response: aiohttp.ClientResponse) -> Async
             if data.startswith(b"[DONE]"):
                 await _drain(events)
                 break
-            data = upstream.redact(data)
+            data = masked(upstream.mask, data)
             try:
                 chunk = loads_lenient(data)
             except orjson.JSONDecodeError as exc:

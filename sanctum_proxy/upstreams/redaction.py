@@ -113,6 +113,11 @@ class KeyMask:
         return False  # a whole copy: `masked` has already masked it
 
 
+def masked(mask: KeyMask | None, data: bytes) -> bytes:
+    """`data` with the key masked; as it is where the upstream has no key."""
+    return mask.masked(data) if mask is not None else data
+
+
 def _positions(data: bytes, byte: bytes, start: int) -> list[int]:
     out = []
     while (start := data.find(byte, start)) >= 0:

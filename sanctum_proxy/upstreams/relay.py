@@ -14,7 +14,7 @@ import aiohttp
 from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.upstreams.answer_bytes import done, inflated, inflated_whole, read_body
 from sanctum_proxy.upstreams.error_mapping import MAX_ERROR_BODY, mapped_errors
-from sanctum_proxy.upstreams.redaction import ByteStream, KeyMask
+from sanctum_proxy.upstreams.redaction import ByteStream, KeyMask, masked
 from sanctum_proxy.upstreams.upstream import Upstream
 
 # RFC 9110 section 7.6.1; and `expect`: the proxy forwards a body it has read whole (uvicorn answered the 100-continue)
@@ -69,7 +69,7 @@ async def send(
     if inflate:
         body = inflated_whole(body, MAX_ERROR_BODY)
     kept = [(k, v) for k, v in kept if k not in ("content-length", "content-encoding", "transfer-encoding")]
-    return Passing(response.status, kept, _once(upstream.redact(body)[:MAX_ERROR_BODY]), _nothing)
+    return Passing(response.status, kept, _once(masked(upstream.mask, body)[:MAX_ERROR_BODY]), _nothing)
 
 
 async def _relayed(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

@@ -194,9 +194,6 @@ class Upstream:
             protocol.force_close()  # a pass-through stream: its connection must not go back to the pool
         return response
 
-    def redact(self, data: bytes) -> bytes:
-        return self.mask.masked(data) if self.mask else data
-
     async def request_once(self, method: str, url: str, headers: dict[str, str]) -> aiohttp.ClientResponse:
         return await self._request(method, url, False, headers=headers,
                                    timeout=aiohttp.ClientTimeout(total=self._check_timeout))
