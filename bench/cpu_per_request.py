@@ -25,7 +25,7 @@ async def measure(rows: list[Row], urls: dict[str, str], pids: dict[str, int], r
     for row in rows:
         for mode in ("plain", "stream"):
             for name in order:
-                body = row.direct_body if name == "relay" else row.body
+                body = row.direct_body if name.startswith("relay") else row.body
                 raw = body.stream if mode == "stream" else body.plain
                 await one_client(urls[name], body.path, raw, 5, mode == "stream")
                 before = cpu_ms(pids[name])
@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", default=[],
                    help="this tree with settings in the environment: NAME=VALUE[,NAME=VALUE]")
     p.add_argument("--no-relay", action="store_true")
+    p.add_argument("--parsing-relay", action="store_true",
+                   help="also the relay that decodes and encodes again what passes (bench/relay.py --parse)")
     args = p.parse_args(argv)
     rows = [r for r in rows_of(args.rows) if args.only in r.body.name]
     started: list[servers.Child] = []
@@ -52,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             urls: dict[str, str] = {}
             pids: dict[str, int] = {}
             children = [] if args.no_relay else [("relay", servers.relay(upstream.url))]
+            if args.parsing_relay:
+                children.append(("relay parsing", servers.relay(upstream.url, parse=True)))
             children.append(("sanctum", servers.sanctum(upstream.url, "--spell-calling", "native")))
             for i, tree in enumerate(args.before):
                 children.append((f"tree{i + 1}", servers.sanctum(upstream.url, "--spell-calling", "native",

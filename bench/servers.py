@@ -130,11 +130,12 @@ def sanctum(upstream: str, *flags: str, env: dict[str, str] | None = None, tree:
     return Child("sanctum-proxy", command, f"http://127.0.0.1:{port}/v1", "/healthz", env=env, cwd=tree)
 
 
-def relay(upstream: str) -> Child:
-    """bench/relay.py: a bare FastAPI + aiohttp relay, the floor under any proxy built on those parts."""
+def relay(upstream: str, *, parse: bool = False) -> Child:
+    """bench/relay.py: a bare FastAPI + aiohttp relay, the floor under any proxy built on those parts (`parse`:
+    one that decodes and encodes again what passes)."""
     port = free_port()
     command = [sys.executable, str(BENCH / "relay.py"), "--upstream", upstream, "--port", str(port)]
-    return Child("relay", command, f"http://127.0.0.1:{port}/v1", "/healthz")
+    return Child("relay", command + ["--parse"] * parse, f"http://127.0.0.1:{port}/v1", "/healthz")
 
 
 def litellm_binary(given: str | None = None) -> str | None:

@@ -49,3 +49,11 @@ def test_the_report_puts_the_header_p50_beside_the_added_latency(bench):
     assert "| sanctum | 2.00 | 2.00 | +1.00 [+1.00..+1.00] | +1.00 | 0.30 |" in call_table
     assert "| relay | 1.50 | 1.50 | +0.50 [+0.50..+0.50] | +0.50 | — |" in call_table
     assert "| +1.00 | 0.10 |" in text.split("## One client: streaming")[1]
+
+
+def test_the_parsing_relay_reencodes_whole_events_and_passes_a_cut_one(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    relay = importlib.import_module("relay")
+    piece = b'data: {"a": 1,  "b": [1, 2]}\n\ndata: [DONE]\n\ndata: {"cut'
+    assert relay.reencoded_events(piece) == b'data: {"a":1,"b":[1,2]}\n\ndata: [DONE]\n\ndata: {"cut'
+    assert relay.reencoded(b'{"x": "y" }') == b'{"x":"y"}'
