@@ -7,6 +7,7 @@ proxy's own checks carry the key of the client whose round raised them. Each tes
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -149,6 +150,27 @@ def test_a_learned_refusal_expires_after_a_day():
     book.remember("u", "m", Capabilities(tools=True, json_schema=True, server="llama.cpp", source="probe"))
     now[0] += 10 * REFUSAL_SECONDS
     assert book.cached("u", "m") is not None  # what a probe said stays
+
+
+def test_a_refusal_on_an_unknown_row_outlives_the_rows_expiry_and_the_next_probe():
+    """A model the probes could not read (tools unknown) is asked again after `unknown_ttl`; that probe's answer
+    wrote the row anew and dropped a refusal learned meanwhile, so constraining the model started again."""
+    now = [1000.0]
+    book = CapabilityBook(clock=lambda: now[0], unknown_ttl=60)
+    book.refuse_schema("u", "m")  # no probe answer yet: an unknown row with the refusal
+    now[0] += 61
+    assert book.cached("u", "m") is None  # the unknown answer expired: probe again
+
+    async def probe() -> Capabilities:
+        return Capabilities(tools=True, json_schema=True, server="llama.cpp", source="probe")
+
+    caps = asyncio.run(book.get("u", "m", probe))
+    assert caps.tools is True and caps.json_schema is False
+    book.refuse_tool_choice("u", "m")
+    assert (book.cached("u", "m").json_schema, book.cached("u", "m").tool_choice) == (False, False)
+    now[0] += REFUSAL_SECONDS + 1  # a day after the last refusal: both go, the probe's answer with them
+    assert book.cached("u", "m") is None
+    assert asyncio.run(book.get("u", "m", probe)).json_schema is True
 
 
 def test_clearing_capabilities_takes_the_admin_key(make_proxy):

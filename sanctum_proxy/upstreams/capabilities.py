@@ -166,25 +166,47 @@ class CapabilityBook:
             if len(self._parsed) >= MAX_ROWS:
                 self._parsed.clear()
             self._parsed[key] = (row, caps, at)
-        if caps.tools is None and self._clock() - at > self._unknown_ttl:
-            return None
-        if (caps.json_schema is False or caps.tool_choice is False) and self._clock() - at > REFUSAL_SECONDS:
+        if (caps.json_schema is False or caps.tool_choice is False) and \
+                self._clock() - _refused_at(row, at) > REFUSAL_SECONDS:
             self._known.delete(key)
+            return None
+        if caps.tools is None and self._clock() - at > self._unknown_ttl:
             return None
         return caps
 
     def refuse_schema(self, upstream: str, model: str) -> None:
         """A constrained round failed on its schema: stop constraining."""
         caps = self.cached(upstream, model) or UNKNOWN
-        self.remember(upstream, model, replace(caps, json_schema=False))
+        self._remember_refused(upstream, model, replace(caps, json_schema=False))
 
     def refuse_tool_choice(self, upstream: str, model: str) -> None:
         """Native corrections go without tool_choice "required" from now on."""
         caps = self.cached(upstream, model) or UNKNOWN
-        self.remember(upstream, model, replace(caps, tool_choice=False))
+        self._remember_refused(upstream, model, replace(caps, tool_choice=False))
 
-    def remember(self, upstream: str, model: str, caps: Capabilities) -> None:
-        self._known.set(pair_key(upstream, model), {**caps.to_json(), "at": self._clock()})
+    def _remember_refused(self, upstream: str, model: str, caps: Capabilities) -> None:
+        kept, _ = self._refusals(upstream, model, caps)
+        self.remember(upstream, model, kept, refused_at=self._clock())
+
+    def _refusals(self, upstream: str, model: str, caps: Capabilities) -> tuple[Capabilities, float | None]:
+        """`caps` with the row's refusals still in force, and when they were made; the row is read even where its
+        probe answer expired."""
+        row = self._known.get(pair_key(upstream, model))
+        written = row.get("at") if row is not None else None
+        if row is None or not isinstance(written, int | float):
+            return caps, None
+        at = _refused_at(row, float(written))
+        schema, tool_choice = row.get("json_schema") is False, row.get("tool_choice") is False
+        if not (schema or tool_choice) or self._clock() - at > REFUSAL_SECONDS:
+            return caps, None
+        return replace(caps, json_schema=False if schema else caps.json_schema,
+                       tool_choice=False if tool_choice else caps.tool_choice), at
+
+    def remember(self, upstream: str, model: str, caps: Capabilities, *, refused_at: float | None = None) -> None:
+        row: JSONObject = {**caps.to_json(), "at": self._clock()}
+        if refused_at is not None:
+            row["refused_at"] = refused_at
+        self._known.set(pair_key(upstream, model), row)
 
     async def get(
         self, upstream: str, model: str, ask: Callable[[], Awaitable[Capabilities]]
@@ -205,9 +227,10 @@ class CapabilityBook:
         except Exception:  # best effort
             caps = UNKNOWN
         finally:  # also when cancelled: the others waiting must not hang
+            caps, refused_at = self._refusals(upstream, model, caps)  # a fresh probe does not undo a refusal
             del self._pending[key]
             future.set_result(caps)
-        self.remember(upstream, model, caps)
+        self.remember(upstream, model, caps, refused_at=refused_at)
         return caps
 
     def clear(self, upstream: str | None = None, model: str | None = None) -> int:
@@ -218,8 +241,15 @@ class CapabilityBook:
         out = []
         for key, row in self._known.items():
             upstream, model = pair_of(key)
-            out.append({"upstream": upstream, "model": model, **{k: v for k, v in row.items() if k != "at"}})
+            out.append({"upstream": upstream, "model": model,
+                        **{k: v for k, v in row.items() if k not in ("at", "refused_at")}})
         return out
+
+
+def _refused_at(row: JSONObject, at: float) -> float:
+    """When a row's refusals were made: its own stamp, else the row's (rows written before the stamp)."""
+    refused = row.get("refused_at")
+    return float(refused) if isinstance(refused, int | float) and not isinstance(refused, bool) else at
 
 
 def _caps_of(row: JSONObject) -> Capabilities:
