@@ -1,6 +1,5 @@
-"""An upstream's answer as bytes the proxy may read: within `max_answer_bytes` and `read_timeout`, inflated where it
-came compressed though asked for identity (in bounded steps, to be checked for the key), the key masked, and a
-stream split into its SSE payloads."""
+"""An upstream's answer read as bytes: within max_answer_bytes and read_timeout, inflated, the key masked, a stream
+split into its SSE payloads."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from sanctum_proxy.upstreams.redaction import ByteStream, masked
 if TYPE_CHECKING:  # the pool holds the limits and the mask
     from sanctum_proxy.upstreams.upstream import Upstream
 
-INFLATED = frozenset({"gzip", "x-gzip", "deflate"})
+INFLATED = frozenset({"gzip", "x-gzip", "deflate"})  # sent though asked for identity: inflated to mask the key
 INFLATE_STEP = 1024 * 1024
 
 

@@ -1,6 +1,5 @@
-"""A lesson one client's round taught about a model, kept for every client only when the proxy's own request,
-holding no client text, meets it too: tools rejected or dropped flip the model to prompted; a refused constraint
-stops constraining it."""
+"""A lesson one client's round taught about a model, kept for every client only when the proxy's own request (no
+client text in it) meets it too."""
 
 from __future__ import annotations
 
