@@ -47,8 +47,13 @@ CHECK_TOOL: JSONObject = {"type": "function", "function": {
 
 
 def check_body(model: str) -> JSONObject:
+    return {**_asking(model), "tools": [CHECK_TOOL]}
+
+
+def _asking(model: str) -> JSONObject:
+    """The check's request without its tools or constraint: no client text in it."""
     return {"model": model, "messages": [{"role": "user", "content": "Call sanctum_check now."}],
-            "tools": [CHECK_TOOL], "max_tokens": 64, "stream": False}
+            "max_tokens": 64, "stream": False}
 
 
 async def verdict(upstream: Upstream, model: str, timeout: float, auth: str | None = None) -> Verdict | None:
@@ -104,8 +109,7 @@ def check_of(lesson: Lesson, model: str, prompt_format: str) -> JSONObject:
     if lesson.how == "tool_choice":
         return {**check_body(model), "tool_choice": "required"}
     book = Toolbox.of([CHECK_TOOL])
-    body: JSONObject = {"model": model, "messages": [{"role": "user", "content": "Call sanctum_check now."}],
-                        "max_tokens": 64, "stream": False}
+    body = _asking(model)
     grammar = gbnf(book, prompt_format, text=False, parallel=False) if lesson.how == "grammar" else None
     if grammar is not None:
         body["grammar"] = grammar
