@@ -43,6 +43,7 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             yield
         finally:
+            await parts.lessons.aclose()
             await pools.aclose()
             await parts.shared.aclose()
             parts.recorder.close()

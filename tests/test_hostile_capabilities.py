@@ -20,7 +20,7 @@ import pytest
 from sanctum_proxy.upstreams.capabilities import REFUSAL_SECONDS, Capabilities, CapabilityBook
 from sanctum_proxy.upstreams.lesson_checks import CHECK_TOOL, check_body
 from tests.conftest import ServerThread
-from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, native_call
+from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, is_check, native_call
 from tests.polling import wait_until
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -35,13 +35,6 @@ def bad_request(message: str) -> Step:
     """vLLM's 400 (create_error_response)."""
     return Step(status=400, body={"error": {"message": message, "type": "BadRequestError", "param": None,
                                             "code": 400}})
-
-
-def is_check(body: dict[str, Any]) -> bool:
-    """The proxy's own request: the check tool, or a constraint built from it."""
-    tools = body.get("tools") or []
-    return "sanctum_check" in str(body.get("grammar", "")) + str(body.get("response_format", "")) or \
-        bool(tools) and tools[0]["function"]["name"] == "sanctum_check"
 
 
 def native_model(correction: Callable[[dict[str, Any]], Step]) -> Callable[[dict[str, Any]], Step]:
@@ -242,10 +235,10 @@ def test_forwarded_the_auto_mode_check_carries_the_clients_key_and_flips(make_pr
     r = httpx.post(proxy + "/v1/chat/completions", headers={"authorization": "Bearer alice"}, timeout=20, json={
         "model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER]})
     assert r.status_code == 200 and r.headers["x-sanctum-spell-calling"] == "prompted", r.text
+    modes = wait_until(lambda: httpx.get(proxy + "/sanctum/status", timeout=10).json()["modes"], 5, "the flip")
+    assert [row["reason"] for row in modes] == ["tools_rejected"]
     assert [h["authorization"] for b, h in zip(fake[0].requests, fake[0].chat_headers, strict=True)
             if is_check(b)] == ["Bearer alice"]
-    modes = httpx.get(proxy + "/sanctum/status", timeout=10).json()["modes"]
-    assert [row["reason"] for row in modes] == ["tools_rejected"]
 
 
 def test_forwarded_the_tool_choice_check_carries_the_clients_key(make_proxy, fake, keyed):

@@ -14,7 +14,7 @@ import httpx
 
 from sanctum_proxy.upstreams.auto_mode import FLIP_SECONDS, PARSE_FAILURES, ModeBook
 from sanctum_proxy.upstreams.lesson_checks import check_body
-from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, llama_error, native_call
+from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, is_check, llama_error, native_call
 from tests.polling import wait_until
 from tests.state.test_replicated import needs_redis, redis_url, replicas  # noqa: F401 (fixtures)
 
@@ -51,9 +51,11 @@ def test_one_clients_induced_parse_failures_flip_nobody_for_good(make_proxy, fak
     proxy = make_proxy(parse_failure_threshold=2, parse_failure_flip_seconds=1, probe_capabilities=False)
     with httpx.Client(base_url=proxy, timeout=10) as c:
         failed = Step(status=PARSE_FAILURE[0], body=PARSE_FAILURE[1])
-        for checked in ((), (failed,)):  # at the threshold the proxy's own request fails too
-            fake[0].push(failed, *checked, Step(body=completion("ok")))
+        fake[0].checks.append(failed)  # at the threshold the proxy's own request fails too
+        for _ in range(2):
+            fake[0].push(failed, Step(body=completion("ok")))
             assert c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]}).status_code == 200
+        wait_until(lambda: shared_modes(proxy) == ["prompted"], 5, "the flip the check confirms")
         fake[0].push(Step(body=completion("ok")))
         assert c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]}).headers[
             "x-sanctum-spell-calling"] == "prompted"
@@ -117,27 +119,44 @@ def test_answers_a_client_made_empty_flip_nobody_while_the_proxys_own_request_ge
     """A client can lead its model to answer nothing (read as Ollama's dropped call): the proxy's own request,
     answered with a proper call, shows the model's tools work."""
     proxy = make_proxy(parse_failure_threshold=2, probe_capabilities=False)
-    call = Step(body=completion(None, [native_call("sanctum_check", "{}")]))
+    fake[0].checks.append(Step(body=completion(None, [native_call("sanctum_check", "{}")])))
     with httpx.Client(base_url=proxy, timeout=10) as c:
-        for checked in ((), (call,)):
-            fake[0].push(Step(body=completion("")), *checked, Step(body=completion("nothing to do")))
+        for _ in range(2):
+            fake[0].push(Step(body=completion("")), Step(body=completion("nothing to do")))
             r = c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]})
             assert r.status_code == 200 and r.headers["x-sanctum-spell-calling"] == "prompted", r.text
+        assert shared_modes(proxy) in (["native"], [])  # two failures counted, unless the check already forgave them
+        wait_until(lambda: shared_modes(proxy) == [], 5, "the count the check's call starts again")
         fake[0].push(Step(body=completion("ok")))
         again = c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]})
         assert again.headers["x-sanctum-spell-calling"] == "native" and "tools" in fake[0].requests[-1]
-        assert c.get("/sanctum/status").json()["modes"] == []
-    assert fake[0].requests[3]["tools"][0]["function"]["name"] == "sanctum_check"
-    assert fake[0].requests[3]["messages"] == check_body("m")["messages"]  # no client text in it
+    (check,) = [body for body in fake[0].requests if is_check(body)]
+    assert check["tools"][0]["function"]["name"] == "sanctum_check"
+    assert check["messages"] == check_body("m")["messages"]  # no client text in it
 
 
 def test_a_refusal_the_proxys_own_request_also_gets_flips_the_model(make_proxy, fake):
     proxy = make_proxy(probe_capabilities=False)
     refused = Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1])
-    fake[0].push(refused, refused, Step(body=completion("ok")))
+    fake[0].push(refused, Step(body=completion("ok")))
+    fake[0].checks.append(refused)
     r = httpx.post(proxy + "/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20)
     assert r.headers["x-sanctum-spell-calling"] == "prompted"
-    assert [row["reason"] for row in httpx.get(proxy + "/sanctum/status").json()["modes"]] == ["tools_rejected"]
+    wait_until(lambda: [row["reason"] for row in httpx.get(proxy + "/sanctum/status").json()["modes"]]
+               == ["tools_rejected"], 5, "the flip the check confirms")
+
+
+def test_the_clients_round_does_not_wait_for_the_proxys_own_check(make_proxy, fake):
+    """The mode check was awaited inside the client's round: a slow model made that client wait up to
+    probe_timeout for an answer its own round had already given up on."""
+    proxy = make_proxy(probe_capabilities=False, probe_timeout=60)
+    refused = Step(*LLAMA_NO_JINJA)
+    fake[0].push(refused, Step(body=completion("ok")))
+    fake[0].checks.append(Step(*LLAMA_NO_JINJA, delay=30))  # the model answers the check late
+    r = httpx.post(proxy + "/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=15)
+    assert r.status_code == 200 and r.headers["x-sanctum-spell-calling"] == "prompted", r.text
+    assert [body for body in fake[0].requests if is_check(body)]  # asked, still unanswered
+    assert shared_modes(proxy) == []
 
 
 def test_every_flip_expires():
@@ -155,7 +174,8 @@ def test_a_shared_flip_is_revoked_by_a_native_success_and_by_the_admin(fake, red
     upstream, url = fake
     first, second = replicas(redis_url=redis_url), replicas(redis_url=redis_url)
     refused = Step(*LLAMA_NO_JINJA)
-    upstream.push(refused, refused, Step(body=completion("ok")))
+    upstream.push(refused, Step(body=completion("ok")))
+    upstream.checks.append(refused)
     assert httpx.post(f"{first}/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20).json()[
         "sanctum"]["mode"] == "prompted"
     wait_until(lambda: shared_modes(second) == ["prompted"], 5, "the second replica to see the flip")
@@ -167,7 +187,8 @@ def test_a_shared_flip_is_revoked_by_a_native_success_and_by_the_admin(fake, red
     assert r.json()["choices"][0]["message"]["tool_calls"], r.text
     wait_until(lambda: shared_modes(first) == [], 5, "the first replica to see the flip revoked")
 
-    upstream.push(refused, refused, Step(body=completion("ok")))
+    upstream.push(refused, Step(body=completion("ok")))
+    upstream.checks.append(refused)
     httpx.post(f"{first}/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=20)
     wait_until(lambda: shared_modes(second) == ["prompted"], 5, "the flip again")
     cleared = httpx.delete(f"{second}/sanctum/modes", params={"model": "m"}, timeout=10)
@@ -177,6 +198,7 @@ def test_a_shared_flip_is_revoked_by_a_native_success_and_by_the_admin(fake, red
 
 def shared_modes(proxy: str) -> list[str]:
     return [row["mode"] for row in httpx.get(f"{proxy}/sanctum/status", timeout=5).json()["modes"]]
+
 
 
 def test_clearing_modes_takes_the_admin_key(make_proxy):

@@ -121,10 +121,12 @@ def test_the_upstreams_own_tool_refusal_still_flips_the_model(make_proxy, fake):
     """The other side of the echo rule: Ollama's own 'does not support tools' (with the model name in it)."""
     proxy = make_proxy(probe_capabilities=False)
     refused = Step(status=OLLAMA_NO_TOOLS[0], body=OLLAMA_NO_TOOLS[1])
-    fake[0].push(refused, refused)  # the client's round, then the proxy's own check
+    fake[0].push(refused)
+    fake[0].checks.append(refused)  # the proxy's own check
     r = httpx.post(f"{proxy}/v1/chat/completions", json={**ASK, "model": "gemma:2b", "tools": [WEATHER]}, timeout=20)
     assert r.status_code == 200 and r.headers["x-sanctum-spell-calling"] == "prompted"
-    assert httpx.get(proxy + "/sanctum/status", timeout=10).json()["modes"][0]["mode"] == "prompted"
+    modes = wait_until(lambda: httpx.get(proxy + "/sanctum/status", timeout=10).json()["modes"], 5, "the flip")
+    assert modes[0]["mode"] == "prompted"
 
 
 # --- 2. the upstream key never shown ----------------------------------------------------------------------

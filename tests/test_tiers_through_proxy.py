@@ -12,9 +12,11 @@ from tests.fakes.upstream import (
     Step,
     completion,
     content_chunks,
+    is_check,
     llama_tool_chunks,
     native_call,
 )
+from tests.polling import wait_until
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -100,17 +102,20 @@ def test_on_surrender_content_returns_the_last_raw_answer(make_proxy, fake):
 
 def test_auto_mode_flips_on_llama_cpp_rejection_and_remembers(client, fake):
     refused = Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1])
-    fake[0].push(refused, refused, Step(body=completion(GOOD_CALL)))  # the second: the proxy's own check
+    fake[0].push(refused, Step(body=completion(GOOD_CALL)))
+    fake[0].checks.append(refused)  # the proxy's own check, beside the prompted round
     r = post(client)
     assert r.status_code == 200
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert r.json()["sanctum"]["omens"][0]["type"] == "SpellCallingFallback"
     assert r.headers["x-sanctum-spell-calling"] == "prompted"
-    assert "tools" not in fake[0].requests[2] and "<tool_call>" in fake[0].requests[2]["messages"][0]["content"]
+    prompted = [body for body in fake[0].requests if not is_check(body)][1]
+    assert "tools" not in prompted and "<tool_call>" in prompted["messages"][0]["content"]
+    wait_until(lambda: client.get("/sanctum/status").json()["modes"], 5, "the flip the check confirms")
+    assert client.get("/sanctum/status").json()["modes"][0]["mode"] == "prompted"
     fake[0].push(Step(body=completion("Sunny.")))
     post(client)
     assert len(fake[0].requests) == 4 and "tools" not in fake[0].requests[3]
-    assert client.get("/sanctum/status").json()["modes"][0]["mode"] == "prompted"
 
 
 def test_auto_mode_flips_on_ollama_rejection(client, fake):

@@ -104,7 +104,7 @@ async def _shown(state: Services, rounds: Rounds, plan: Plan, events: AsyncItera
                     note(records, event)
                     recorded(event)
                 elif isinstance(event, Lesson):
-                    await state.lessons.keep(rounds.dest.upstream, plan, event, rounds.auth)
+                    state.lessons.keep(rounds.dest.upstream, plan, event, rounds.auth)
                 else:
                     if isinstance(event, Final):
                         succeeded(state, plan, event)

@@ -6,6 +6,7 @@ success.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ class ModeBook:
         self._threshold = parse_failure_threshold
         self._clock = clock
         self._window, self._flip = failure_window, failure_flip
-        self.checking: set[tuple[str, str]] = set()  # pairs being checked
+        self.checking: dict[tuple[str, str], asyncio.Task[None]] = {}  # pairs being checked (lesson_checks.py)
 
     def _read(self, upstream: str, model: str) -> Decision | None:
         row = self._table.get(pair_key(upstream, model))

@@ -1,10 +1,13 @@
 """A lesson one client's round taught about a model, kept for every client only when the proxy's own request (no
-client text in it) meets it too."""
+client text in it) meets it too. The checks run in the background: the client's round goes on at once."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Coroutine, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 from sanctum_proxy.core.shapes import JSONObject
 from sanctum_proxy.errors import ProxyError, UpstreamError
@@ -20,6 +23,8 @@ from sanctum_proxy.upstreams.upstream import Upstream
 
 MODE_LESSONS = ("tools_rejected", "upstream_parse_failure")
 
+log = logging.getLogger("sanctum_proxy")
+
 
 @dataclass(frozen=True)
 class Lessons:
@@ -29,14 +34,37 @@ class Lessons:
     capabilities: CapabilityBook
     timeout: float  # probe_timeout
 
-    async def keep(self, upstream: Upstream, plan: Plan, lesson: Lesson, auth: str | None) -> None:
-        """A mode lesson is checked within the round; a refused constraint in the background while the client's
-        round goes on unconstrained."""
+    def keep(self, upstream: Upstream, plan: Plan, lesson: Lesson, auth: str | None) -> None:
+        """Check the lesson in the background, one check per (upstream, model, lesson) at a time; the client's round
+        has already gone prompted or unconstrained."""
         key, model = plan.upstream, plan.model
-        if lesson.what in MODE_LESSONS:
-            await learned(self.modes, upstream, key, model, lesson.what, self.timeout, auth)
-        else:
+        if lesson.what not in MODE_LESSONS:
             start(self.capabilities, upstream, key, model, lesson, plan.prompt_format, auth, self.timeout)
+        elif lesson.what != "upstream_parse_failure" or self.modes.parse_failure(key, model):
+            _spawn(self.modes.checking, (key, model),
+                   learned(self.modes, upstream, key, model, lesson.what, self.timeout, auth))
+
+    async def aclose(self) -> None:
+        """Cancel the checks still running (the server stops)."""
+        running = [*self.modes.checking.values(), *self.capabilities.checking.values()]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+
+def _spawn(checking: dict[Any, asyncio.Task[None]], pair: Hashable, check: Coroutine[Any, Any, None]) -> None:
+    """Run `check` unless one for `pair` runs; held in `checking` until it ends, a failure logged with its pair."""
+    if pair in checking:
+        check.close()
+        return
+    task = checking[pair] = asyncio.get_running_loop().create_task(check)
+
+    def ended(done: asyncio.Task[None]) -> None:
+        checking.pop(pair, None)
+        if not done.cancelled() and done.exception() is not None:
+            log.error("the check of %s failed", pair, exc_info=done.exception())
+
+    task.add_done_callback(ended)
 
 
 # Tools rejected, or a call dropped by the upstream's parser: a flip to prompted.
@@ -82,17 +110,8 @@ def _empty(answer: object) -> bool:
 
 async def learned(modes: ModeBook, upstream: Upstream, key: str, model: str, what: str, timeout: float,
                   auth: str | None = None) -> None:
-    """A client's round taught `what`: flip the model if the check, sent with `auth`, confirms it (one per pair)."""
-    if what == "upstream_parse_failure" and not modes.parse_failure(key, model):
-        return
-    pair = (key, model)
-    if pair in modes.checking:
-        return
-    modes.checking.add(pair)
-    try:
-        found = await verdict(upstream, model, timeout, auth)
-    finally:
-        modes.checking.discard(pair)
+    """A client's round taught `what`: flip the model if the check, sent with `auth`, confirms it."""
+    found = await verdict(upstream, model, timeout, auth)
     if found == "tools_unsupported":
         modes.settle(key, model, "prompted", "tools_rejected")
     elif found == "upstream_parse_failure":
@@ -128,27 +147,24 @@ def start(book: CapabilityBook, upstream: Upstream, key: str, model: str, lesson
     """Check `lesson` in the background, one per pair and lesson: the client's round goes on unconstrained."""
     pair = (key, model, lesson.what)
     if pair not in book.checking:
-        book.checking[pair] = asyncio.get_running_loop().create_task(
-            _learned(book, upstream, key, model, lesson, check_of(lesson, model, prompt_format), auth, timeout))
+        _spawn(book.checking, pair,
+               _learned(book, upstream, key, model, lesson, check_of(lesson, model, prompt_format), auth, timeout))
 
 
 async def _learned(book: CapabilityBook, upstream: Upstream, key: str, model: str, lesson: Lesson,
                    body: JSONObject, auth: str | None, timeout: float) -> None:
     """Record the refusal if the check meets it, within `probes_per_minute`."""
+    if not await book.may_probe_now():
+        return
     try:
-        if not await book.may_probe_now():
+        async with asyncio.timeout(timeout):
+            await chat(upstream, body, auth)
+    except UpstreamError as error:
+        if not refused(lesson, error):
             return
-        try:
-            async with asyncio.timeout(timeout):
-                await chat(upstream, body, auth)
-        except UpstreamError as error:
-            if not refused(lesson, error):
-                return
-            if lesson.what == "tool_choice_refused":
-                book.refuse_tool_choice(key, model)
-            else:
-                book.refuse_schema(key, model)
-        except (TimeoutError, ProxyError):
-            return
-    finally:
-        book.checking.pop((key, model, lesson.what), None)
+        if lesson.what == "tool_choice_refused":
+            book.refuse_tool_choice(key, model)
+        else:
+            book.refuse_schema(key, model)
+    except (TimeoutError, ProxyError):
+        return

@@ -28,6 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.fakes.upstream import is_check
+
 VERSION = "0.33.0"
 NDJSON = "application/x-ndjson"
 JSON_UTF8 = "application/json; charset=utf-8"
@@ -176,6 +178,7 @@ def _streams(body: dict[str, Any], default: bool) -> bool:
 class FakeOllama:
     steps: deque[Reply] = field(default_factory=deque)
     responder: Callable[[dict[str, Any]], Reply] | None = None  # answers (the native body) when no step is queued
+    checks: deque[Reply] = field(default_factory=deque)  # the proxy's own checks' answers (as FakeUpstream.checks)
     models: list[ModelCard] = field(default_factory=lambda: list(DEFAULT_MODELS))
     requests: list[dict[str, Any]] = field(default_factory=list)  # POST /api/chat bodies, as received
     v1_requests: list[dict[str, Any]] = field(default_factory=list)  # POST /v1/chat/completions bodies
@@ -358,6 +361,10 @@ class FakeOllama:
         return None
 
     def _answer(self, body: dict[str, Any]) -> Reply:
+        if is_check(body) and self.checks:
+            return self.checks.popleft()
+        if is_check(body) and self.responder is None:
+            return call("sanctum_check", {})
         if self.steps:
             return self.steps.popleft()
         if self.responder is not None:

@@ -169,6 +169,13 @@ def llama_tool_chunks(name: str, arguments: str, size: int = 5) -> list[dict[str
     return out
 
 
+def is_check(body: dict[str, Any]) -> bool:
+    """The proxy's own request to check a lesson (upstreams/lesson_checks.py), OpenAI's or Ollama's: no client text."""
+    messages = body.get("messages")
+    return (isinstance(messages, list) and len(messages) == 1 and isinstance(messages[0], dict)
+            and messages[0].get("role") == "user" and messages[0].get("content") == "Call sanctum_check now.")
+
+
 @dataclass
 class FakeUpstream:
     steps: deque[Step] = field(default_factory=deque)
@@ -188,6 +195,9 @@ class FakeUpstream:
     templated: list[dict[str, Any]] = field(default_factory=list)  # the bodies POST /apply-template got
     chat_headers: list[dict[str, str]] = field(default_factory=list)  # the headers of each `requests` entry
     reads_history: bool = False  # vLLM: a history call whose arguments are not JSON is a 400 (vllm_history_error)
+    # The proxy's own checks (its "Call sanctum_check now." request) run beside a client's rounds, so they take their
+    # answers from here, else from `responder`, else a model whose tools work: never a step queued for a client
+    checks: deque[Step] = field(default_factory=deque)
 
     def push(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -255,7 +265,10 @@ class FakeUpstream:
         refused = vllm_history_error(body) if self.reads_history else None
         if refused is not None:
             return JSONResponse(refused[1], status_code=refused[0])
-        if self.steps:
+        if is_check(body):
+            step = (self.checks.popleft() if self.checks else self.responder(body) if self.responder is not None
+                    else Step(body=completion(None, [native_call("sanctum_check", "{}")])))
+        elif self.steps:
             step = self.steps.popleft()
         elif self.responder is not None:
             step = self.responder(body)

@@ -14,7 +14,15 @@ import orjson
 import pytest
 from openai.types.responses import Response
 
-from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, content_chunks, llama_tool_chunks, native_call
+from tests.fakes.upstream import (
+    LLAMA_NO_JINJA,
+    Step,
+    completion,
+    content_chunks,
+    is_check,
+    llama_tool_chunks,
+    native_call,
+)
 from tests.stream_rules import named_events
 
 TOOL = {"type": "function", "name": "get_weather", "description": "Weather for a city",
@@ -100,7 +108,8 @@ def test_upstream_rejecting_tools_falls_back_to_prompted_calls(make_proxy, fake,
     proxy = make_proxy()
     answer = Step(chunks=content_chunks(GOOD)) if stream else Step(body=completion(GOOD))
     refused = Step(status=LLAMA_NO_JINJA[0], body=LLAMA_NO_JINJA[1])
-    fake[0].push(refused, refused, answer)  # the second: the proxy's own check
+    fake[0].push(refused, answer)
+    fake[0].checks.append(refused)  # the proxy's own check
     if stream:
         events, omens, _ = raw_stream(proxy, ASK)
         response = events[-1]["response"]
@@ -110,7 +119,8 @@ def test_upstream_rejecting_tools_falls_back_to_prompted_calls(make_proxy, fake,
     assert response["sanctum"]["omens"][0]["type"] == "SpellCallingFallback"
     assert response["output"][0]["type"] == "function_call" and response["output"][0]["name"] == "get_weather"
     assert response["sanctum"]["mode"] == "prompted"
-    assert "tools" not in fake[0].requests[2] and "<tool_call>" in fake[0].requests[2]["messages"][0]["content"]
+    prompted = [body for body in fake[0].requests if not is_check(body)][1]
+    assert "tools" not in prompted and "<tool_call>" in prompted["messages"][0]["content"]
 
 
 def test_surrender_is_an_openai_error_with_every_rejected_answer(make_proxy, fake):

@@ -25,6 +25,7 @@ from tests.fakes.upstream import (
     ollama_v1_error,
     vllm_error,
 )
+from tests.polling import wait_until
 from tests.stream_rules import read_stream
 from tests.tools import WEATHER_DESCRIBED as WEATHER
 
@@ -181,9 +182,11 @@ def test_a_whole_quoted_output_is_read_without_another_round(proxy, fake):
 def test_a_quote_read_still_counts_towards_the_threshold(make_proxy, fake):
     failure = llama_error("Failed to parse input at pos 0: " + FENCED)
     with httpx.Client(base_url=make_proxy(parse_failure_threshold=2), timeout=20) as client:
-        for checked in (0, 1):  # at the threshold, the proxy's own check request fails to parse too
-            fake[0].push(*[Step(status=failure[0], body=failure[1])] * (1 + checked))
+        fake[0].checks.append(Step(status=failure[0], body=failure[1]))  # at the threshold the check fails too
+        for _ in range(2):
+            fake[0].push(Step(status=failure[0], body=failure[1]))
             assert calls_of(post(client)) == PARIS
+        wait_until(lambda: client.get("/sanctum/status").json()["modes"][0]["mode"] == "prompted", 5, "the flip")
         fake[0].push(Step(body=completion(PROMPTED)))
         r = post(client)
     assert r.headers["x-sanctum-spell-calling"] == "prompted" and "tools" not in fake[0].requests[-1]

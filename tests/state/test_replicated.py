@@ -120,7 +120,8 @@ def test_a_flip_in_one_replica_is_seen_by_the_other(fake, redis_url, replicas):
     upstream, url = fake
     first, second = replicas(redis_url=redis_url), replicas(redis_url=redis_url)
     assert httpx.get(f"{second}/sanctum/status").json()["shared_state"]["connected"] is True
-    upstream.push(Step(*LLAMA_NO_JINJA), Step(*LLAMA_NO_JINJA), Step(body=completion("Checking.")))  # and the check
+    upstream.push(Step(*LLAMA_NO_JINJA), Step(body=completion("Checking.")))
+    upstream.checks.append(Step(*LLAMA_NO_JINJA))
     r = httpx.post(f"{first}/v1/chat/completions", json=ASK, timeout=20)
     assert r.json()["sanctum"]["mode"] == "prompted"
     flipped = [(url + "/v1", "m", "prompted")]
@@ -138,8 +139,10 @@ def test_a_flip_in_one_replica_is_seen_by_the_other(fake, redis_url, replicas):
 def test_without_redis_url_each_replica_decides_alone(fake, replicas):
     upstream, _ = fake
     first, second = replicas(), replicas()
-    upstream.push(Step(*LLAMA_NO_JINJA), Step(*LLAMA_NO_JINJA), Step(body=completion("Checking.")))  # and the check
+    upstream.push(Step(*LLAMA_NO_JINJA), Step(body=completion("Checking.")))
+    upstream.checks.append(Step(*LLAMA_NO_JINJA))
     httpx.post(f"{first}/v1/chat/completions", json=ASK, timeout=20)
+    wait_until(lambda: modes(first), 5, "the first replica's flip")
     assert len(modes(first)) == 1 and modes(second) == []
     assert httpx.get(f"{second}/sanctum/status").json()["shared_state"] == {"backend": "memory"}
 

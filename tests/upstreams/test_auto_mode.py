@@ -12,7 +12,8 @@ from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair.upstream_errors import classify
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import UNKNOWN, Capabilities, CapabilityBook, from_props, from_show
-from tests.fakes.upstream import Step, completion, native_call
+from tests.fakes.upstream import Step, completion, is_check, native_call
+from tests.polling import wait_until
 from tests.tools import WEATHER_DESCRIBED as WEATHER
 
 TIME = {
@@ -200,13 +201,17 @@ LLAMA_TOOL_CHOICE = (
 )
 def test_every_rejection_signature_is_answered_prompted_on_the_first_try(client, fake, rejection):
     refused = Step(status=rejection[0], body=rejection[1])
-    fake[0].push(refused, refused, Step(body=completion(HERMES_ANSWER)))  # the second: the proxy's own check
+    fake[0].push(refused, Step(body=completion(HERMES_ANSWER)))
+    fake[0].checks.append(refused)  # the proxy's own check, beside the prompted round
     r = post(client)
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "tool_calls"
     omen = r.json()["sanctum"]["omens"][0]
     assert omen["reason"] == "tools_rejected" and omen["upstream_status"] == rejection[0]
-    assert fake[0].requests[1]["tools"][0]["function"]["name"] == "sanctum_check"
-    assert "tools" not in fake[0].requests[2]
+    asked = [body for body in fake[0].requests if not is_check(body)]
+    assert "tools" in asked[0] and "tools" not in asked[1]
+    wait_until(lambda: client.get("/sanctum/status").json()["modes"], 5, "the flip the check confirms")
+    (check,) = [body for body in fake[0].requests if is_check(body)]
+    assert check["tools"][0]["function"]["name"] == "sanctum_check"
 
 
 PARSE_FAILURE = (
@@ -224,12 +229,14 @@ PARSE_FAILURE = (
 def test_upstream_parse_failure_is_answered_prompted_and_flips_after_the_threshold(make_proxy, fake):
     with httpx.Client(base_url=make_proxy(parse_failure_threshold=2), timeout=10) as c:
         failed = Step(status=PARSE_FAILURE[0], body=PARSE_FAILURE[1])
-        for checked in ((), (failed,)):  # at the threshold the proxy's own request fails too
-            fake[0].push(failed, *checked, Step(body=completion(HERMES_ANSWER)))
+        fake[0].checks.append(failed)  # at the threshold the proxy's own request fails too
+        for _ in range(2):
+            fake[0].push(failed, Step(body=completion(HERMES_ANSWER)))
             r = post(c)
             assert (
                 r.status_code == 200 and r.json()["sanctum"]["omens"][0]["reason"] == "upstream_parse_failure"
             )
+        wait_until(lambda: c.get("/sanctum/status").json()["modes"], 5, "the flip the check confirms")
         fake[0].push(Step(body=completion("Sunny.")))
         assert post(c).headers["x-sanctum-spell-calling"] == "prompted"
     assert "tools" not in fake[0].requests[-1]

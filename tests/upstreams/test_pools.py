@@ -135,9 +135,10 @@ def test_auto_mode_decisions_are_kept_per_upstream_name(make_proxy, fakes):
     proxy = make_proxy(probe_capabilities=False, upstreams=[
         {"name": "nojinja", "url": group.url(0), "models": ["m"]},
         {"name": "jinja", "url": group.url(1), "models": ["n"]}])
-    a.push(Step(*LLAMA_NO_JINJA), Step(*LLAMA_NO_JINJA), Step(body=completion("prompted answer")))  # and the check
+    a.push(Step(*LLAMA_NO_JINJA), Step(body=completion("prompted answer")))
+    a.checks.append(Step(*LLAMA_NO_JINJA))
     assert chat(proxy, "m", tools=[WEATHER]).json()["sanctum"]["mode"] == "prompted"
-    modes = httpx.get(f"{proxy}/sanctum/status", timeout=5).json()["modes"]
+    modes = wait_until(lambda: httpx.get(f"{proxy}/sanctum/status", timeout=5).json()["modes"], 5, "the flip")
     assert [(d["upstream"], d["model"], d["mode"]) for d in modes] == [("nojinja", "m", "prompted")]
     assert chat(proxy, "n", tools=[WEATHER]).json()["sanctum"]["mode"] == "native"
     assert "tools" in b.requests[0]
