@@ -89,7 +89,7 @@ async def start_rounds(request: Request, chat: ChatRequest, settings: Settings, 
         plan = dataclasses.replace(plan, opening_omens=(*plan.opening_omens, widened))
     trace_id = trace_store.new_id()
     parts.recorder.begin(request, trace_id, chat, plan)
-    return Rounds(chat, plan, trace_id, dest, auth, key.presented, settings.reasoning_format == "split")
+    return Rounds(chat, plan, trace_id, dest, key, settings.reasoning_format == "split")
 
 
 async def final_answer(request: Request, rounds: Rounds) -> Final:

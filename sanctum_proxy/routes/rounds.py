@@ -34,6 +34,7 @@ from sanctum_proxy.services import Services, services
 from sanctum_proxy.state import surrendered
 from sanctum_proxy.state.traces import Trace
 from sanctum_proxy.upstreams.pools import Destination
+from sanctum_proxy.web.auth import ClientKey
 
 Shown = ContentDelta | FieldDelta | om.Omen | Final
 Recorded = Callable[[RoundRecord], None]
@@ -47,10 +48,14 @@ class Rounds:
     plan: Plan
     trace_id: str
     dest: Destination
-    auth: str | None  # the client's key for the upstream, under forward_client_key
-    client_key: bytes  # as presented: the surrender memo tells clients apart by it
+    key: ClientKey  # as presented (the surrender memo tells clients apart by it), and for the upstream
     split_reasoning: bool = False  # reasoning_format = "split"
     started_ns: int = dataclasses.field(default_factory=time.perf_counter_ns)
+
+    @property
+    def auth(self) -> str | None:
+        """The client's key for the upstream, under forward_client_key."""
+        return self.key.upstream
 
 
 def run_traced(request: Request, rounds: Rounds, send: Sender) -> AsyncIterator[Shown]:
@@ -121,7 +126,7 @@ async def _shown(state: Services, rounds: Rounds, plan: Plan, events: AsyncItera
                      if plan.on_surrender == surrender.LAST_CALL else None)
             if final is None:
                 if traced is not None:  # a client that retries errors sends it again: one round then
-                    surrendered.remember(plan, state.surrendered, rounds.client_key)
+                    surrendered.remember(plan, state.surrendered, rounds.key.presented)
                 raise exc from None
             if trace is not None:
                 trace.omens.append(final.omens[-1])
