@@ -361,11 +361,12 @@ class FakeOllama:
         return None
 
     def _answer(self, body: dict[str, Any]) -> Reply:
-        if is_check(body) and self.checks:
-            return self.checks.popleft()
-        if is_check(body) and self.responder is None:
-            return call("sanctum_check", {})
-        if self.steps:
+        if is_check(body):  # never a step queued for a client
+            if self.checks:
+                return self.checks.popleft()
+            if self.responder is None:
+                return call("sanctum_check", {})
+        elif self.steps:
             return self.steps.popleft()
         if self.responder is not None:
             card = self.card(str(body.get("model")))
