@@ -20,7 +20,7 @@ import pytest
 from sanctum_proxy.upstreams.capabilities import REFUSAL_SECONDS, Capabilities, CapabilityBook
 from sanctum_proxy.upstreams.lesson_checks import CHECK_TOOL, check_body
 from tests.conftest import ServerThread
-from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, completion, is_check, native_call
+from tests.fakes.upstream import LLAMA_NO_JINJA, FakeUpstream, Step, asked, checked, completion, is_check, native_call
 from tests.polling import wait_until
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -68,12 +68,8 @@ def refusals(proxy: str) -> list[tuple[str, Any, Any]]:
             if row["tool_choice"] is False or row["json_schema"] is False]
 
 
-def checks(fake: FakeUpstream) -> list[dict[str, Any]]:
-    return [body for body in fake.requests if is_check(body)]
-
-
 def corrections_with_tool_choice(fake: FakeUpstream) -> int:
-    return sum(1 for body in fake.requests if body.get("tool_choice") == "required" and not is_check(body))
+    return sum(1 for body in asked(fake.requests) if body.get("tool_choice") == "required")
 
 
 # --- tool_choice "required" --------------------------------------------------------------------------------
@@ -91,7 +87,7 @@ def test_a_client_text_the_upstream_quotes_as_a_tool_choice_refusal_stops_nobody
     ask_native(proxy)
     assert corrections_with_tool_choice(fake[0]) == before + 1  # still constrained for the next client
     assert refusals(proxy) == []
-    check = wait_until(lambda: checks(fake[0]), 5, "the proxy's own tool_choice check")[0]
+    check = wait_until(lambda: checked(fake[0].requests), 5, "the proxy's own tool_choice check")[0]
     assert check["tool_choice"] == "required" and check["tools"] == [CHECK_TOOL]
     assert check["messages"] == check_body("m")["messages"]  # no client text in it
 
@@ -118,7 +114,7 @@ def test_one_check_at_a_time_per_model(make_proxy, fake):
     with ThreadPoolExecutor(2) as pool:  # two clients refused while the first check waits on the upstream
         list(pool.map(lambda _: ask_native(proxy), range(2)))
     wait_until(lambda: refusals(proxy) == [("m", False, None)], 5, "the refusal")
-    assert len(checks(fake[0])) == 1
+    assert len(checked(fake[0].requests)) == 1
 
 
 def test_checks_stay_within_probes_per_minute(make_proxy, fake):
@@ -128,7 +124,7 @@ def test_checks_stay_within_probes_per_minute(make_proxy, fake):
     wait_until(lambda: refusals(proxy) == [("m", False, None)], 5, "the first model's refusal")
     ask_native(proxy, model="other")  # the minute's one check is spent
     time.sleep(0.3)  # a check, had one been started, would have reached the upstream by now
-    assert len(checks(fake[0])) == 1 and refusals(proxy) == [("m", False, None)]
+    assert len(checked(fake[0].requests)) == 1 and refusals(proxy) == [("m", False, None)]
 
 
 def test_a_learned_refusal_expires_after_a_day():
@@ -202,9 +198,9 @@ def test_a_constraint_only_the_clients_tools_break_stops_nobody_constraining(mak
             "tools": [WEATHER], "sanctum": {"spell_calling": "prompted"}})
         arguments = r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
         assert json.loads(arguments) == json.loads(GOOD), r.text
-    constrained = [body for body in fake[0].requests if field in body and not is_check(body)]
+    constrained = [body for body in asked(fake[0].requests) if field in body]
     assert len(constrained) == 2 and refusals(proxy) == []  # the second client's correction constrained too
-    check = wait_until(lambda: checks(fake[0]), 5, "the proxy's own constrained check")[0]
+    check = wait_until(lambda: checked(fake[0].requests), 5, "the proxy's own constrained check")[0]
     assert "get_weather" not in str(check) and check["messages"][-1]["content"] == "Call sanctum_check now."
 
 
@@ -246,7 +242,7 @@ def test_forwarded_the_tool_choice_check_carries_the_clients_key(make_proxy, fak
     fake[0].responder = native_model(lambda body: bad_request(TOOL_CHOICE_REFUSED))
     ask_native(proxy, headers={"x-api-key": "bob"})
     wait_until(lambda: refusals(proxy) == [("m", False, None)], 5, "the refusal the keyed check met")
-    assert len(checks(fake[0])) == 1 and {h["authorization"] for h in fake[0].chat_headers} == {"Bearer bob"}
+    assert len(checked(fake[0].requests)) == 1 and {h["authorization"] for h in fake[0].chat_headers} == {"Bearer bob"}
 
 
 def test_forwarded_the_capability_probe_carries_the_clients_key(make_proxy, fake, keyed):

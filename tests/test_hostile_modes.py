@@ -14,7 +14,7 @@ import httpx
 
 from sanctum_proxy.upstreams.auto_mode import FLIP_SECONDS, PARSE_FAILURES, ModeBook
 from sanctum_proxy.upstreams.lesson_checks import check_body
-from tests.fakes.upstream import LLAMA_NO_JINJA, Step, completion, is_check, llama_error, native_call
+from tests.fakes.upstream import LLAMA_NO_JINJA, Step, checked, completion, llama_error, native_call
 from tests.polling import wait_until
 from tests.state.test_replicated import needs_redis, redis_url, replicas  # noqa: F401 (fixtures)
 
@@ -130,7 +130,7 @@ def test_answers_a_client_made_empty_flip_nobody_while_the_proxys_own_request_ge
         fake[0].push(Step(body=completion("ok")))
         again = c.post("/v1/chat/completions", json={**ASK, "tools": [WEATHER]})
         assert again.headers["x-sanctum-spell-calling"] == "native" and "tools" in fake[0].requests[-1]
-    (check,) = [body for body in fake[0].requests if is_check(body)]
+    (check,) = checked(fake[0].requests)
     assert check["tools"][0]["function"]["name"] == "sanctum_check"
     assert check["messages"] == check_body("m")["messages"]  # no client text in it
 
@@ -156,7 +156,7 @@ def test_the_clients_round_does_not_wait_for_the_proxys_own_check(make_proxy, fa
     r = httpx.post(proxy + "/v1/chat/completions", json={**ASK, "tools": [WEATHER]}, timeout=15)
     assert r.status_code == 200 and r.headers["x-sanctum-spell-calling"] == "prompted", r.text
     assert shared_modes(proxy) == []  # answered before the check was: waiting for it, this was ["prompted"]
-    wait_until(lambda: [body for body in fake[0].requests if is_check(body)], 5, "the proxy's own check")
+    wait_until(lambda: checked(fake[0].requests), 5, "the proxy's own check")
     wait_until(lambda: shared_modes(proxy) == ["prompted"], 10, "the flip once the check is answered")
 
 

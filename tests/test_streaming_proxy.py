@@ -17,9 +17,9 @@ from tests.fakes.upstream import (
     LLAMA_NO_JINJA,
     FakeUpstream,
     Step,
+    asked,
     completion,
     content_chunks,
-    is_check,
     llama_tool_chunks,
 )
 from tests.stream_rules import Streamed, read_stream
@@ -203,7 +203,7 @@ def test_auto_fallback_on_the_streamed_tools_request_yields_one_clean_stream(pro
     assert got.content == "Sure." and got.finish_reason == "tool_calls"
     assert got.parsed_calls() == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
     assert got.omens[0]["type"] == "SpellCallingFallback" and got.sanctum["mode"] == "prompted"
-    assert "tools" not in [body for body in fake[0].requests if not is_check(body)][1]
+    assert "tools" not in asked(fake[0].requests)[1]
 
 
 def test_fallback_after_live_content_does_not_show_it_twice(proxy, fake):

@@ -10,9 +10,9 @@ from tests.fakes.upstream import (
     LLAMA_NO_JINJA,
     OLLAMA_NO_TOOLS,
     Step,
+    asked,
     completion,
     content_chunks,
-    is_check,
     llama_tool_chunks,
     native_call,
 )
@@ -109,7 +109,7 @@ def test_auto_mode_flips_on_llama_cpp_rejection_and_remembers(client, fake):
     assert r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert r.json()["sanctum"]["omens"][0]["type"] == "SpellCallingFallback"
     assert r.headers["x-sanctum-spell-calling"] == "prompted"
-    prompted = [body for body in fake[0].requests if not is_check(body)][1]
+    prompted = asked(fake[0].requests)[1]
     assert "tools" not in prompted and "<tool_call>" in prompted["messages"][0]["content"]
     wait_until(lambda: client.get("/sanctum/status").json()["modes"], 5, "the flip the check confirms")
     assert client.get("/sanctum/status").json()["modes"][0]["mode"] == "prompted"

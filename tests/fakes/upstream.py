@@ -176,6 +176,16 @@ def is_check(body: dict[str, Any]) -> bool:
             and messages[0].get("role") == "user" and messages[0].get("content") == "Call sanctum_check now.")
 
 
+def asked(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The clients' rounds among a fake's requests, the proxy's own checks left out."""
+    return [body for body in requests if not is_check(body)]
+
+
+def checked(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The proxy's own checks among a fake's requests."""
+    return [body for body in requests if is_check(body)]
+
+
 @dataclass
 class FakeUpstream:
     steps: deque[Step] = field(default_factory=deque)

@@ -14,15 +14,7 @@ import pytest
 from anthropic.types import Message
 
 from tests.conftest import ServerThread
-from tests.fakes.upstream import (
-    LLAMA_NO_JINJA,
-    Step,
-    completion,
-    content_chunks,
-    is_check,
-    llama_tool_chunks,
-    native_call,
-)
+from tests.fakes.upstream import LLAMA_NO_JINJA, Step, asked, completion, content_chunks, llama_tool_chunks, native_call
 from tests.stream_rules import named_events
 
 TOOL = {"name": "get_weather", "description": "Weather for a city",
@@ -136,7 +128,7 @@ def test_upstream_rejecting_tools_falls_back_to_prompted_calls(proxy, fake, stre
             message = client.messages.create(**ASK)
     assert [b.type for b in message.content] == ["tool_use"] and message.stop_reason == "tool_use"
     assert message.content[0].input == {"city": "Paris"}  # type: ignore[union-attr]
-    assert "tools" not in [body for body in fake[0].requests if not is_check(body)][1]
+    assert "tools" not in asked(fake[0].requests)[1]
 
 
 def test_surrender_is_an_anthropic_error_with_every_rejected_answer(make_proxy, fake):

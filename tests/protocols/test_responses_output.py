@@ -14,15 +14,7 @@ import orjson
 import pytest
 from openai.types.responses import Response
 
-from tests.fakes.upstream import (
-    LLAMA_NO_JINJA,
-    Step,
-    completion,
-    content_chunks,
-    is_check,
-    llama_tool_chunks,
-    native_call,
-)
+from tests.fakes.upstream import LLAMA_NO_JINJA, Step, asked, completion, content_chunks, llama_tool_chunks, native_call
 from tests.stream_rules import named_events
 
 TOOL = {"type": "function", "name": "get_weather", "description": "Weather for a city",
@@ -119,7 +111,7 @@ def test_upstream_rejecting_tools_falls_back_to_prompted_calls(make_proxy, fake,
     assert response["sanctum"]["omens"][0]["type"] == "SpellCallingFallback"
     assert response["output"][0]["type"] == "function_call" and response["output"][0]["name"] == "get_weather"
     assert response["sanctum"]["mode"] == "prompted"
-    prompted = [body for body in fake[0].requests if not is_check(body)][1]
+    prompted = asked(fake[0].requests)[1]
     assert "tools" not in prompted and "<tool_call>" in prompted["messages"][0]["content"]
 
 

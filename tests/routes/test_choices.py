@@ -12,9 +12,9 @@ from tests.fakes.upstream import (
     LLAMA_NO_JINJA,
     LLAMA_ONE_CHOICE,
     Step,
+    asked,
     completion,
     content_chunks,
-    is_check,
     native_call,
     several,
     several_chunks,
@@ -108,7 +108,7 @@ def test_a_first_round_that_falls_back_is_asked_again_with_n(client, fake):
     fake[0].checks.append(refused)
     got = client.post("/v1/chat/completions", json={**ASK, "n": 2})
     assert got.status_code == 200, got.text
-    refused, prompted = [body for body in fake[0].requests if not is_check(body)]
+    refused, prompted = asked(fake[0].requests)
     assert refused["n"] == prompted["n"] == 2 and "tools" in refused and "tools" not in prompted
     one, two = got.json()["choices"]
     assert one["message"]["tool_calls"][0]["function"]["name"] == "get_weather"

@@ -12,7 +12,7 @@ from sanctum_proxy.errors import UpstreamError
 from sanctum_proxy.repair.upstream_errors import classify
 from sanctum_proxy.upstreams.auto_mode import ModeBook
 from sanctum_proxy.upstreams.capabilities import UNKNOWN, Capabilities, CapabilityBook, from_props, from_show
-from tests.fakes.upstream import Step, completion, is_check, native_call
+from tests.fakes.upstream import Step, asked, checked, completion, native_call
 from tests.polling import wait_until
 from tests.tools import WEATHER_DESCRIBED as WEATHER
 
@@ -207,10 +207,10 @@ def test_every_rejection_signature_is_answered_prompted_on_the_first_try(client,
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "tool_calls"
     omen = r.json()["sanctum"]["omens"][0]
     assert omen["reason"] == "tools_rejected" and omen["upstream_status"] == rejection[0]
-    asked = [body for body in fake[0].requests if not is_check(body)]
-    assert "tools" in asked[0] and "tools" not in asked[1]
+    native, prompted = asked(fake[0].requests)
+    assert "tools" in native and "tools" not in prompted
     wait_until(lambda: client.get("/sanctum/status").json()["modes"], 5, "the flip the check confirms")
-    (check,) = [body for body in fake[0].requests if is_check(body)]
+    (check,) = checked(fake[0].requests)
     assert check["tools"][0]["function"]["name"] == "sanctum_check"
 
 

@@ -14,7 +14,7 @@ from sanctum_proxy.core.shapes import OLLAMA_FIELDS
 from sanctum_proxy.repair import constrain as cn
 from sanctum_proxy.repair.toolbox import Toolbox
 from tests.fakes.ollama import HARMONY_PARSE_ERROR, QWEN3_PARSE_ERROR, call, fail, fail_midstream, say
-from tests.fakes.upstream import Step, completion, is_check
+from tests.fakes.upstream import Step, asked, checked, completion
 from tests.polling import wait_until
 
 WEATHER = {"type": "function", "function": {
@@ -146,9 +146,9 @@ def test_no_tool_support_400_sends_the_request_again_prompted(ollama):
     got = post(proxy, "/v1/chat/completions", {**ASK, "model": "gemma:2b"})
     assert answer_calls(got.json()) == [("get_weather", {"city": "Paris"})], got.text
     assert got.json()["sanctum"]["omens"][0]["reason"] == "tools_rejected"
-    asked = [body for body in fake.requests if not is_check(body)]
-    assert asked[0]["tools"] and "tools" not in asked[1]  # the client's round, then prompted
-    wait_until(lambda: [body for body in fake.requests if is_check(body)], 5, "the proxy's own check")
+    native, prompted = asked(fake.requests)
+    assert native["tools"] and "tools" not in prompted  # the client's round, then prompted
+    wait_until(lambda: checked(fake.requests), 5, "the proxy's own check")
 
 
 def test_the_harmony_parsers_quoted_arguments_are_the_answer_in_one_round(ollama):
