@@ -24,6 +24,7 @@ SMALL = make("small body (one tool)", "/chat/completions",
                                            {"role": "user", "content": "What is the weather in Paris?"}],
               "tools": TOOLS, "temperature": 0})
 BEFORE = "sanctum before"  # the same proxy from another tree (bench_overhead.py --before DIR)
+PARSING = "relay parsing"  # the relay that decodes and encodes what passes (bench_overhead.py --parsing-relay)
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
@@ -103,34 +104,35 @@ def added(row: Row, name: str, mode: str) -> list[float]:
 
 def table(rows: list[Row], title: str) -> list[str]:
     med = statistics.median
-    before = any(name == BEFORE for name, _ in rows[0].p50)
+    extra = [name for name in (BEFORE, PARSING) if (name, "plain") in rows[0].p50]
     lines = [f"## {title}", "",
              "| request | KB | tools | mode | added p50 relay ms | added p50 proxy ms | ratio [min..max] | "
              "CPU ms/req relay | CPU ms/req proxy | 16 clients proxy / relay |"
-             + (" added p50 before ms | before / relay | 16 clients before / relay |" if before else ""),
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if before else "")]
+             + "".join(f" added p50 {name} ms | {name} / relay | CPU ms/req {name} | 16 clients {name} / relay |"
+                       for name in extra),
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|" + "---:|---:|---:|---:|" * len(extra)]
     for row in rows:
         for mode in ("plain", "stream"):
             relay, proxy = added(row, "relay", mode), added(row, "sanctum", mode)
             tail = ""
-            if before:
-                old = added(row, BEFORE, mode)
-                tail = f" {med(old):.2f} | {med(old) / med(relay):.2f}x |"
-                if row.rps:
-                    r = [p / q for p, q in zip(row.rps[(BEFORE, mode)], row.rps[("relay", mode)], strict=True)]
-                    tail += f" {med(r):.2f}x |"
-                else:
-                    tail += " |"
+            for name in extra:
+                other = added(row, name, mode)
+                tail += f" {med(other):.2f} | {med(other) / med(relay):.2f}x | {med(row.cpu[(name, mode)]):.2f} |"
+                tail += f" {throughput(row, name, mode)} |"
             each = [p / r if r > 0 else float("nan") for p, r in zip(proxy, relay, strict=True)]
-            rps = ""
-            if row.rps:
-                r = [p / q for p, q in zip(row.rps[("sanctum", mode)], row.rps[("relay", mode)], strict=True)]
-                rps = f"{med(r):.2f}x [{min(r):.2f}..{max(r):.2f}]"
             lines.append(f"| {row.body.name} | {row.body.kb:.1f} | {row.body.tools} | {mode} | {med(relay):.2f} | "
                          f"{med(proxy):.2f} | {med(proxy) / med(relay):.2f}x [{min(each):.2f}..{max(each):.2f}] | "
-                         f"{med(row.cpu[('relay', mode)]):.2f} | {med(row.cpu[('sanctum', mode)]):.2f} | {rps} |"
-                         + tail)
+                         f"{med(row.cpu[('relay', mode)]):.2f} | {med(row.cpu[('sanctum', mode)]):.2f} | "
+                         f"{throughput(row, 'sanctum', mode)} |" + tail)
     return lines + [""]
+
+
+def throughput(row: Row, name: str, mode: str) -> str:
+    """`name`'s 16-client requests a second over the relay's, median [min..max] of the rounds ("" unmeasured)."""
+    if not row.rps:
+        return ""
+    r = [p / q for p, q in zip(row.rps[(name, mode)], row.rps[("relay", mode)], strict=True)]
+    return f"{statistics.median(r):.2f}x [{min(r):.2f}..{max(r):.2f}]"
 
 
 def medians(rows: list[Row]) -> list[dict[str, object]]:

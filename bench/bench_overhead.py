@@ -230,6 +230,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Samples], dict[str, str]]:
                                       env=dict(e.split("=", 1) for e in args.before_env))
                 started.append(old.start())
                 targets[agent_rows.BEFORE], pids[agent_rows.BEFORE] = old.url, old.pid
+            if args.parsing_relay:
+                parsing = servers.relay(upstream.url, parse=True)
+                started.append(parsing.start())
+                targets[agent_rows.PARSING], pids[agent_rows.PARSING] = parsing.url, parsing.pid
             notes["rows"] = "\n\n".join(body_rows(args, targets, pids))
             if args.rows_only:
                 return samples, notes
@@ -263,7 +267,7 @@ def body_rows(args: argparse.Namespace, urls: dict[str, str], pids: dict[str, in
             print(f"{kind} round {number + 1}/{args.rounds}: {time.perf_counter() - began:.1f}s", flush=True)
         tables.append("\n".join(agent_rows.table(rows, ROW_TITLES[kind])))
         growth[kind] = agent_rows.medians(rows)
-    if not args.quick and growth:
+    if not args.quick and growth and not args.parsing_relay:  # the growth record is the relay's and the proxy's
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "overhead_rows.json").write_text(json.dumps(growth, indent=1) + "\n", encoding="utf-8")
         if "sizes" in growth or "turns" in growth:
@@ -402,8 +406,10 @@ def rows_report(notes: dict[str, str], args: argparse.Namespace) -> str:
         "other work. Added p50 is the target's p50 minus direct's in the same round; the ratio is the proxy's "
         "added p50 over the relay's (median over rounds, [min..max] of the per-round ratios); CPU is the "
         "server process's user+system time per request. The canned upstream answers a valid call of the "
-        "request's first tool; the proxy runs with `--spell-calling native`.", "",
-        notes.get("rows", ""), ""])
+        "request's first tool; the proxy runs with `--spell-calling native`."
+        + (f" `{agent_rows.PARSING}` is bench/relay.py `--parse`: the relay that also decodes the request and the "
+           "answer (each stream event) with orjson and encodes them again, nothing checked." * args.parsing_relay),
+        "", notes.get("rows", ""), ""])
 
 
 CASES = {"call": "tool call", "stream": "stream", "think": f"tool call, upstream thinks {THINK_MS} ms"}
@@ -456,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.otel_off:
         name = "overhead_otel_off"
     if args.rows_only:
-        name = "overhead_" + "_".join(args.rows)
+        name = "overhead_" + "_".join(args.rows) + "_parsing" * args.parsing_relay
     (RESULTS / f"{name}.md").write_text(text, encoding="utf-8")
     if not args.rows_only and not args.otel_off:
         plot(samples, RESULTS / f"{name}.png")
@@ -490,6 +496,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--before", type=Path,
                    help="a tree holding another sanctum_proxy/ (git archive of a commit): its proxy is measured "
                         "in the same rounds as 'sanctum before', for before/after figures")
+    p.add_argument("--parsing-relay", action="store_true",
+                   help="the rows also through bench/relay.py --parse, the relay that decodes and encodes again "
+                        "what passes: the floor of a proxy that reads the body, against issue 45's targets")
     p.add_argument("--before-env", action="append", default=[],
                    help="NAME=VALUE for the --before proxy alone (repeatable; e.g. SANCTUM_TRACES_BODIES=false)")
     p.add_argument("--body-requests", type=int,
