@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -286,6 +287,23 @@ def test_the_budget_holds_across_prunes_replaced_ids_and_a_reopened_store(tmp_pa
     assert reopened.prune(1000, 0.0, max_bytes=100_000) == 2
     assert [t["id"] for t in reopened.list(Query(limit=50))[0]] == ["t5", "t4"]
     reopened.close()
+
+
+def test_pruning_a_big_trace_writes_a_few_pages_not_the_whole_trace_again(tmp_path: Path):
+    # Debian's SQLite (python:3.11-slim's too) zeroes every page a delete frees: a full store pruning each new
+    # trace would write every old one a second time.
+    path = str(tmp_path / "traces.sqlite3")
+    store = TraceStore(path)
+    big = {"messages": [{"content": f"{i:06d}" * 20_000} for i in range(8)]}  # ~1 MB: 15+ pages of 64 KB
+    store.add([{**SMALL_DOC, "id": "big", "request": big}, {**SMALL_DOC, "id": "small"}])
+    log = sqlite3.connect(path)
+    log.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert store.prune(1, 0.0) == 1
+    _, frames, _ = log.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert [t["id"] for t in store.list(Query(limit=50))[0]] == ["small"]
+    assert 0 < frames < 10  # the table's and its indexes' pages and the free list (5), not the trace's (18)
+    log.close()
+    store.close()
 
 
 def test_the_budget_counts_what_another_worker_stored_in_the_same_file(tmp_path: Path):
