@@ -92,8 +92,8 @@ class TraceStore:
                 self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only: fewer pages a document
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
-                # Debian's SQLite zeroes every page a prune frees (secure_delete on): twice a pruned trace's
-                # writes once the store is full; FAST zeroes only what is written anyway
+                # Debian's SQLite zeroes every page a prune frees (secure_delete on), so a full store wrote each
+                # pruned trace a second time; FAST zeroes only what a commit writes anyway
                 self._db.execute("PRAGMA secure_delete=FAST")
                 if journal_limit is not None:  # the log cut back after each checkpoint
                     self._db.execute(f"PRAGMA journal_size_limit={int(journal_limit)}")

@@ -35,8 +35,9 @@ class Lessons:
     timeout: float  # probe_timeout
 
     def keep(self, upstream: Upstream, plan: Plan, lesson: Lesson, auth: str | None) -> None:
-        """Check the lesson in the background, one check per (upstream, model, lesson) at a time; the client's round
-        has already gone prompted or unconstrained."""
+        """Check the lesson in the background, one check at a time per (upstream, model) for a mode lesson and per
+        (upstream, model, lesson) for a refused constraint; the client's round has already gone prompted or
+        unconstrained."""
         key, model = plan.upstream, plan.model
         if lesson.what not in MODE_LESSONS:
             start(self.capabilities, upstream, key, model, lesson, plan.prompt_format, auth, self.timeout)
